@@ -1,0 +1,35 @@
+// `geodesic bench ...`: measurements that compare Geodesic with a baseline
+// in the same run (docs/benchmarks.md has the numbers and how to rerun).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geodesic::bench {
+
+struct BenchOptions {
+  bool json = false;
+  std::vector<int> sizes_mb{1, 16, 64};
+  double seconds = 3.0;
+  int processes = 2;
+  std::string job_file = "examples/fashion_mnist.yaml";
+  std::string result_file;
+  std::string endpoint;
+  std::string binary;  // default: this binary
+};
+
+// Push+pull goodput through one real server shard process vs raw ZeroMQ
+// moving the same bytes between two processes.
+Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* stop);
+// Samples/s of the job (via the launcher) vs plain LibTorch training in
+// `processes` independent single-thread processes.
+Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* stop);
+// Plain LibTorch training of the job's model on one thread, no parameter server.
+Status RunPlainTraining(const BenchOptions& options, const std::atomic<bool>* stop);
+// The raw ZeroMQ peer of the transport bench.
+Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop);
+
+}  // namespace geodesic::bench

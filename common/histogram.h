@@ -1,0 +1,33 @@
+// A histogram of small non-negative integers (staleness in updates), with
+// exact counts for 0..kBuckets-1 and one overflow bucket. Value type; not
+// synchronized.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+
+namespace geodesic {
+
+class IntHistogram {
+ public:
+  static constexpr int kBuckets = 64;
+
+  void Add(int64_t value, uint64_t count = 1);
+  void Merge(const IntHistogram& other);
+  uint64_t total() const { return total_; }
+  int64_t max() const { return max_; }
+  double Mean() const;
+  // The smallest value v with at least q of the mass at or below v.
+  int64_t Quantile(double q) const;
+  // Non-zero buckets; the overflow bucket is keyed kBuckets.
+  std::map<int64_t, uint64_t> NonZero() const;
+
+ private:
+  std::array<uint64_t, kBuckets + 1> counts_{};
+  uint64_t total_ = 0;
+  int64_t max_ = 0;
+  double sum_ = 0;
+};
+
+}  // namespace geodesic

@@ -1,0 +1,458 @@
+#include "common/job.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace geodesic {
+namespace {
+
+constexpr int64_t kInfiniteStaleness = int64_t{1} << 40;
+
+// Walks one YAML map, reading known keys and remembering which it saw, so
+// that Finish() can name every unknown key (usually a typo).
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path, std::vector<std::string>* errors)
+      : node_(node), path_(std::move(path)), errors_(errors) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) {
+      Error(path_, "must be a mapping");
+      valid_ = false;
+    }
+  }
+
+  bool present(const char* key) const { return valid_ && node_ && node_.IsMap() && node_[key]; }
+  YAML::Node child(const char* key) {
+    seen_.insert(key);
+    return present(key) ? node_[key] : YAML::Node();
+  }
+  std::string ChildPath(const std::string& key) const {
+    return path_.empty() ? key : path_ + "." + key;
+  }
+
+  template <typename T>
+  void Get(const char* key, T* out) {
+    seen_.insert(key);
+    if (!present(key)) return;
+    const YAML::Node& n = node_[key];
+    try {
+      if (!n.IsScalar() && !std::is_same_v<T, std::vector<int>>) throw YAML::Exception(YAML::Mark(), "");
+      *out = n.as<T>();
+    } catch (const YAML::Exception&) {
+      Error(ChildPath(key), std::string("expected ") + TypeName<T>());
+    }
+  }
+
+  void Finish() {
+    if (!valid_ || !node_ || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      std::string k = kv.first.as<std::string>();
+      if (!seen_.count(k)) {
+        std::string msg = "unknown key";
+        std::string best = Closest(k);
+        if (!best.empty()) msg += " (did you mean '" + best + "'?)";
+        Error(ChildPath(k), msg);
+      }
+    }
+  }
+
+  void Error(const std::string& where, const std::string& what) {
+    errors_->push_back((where.empty() ? "<top>" : where) + ": " + what);
+  }
+
+ private:
+  template <typename T>
+  static const char* TypeName() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    else if constexpr (std::is_integral_v<T>) return "an integer";
+    else if constexpr (std::is_floating_point_v<T>) return "a number";
+    else if constexpr (std::is_same_v<T, std::string>) return "a string";
+    else return "a list of integers";
+  }
+
+  static size_t EditDistance(const std::string& a, const std::string& b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  }
+
+  std::string Closest(const std::string& k) const {
+    std::string best;
+    size_t best_d = 3;
+    for (const auto& s : seen_) {
+      size_t d = EditDistance(k, s);
+      if (d < best_d) best_d = d, best = s;
+    }
+    return best;
+  }
+
+  YAML::Node node_;
+  std::string path_;
+  std::vector<std::string>* errors_;
+  std::set<std::string> seen_;
+  bool valid_ = true;
+};
+
+Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return InvalidArgument("override '" + assignment + "' is not key.path=value");
+  std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("override '" + assignment + "': " + e.what());
+  }
+  std::vector<std::string> keys;
+  std::stringstream ss(path);
+  for (std::string k; std::getline(ss, k, '.');) {
+    if (k.empty()) return InvalidArgument("override '" + assignment + "' has an empty key");
+    keys.push_back(k);
+  }
+  // yaml-cpp nodes are handles: walk with reset() so we never assign through.
+  YAML::Node cur;
+  cur.reset(root);
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    if (!cur.IsMap() && !cur.IsNull())
+      return InvalidArgument("override '" + assignment + "': '" + keys[i] + "' is inside a non-map");
+    YAML::Node next = cur[keys[i]];
+    if (!next) {
+      cur[keys[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[keys[i]];
+    }
+    cur.reset(next);
+  }
+  if (!cur.IsMap() && !cur.IsNull())
+    return InvalidArgument("override '" + assignment + "': parent of '" + keys.back() + "' is not a map");
+  cur[keys.back()] = value;
+  return Status::Ok();
+}
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+void Check(bool ok, std::vector<std::string>* errors, const std::string& where, const std::string& what) {
+  if (!ok) errors->push_back(where + ": " + what);
+}
+
+bool Finite(double x) { return std::isfinite(x); }
+
+void ParseStaleness(MapReader& r, int64_t* out, std::vector<std::string>* errors) {
+  YAML::Node n = r.child("staleness_bound");
+  if (!n || n.IsNull()) return;
+  std::string where = r.ChildPath("staleness_bound");
+  if (!n.IsScalar()) {
+    errors->push_back(where + ": expected an integer or 'inf'");
+    return;
+  }
+  std::string s = n.Scalar();
+  if (s == "inf" || s == "async") {
+    *out = kInfiniteStaleness;
+    return;
+  }
+  try {
+    *out = n.as<int64_t>();
+  } catch (const YAML::Exception&) {
+    errors->push_back(where + ": expected an integer or 'inf', got '" + s + "'");
+    return;
+  }
+  Check(*out >= 0, errors, where, "must be >= 0 (0 is BSP)");
+  if (*out > kInfiniteStaleness) *out = kInfiniteStaleness;
+}
+
+}  // namespace
+
+int JobSpec::NumServers() const {
+  int n = 0;
+  for (const auto& r : regions) n += r.servers;
+  return n;
+}
+
+int JobSpec::NumWorkers() const {
+  int n = 0;
+  for (const auto& r : regions) n += r.workers;
+  return n;
+}
+
+const RegionSpec& JobSpec::RegionOfServer(int id) const {
+  for (const auto& r : regions) {
+    if (id < r.servers) return r;
+    id -= r.servers;
+  }
+  return regions.back();
+}
+
+const RegionSpec& JobSpec::RegionOfWorker(int id) const {
+  for (const auto& r : regions) {
+    if (id < r.workers) return r;
+    id -= r.workers;
+  }
+  return regions.back();
+}
+
+const RegionSpec& JobSpec::CoordinatorRegion() const {
+  for (const auto& r : regions)
+    if (r.name == coordinator_region) return r;
+  return regions.front();
+}
+
+StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(source_name + ": not valid YAML: " + e.what());
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return InvalidArgument(source_name + ": the job file must be a YAML mapping");
+  for (const auto& o : overrides) {
+    Status s = ApplyOverride(root, o);
+    if (!s.ok()) return s.Annotate(source_name);
+  }
+
+  JobSpec job;
+  std::vector<std::string> errors;
+  MapReader top(root, "", &errors);
+  top.Get("name", &job.name);
+  top.Get("seed", &job.seed);
+  top.Get("coordinator_region", &job.coordinator_region);
+
+  YAML::Node regions = top.child("regions");
+  if (!regions || !regions.IsMap() || regions.size() == 0) {
+    errors.push_back("regions: required, a mapping from region name to {servers, workers, host}");
+  } else {
+    for (const auto& kv : regions) {
+      RegionSpec region;
+      region.name = kv.first.as<std::string>();
+      std::string where = "regions." + region.name;
+      Check(ValidName(region.name), &errors, where, "region names use letters, digits, '-' and '_'");
+      MapReader r(kv.second, where, &errors);
+      r.Get("host", &region.host);
+      r.Get("servers", &region.servers);
+      r.Get("workers", &region.workers);
+      r.Finish();
+      Check(region.servers >= 0 && region.servers <= 256, &errors, where + ".servers", "must be in [0, 256]");
+      Check(region.workers >= 0 && region.workers <= 4096, &errors, where + ".workers", "must be in [0, 4096]");
+      Check(!region.host.empty(), &errors, where + ".host", "must not be empty");
+      job.regions.push_back(region);
+    }
+  }
+
+  {
+    MapReader r(top.child("model"), "model", &errors);
+    r.Get("name", &job.model.name);
+    r.Get("mlp_hidden", &job.model.mlp_hidden);
+    r.Get("synthetic_params", &job.model.synthetic_params);
+    r.Finish();
+    Check(job.model.name == "cnn" || job.model.name == "mlp" || job.model.name == "synthetic", &errors,
+          "model.name", "'" + job.model.name + "' is not a model; use cnn, mlp or synthetic");
+    for (int h : job.model.mlp_hidden)
+      Check(h > 0 && h <= 65536, &errors, "model.mlp_hidden", "widths must be in [1, 65536]");
+    Check(job.model.synthetic_params > 0 && job.model.synthetic_params <= (int64_t{1} << 31), &errors,
+          "model.synthetic_params", "must be in [1, 2^31]");
+  }
+  {
+    MapReader r(top.child("data"), "data", &errors);
+    r.Get("dataset", &job.data.dataset);
+    r.Get("path", &job.data.path);
+    r.Get("partition", &job.data.partition);
+    r.Get("batch_size", &job.data.batch_size);
+    r.Finish();
+    Check(job.data.dataset == "fashion-mnist", &errors, "data.dataset",
+          "'" + job.data.dataset + "' is not supported; use fashion-mnist");
+    Check(job.data.partition == "iid", &errors, "data.partition",
+          "'" + job.data.partition + "' is not supported; use iid");
+    Check(job.data.batch_size >= 1 && job.data.batch_size <= 65536, &errors, "data.batch_size",
+          "must be in [1, 65536]");
+  }
+  {
+    MapReader r(top.child("optimizer"), "optimizer", &errors);
+    auto& o = job.optimizer;
+    r.Get("name", &o.name);
+    r.Get("lr", &o.lr);
+    r.Get("momentum", &o.momentum);
+    r.Get("weight_decay", &o.weight_decay);
+    r.Get("beta1", &o.beta1);
+    r.Get("beta2", &o.beta2);
+    r.Get("eps", &o.eps);
+    r.Finish();
+    Check(o.name == "sgd" || o.name == "adam", &errors, "optimizer.name",
+          "'" + o.name + "' is not an optimizer; use sgd or adam");
+    Check(Finite(o.lr) && o.lr > 0 && o.lr < 1e3, &errors, "optimizer.lr", "must be in (0, 1000)");
+    Check(Finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, &errors, "optimizer.momentum",
+          "must be in [0, 1)");
+    Check(Finite(o.weight_decay) && o.weight_decay >= 0, &errors, "optimizer.weight_decay", "must be >= 0");
+    Check(Finite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, &errors, "optimizer.beta1", "must be in [0, 1)");
+    Check(Finite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, &errors, "optimizer.beta2", "must be in [0, 1)");
+    Check(Finite(o.eps) && o.eps > 0, &errors, "optimizer.eps", "must be > 0");
+  }
+  {
+    MapReader r(top.child("training"), "training", &errors);
+    auto& t = job.training;
+    r.Get("epochs", &t.epochs);
+    r.Get("steps", &t.steps);
+    ParseStaleness(r, &t.staleness_bound, &errors);
+    r.Get("staleness_scaling", &t.staleness_scaling);
+    r.Get("device", &t.device);
+    r.Get("threads", &t.threads);
+    r.Finish();
+    Check(t.steps >= 0, &errors, "training.steps", "must be >= 0");
+    Check(t.steps > 0 || (Finite(t.epochs) && t.epochs > 0 && t.epochs <= 10000), &errors, "training.epochs",
+          "must be in (0, 10000] unless training.steps is set");
+    Check(t.device == "cpu" || t.device == "cuda" || t.device == "auto", &errors, "training.device",
+          "use cpu, cuda or auto");
+    Check(t.threads >= 1 && t.threads <= 256, &errors, "training.threads", "must be in [1, 256]");
+  }
+  {
+    MapReader r(top.child("wire"), "wire", &errors);
+    auto& w = job.wire;
+    r.Get("chunk_bytes", &w.chunk_bytes);
+    r.Get("message_bytes", &w.message_bytes);
+    r.Get("max_message_bytes", &w.max_message_bytes);
+    r.Finish();
+    Check(w.chunk_bytes >= 1024 && w.chunk_bytes <= (64 << 20) && w.chunk_bytes % 4 == 0, &errors,
+          "wire.chunk_bytes", "must be a multiple of 4 in [1 KiB, 64 MiB]");
+    Check(w.message_bytes >= 1024 && w.message_bytes <= (256 << 20), &errors, "wire.message_bytes",
+          "must be in [1 KiB, 256 MiB]");
+    Check(w.max_message_bytes >= w.message_bytes && w.max_message_bytes >= w.chunk_bytes + 65536, &errors,
+          "wire.max_message_bytes", "must exceed message_bytes and chunk_bytes by a header's room (64 KiB)");
+  }
+  {
+    MapReader r(top.child("membership"), "membership", &errors);
+    auto& m = job.membership;
+    r.Get("heartbeat_ms", &m.heartbeat_ms);
+    r.Get("lease_ms", &m.lease_ms);
+    r.Get("rendezvous_timeout_s", &m.rendezvous_timeout_s);
+    r.Get("rpc_timeout_s", &m.rpc_timeout_s);
+    r.Get("report_after_s", &m.report_after_s);
+    r.Finish();
+    Check(m.heartbeat_ms >= 10 && m.heartbeat_ms <= 60000, &errors, "membership.heartbeat_ms",
+          "must be in [10, 60000]");
+    Check(m.lease_ms >= 2 * m.heartbeat_ms, &errors, "membership.lease_ms",
+          "must be at least twice heartbeat_ms");
+    Check(m.rendezvous_timeout_s > 0, &errors, "membership.rendezvous_timeout_s", "must be > 0");
+    Check(m.rpc_timeout_s > 0, &errors, "membership.rpc_timeout_s", "must be > 0");
+    Check(m.report_after_s > 0, &errors, "membership.report_after_s", "must be > 0");
+  }
+  {
+    MapReader r(top.child("eval"), "eval", &errors);
+    auto& e = job.eval;
+    r.Get("snapshot_every_s", &e.snapshot_every_s);
+    r.Get("target_accuracy", &e.target_accuracy);
+    r.Get("test_samples", &e.test_samples);
+    r.Finish();
+    Check(Finite(e.snapshot_every_s) && e.snapshot_every_s > 0, &errors, "eval.snapshot_every_s", "must be > 0");
+    Check(Finite(e.target_accuracy) && e.target_accuracy > 0 && e.target_accuracy <= 1, &errors,
+          "eval.target_accuracy", "must be in (0, 1]");
+    Check(e.test_samples >= 0, &errors, "eval.test_samples", "must be >= 0");
+  }
+  top.Finish();
+
+  if (!job.regions.empty()) {
+    Check(job.NumServers() >= 1, &errors, "regions", "the job needs at least one server");
+    Check(job.NumWorkers() >= 1, &errors, "regions", "the job needs at least one worker");
+    if (job.coordinator_region.empty()) job.coordinator_region = job.regions.front().name;
+    bool found = false;
+    for (const auto& r : job.regions) found |= r.name == job.coordinator_region;
+    Check(found, &errors, "coordinator_region", "'" + job.coordinator_region + "' is not a region of this job");
+  }
+  Check(ValidName(job.name), &errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
+
+  if (!errors.empty()) {
+    std::string msg = source_name + ": " + std::to_string(errors.size()) + " problem(s) in the job file:";
+    for (const auto& e : errors) msg += "\n  " + e;
+    return InvalidArgument(msg);
+  }
+  return job;
+}
+
+StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open job file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJob(ss.str(), path, overrides);
+}
+
+std::string JobToYaml(const JobSpec& job) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << job.name;
+  out << YAML::Key << "seed" << YAML::Value << job.seed;
+  out << YAML::Key << "coordinator_region" << YAML::Value << job.coordinator_region;
+  out << YAML::Key << "regions" << YAML::Value << YAML::BeginMap;
+  for (const auto& r : job.regions) {
+    out << YAML::Key << r.name << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "host" << YAML::Value << r.host;
+    out << YAML::Key << "servers" << YAML::Value << r.servers;
+    out << YAML::Key << "workers" << YAML::Value << r.workers;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << job.model.name;
+  out << YAML::Key << "mlp_hidden" << YAML::Value << YAML::Flow << job.model.mlp_hidden;
+  out << YAML::Key << "synthetic_params" << YAML::Value << job.model.synthetic_params;
+  out << YAML::EndMap;
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "dataset" << YAML::Value << job.data.dataset;
+  out << YAML::Key << "path" << YAML::Value << job.data.path;
+  out << YAML::Key << "partition" << YAML::Value << job.data.partition;
+  out << YAML::Key << "batch_size" << YAML::Value << job.data.batch_size;
+  out << YAML::EndMap;
+  out.SetDoublePrecision(17);
+  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << job.optimizer.name;
+  out << YAML::Key << "lr" << YAML::Value << job.optimizer.lr;
+  out << YAML::Key << "momentum" << YAML::Value << job.optimizer.momentum;
+  out << YAML::Key << "weight_decay" << YAML::Value << job.optimizer.weight_decay;
+  out << YAML::Key << "beta1" << YAML::Value << job.optimizer.beta1;
+  out << YAML::Key << "beta2" << YAML::Value << job.optimizer.beta2;
+  out << YAML::Key << "eps" << YAML::Value << job.optimizer.eps;
+  out << YAML::EndMap;
+  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "epochs" << YAML::Value << job.training.epochs;
+  out << YAML::Key << "steps" << YAML::Value << job.training.steps;
+  out << YAML::Key << "staleness_bound" << YAML::Value << job.training.staleness_bound;
+  out << YAML::Key << "staleness_scaling" << YAML::Value << job.training.staleness_scaling;
+  out << YAML::Key << "device" << YAML::Value << job.training.device;
+  out << YAML::Key << "threads" << YAML::Value << job.training.threads;
+  out << YAML::EndMap;
+  out << YAML::Key << "wire" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "chunk_bytes" << YAML::Value << job.wire.chunk_bytes;
+  out << YAML::Key << "message_bytes" << YAML::Value << job.wire.message_bytes;
+  out << YAML::Key << "max_message_bytes" << YAML::Value << job.wire.max_message_bytes;
+  out << YAML::EndMap;
+  out << YAML::Key << "membership" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "heartbeat_ms" << YAML::Value << job.membership.heartbeat_ms;
+  out << YAML::Key << "lease_ms" << YAML::Value << job.membership.lease_ms;
+  out << YAML::Key << "rendezvous_timeout_s" << YAML::Value << job.membership.rendezvous_timeout_s;
+  out << YAML::Key << "rpc_timeout_s" << YAML::Value << job.membership.rpc_timeout_s;
+  out << YAML::Key << "report_after_s" << YAML::Value << job.membership.report_after_s;
+  out << YAML::EndMap;
+  out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "snapshot_every_s" << YAML::Value << job.eval.snapshot_every_s;
+  out << YAML::Key << "target_accuracy" << YAML::Value << job.eval.target_accuracy;
+  out << YAML::Key << "test_samples" << YAML::Value << job.eval.test_samples;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace geodesic

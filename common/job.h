@@ -1,0 +1,108 @@
+// JobSpec: everything a training job needs, parsed once from a YAML job file
+// (see examples/fashion_mnist.yaml and docs/job-file.md) and passed down as
+// plain Options structs. Parsing rejects unknown keys, wrong types and
+// out-of-range values with the offending key's path, so a typo never
+// silently falls back to a default. Value type; not synchronized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geodesic {
+
+struct RegionSpec {
+  std::string name;
+  std::string host = "127.0.0.1";  // address the region's processes bind to
+  int servers = 0;                 // parameter-server shards in this region
+  int workers = 0;                 // training workers in this region
+};
+
+struct ModelSpec {
+  std::string name = "cnn";              // cnn | mlp | synthetic
+  std::vector<int> mlp_hidden = {256};   // hidden widths for mlp
+  int64_t synthetic_params = 1 << 20;    // float32 parameters of `synthetic`
+};
+
+struct DataSpec {
+  std::string dataset = "fashion-mnist";
+  std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
+  std::string partition = "iid";  // how the training set is split across workers
+  int batch_size = 64;            // per worker
+};
+
+struct OptimizerSpec {
+  std::string name = "sgd";  // sgd (with momentum) | adam
+  double lr = 0.05;          // applied to the mean gradient of one clock
+  double momentum = 0.9;     // sgd only
+  double weight_decay = 0.0;
+  double beta1 = 0.9;   // adam only
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct TrainingSpec {
+  double epochs = 3.0;   // passes over the training set, summed over all workers
+  int64_t steps = 0;     // if > 0: steps per worker, overriding epochs
+  // Stale synchronous parallel bound s: a worker at clock c waits until every
+  // live worker has finished clock c - s. 0 is BSP; large values are async.
+  int64_t staleness_bound = 2;
+  // Divide each asynchronous update's learning rate by its staleness.
+  bool staleness_scaling = true;
+  std::string device = "cpu";  // cpu | cuda | auto
+  int threads = 1;             // intra-op threads per worker; one per core is fastest
+};
+
+struct WireSpec {
+  int64_t chunk_bytes = 64 << 10;   // parameters are cut into chunks of this size
+  int64_t message_bytes = 1 << 20;  // chunks are batched into messages up to this size
+  int64_t max_message_bytes = 256 << 20;  // receivers refuse larger messages
+};
+
+struct MembershipSpec {
+  int heartbeat_ms = 500;  // how often members renew their lease
+  int lease_ms = 3000;     // a member silent this long is dead and leaves the bound
+  int rendezvous_timeout_s = 120;  // start-up wait for every expected member
+  int rpc_timeout_s = 120;         // a pull or push acknowledgement not answered by then fails
+  int report_after_s = 3;          // a wait longer than this is logged with whom it waits for
+};
+
+struct EvalSpec {
+  double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
+  double target_accuracy = 0.88;  // the summary reports the time to reach it
+  int64_t test_samples = 0;       // 0: the whole 10k test set
+};
+
+struct JobSpec {
+  std::string name = "job";
+  uint64_t seed = 1;
+  std::vector<RegionSpec> regions;
+  std::string coordinator_region;  // empty: the first region
+  ModelSpec model;
+  DataSpec data;
+  OptimizerSpec optimizer;
+  TrainingSpec training;
+  WireSpec wire;
+  MembershipSpec membership;
+  EvalSpec eval;
+
+  int NumServers() const;
+  int NumWorkers() const;
+  // Global ids count servers (and workers) region by region in file order.
+  const RegionSpec& RegionOfServer(int id) const;
+  const RegionSpec& RegionOfWorker(int id) const;
+  const RegionSpec& CoordinatorRegion() const;
+};
+
+// Parses YAML text. `overrides` are "dotted.key=value" strings applied on top
+// of the file (e.g. "training.staleness_bound=0"), as the launcher's --set.
+StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides = {});
+StatusOr<JobSpec> LoadJobFile(const std::string& path,
+                              const std::vector<std::string>& overrides = {});
+// Writes a spec back as YAML that ParseJob reads to the same spec.
+std::string JobToYaml(const JobSpec& job);
+
+}  // namespace geodesic

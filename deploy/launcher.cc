@@ -1,0 +1,495 @@
+#include "deploy/launcher.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+#include <zmq.hpp>
+
+#include "common/files.h"
+#include "common/histogram.h"
+#include "common/job.h"
+#include "common/log.h"
+#include "deploy/process.h"
+#include "wan/message.h"
+
+namespace geodesic::deploy {
+namespace {
+
+using json = nlohmann::json;
+
+struct Kill {
+  std::string target;  // e.g. "worker-2"
+  double after_s = 0;
+  bool done = false;
+};
+
+StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, const JobSpec& job) {
+  std::vector<Kill> out;
+  for (const auto& s : specs) {
+    auto colon = s.find(':'), at = s.find('@');
+    if (colon == std::string::npos || at == std::string::npos || at < colon)
+      return InvalidArgument("--kill '" + s + "': expected ROLE:ID@SECONDS, e.g. worker:2@5");
+    std::string role = s.substr(0, colon);
+    int id;
+    double after;
+    try {
+      id = std::stoi(s.substr(colon + 1, at - colon - 1));
+      after = std::stod(s.substr(at + 1));
+    } catch (const std::exception&) {
+      return InvalidArgument("--kill '" + s + "': ID and SECONDS must be numbers");
+    }
+    int count = role == "worker" ? job.NumWorkers() : role == "server" ? job.NumServers() : role == "coordinator" ? 1 : 0;
+    if (count == 0) return InvalidArgument("--kill '" + s + "': role must be worker, server or coordinator");
+    if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
+    out.push_back({role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id), after});
+  }
+  return out;
+}
+
+std::string Timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+std::string SelfBinary() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "geodesic" : p.string();
+}
+
+// A DEALER that asks the coordinator for StatusReply.
+class StatusProbe {
+ public:
+  StatusProbe(zmq::context_t& ctx, const std::string& job, const std::string& endpoint)
+      : socket_(ctx, zmq::socket_type::dealer, wan::SocketOptions{.job = job, .role = wire::CLIENT, .id = 0},
+                &counters_) {
+    (void)socket_.Connect(endpoint);
+  }
+  // Sends a request if none is outstanding and returns the newest reply, if any.
+  std::optional<wire::StatusReply> Poll() {
+    std::optional<wire::StatusReply> latest;
+    while (auto in = socket_.Receive()) {
+      if (in->status.ok() && in->message.header.has_status_reply()) {
+        latest = in->message.header.status_reply();
+        outstanding_ = false;
+      }
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (!outstanding_ || now - sent_ > std::chrono::seconds(3)) {
+      wire::Header h;
+      h.mutable_status_request();
+      if (socket_.Send(h, {}).ok()) {
+        outstanding_ = true;
+        sent_ = now;
+      }
+    }
+    return latest;
+  }
+  bool Wait(int ms) { return socket_.WaitReadable(ms); }
+
+ private:
+  wan::TrafficCounters counters_;
+  wan::Socket socket_;
+  bool outstanding_ = false;
+  std::chrono::steady_clock::time_point sent_{};
+};
+
+// The live progress line: one line, rewritten in place on a terminal.
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool quiet) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)) {}
+
+  void Show(const std::string& line) {
+    if (quiet_) return;
+    if (tty_) {
+      std::cout << "\r\033[K" << line << std::flush;
+      shown_ = true;
+    } else if (std::chrono::steady_clock::now() - last_ > std::chrono::seconds(5)) {
+      std::cout << line << std::endl;
+      last_ = std::chrono::steady_clock::now();
+    }
+  }
+  void Say(const std::string& line) {
+    Clear();
+    std::cout << line << std::endl;
+  }
+  void Clear() {
+    if (shown_) std::cout << "\r\033[K" << std::flush;
+    shown_ = false;
+  }
+
+ private:
+  bool quiet_, tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string Fmt(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, v);
+  return buf;
+}
+
+std::string RenderProgress(const wire::StatusReply& st, double samples_per_s) {
+  int64_t steps = 0, target = 0, live = 0;
+  double loss = 0, acc = 0;
+  int reporting = 0;
+  for (const auto& w : st.workers()) {
+    steps += w.progress().steps();
+    target += w.progress().target_steps();
+    live += w.live();
+    if (w.progress().loss() >= 0 && w.progress().steps() > 0) {
+      loss += w.progress().loss();
+      acc += w.progress().train_accuracy();
+      ++reporting;
+    }
+  }
+  double stale_mean = 0;
+  int64_t stale_max = 0;
+  for (const auto& s : st.servers()) {
+    stale_mean = std::max(stale_mean, s.progress().staleness_mean());
+    stale_max = std::max(stale_max, s.progress().staleness_max());
+  }
+  std::string line = "[" + Fmt("%6.1f", st.training_seconds()) + "s] step " + std::to_string(steps);
+  if (target > 0) line += "/" + std::to_string(target) + " (" + Fmt("%.0f", 100.0 * steps / target) + "%)";
+  if (reporting) {
+    line += "  loss " + Fmt("%.3f", loss / reporting) + "  train acc " + Fmt("%.3f", acc / reporting);
+  }
+  line += "  " + Fmt("%.0f", samples_per_s) + " samples/s";
+  line += "  staleness mean " + Fmt("%.1f", stale_mean) + " max " + std::to_string(stale_max);
+  line += "  workers " + std::to_string(live) + "/" + std::to_string(st.workers_size()) + " live";
+  return line;
+}
+
+json ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nullptr;
+  try {
+    return json::parse(*text);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
+  GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
+  if (job.model.name != "synthetic") {
+    for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                          "t10k-labels-idx1-ubyte.gz"}) {
+      std::string p = job.data.path + "/" + f;
+      if (!std::filesystem::exists(p))
+        return NotFound("Fashion-MNIST file " + p +
+                        " is missing; install it with `apt-get install dataset-fashion-mnist` (or set data.path)");
+    }
+  }
+  std::string run_dir = options.run_dir.empty() ? "runs/" + job.name + "-" + Timestamp() : options.run_dir;
+  for (const char* sub : {"", "/logs", "/stats", "/snapshots"}) GD_RETURN_IF_ERROR(MakeDirs(run_dir + sub));
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/snapshots")) std::filesystem::remove(e.path());
+  std::filesystem::remove(run_dir + "/coordinator.endpoint");
+  std::filesystem::remove(run_dir + "/result.json");
+  std::filesystem::remove(run_dir + "/final_params.bin");
+  const std::string job_path = run_dir + "/job.yaml";
+  GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
+  const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
+  // Workers share cores: one BLAS thread each (DESIGN.md, measured).
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+
+  ProgressLine progress(options.quiet);
+  progress.Say("geodesic: job '" + job.name + "': " + std::to_string(job.regions.size()) + " region(s), " +
+               std::to_string(job.NumServers()) + " server(s), " + std::to_string(job.NumWorkers()) +
+               " worker(s), model " + job.model.name + ", staleness bound " +
+               (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
+                                                                     : std::to_string(job.training.staleness_bound)) +
+               "; logs in " + run_dir + "/logs");
+
+  std::vector<std::unique_ptr<Child>> children;
+  auto start_child = [&](const std::string& name, std::vector<std::string> args) -> Status {
+    args.insert(args.begin(), exe);
+    auto c = std::make_unique<Child>(name, std::move(args), run_dir + "/logs/" + name + ".log");
+    GD_RETURN_IF_ERROR(c->Start().Annotate("starting " + name));
+    children.push_back(std::move(c));
+    return Status::Ok();
+  };
+  auto stop_all = [&](int sig, double grace_s) {
+    for (auto& c : children) c->Signal(sig);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool any = false;
+      for (auto& c : children) any |= !c->Poll();
+      if (!any) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    for (auto& c : children)
+      if (!c->Poll()) c->Signal(SIGKILL);
+    for (auto& c : children)
+      while (!c->Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
+
+  const auto launch_start = std::chrono::steady_clock::now();
+  const std::string endpoint_file = run_dir + "/coordinator.endpoint";
+  GD_RETURN_IF_ERROR(start_child("coordinator", {"coordinator", "--job", job_path, "--bind",
+                                                 "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
+                                                 endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
+  std::string endpoint;
+  for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
+    auto text = ReadFile(endpoint_file);
+    if (text.ok()) endpoint = *text;
+    if (children[0]->Poll() || stop->load()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (endpoint.empty()) {
+    std::string tail = children[0]->LogTail(20);
+    stop_all(SIGTERM, 2);
+    return Unavailable("the coordinator did not start; its log:\n" + tail);
+  }
+  for (int i = 0; i < job.NumServers(); ++i) {
+    std::string name = "server-" + std::to_string(i);
+    GD_RETURN_IF_ERROR(start_child(name, {"server", "--job", job_path, "--id", std::to_string(i), "--coordinator",
+                                          endpoint, "--stats-file", run_dir + "/stats/" + name + ".json"}));
+  }
+  for (int i = 0; i < job.NumWorkers(); ++i) {
+    std::string name = "worker-" + std::to_string(i);
+    std::vector<std::string> args = {"worker", "--job", job_path, "--id", std::to_string(i), "--coordinator",
+                                     endpoint, "--stats-file", run_dir + "/stats/" + name + ".json"};
+    if (i == 0) {
+      args.push_back("--snapshot-dir");
+      args.push_back(run_dir + "/snapshots");
+    }
+    GD_RETURN_IF_ERROR(start_child(name, args));
+  }
+  GD_RETURN_IF_ERROR(start_child("evaluator", {"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir",
+                                               run_dir + "/snapshots", "--result-file", run_dir + "/result.json",
+                                               "--dump-params", run_dir + "/final_params.bin"}));
+
+  zmq::context_t ctx(1);
+  StatusProbe probe(ctx, job.name, endpoint);
+  std::optional<wire::StatusReply> last_status;
+  std::string outcome = "finished";
+  std::string failure;
+  json faults = json::array();
+  double rate = 0;
+  int64_t prev_samples = -1;
+  double prev_t = 0;
+  std::optional<std::chrono::steady_clock::time_point> evaluator_done_at;
+  bool announced_training = false;
+
+  while (true) {
+    if (stop->load()) {
+      outcome = "interrupted";
+      progress.Say("geodesic: interrupted; stopping " + std::to_string(children.size()) + " processes");
+      stop_all(SIGTERM, 5);
+      break;
+    }
+    for (auto& c : children) {
+      bool was_running = c->running();
+      if (!c->Poll() || !was_running) continue;
+      const ExitInfo& e = *c->exit();
+      const std::string& n = c->name();
+      if (n.rfind("worker-", 0) == 0) {
+        if (!e.ok()) {
+          progress.Say("geodesic: " + n + " " + e.Describe() + "; the job continues without it" +
+                       (e.signal ? "" : "; its log ends:\n" + c->LogTail(8)));
+        }
+      } else if (n == "evaluator") {
+        if (!e.ok()) {
+          outcome = "failed";
+          failure = "the evaluator " + e.Describe();
+          progress.Say("geodesic: " + failure + "; its log ends:\n" + c->LogTail(12));
+        } else {
+          evaluator_done_at = std::chrono::steady_clock::now();
+        }
+      } else if (!evaluator_done_at) {
+        outcome = "failed";
+        failure = n + " " + e.Describe() + " before the job finished";
+        progress.Say("geodesic: " + failure + "; its log ends:\n" + c->LogTail(12));
+      }
+    }
+    if (outcome == "failed") {
+      stop_all(SIGTERM, 5);
+      break;
+    }
+    bool all_ended = true;
+    for (auto& c : children) all_ended &= !c->running();
+    if (all_ended) break;
+    if (evaluator_done_at && std::chrono::steady_clock::now() - *evaluator_done_at >
+                                 std::chrono::milliseconds(2 * job.membership.lease_ms + 5000)) {
+      // Servers and the coordinator should have seen the job finish by now.
+      stop_all(SIGTERM, 5);
+      break;
+    }
+
+    if (auto st = probe.Poll()) {
+      last_status = *st;
+      int64_t samples = 0;
+      for (const auto& w : st->workers()) samples += w.progress().samples();
+      double t = st->training_seconds();
+      if (prev_samples >= 0 && t > prev_t + 0.5) {
+        double inst = (samples - prev_samples) / (t - prev_t);
+        rate = rate == 0 ? inst : 0.7 * rate + 0.3 * inst;
+        prev_samples = samples;
+        prev_t = t;
+      } else if (prev_samples < 0) {
+        prev_samples = samples;
+        prev_t = t;
+      }
+      if (st->training_started()) {
+        if (!announced_training) {
+          announced_training = true;
+          progress.Say("geodesic: all processes joined; training");
+        }
+        if (!evaluator_done_at) progress.Show(RenderProgress(*st, rate));
+        for (auto& k : kills) {
+          if (k.done || t < k.after_s) continue;
+          k.done = true;
+          for (auto& c : children)
+            if (c->name() == k.target && c->running()) {
+              c->Signal(SIGKILL);
+              progress.Say("geodesic: fault injection: SIGKILL to " + k.target + " after " + Fmt("%.1f", t) +
+                           " s of training");
+              faults.push_back({{"target", k.target}, {"signal", "SIGKILL"}, {"at_training_seconds", t}});
+            }
+        }
+      }
+    }
+    probe.Wait(100);
+  }
+  progress.Clear();
+
+  // ---- summary ----
+  double total_wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start).count();
+  json summary;
+  summary["job"] = job.name;
+  summary["run_dir"] = run_dir;
+  summary["status"] = outcome;
+  if (!failure.empty()) summary["failure"] = failure;
+  json result = ReadJson(run_dir + "/result.json");
+  json coord = ReadJson(run_dir + "/stats/coordinator.json");
+  double wall = coord.is_object() && coord.contains("training_seconds") ? coord["training_seconds"].get<double>() : 0;
+  summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
+  summary["wall_seconds"] = wall;
+  summary["total_wall_seconds"] = total_wall;
+  summary["accuracy_curve"] = result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
+  summary["target_accuracy"] = job.eval.target_accuracy;
+  summary["seconds_to_target"] = result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
+  json sent = json::object(), received = json::object(), breakdown = json::object(), procs = json::array();
+  int64_t samples = 0;
+  IntHistogram staleness;
+  json refused = json::object();
+  for (auto& c : children) {
+    json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
+    json p = {{"name", c->name()}, {"pid", c->pid()}, {"log", c->log_file()}};
+    if (c->exit()) {
+      p["exit"] = c->exit()->Describe();
+      p["exit_code"] = c->exit()->signal ? json() : json(c->exit()->code);
+      p["signal"] = c->exit()->signal ? json(std::string(sigabbrev_np(c->exit()->signal))) : json();
+    }
+    procs.push_back(p);
+    if (!stats.is_object()) continue;
+    sent[c->name()] = stats.value("bytes_sent", 0);
+    received[c->name()] = stats.value("bytes_received", 0);
+    if (stats.value("role", "") == "worker") {
+      samples += stats.value("samples", int64_t{0});
+      double cs = stats.value("compute_seconds", 0.0), ns = stats.value("comm_seconds", 0.0),
+             ws = stats.value("wait_seconds", 0.0);
+      double tot = cs + ns + ws;
+      breakdown[c->name()] = {{"compute", tot > 0 ? cs / tot : 0},
+                              {"communication", tot > 0 ? ns / tot : 0},
+                              {"staleness_wait", tot > 0 ? ws / tot : 0},
+                              {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
+                              {"steps", stats.value("steps", int64_t{0})}};
+    }
+    if (stats.value("role", "") == "server") {
+      if (stats.contains("staleness_histogram"))
+        for (auto& [k, v] : stats["staleness_histogram"].items()) staleness.Add(std::stoll(k), v.get<uint64_t>());
+      if (stats.contains("refused_by_reason") && !stats["refused_by_reason"].empty())
+        refused[c->name()] = stats["refused_by_reason"];
+    }
+  }
+  int64_t total_sent = 0, total_received = 0;
+  for (auto& [k, v] : sent.items()) total_sent += v.get<int64_t>();
+  for (auto& [k, v] : received.items()) total_received += v.get<int64_t>();
+  sent["total"] = total_sent;
+  received["total"] = total_received;
+  summary["samples"] = samples;
+  summary["samples_per_second"] = wall > 0 ? samples / wall : 0.0;
+  summary["bytes_sent"] = sent;
+  summary["bytes_received"] = received;
+  json hist = json::object();
+  for (const auto& [k, v] : staleness.NonZero()) hist[std::to_string(k)] = v;
+  summary["staleness_histogram"] = hist;
+  summary["staleness_mean"] = staleness.Mean();
+  summary["staleness_max"] = staleness.max();
+  summary["step_time_breakdown"] = breakdown;
+  summary["messages_refused"] = refused;
+  summary["faults_injected"] = faults;
+  summary["processes"] = procs;
+  summary["staleness_bound"] = job.training.staleness_bound;
+
+  std::string text = summary.dump(2);
+  GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/summary.json", text));
+  if (!options.summary_file.empty()) {
+    auto parent = std::filesystem::path(options.summary_file).parent_path();
+    if (!parent.empty()) GD_RETURN_IF_ERROR(MakeDirs(parent.string()));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(options.summary_file, text));
+  }
+
+  std::string where = options.summary_file.empty() ? run_dir + "/summary.json" : options.summary_file;
+  if (summary["test_accuracy"].is_number()) {
+    double acc = summary["test_accuracy"].get<double>();
+    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " +
+                       Fmt("%.1f", wall) + " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) +
+                       " samples/s, " + std::to_string(samples) + " samples)";
+    if (summary["seconds_to_target"].is_number())
+      line += "; reached " + Fmt("%.2f", job.eval.target_accuracy) + " at " +
+              Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
+    progress.Say(line);
+  } else {
+    progress.Say("geodesic: " + outcome + (failure.empty() ? "" : ": " + failure) + "; no final accuracy");
+  }
+  progress.Say("geodesic: summary written to " + where);
+  if (outcome == "interrupted") return 130;
+  // A model without a network (synthetic, for benchmarks) has no accuracy.
+  bool evaluated = summary["test_accuracy"].is_number() || job.model.name == "synthetic";
+  return outcome == "finished" && evaluated ? 0 : 1;
+}
+
+StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
+  GD_ASSIGN_OR_RETURN(std::string endpoint, ReadFile(run_dir + "/coordinator.endpoint"));
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
+  zmq::context_t ctx(1);
+  StatusProbe probe(ctx, job.name, endpoint);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (auto st = probe.Poll()) {
+      std::string out;
+      google::protobuf::util::JsonPrintOptions o;
+      o.add_whitespace = true;
+      o.always_print_primitive_fields = true;
+      (void)google::protobuf::util::MessageToJsonString(*st, &out, o);
+      return out;
+    }
+    probe.Wait(50);
+  }
+  return Unavailable("no answer from the coordinator at " + endpoint + " within " + std::to_string(timeout_ms) + " ms");
+}
+
+}  // namespace geodesic::deploy

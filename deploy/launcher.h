@@ -1,0 +1,38 @@
+// The local launcher behind `geodesic launch JOB.yaml`: starts a whole job
+// on this machine (coordinator, every server and worker, the evaluator) as
+// child processes of this binary, shows live progress, injects faults on
+// request, stops everything cleanly on Ctrl-C or on a failure, and writes
+// the job summary JSON (docs/launcher.md lists its keys).
+//
+// Policy: a worker that dies is reported and the job goes on without it
+// (the coordinator drops it from the staleness bound); a coordinator,
+// server or evaluator that fails ends the job. Single-threaded.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geodesic::deploy {
+
+struct LaunchOptions {
+  std::string job_file;
+  std::vector<std::string> overrides;  // "key.path=value", as --set
+  std::string summary_file;            // also written to <run_dir>/summary.json
+  std::string run_dir;                 // default: runs/<job>-<yyyymmdd-hhmmss>
+  std::vector<std::string> kills;      // "ROLE:ID@SECONDS": SIGKILL after that much training
+  bool quiet = false;                  // no live progress
+  std::string binary;                  // the geodesic binary to run (default: this one)
+};
+
+// Runs the job to its end. Returns the launcher's exit code: 0 when the job
+// finished and was evaluated, 1 on failure, 130 when interrupted; a Status
+// only when the job could not start (bad job file, missing dataset).
+StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop);
+
+// Asks the coordinator recorded in `run_dir` for the job's status, as JSON.
+StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms);
+
+}  // namespace geodesic::deploy

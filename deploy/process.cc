@@ -1,0 +1,82 @@
+#include "deploy/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <fstream>
+
+namespace geodesic::deploy {
+
+std::string ExitInfo::Describe() const {
+  if (signal) {
+    const char* name = sigabbrev_np(signal);
+    return std::string("killed by SIG") + (name ? name : std::to_string(signal).c_str());
+  }
+  return "exited " + std::to_string(code);
+}
+
+Status Child::Start() {
+  std::vector<char*> args;
+  for (auto& a : argv_) args.push_back(a.data());
+  args.push_back(nullptr);
+  int fd = ::open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Unavailable("cannot create " + log_file_ + ": " + std::strerror(errno));
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fd);
+    return Unavailable(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    ::execv(args[0], args.data());
+    const char msg[] = "exec failed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(fd);
+  pid_ = pid;
+  return Status::Ok();
+}
+
+bool Child::Poll() {
+  if (exit_) return true;
+  if (pid_ <= 0) return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r != pid_) return false;
+  ExitInfo info;
+  if (WIFEXITED(status)) info.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
+  exit_ = info;
+  return true;
+}
+
+void Child::Signal(int sig) const {
+  if (running()) ::kill(pid_, sig);
+}
+
+std::string Child::LogTail(int lines) const {
+  std::ifstream in(log_file_);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    tail.push_back(line);
+    if (static_cast<int>(tail.size()) > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const auto& l : tail) out += "    | " + l + "\n";
+  return out;
+}
+
+}  // namespace geodesic::deploy

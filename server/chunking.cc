@@ -1,0 +1,78 @@
+#include "server/chunking.h"
+
+#include <algorithm>
+#include <numeric>
+
+namespace geodesic::server {
+
+ChunkLayout::ChunkLayout(uint64_t num_params, uint64_t chunk_elems)
+    : num_params_(num_params), chunk_elems_(std::max<uint64_t>(chunk_elems, 1)) {
+  num_chunks_ = static_cast<uint32_t>((num_params_ + chunk_elems_ - 1) / chunk_elems_);
+}
+
+uint64_t ChunkLayout::Size(uint32_t chunk) const {
+  uint64_t b = Begin(chunk);
+  if (chunk >= num_chunks_) return 0;
+  return std::min(chunk_elems_, num_params_ - b);
+}
+
+std::vector<uint32_t> ShardMap::ChunksOf(int32_t server) const {
+  std::vector<uint32_t> out;
+  for (uint32_t c = 0; c < owner.size(); ++c)
+    if (owner[c] == server) out.push_back(c);
+  return out;
+}
+
+std::vector<uint64_t> ShardMap::BytesPerServer(int num_servers) const {
+  std::vector<uint64_t> bytes(num_servers, 0);
+  for (uint32_t c = 0; c < owner.size(); ++c)
+    if (owner[c] >= 0 && owner[c] < num_servers) bytes[owner[c]] += layout.Size(c) * sizeof(float);
+  return bytes;
+}
+
+wire::ShardMap ShardMap::ToWire() const {
+  wire::ShardMap w;
+  w.set_num_params(layout.num_params());
+  w.set_chunk_elems(layout.chunk_elems());
+  for (int32_t o : owner) w.add_owner(o);
+  w.set_version(version);
+  return w;
+}
+
+StatusOr<ShardMap> ShardMap::FromWire(const wire::ShardMap& w, int num_servers) {
+  if (w.chunk_elems() == 0) return InvalidArgument("shard map has chunk_elems 0");
+  ShardMap m;
+  m.layout = ChunkLayout(w.num_params(), w.chunk_elems());
+  if (static_cast<uint64_t>(w.owner_size()) != m.layout.num_chunks())
+    return InvalidArgument("shard map lists " + std::to_string(w.owner_size()) + " owners for " +
+                           std::to_string(m.layout.num_chunks()) + " chunks");
+  for (int32_t o : w.owner()) {
+    if (o < 0 || o >= num_servers)
+      return InvalidArgument("shard map names server " + std::to_string(o) + " of " + std::to_string(num_servers));
+    m.owner.push_back(o);
+  }
+  m.version = w.version();
+  return m;
+}
+
+uint64_t ChunkElemsFor(int64_t chunk_bytes) { return std::max<uint64_t>(1, chunk_bytes / sizeof(float)); }
+
+ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers) {
+  ShardMap m;
+  m.layout = layout;
+  m.owner.assign(layout.num_chunks(), 0);
+  if (num_servers <= 1) return m;
+  std::vector<uint32_t> order(layout.num_chunks());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return layout.Size(a) > layout.Size(b); });
+  std::vector<uint64_t> load(num_servers, 0);
+  for (uint32_t c : order) {
+    int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    m.owner[c] = best;
+    load[best] += layout.Size(c);
+  }
+  return m;
+}
+
+}  // namespace geodesic::server

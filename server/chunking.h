@@ -1,0 +1,61 @@
+// How the flattened parameter vector is cut into chunks and which server
+// shard owns each chunk.
+//
+// A ChunkLayout cuts `num_params` float32 values into chunks of
+// `chunk_elems` (the last one may be shorter); chunks, not tensors, are the
+// unit of ownership, so big tensors spread over shards and pipeline on the
+// wire. A ShardMap says which shard owns each chunk. Placement is a policy
+// behind PlaceChunks(): today bytes-balanced (longest-processing-time greedy),
+// later the bandwidth-aware planner. Value types; not synchronized.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+
+namespace geodesic::server {
+
+class ChunkLayout {
+ public:
+  ChunkLayout() = default;
+  ChunkLayout(uint64_t num_params, uint64_t chunk_elems);
+
+  uint64_t num_params() const { return num_params_; }
+  uint64_t chunk_elems() const { return chunk_elems_; }
+  uint32_t num_chunks() const { return num_chunks_; }
+  uint64_t Begin(uint32_t chunk) const { return uint64_t{chunk} * chunk_elems_; }
+  uint64_t Size(uint32_t chunk) const;
+
+ private:
+  uint64_t num_params_ = 0;
+  uint64_t chunk_elems_ = 1;
+  uint32_t num_chunks_ = 0;
+};
+
+struct ShardMap {
+  ChunkLayout layout;
+  std::vector<int32_t> owner;  // owner[chunk] = server id
+  uint64_t version = 1;
+
+  // Chunks owned by `server`, ascending.
+  std::vector<uint32_t> ChunksOf(int32_t server) const;
+  // Bytes (float32) owned by each of `num_servers` servers.
+  std::vector<uint64_t> BytesPerServer(int num_servers) const;
+
+  wire::ShardMap ToWire() const;
+  // Validates sizes and owner ids against `num_servers`.
+  static StatusOr<ShardMap> FromWire(const wire::ShardMap& w, int num_servers);
+};
+
+// Chunk size for a job: the configured bytes, rounded down to whole floats.
+uint64_t ChunkElemsFor(int64_t chunk_bytes);
+
+// Places every chunk on one of `num_servers` shards so that the most loaded
+// shard holds as few bytes as possible (greedy: largest chunk first onto the
+// least loaded shard; ties go to the lower id). Deterministic.
+ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers);
+
+}  // namespace geodesic::server

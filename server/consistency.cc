@@ -1,0 +1,54 @@
+#include "server/consistency.h"
+
+#include <algorithm>
+
+namespace geodesic::server {
+
+void ClockTable::SetLive(const std::vector<int>& live, const std::vector<int64_t>& known_clocks) {
+  live_ = live;
+  std::sort(live_.begin(), live_.end());
+  for (size_t i = 0; i < live.size(); ++i) {
+    int64_t seed = i < known_clocks.size() ? known_clocks[i] : 0;
+    // Only a worker never heard from is seeded: the coordinator's clock can
+    // run ahead of the pushes this shard has received, and trusting it would
+    // close a BSP round before that worker's gradient arrived.
+    clock_.emplace(live[i], seed);
+  }
+}
+
+void ClockTable::Finished(int worker, int64_t clock) {
+  int64_t& c = clock_[worker];
+  c = std::max(c, clock + 1);
+}
+
+int64_t ClockTable::MinClock() const {
+  int64_t m = kNoWorkers;
+  for (int w : live_) m = std::min(m, ClockOf(w));
+  return m;
+}
+
+bool ClockTable::CanRead(int64_t clock) const {
+  int64_t m = MinClock();
+  if (m == kNoWorkers) return true;
+  // Written to avoid overflow for huge bounds (fully asynchronous).
+  return clock - m <= bound_;
+}
+
+int ClockTable::SlowestWorker() const {
+  int slowest = -1;
+  int64_t m = kNoWorkers;
+  for (int w : live_) {
+    int64_t c = ClockOf(w);
+    if (c < m) m = c, slowest = w;
+  }
+  return slowest;
+}
+
+int64_t ClockTable::ClockOf(int worker) const {
+  auto it = clock_.find(worker);
+  return it == clock_.end() ? 0 : it->second;
+}
+
+bool ClockTable::IsLive(int worker) const { return std::binary_search(live_.begin(), live_.end(), worker); }
+
+}  // namespace geodesic::server

@@ -1,0 +1,419 @@
+#include "server/coordinator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "common/wait.h"
+
+namespace geodesic::server {
+namespace {
+
+std::string IdList(const std::vector<int>& ids) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ",";
+    if (i == 8) return s + "... (" + std::to_string(ids.size()) + " in all)";
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+const char* RoleName(wire::Role role) {
+  switch (role) {
+    case wire::SERVER: return "server";
+    case wire::WORKER: return "worker";
+    case wire::EVALUATOR: return "evaluator";
+    case wire::COORDINATOR: return "coordinator";
+    case wire::CLIENT: return "client";
+    default: return "member";
+  }
+}
+
+}  // namespace
+
+CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
+  CoordinatorOptions o;
+  o.job_name = job.name;
+  o.num_servers = job.NumServers();
+  o.num_workers = job.NumWorkers();
+  o.chunk_bytes = job.wire.chunk_bytes;
+  o.staleness_bound = job.training.staleness_bound;
+  o.membership = job.membership;
+  for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
+  for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
+  return o;
+}
+
+CoordinatorState::CoordinatorState(CoordinatorOptions options, const Clock* clock)
+    : options_(std::move(options)), clock_(clock), created_(clock->Now()) {
+  servers_.resize(options_.num_servers);
+  workers_.resize(options_.num_workers);
+  for (int i = 0; i < options_.num_servers; ++i)
+    if (i < static_cast<int>(options_.server_regions.size())) servers_[i].region = options_.server_regions[i];
+  for (int i = 0; i < options_.num_workers; ++i)
+    if (i < static_cast<int>(options_.worker_regions.size())) workers_[i].region = options_.worker_regions[i];
+}
+
+CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) {
+  return const_cast<Member*>(static_cast<const CoordinatorState*>(this)->Find(role, id));
+}
+
+const CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) const {
+  switch (role) {
+    case wire::SERVER: return id >= 0 && id < static_cast<int>(servers_.size()) ? &servers_[id] : nullptr;
+    case wire::WORKER: return id >= 0 && id < static_cast<int>(workers_.size()) ? &workers_[id] : nullptr;
+    case wire::EVALUATOR: return id == 0 ? &evaluator_ : nullptr;
+    default: return nullptr;
+  }
+}
+
+int64_t CoordinatorState::MinLiveClock() const {
+  int64_t m = std::numeric_limits<int64_t>::max();
+  for (const auto& w : workers_)
+    if (w.live) m = std::min(m, w.clock);
+  return m == std::numeric_limits<int64_t>::max() ? 0 : m;
+}
+
+std::string CoordinatorState::WaitingFor() const {
+  std::vector<int> s, w;
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    if (!servers_[i].registered) s.push_back(i);
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+    if (!workers_[i].registered) w.push_back(i);
+  std::string out;
+  if (!s.empty()) out += std::string(s.size() == 1 ? "server " : "servers ") + IdList(s);
+  if (!w.empty()) out += std::string(out.empty() ? "" : "; ") + (w.size() == 1 ? "worker " : "workers ") + IdList(w);
+  if (out.empty() && !shard_map_) out = "a worker's model signature";
+  return out;
+}
+
+void CoordinatorState::MaybeStart() {
+  if (started_ || !shard_map_) return;
+  for (const auto& s : servers_)
+    if (!s.registered) return;
+  for (const auto& w : workers_)
+    if (!w.registered) return;
+  started_ = true;
+  started_at_ = clock_->Now();
+  ++epoch_;
+}
+
+wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& m) const {
+  wire::RegisterReply r;
+  r.set_heartbeat_ms(options_.membership.heartbeat_ms);
+  r.set_lease_ms(options_.membership.lease_ms);
+  r.set_membership_epoch(epoch_);
+  r.set_num_workers(options_.num_workers);
+  if (!started_) {
+    r.set_ready(false);
+    r.set_waiting_for(WaitingFor());
+    return r;
+  }
+  r.set_ready(true);
+  *r.mutable_shard_map() = shard_map_->ToWire();
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    auto* s = r.add_servers();
+    s->set_id(i);
+    s->set_endpoint(servers_[i].endpoint);
+    s->set_region(servers_[i].region);
+  }
+  if (role == wire::WORKER) r.set_start_clock(std::max(m.clock, 0L));
+  return r;
+}
+
+StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id,
+                                                         const wire::RegisterRequest& req) {
+  Member* m = Find(role, id);
+  if (!m)
+    return OutOfRange(std::string(RoleName(role)) + " id " + std::to_string(id) + " is not part of this job (" +
+                      std::to_string(options_.num_servers) + " servers, " + std::to_string(options_.num_workers) +
+                      " workers)");
+  if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid())
+    return ::geodesic::Status(Code::kAlreadyExists, std::string(RoleName(role)) + " " + std::to_string(id) +
+                                            " is already held by pid " + std::to_string(m->pid));
+  if (role == wire::SERVER) {
+    if (req.endpoint().empty()) return InvalidArgument("server registration without an endpoint");
+    if (started_ && m->registered && m->endpoint != req.endpoint())
+      return FailedPrecondition("server " + std::to_string(id) + " moved from " + m->endpoint + " to " +
+                                req.endpoint() + "; moving shards is not supported");
+    m->endpoint = req.endpoint();
+  }
+  if (role == wire::WORKER) {
+    const auto& sig = req.model();
+    if (sig.num_params() == 0) return InvalidArgument("worker registration without a model signature");
+    if (!model_) {
+      model_ = sig;
+      ChunkLayout layout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes));
+      shard_map_ = PlaceChunks(layout, options_.num_servers);
+    } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest()) {
+      return InvalidArgument("worker " + std::to_string(id) + "'s model (" + sig.name() + ", " +
+                             std::to_string(sig.num_params()) + " params) differs from the job's (" +
+                             model_->name() + ", " + std::to_string(model_->num_params()) + " params)");
+    }
+  }
+  bool was_live = m->live;
+  if (!m->registered && role == wire::WORKER && started_) m->clock = MinLiveClock();  // late joiner
+  m->registered = true;
+  m->live = true;
+  m->left = false;
+  m->died = false;
+  m->pid = req.pid();
+  m->last_seen = clock_->Now();
+  if (!req.region().empty()) m->region = req.region();
+  if (role == wire::EVALUATOR) evaluator_seen_ = true;
+  if (role == wire::WORKER && !was_live) ++epoch_;
+  MaybeStart();
+  return Assignment(role, *m);
+}
+
+wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const wire::Heartbeat& hb) {
+  wire::HeartbeatReply r;
+  Member* m = Find(role, id);
+  if (!m || !m->live) {
+    r.set_known(false);
+    return r;
+  }
+  r.set_known(true);
+  m->last_seen = clock_->Now();
+  if (role == wire::WORKER) {
+    m->clock = std::max(m->clock, hb.clock());
+    if (hb.has_worker()) m->worker = hb.worker();
+    if (hb.done() && !m->done) {
+      m->done = true;
+      NoteWorkersEnd();
+    }
+  }
+  if (role == wire::SERVER && hb.has_server()) m->server = hb.server();
+  r.set_membership_epoch(epoch_);
+  int done = 0, dead = 0;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Member& w = workers_[i];
+    if (w.live) {
+      r.add_live_workers(i);
+      r.add_live_worker_clocks(w.clock);
+    }
+    done += w.done;
+    dead += w.died && !w.done;
+  }
+  r.set_done_workers(done);
+  r.set_dead_workers(dead);
+  r.set_job_finished(job_finished());
+  return r;
+}
+
+void CoordinatorState::Leave(wire::Role role, int id) {
+  Member* m = Find(role, id);
+  if (!m || !m->registered) return;
+  if (m->live && role == wire::WORKER) ++epoch_;
+  m->live = false;
+  m->left = true;
+  NoteWorkersEnd();
+}
+
+std::vector<std::string> CoordinatorState::ExpireLeases() {
+  std::vector<std::string> deaths;
+  TimePoint now = clock_->Now();
+  Duration lease = Millis(options_.membership.lease_ms);
+  auto expire = [&](Member& m, wire::Role role, int id) {
+    if (!m.live || now - m.last_seen <= lease) return;
+    m.live = false;
+    if (!m.done) m.died = true;
+    if (role == wire::WORKER) ++epoch_;
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "%s %d lease expired (silent %.1f s)%s", RoleName(role), id,
+                  Seconds(now - m.last_seen),
+                  role == wire::WORKER && !m.done ? "; it no longer counts toward the staleness bound" : "");
+    deaths.emplace_back(buf);
+  };
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) expire(servers_[i], wire::SERVER, i);
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) expire(workers_[i], wire::WORKER, i);
+  expire(evaluator_, wire::EVALUATOR, 0);
+  NoteWorkersEnd();
+  return deaths;
+}
+
+void CoordinatorState::NoteWorkersEnd() {
+  if (!started_ || last_worker_end_) return;
+  for (const auto& w : workers_)
+    if (!(w.done || w.died || w.left)) return;
+  last_worker_end_ = clock_->Now();
+}
+
+bool CoordinatorState::job_finished() const {
+  if (!started_) return false;
+  for (const auto& w : workers_)
+    if (!w.done && w.live) return false;
+  for (const auto& w : workers_)
+    if (!w.done && !w.died && !w.left) return false;
+  if (options_.expect_evaluator && !(evaluator_seen_ && !evaluator_.live)) return false;
+  return true;
+}
+
+bool CoordinatorState::all_servers_left() const {
+  for (const auto& s : servers_)
+    if (s.live) return false;
+  return true;
+}
+
+double CoordinatorState::training_seconds() const {
+  if (!started_) return 0;
+  TimePoint end = clock_->Now();
+  // Training ends when the last worker is done or dead, before evaluation.
+  if (last_worker_end_) end = *last_worker_end_;
+  return Seconds(end - started_at_);
+}
+
+wire::StatusReply CoordinatorState::Status() const {
+  wire::StatusReply r;
+  r.set_uptime_seconds(Seconds(clock_->Now() - created_));
+  r.set_training_started(started_);
+  r.set_training_seconds(training_seconds());
+  r.set_job_finished(job_finished());
+  r.set_min_clock(MinLiveClock());
+  r.set_staleness_bound(options_.staleness_bound);
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    const Member& w = workers_[i];
+    auto* s = r.add_workers();
+    s->set_id(i);
+    s->set_region(w.region);
+    s->set_live(w.live);
+    s->set_done(w.done);
+    s->set_clock(w.clock);
+    *s->mutable_progress() = w.worker;
+  }
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    const Member& m = servers_[i];
+    auto* s = r.add_servers();
+    s->set_id(i);
+    s->set_region(m.region);
+    s->set_live(m.live);
+    s->set_endpoint(m.endpoint);
+    *s->mutable_progress() = m.server;
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+
+Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
+    : options_(std::move(options)), clock_(clock),
+      socket_(ctx, zmq::socket_type::router,
+              wan::SocketOptions{.job = options_.coordinator.job_name, .role = wire::COORDINATOR, .id = 0},
+              &counters_),
+      state_(options_.coordinator, clock) {}
+
+void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
+  reply.set_request_id(request.header.request_id());
+  Status s = socket_.Send(std::move(reply), {}, request.peer);
+  if (!s.ok()) GD_LOG(WARNING) << "reply to " << request.header.sender_id() << " failed: " << s;
+}
+
+void Coordinator::Handle(wan::Message& m) {
+  const wire::Header& h = m.header;
+  wire::Header reply;
+  switch (h.body_case()) {
+    case wire::Header::kRegisterRequest: {
+      auto r = state_.Register(h.sender_role(), h.sender_id(), h.register_request());
+      if (!r.ok()) {
+        GD_LOG(WARNING) << "refused registration: " << r.status();
+        reply.mutable_error_reply()->set_code(wan::ToWire(r.status().code()));
+        reply.mutable_error_reply()->set_message(r.status().message());
+      } else {
+        *reply.mutable_register_reply() = *r;
+      }
+      break;
+    }
+    case wire::Header::kHeartbeat:
+      *reply.mutable_heartbeat_reply() = state_.Heartbeat(h.sender_role(), h.sender_id(), h.heartbeat());
+      break;
+    case wire::Header::kLeaveRequest:
+      state_.Leave(h.sender_role(), h.sender_id());
+      GD_LOG(INFO) << (h.sender_role() == wire::SERVER ? "server " : h.sender_role() == wire::WORKER ? "worker " : "evaluator ")
+                   << h.sender_id() << " left";
+      return;  // no reply: the member is gone
+    case wire::Header::kStatusRequest:
+      *reply.mutable_status_reply() = state_.Status();
+      break;
+    default:
+      counters_.messages_refused++;
+      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id()
+                      << ": not a coordinator request";
+      reply.mutable_error_reply()->set_code(wire::INVALID_ARGUMENT);
+      reply.mutable_error_reply()->set_message("the coordinator does not serve " + wan::BodyName(h));
+  }
+  Reply(m, std::move(reply));
+}
+
+void Coordinator::WriteStats() const {
+  if (options_.stats_file.empty()) return;
+  nlohmann::json j;
+  j["role"] = "coordinator";
+  j["bytes_sent"] = counters_.bytes_sent.load();
+  j["bytes_received"] = counters_.bytes_received.load();
+  j["messages_refused"] = counters_.messages_refused.load();
+  j["training_seconds"] = state_.training_seconds();
+  j["job_finished"] = state_.job_finished();
+  Status s = WriteFileAtomic(options_.stats_file, j.dump(2));
+  if (!s.ok()) GD_LOG(WARNING) << s;
+}
+
+Status Coordinator::Run(const std::atomic<bool>* stop) {
+  GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
+  GD_LOG(INFO) << "listening on " << socket_.endpoint() << " for " << options_.coordinator.num_servers
+               << " servers and " << options_.coordinator.num_workers << " workers";
+  if (!options_.endpoint_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.endpoint_file, socket_.endpoint()));
+
+  WaitReporter rendezvous(clock_, std::chrono::seconds(options_.coordinator.membership.report_after_s));
+  TimePoint last_stats = clock_->Now();
+  std::optional<TimePoint> finished_since;
+  bool announced_start = false;
+  while (!stop->load()) {
+    if (socket_.WaitReadable(50)) {
+      for (int i = 0; i < 256; ++i) {
+        auto in = socket_.Receive();
+        if (!in) break;
+        if (!in->status.ok()) {
+          GD_LOG(WARNING) << "refused a message from " << in->message.header.sender_id() << ": " << in->status;
+          continue;
+        }
+        Handle(in->message);
+      }
+    }
+    for (const auto& line : state_.ExpireLeases()) GD_LOG(WARNING) << line;
+    if (!state_.started() && rendezvous.Due())
+      GD_LOG(INFO) << "start-up: waiting " << static_cast<int>(rendezvous.ElapsedSeconds()) << " s for "
+                   << state_.WaitingFor() << " to register";
+    if (state_.started() && !announced_start) {
+      announced_start = true;
+      auto bytes = state_.shard_map()->BytesPerServer(options_.coordinator.num_servers);
+      std::string per;
+      for (size_t i = 0; i < bytes.size(); ++i) per += (i ? ", " : "") + std::to_string(bytes[i] / 1024) + " KiB";
+      GD_LOG(INFO) << "all members registered; " << state_.shard_map()->layout.num_chunks() << " chunks placed ("
+                   << per << " per server); training starts";
+    }
+    TimePoint now = clock_->Now();
+    if (now - last_stats > std::chrono::seconds(2)) {
+      WriteStats();
+      last_stats = now;
+    }
+    if (state_.job_finished()) {
+      if (!finished_since) {
+        finished_since = now;
+        GD_LOG(INFO) << "job finished after " << state_.training_seconds() << " s of training";
+      }
+      // Give servers a few heartbeats to hear it and leave.
+      if (state_.all_servers_left() ||
+          now - *finished_since > Millis(2 * options_.coordinator.membership.lease_ms))
+        break;
+    }
+  }
+  WriteStats();
+  return Status::Ok();
+}
+
+}  // namespace geodesic::server

@@ -1,0 +1,124 @@
+// The coordinator: one per job. It admits members (servers, workers, the
+// evaluator), keeps their leases, fixes the shard map, and keeps the clock
+// view that the live status and "blocked by" reports use.
+//
+// CoordinatorState is the pure state machine (time injected, no sockets);
+// Coordinator runs it behind a ROUTER socket. Start-up is a rendezvous:
+// nobody is told to start until every expected server and worker has
+// registered, so the first clocks of a BSP job are truly synchronous. After
+// that, members whose lease runs out leave the live set (and the staleness
+// bound) and may register again. Neither class is synchronized; Coordinator
+// runs on the thread that calls Run().
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/job.h"
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+#include "server/chunking.h"
+#include "wan/message.h"
+
+namespace geodesic::server {
+
+struct CoordinatorOptions {
+  std::string job_name;
+  int num_servers = 1;
+  int num_workers = 1;
+  int64_t chunk_bytes = 64 << 10;
+  int64_t staleness_bound = 2;
+  bool expect_evaluator = true;  // the job ends only after an evaluator has read the final model
+  MembershipSpec membership;
+  std::vector<std::string> server_regions;  // per server id (may be empty)
+  std::vector<std::string> worker_regions;  // per worker id (may be empty)
+
+  static CoordinatorOptions FromJob(const JobSpec& job);
+};
+
+class CoordinatorState {
+ public:
+  CoordinatorState(CoordinatorOptions options, const Clock* clock);
+
+  StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request);
+  wire::HeartbeatReply Heartbeat(wire::Role role, int id, const wire::Heartbeat& heartbeat);
+  void Leave(wire::Role role, int id);
+  // Ends every lease not renewed within lease_ms; returns a log line per death.
+  std::vector<std::string> ExpireLeases();
+
+  wire::StatusReply Status() const;
+  bool started() const { return started_; }
+  bool job_finished() const;
+  bool all_servers_left() const;
+  // Who the rendezvous still waits for, e.g. "server 1; workers 2,3".
+  std::string WaitingFor() const;
+  double training_seconds() const;
+  std::optional<ShardMap> shard_map() const { return shard_map_; }
+  uint64_t membership_epoch() const { return epoch_; }
+
+ private:
+  struct Member {
+    bool registered = false;  // ever registered
+    bool live = false;        // holds a lease now
+    bool done = false;        // workers: finished all steps
+    bool left = false;        // said goodbye
+    bool died = false;        // lease expired while not done
+    TimePoint last_seen{};
+    int64_t clock = 0;
+    int64_t pid = 0;
+    std::string endpoint, region;
+    wire::WorkerProgress worker;
+    wire::ServerProgress server;
+  };
+  Member* Find(wire::Role role, int id);
+  const Member* Find(wire::Role role, int id) const;
+  int64_t MinLiveClock() const;
+  void MaybeStart();
+  void NoteWorkersEnd();
+  wire::RegisterReply Assignment(wire::Role role, const Member& m) const;
+
+  CoordinatorOptions options_;
+  const Clock* clock_;
+  TimePoint created_;
+  std::vector<Member> servers_, workers_;
+  Member evaluator_;
+  bool evaluator_seen_ = false;
+  std::optional<wire::ModelSignature> model_;
+  std::optional<ShardMap> shard_map_;
+  bool started_ = false;
+  TimePoint started_at_{};
+  std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
+  uint64_t epoch_ = 1;
+};
+
+struct CoordinatorProcessOptions {
+  CoordinatorOptions coordinator;
+  std::string bind = "tcp://127.0.0.1:*";
+  std::string endpoint_file;  // if set, the bound endpoint is written here (atomically)
+  std::string stats_file;     // if set, stats JSON is written here periodically and at exit
+};
+
+class Coordinator {
+ public:
+  Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock);
+  // Serves until `stop` is set or the job has finished and every server left.
+  Status Run(const std::atomic<bool>* stop);
+
+ private:
+  void Handle(wan::Message& m);
+  void Reply(const wan::Message& request, wire::Header reply);
+  void WriteStats() const;
+
+  CoordinatorProcessOptions options_;
+  const Clock* clock_;
+  wan::TrafficCounters counters_;
+  wan::Socket socket_;
+  CoordinatorState state_;
+};
+
+}  // namespace geodesic::server

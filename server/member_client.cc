@@ -1,0 +1,172 @@
+#include "server/member_client.h"
+
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/wait.h"
+
+namespace geodesic::server {
+
+MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, wan::TrafficCounters* counters,
+                           const Clock* clock)
+    : options_(std::move(options)), clock_(clock),
+      socket_(ctx, zmq::socket_type::dealer,
+              wan::SocketOptions{.job = options_.job, .role = options_.role, .id = options_.id}, counters) {}
+
+MemberClient::~MemberClient() { Stop(true); }
+
+wire::Header MemberClient::RegisterHeader() const {
+  wire::Header h;
+  auto* r = h.mutable_register_request();
+  r->set_endpoint(options_.endpoint);
+  r->set_region(options_.region);
+  r->set_pid(::getpid());
+  *r->mutable_model() = options_.model;
+  return h;
+}
+
+StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) {
+  GD_RETURN_IF_ERROR(socket_.Connect(options_.coordinator));
+  const Duration deadline = std::chrono::seconds(options_.timing.rendezvous_timeout_s);
+  WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  TimePoint start = clock_->Now();
+  TimePoint last_send{};
+  std::string waiting_for = "an answer from the coordinator at " + options_.coordinator;
+  while (!stop->load()) {
+    TimePoint now = clock_->Now();
+    if (now - start > deadline)
+      return DeadlineExceeded("start-up rendezvous timed out after " +
+                              std::to_string(options_.timing.rendezvous_timeout_s) + " s waiting for " + waiting_for);
+    if (now - last_send > std::chrono::milliseconds(1000)) {
+      wire::Header h = RegisterHeader();
+      h.set_request_id(next_request_++);
+      Status s = socket_.Send(h, {});
+      if (!s.ok()) GD_LOG(WARNING) << "registration: " << s;
+      last_send = now;
+    }
+    if (report.Due())
+      GD_LOG(INFO) << "start-up: waited " << static_cast<int>(report.ElapsedSeconds()) << " s for " << waiting_for;
+    if (!socket_.WaitReadable(100)) continue;
+    while (auto in = socket_.Receive()) {
+      if (!in->status.ok()) {
+        GD_LOG(WARNING) << "coordinator sent a malformed message: " << in->status;
+        continue;
+      }
+      const wire::Header& h = in->message.header;
+      if (h.has_error_reply())
+        return Status(wan::FromWire(h.error_reply().code()), "coordinator refused registration: " + h.error_reply().message());
+      if (!h.has_register_reply()) continue;
+      const auto& r = h.register_reply();
+      if (r.ready()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        last_reply_ = clock_->Now();
+        return r;
+      }
+      waiting_for = r.waiting_for() + " to register";
+      // Not ready: ask again soon, but not in a tight loop.
+      last_send = clock_->Now() - std::chrono::milliseconds(800);
+    }
+  }
+  return Cancelled("stopped while joining");
+}
+
+void MemberClient::Start(std::function<void(wire::Heartbeat*)> fill) {
+  fill_ = std::move(fill);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void MemberClient::Stop(bool leave) {
+  if (!thread_.joinable()) return;
+  leave_ = leave;
+  stop_ = true;
+  thread_.join();
+}
+
+MembershipView MemberClient::view() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  MembershipView v = view_;
+  v.seconds_since_reply = Seconds(clock_->Now() - last_reply_);
+  return v;
+}
+
+Status MemberClient::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void MemberClient::Loop() {
+  try {
+    const Duration every = Millis(options_.timing.heartbeat_ms);
+    WaitReporter silent_report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+    TimePoint next = clock_->Now();
+    while (!stop_.load()) {
+      TimePoint now = clock_->Now();
+      if (now >= next) {
+        wire::Header h;
+        auto* hb = h.mutable_heartbeat();
+        if (fill_) fill_(hb);
+        h.set_request_id(next_request_++);
+        Status s = socket_.Send(h, {});
+        if (!s.ok()) GD_LOG(WARNING) << "heartbeat: " << s;
+        next = now + every;
+        double silent;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          silent = Seconds(now - last_reply_);
+        }
+        if (silent * 1000 > options_.timing.lease_ms) {
+          if (silent_report.Due())
+            GD_LOG(WARNING) << "coordinator at " << options_.coordinator << " unreachable for "
+                            << static_cast<int>(silent) << " s";
+        } else {
+          silent_report = WaitReporter(clock_, std::chrono::seconds(options_.timing.report_after_s));
+        }
+      }
+      int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_->Now()).count());
+      if (!socket_.WaitReadable(std::clamp(wait_ms, 1, 50))) continue;
+      while (auto in = socket_.Receive()) {
+        if (!in->status.ok()) continue;
+        const wire::Header& h = in->message.header;
+        if (h.has_error_reply()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          error_ = Status(wan::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
+          continue;
+        }
+        if (h.has_register_reply()) continue;  // answer to a re-registration
+        if (!h.has_heartbeat_reply()) continue;
+        const auto& r = h.heartbeat_reply();
+        if (!r.known()) {
+          GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
+          wire::Header reg = RegisterHeader();
+          reg.set_request_id(next_request_++);
+          (void)socket_.Send(reg, {});
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          last_reply_ = clock_->Now();
+          view_.valid = true;
+          view_.epoch = r.membership_epoch();
+          view_.live.assign(r.live_workers().begin(), r.live_workers().end());
+          view_.clocks.assign(r.live_worker_clocks().begin(), r.live_worker_clocks().end());
+          view_.done = r.done_workers();
+          view_.dead = r.dead_workers();
+          view_.job_finished = r.job_finished();
+        }
+        replies_++;
+      }
+    }
+    if (leave_.load()) {
+      wire::Header h;
+      h.mutable_leave_request();
+      (void)socket_.Send(h, {});
+      socket_.raw().set(zmq::sockopt::linger, 500);  // let the goodbye leave before close
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = Internal(std::string("heartbeat thread: ") + e.what());
+    GD_LOG(ERROR) << error_;
+  }
+}
+
+}  // namespace geodesic::server

@@ -1,0 +1,93 @@
+// MemberClient: a process's membership in a job. Join() registers with the
+// coordinator and waits through the start-up rendezvous; Start() then keeps
+// the lease alive from a background thread that sends a heartbeat every
+// heartbeat_ms and keeps the latest membership view (live workers and their
+// clocks, done/dead counts, whether the job has finished).
+//
+// Threading: the coordinator socket is used by the caller's thread during
+// Join() and by the heartbeat thread after Start(); view() and error() are
+// thread-safe. The fill callback runs on the heartbeat thread. Stop() (also
+// run by the destructor) sends a LeaveRequest and joins the thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/job.h"
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+#include "wan/message.h"
+
+namespace geodesic::server {
+
+struct MemberOptions {
+  std::string job;
+  wire::Role role = wire::WORKER;
+  int id = 0;
+  std::string coordinator;  // ZeroMQ endpoint of the coordinator
+  std::string endpoint;     // servers: where they can be reached
+  std::string region;
+  wire::ModelSignature model;  // workers and the evaluator
+  MembershipSpec timing;
+};
+
+struct MembershipView {
+  bool valid = false;  // a heartbeat reply has arrived
+  uint64_t epoch = 0;
+  std::vector<int> live;
+  std::vector<int64_t> clocks;  // parallel to live
+  int done = 0;
+  int dead = 0;
+  bool job_finished = false;
+  double seconds_since_reply = 0;
+};
+
+class MemberClient {
+ public:
+  MemberClient(zmq::context_t& ctx, MemberOptions options, wan::TrafficCounters* counters, const Clock* clock);
+  ~MemberClient();
+  MemberClient(const MemberClient&) = delete;
+  MemberClient& operator=(const MemberClient&) = delete;
+
+  // Registers and waits until the coordinator says the job has started.
+  // DeadlineExceeded after rendezvous_timeout_s; Cancelled if `stop` is set;
+  // the coordinator's refusal (e.g. an id outside the job) as is.
+  StatusOr<wire::RegisterReply> Join(const std::atomic<bool>* stop);
+
+  // Starts heartbeating. `fill` adds progress to each heartbeat.
+  void Start(std::function<void(wire::Heartbeat*)> fill);
+  // Stops heartbeating; with `leave`, tells the coordinator we are gone.
+  void Stop(bool leave = true);
+
+  MembershipView view() const;
+  // Bumped whenever a heartbeat reply arrives; cheap to poll.
+  uint64_t replies() const { return replies_.load(); }
+  // Set if the coordinator refused us after Join (e.g. on re-registration).
+  Status error() const;
+
+ private:
+  void Loop();
+  wire::Header RegisterHeader() const;
+
+  MemberOptions options_;
+  const Clock* clock_;
+  wan::Socket socket_;
+  std::function<void(wire::Heartbeat*)> fill_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> leave_{true};
+  std::atomic<uint64_t> replies_{0};
+  mutable std::mutex mu_;
+  MembershipView view_;     // guarded by mu_
+  TimePoint last_reply_{};  // guarded by mu_
+  Status error_;            // guarded by mu_
+  uint64_t next_request_ = 1;
+};
+
+}  // namespace geodesic::server

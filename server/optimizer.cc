@@ -1,0 +1,84 @@
+#include "server/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+namespace geodesic::server {
+namespace {
+
+// torch.optim.SGD with dampening 0, nesterov off:
+//   d = g + wd * p;  buf = momentum * buf + d  (buf starts at d);  p -= lr * buf
+// A zero-initialized buffer gives the same first step as torch's clone.
+class Sgd final : public ChunkOptimizer {
+ public:
+  Sgd(const OptimizerSpec& spec, size_t n)
+      : lr_(static_cast<float>(spec.lr)), momentum_(static_cast<float>(spec.momentum)),
+        wd_(static_cast<float>(spec.weight_decay)), buf_(spec.momentum > 0 ? n : 0, 0.0f) {}
+
+  void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
+    const float lr = lr_ * lr_scale, mu = momentum_, wd = wd_, gs = grad_scale;
+    if (mu > 0) {
+      float* __restrict buf = buf_.data();
+      for (size_t i = 0; i < n; ++i) {
+        float d = grad[i] * gs + wd * in[i];
+        float b = mu * buf[i] + d;
+        buf[i] = b;
+        out[i] = in[i] - lr * b;
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = in[i] - lr * (grad[i] * gs + wd * in[i]);
+    }
+  }
+  bool ScalesGradientForStaleness() const override { return true; }
+  size_t StateSize() const override { return buf_.size(); }
+
+ private:
+  float lr_, momentum_, wd_;
+  std::vector<float> buf_;
+};
+
+// torch.optim.Adam (amsgrad off, L2 weight decay):
+//   g += wd * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+class Adam final : public ChunkOptimizer {
+ public:
+  Adam(const OptimizerSpec& spec, size_t n)
+      : spec_(spec), m_(n, 0.0f), v_(n, 0.0f) {}
+
+  void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
+    ++t_;
+    const double bc1 = 1.0 - std::pow(spec_.beta1, static_cast<double>(t_));
+    const double bc2 = 1.0 - std::pow(spec_.beta2, static_cast<double>(t_));
+    const float step = static_cast<float>(spec_.lr * lr_scale / bc1);
+    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    const float b1 = static_cast<float>(spec_.beta1), b2 = static_cast<float>(spec_.beta2);
+    const float eps = static_cast<float>(spec_.eps), wd = static_cast<float>(spec_.weight_decay);
+    const float gs = grad_scale;
+    float* __restrict m = m_.data();
+    float* __restrict v = v_.data();
+    for (size_t i = 0; i < n; ++i) {
+      float g = grad[i] * gs + wd * in[i];
+      float mi = b1 * m[i] + (1.0f - b1) * g;
+      float vi = b2 * v[i] + (1.0f - b2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      out[i] = in[i] - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    }
+  }
+  bool ScalesGradientForStaleness() const override { return false; }
+  size_t StateSize() const override { return m_.size() + v_.size(); }
+
+ private:
+  OptimizerSpec spec_;
+  int64_t t_ = 0;
+  std::vector<float> m_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n) {
+  if (spec.name == "adam") return std::make_unique<Adam>(spec, n);
+  return std::make_unique<Sgd>(spec, n);
+}
+
+}  // namespace geodesic::server

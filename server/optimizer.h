@@ -1,0 +1,40 @@
+// Optimizers that a server shard runs on its chunks: SGD with momentum and
+// Adam, with the same update rules as torch.optim.SGD and torch.optim.Adam
+// (tests/server/optimizer_test.cc checks them against LibTorch on the same
+// numbers).
+//
+// One ChunkOptimizer holds the state (momentum buffer, Adam moments) of one
+// chunk. Step() reads the current parameters from `in` and writes the updated
+// ones to `out`, which may be the same buffer; writing elsewhere lets the
+// shard keep serving the old buffer to pulls still being sent. Each Step is
+// one fused pass over the chunk. Not synchronized: the shard's loop thread
+// owns its optimizers.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/job.h"
+
+namespace geodesic::server {
+
+class ChunkOptimizer {
+ public:
+  virtual ~ChunkOptimizer() = default;
+
+  // Applies gradient `grad` (n values) scaled by `grad_scale`, with learning
+  // rate lr * lr_scale. BSP rounds pass grad_scale = 1/contributors (the
+  // mean); staleness scaling passes 1/staleness (see docs/architecture.md).
+  virtual void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale,
+                    float lr_scale) = 0;
+  // How staleness scaling is applied: SGD scales this update's gradient,
+  // Adam (invariant to gradient scale) scales its step size.
+  virtual bool ScalesGradientForStaleness() const = 0;
+  // Optimizer state as flat arrays, for checkpoints and tests.
+  virtual size_t StateSize() const = 0;
+};
+
+std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n);
+
+}  // namespace geodesic::server

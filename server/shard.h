@@ -1,0 +1,123 @@
+// ShardState: the parameters, optimizer state and consistency rules of one
+// server shard, with no sockets (the Server loop feeds it validated
+// messages; tests feed it directly).
+//
+// Updates. With staleness bound s > 0 each pushed gradient is applied as it
+// arrives, its learning rate divided by its staleness (optimizer updates the
+// chunk received between the worker's read and this push) when
+// staleness_scaling is on. With s = 0 (BSP) the gradients of one clock are
+// summed and applied once, as their mean, when every live worker has
+// finished that clock: exactly synchronous SGD.
+//
+// Idempotence. A push is identified by (worker, clock, chunk); one that was
+// already taken is answered DUPLICATE and changes nothing.
+//
+// Buffers. Each chunk's parameters live in a reference-counted buffer. A
+// pull reply sends that buffer zero-copy; an update writes into a fresh
+// buffer while any reply still holds the old one, so an in-flight reply
+// never sees a half-applied update. Not synchronized: one loop thread owns
+// a ShardState (buffers may be released from ZeroMQ's I/O thread, which
+// only drops references).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/job.h"
+#include "proto/geodesic.pb.h"
+#include "server/chunking.h"
+#include "server/consistency.h"
+#include "server/optimizer.h"
+
+namespace geodesic::server {
+
+struct ShardOptions {
+  int32_t shard_id = 0;
+  int64_t staleness_bound = 2;    // 0 = BSP
+  bool staleness_scaling = true;  // divide async updates' learning rate by staleness
+  OptimizerSpec optimizer;
+};
+
+class ShardState {
+ public:
+  ShardState(ShardOptions options, ChunkLayout layout, std::vector<uint32_t> owned);
+
+  bool Owns(uint32_t chunk) const { return chunk < index_.size() && index_[chunk] >= 0; }
+  const std::vector<uint32_t>& owned() const { return owned_; }
+  const ChunkLayout& layout() const { return layout_; }
+
+  // Sets a chunk's initial values; only the first call per chunk has effect.
+  bool Init(uint32_t chunk, const float* values);
+  bool IsInitialized(uint32_t chunk) const;
+  bool AllInitialized() const { return uninitialized_ == 0; }
+
+  struct PushOutcome {
+    wire::PushResult result = wire::APPLIED;
+    int64_t staleness = -1;         // async: staleness of the applied update
+    bool clock_completed = false;   // this push completed the worker's clock here
+  };
+  // Takes a validated gradient (layout_.Size(chunk) finite values) of
+  // `worker` at `clock`, computed on parameters of version `base_version`.
+  // The chunk must be owned and initialized. On a completed clock the
+  // caller records it in `clocks` and then calls CloseRounds.
+  PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad);
+
+  // Records that `worker` finished `clock` with no gradient (a skipped
+  // step). Returns true if this completed the clock here (false for a
+  // duplicate).
+  bool Skip(int worker, int64_t clock);
+
+  // BSP: applies every open round that all live workers have finished.
+  // Returns the number of chunk updates applied. No-op when s > 0.
+  int CloseRounds(const ClockTable& clocks);
+
+  struct Snapshot {
+    std::shared_ptr<const float[]> values;
+    uint64_t version = 0;
+  };
+  Snapshot Read(uint32_t chunk) const;
+
+  // BSP: whether some chunk still has a round waiting for live workers.
+  bool HasOpenRounds() const;
+
+  const IntHistogram& staleness() const { return staleness_; }
+  uint64_t updates_applied() const { return updates_applied_; }
+  uint64_t duplicates() const { return duplicates_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  struct Round {
+    std::vector<float> sum;
+    std::vector<std::pair<int, uint64_t>> contributors;  // worker, base version
+  };
+  struct Chunk {
+    uint32_t id = 0;
+    uint64_t size = 0;
+    std::shared_ptr<float[]> params;
+    uint64_t version = 0;
+    bool initialized = false;
+    std::unique_ptr<ChunkOptimizer> optimizer;
+    std::vector<int64_t> last_clock;  // per worker: newest clock taken, -1 if none
+    std::map<int64_t, Round> rounds;  // BSP: open rounds by clock
+    int64_t closed_through = -1;      // BSP: rounds at or below this clock are closed
+  };
+
+  void Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale);
+  Chunk& chunk(uint32_t id) { return chunks_[index_[id]]; }
+  const Chunk& chunk(uint32_t id) const { return chunks_[index_[id]]; }
+
+  ShardOptions options_;
+  ChunkLayout layout_;
+  std::vector<uint32_t> owned_;
+  std::vector<int32_t> index_;  // chunk id -> position in chunks_, -1 if not owned
+  std::vector<Chunk> chunks_;
+  size_t uninitialized_ = 0;
+  std::map<std::pair<int, int64_t>, size_t> pending_;  // (worker, clock) -> chunks received
+  IntHistogram staleness_;
+  uint64_t updates_applied_ = 0, duplicates_ = 0, dropped_ = 0;
+};
+
+}  // namespace geodesic::server

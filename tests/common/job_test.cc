@@ -1,0 +1,108 @@
+#include "common/job.h"
+
+#include <gtest/gtest.h>
+
+namespace geodesic {
+namespace {
+
+const char* kMinimal = R"(
+name: t
+regions:
+  us: {servers: 1, workers: 2}
+  eu: {servers: 2, workers: 1, host: 127.0.0.2}
+)";
+
+TEST(JobTest, ParsesRegionsInFileOrderAndCountsRoles) {
+  auto job = ParseJob(kMinimal, "test.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->regions.size(), 2u);
+  EXPECT_EQ(job->regions[0].name, "us");
+  EXPECT_EQ(job->regions[1].host, "127.0.0.2");
+  EXPECT_EQ(job->NumServers(), 3);
+  EXPECT_EQ(job->NumWorkers(), 3);
+  EXPECT_EQ(job->RegionOfServer(0).name, "us");
+  EXPECT_EQ(job->RegionOfServer(1).name, "eu");
+  EXPECT_EQ(job->RegionOfWorker(1).name, "us");
+  EXPECT_EQ(job->RegionOfWorker(2).name, "eu");
+  EXPECT_EQ(job->coordinator_region, "us");
+  // Defaults from DESIGN.md's reference setup.
+  EXPECT_EQ(job->model.name, "cnn");
+  EXPECT_DOUBLE_EQ(job->optimizer.lr, 0.05);
+  EXPECT_EQ(job->data.batch_size, 64);
+}
+
+TEST(JobTest, UnknownKeyIsAnErrorWithASuggestion) {
+  auto job = ParseJob(std::string(kMinimal) + "training: {stalenes_bound: 3}\n", "test.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(job.status().message().find("training.stalenes_bound: unknown key"), std::string::npos)
+      << job.status();
+  EXPECT_NE(job.status().message().find("did you mean 'staleness_bound'"), std::string::npos) << job.status();
+}
+
+TEST(JobTest, WrongTypesAndRangesNameTheKey) {
+  auto job = ParseJob(std::string(kMinimal) +
+                          "optimizer: {lr: fast, momentum: 1.5}\nmodel: {name: resnet}\ndata: {batch_size: 0}\n",
+                      "bad.yaml");
+  ASSERT_FALSE(job.ok());
+  const std::string& m = job.status().message();
+  EXPECT_NE(m.find("bad.yaml"), std::string::npos);
+  EXPECT_NE(m.find("optimizer.lr: expected a number"), std::string::npos) << m;
+  EXPECT_NE(m.find("optimizer.momentum: must be in [0, 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("model.name: 'resnet' is not a model"), std::string::npos) << m;
+  EXPECT_NE(m.find("data.batch_size"), std::string::npos) << m;
+}
+
+TEST(JobTest, NotYamlOrNoRegionsIsAnError) {
+  EXPECT_FALSE(ParseJob("regions: [unclosed", "x").ok());
+  auto job = ParseJob("name: t\n", "x");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("regions: required"), std::string::npos);
+  EXPECT_FALSE(ParseJob("regions: {us: {servers: 0, workers: 1}}", "x").ok());  // no server
+  EXPECT_FALSE(ParseJob("- a list\n", "x").ok());
+}
+
+TEST(JobTest, MissingFileIsNotFound) {
+  auto job = LoadJobFile("/nonexistent/job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), Code::kNotFound);
+}
+
+TEST(JobTest, OverridesApplyBeforeValidation) {
+  auto job = ParseJob(kMinimal, "t", {"training.staleness_bound=0", "regions.us.workers=5", "model.name=mlp"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->training.staleness_bound, 0);
+  EXPECT_EQ(job->regions[0].workers, 5);
+  EXPECT_EQ(job->model.name, "mlp");
+  EXPECT_FALSE(ParseJob(kMinimal, "t", {"training.staleness_bound=-1"}).ok());
+  EXPECT_FALSE(ParseJob(kMinimal, "t", {"no-equals-sign"}).ok());
+  EXPECT_FALSE(ParseJob(kMinimal, "t", {"name.inner=1"}).ok());  // name is a scalar
+}
+
+TEST(JobTest, InfiniteStalenessBound) {
+  auto job = ParseJob(kMinimal, "t", {"training.staleness_bound=inf"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_GE(job->training.staleness_bound, int64_t{1} << 40);
+}
+
+TEST(JobTest, YamlRoundTrip) {
+  auto job = ParseJob(kMinimal, "t", {"optimizer.lr=0.0123", "model.mlp_hidden=[32, 16]", "training.steps=7"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobToYaml(*job);
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+  EXPECT_DOUBLE_EQ(again->optimizer.lr, 0.0123);
+  EXPECT_EQ(again->model.mlp_hidden, (std::vector<int>{32, 16}));
+  EXPECT_EQ(again->training.steps, 7);
+}
+
+TEST(JobTest, ShippedExampleParses) {
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->NumServers(), 2);
+  EXPECT_EQ(job->NumWorkers(), 4);
+  EXPECT_EQ(job->model.name, "cnn");
+}
+
+}  // namespace
+}  // namespace geodesic

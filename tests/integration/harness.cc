@@ -1,0 +1,134 @@
+#include "tests/integration/harness.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace geodesic::testing {
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& args, int out_fd) {
+  std::vector<std::string> argv = {GEODESIC_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargs;
+  for (auto& a : argv) cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(out_fd, 1);
+    dup2(out_fd, 2);
+    execv(cargs[0], cargs.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitPid(pid_t pid, double timeout_s, int* sig, bool* timed_out) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int status = 0;
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      if (timed_out) *timed_out = true;
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (WIFSIGNALED(status)) {
+    if (sig) *sig = WTERMSIG(status);
+    return -1;
+  }
+  return WEXITSTATUS(status);
+}
+
+}  // namespace
+
+RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s) {
+  char tmpl[] = "/tmp/gd-run-XXXXXX";
+  int fd = mkstemp(tmpl);
+  RunResult r;
+  pid_t pid = Spawn(args, fd);
+  r.exit_code = WaitPid(pid, timeout_s, &r.signal, &r.timed_out);
+  close(fd);
+  r.output = ReadText(tmpl);
+  unlink(tmpl);
+  return r;
+}
+
+Process::Process(const std::vector<std::string>& args, const std::string& log_file) {
+  int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_ = Spawn(args, fd);
+  close(fd);
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+}
+
+int Process::Wait(double timeout_s) {
+  int sig = 0;
+  int code = WaitPid(pid_, timeout_s, &sig, nullptr);
+  reaped_ = true;
+  return code;
+}
+
+void Process::Signal(int sig) {
+  if (!reaped_) kill(pid_, sig);
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/gd-test-XXXXXX";
+  path_ = mkdtemp(tmpl);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!getenv("GEODESIC_KEEP_TEST_DIRS")) std::filesystem::remove_all(path_, ec);
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::string text = ReadText(path);
+  if (text.empty()) return nullptr;
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+bool WaitForFile(const std::string& path, double timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace geodesic::testing

@@ -1,0 +1,57 @@
+// Helpers for integration tests: run the real `geodesic` binary as child
+// processes, with bounded waits, in a private temporary directory.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace geodesic::testing {
+
+struct RunResult {
+  int exit_code = -1;  // -1 if killed by a signal or timed out
+  int signal = 0;
+  bool timed_out = false;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `geodesic args...` to completion, killing it after `timeout_s`.
+RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s);
+
+// A background `geodesic` process, killed (SIGKILL) on destruction if still running.
+class Process {
+ public:
+  Process(const std::vector<std::string>& args, const std::string& log_file);
+  ~Process();
+  pid_t pid() const { return pid_; }
+  // Waits up to timeout_s; returns the exit code, or -1 (signal or timeout).
+  int Wait(double timeout_s);
+  void Signal(int sig);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// A fresh directory under /tmp, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void WriteText(const std::string& path, const std::string& text);
+std::string ReadText(const std::string& path);
+nlohmann::json ReadJson(const std::string& path);
+// Polls until `path` exists (true) or timeout_s passes (false).
+bool WaitForFile(const std::string& path, double timeout_s);
+
+}  // namespace geodesic::testing

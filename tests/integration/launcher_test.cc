@@ -1,0 +1,124 @@
+// `geodesic launch` and the role subcommands, end to end, on jobs that take
+// seconds: clear errors for bad input, a complete summary, clean Ctrl-C.
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+
+namespace geodesic {
+namespace {
+
+using testing::RunGeodesic;
+using testing::TempDir;
+
+const char* kSyntheticJob = R"(
+name: synth
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+model: {name: synthetic, synthetic_params: 100000}
+training: {steps: 40, staleness_bound: 1}
+wire: {chunk_bytes: 65536}
+membership: {heartbeat_ms: 100, lease_ms: 1000}
+)";
+
+TEST(CliTest, HelpForEverySubcommand) {
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--help"}, {"launch", "--help"}, {"coordinator", "--help"}, {"server", "--help"},
+        {"worker", "--help"}, {"eval", "--help"}, {"status", "--help"}, {"bench", "--help"},
+        {"bench", "transport", "--help"}}) {
+    auto r = RunGeodesic(args, 30);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << "\n" << r.output;
+    EXPECT_NE(r.output.find("Usage"), std::string::npos) << r.output;
+  }
+  auto r = RunGeodesic({"frobnicate"}, 30);
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(LaunchTest, BadJobFileIsAClearErrorAndStartsNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "bad.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\ntraining: {epoch: 3}\n");
+  auto r = RunGeodesic({"launch", dir / "bad.yaml", "--run-dir", dir / "run"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("training.epoch: unknown key (did you mean 'epochs'?)"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/logs"));
+  r = RunGeodesic({"launch", dir / "missing.yaml"}, 30);
+  EXPECT_NE(r.exit_code, 0);
+  r = RunGeodesic({"launch", dir / "bad.yaml", "--set", "training.epoch"}, 30);
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(LaunchTest, MissingDatasetNamesThePackage) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\n");
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--set", "data.path=/nonexistent", "--run-dir", dir / "run"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("apt-get install dataset-fashion-mnist"), std::string::npos) << r.output;
+  // A worker started by hand says the same, before joining anything.
+  r = RunGeodesic({"worker", "--job", dir / "job.yaml", "--set", "data.path=/nonexistent", "--id", "0",
+                   "--coordinator", "tcp://127.0.0.1:1"},
+                  30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
+  r = RunGeodesic({"worker", "--job", dir / "job.yaml", "--id", "7", "--coordinator", "tcp://127.0.0.1:1"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("--id 7 but the job has 1 workers"), std::string::npos) << r.output;
+}
+
+TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--summary", dir / "out/summary.json",
+                        "--quiet"},
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("summary written to " + (dir / "out/summary.json")), std::string::npos) << r.output;
+  auto s = testing::ReadJson(dir / "out/summary.json");
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "finished");
+  for (const char* key : {"test_accuracy", "wall_seconds", "samples_per_second", "bytes_sent", "bytes_received",
+                          "staleness_histogram", "accuracy_curve", "step_time_breakdown", "processes"})
+    EXPECT_TRUE(s.contains(key)) << key;
+  EXPECT_GT(s["wall_seconds"].get<double>(), 0);
+  // 2 workers x 40 steps x (1 chunk on each of 2 servers... 100000 floats / 16384 per chunk = 7 chunks).
+  uint64_t updates = 0;
+  for (auto& [k, v] : s["staleness_histogram"].items()) updates += v.get<uint64_t>();
+  EXPECT_EQ(updates, 2u * 40 * 7);
+  EXPECT_GT(s["bytes_sent"]["worker-0"].get<int64_t>(), 40 * 100000 * 4);
+  EXPECT_GT(s["bytes_received"]["server-1"].get<int64_t>(), 0);
+  ASSERT_TRUE(s["step_time_breakdown"].contains("worker-1"));
+  auto b = s["step_time_breakdown"]["worker-1"];
+  EXPECT_NEAR(b["compute"].get<double>() + b["communication"].get<double>() + b["staleness_wait"].get<double>(), 1.0,
+              1e-6);
+  EXPECT_EQ(s["processes"].size(), 6u);  // coordinator, 2 servers, 2 workers, evaluator
+  for (auto& p : s["processes"]) EXPECT_EQ(p["exit"], "exited 0") << p.dump();
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/final_params.bin"));
+  EXPECT_EQ(std::filesystem::file_size(dir / "run/final_params.bin"), 100000u * 4);
+}
+
+TEST(LaunchTest, InterruptStopsEveryProcessAndStillWritesASummary) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  testing::Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=1000000",
+                           "--quiet"},
+                          dir / "launch.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 60)) << testing::ReadText(dir / "launch.log");
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(30), 130) << testing::ReadText(dir / "launch.log");
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "interrupted");
+  for (auto& p : s["processes"]) EXPECT_TRUE(p.contains("exit")) << p.dump();  // none left running
+}
+
+TEST(LaunchTest, KillFlagIsValidated) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--kill", "worker:9@1"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no worker 9"), std::string::npos) << r.output;
+  r = RunGeodesic({"launch", dir / "job.yaml", "--kill", "worker-1"}, 30);
+  EXPECT_NE(r.output.find("expected ROLE:ID@SECONDS"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace geodesic

@@ -1,0 +1,67 @@
+#include "server/consistency.h"
+
+#include <gtest/gtest.h>
+
+namespace geodesic::server {
+namespace {
+
+TEST(ClockTableTest, BoundAllowsReadsUpToSClocksAhead) {
+  ClockTable t(2);
+  t.SetLive({0, 1, 2}, {0, 0, 0});
+  EXPECT_TRUE(t.CanRead(2));   // 2 - 0 <= 2
+  EXPECT_FALSE(t.CanRead(3));
+  t.Finished(0, 0);
+  t.Finished(1, 0);
+  EXPECT_FALSE(t.CanRead(3));  // worker 2 still at 0
+  EXPECT_EQ(t.SlowestWorker(), 2);
+  t.Finished(2, 0);
+  EXPECT_EQ(t.MinClock(), 1);
+  EXPECT_TRUE(t.CanRead(3));
+}
+
+TEST(ClockTableTest, BspWaitsForEveryone) {
+  ClockTable t(0);
+  t.SetLive({0, 1}, {0, 0});
+  EXPECT_TRUE(t.CanRead(0));
+  t.Finished(0, 0);
+  EXPECT_FALSE(t.CanRead(1));
+  t.Finished(1, 0);
+  EXPECT_TRUE(t.CanRead(1));
+}
+
+TEST(ClockTableTest, DeadWorkerLeavesTheBound) {
+  ClockTable t(1);
+  t.SetLive({0, 1, 2}, {0, 0, 0});
+  for (int c = 0; c < 5; ++c) {
+    t.Finished(0, c);
+    t.Finished(1, c);
+  }
+  EXPECT_FALSE(t.CanRead(5));  // worker 2 never moved
+  t.SetLive({0, 1}, {5, 5});   // its lease expired
+  EXPECT_TRUE(t.CanRead(5));
+  EXPECT_TRUE(t.CanRead(6));
+  EXPECT_EQ(t.MinClock(), 5);
+  EXPECT_FALSE(t.IsLive(2));
+}
+
+TEST(ClockTableTest, CoordinatorClocksSeedOnlyUnseenWorkers) {
+  ClockTable t(0);
+  t.SetLive({0}, {0});
+  t.Finished(0, 0);
+  // The coordinator thinks worker 0 is at 9 (its pushes may still be in
+  // flight to us): our own count wins. A new worker 1 starts at 9.
+  t.SetLive({0, 1}, {9, 9});
+  EXPECT_EQ(t.ClockOf(0), 1);
+  EXPECT_EQ(t.ClockOf(1), 9);
+}
+
+TEST(ClockTableTest, HugeBoundIsFullyAsynchronousWithoutOverflow) {
+  ClockTable t(int64_t{1} << 40);
+  t.SetLive({0, 1}, {0, 0});
+  EXPECT_TRUE(t.CanRead(int64_t{1} << 39));
+  ClockTable none(0);
+  EXPECT_TRUE(none.CanRead(100));  // no live workers: nothing to wait for
+}
+
+}  // namespace
+}  // namespace geodesic::server

@@ -1,0 +1,160 @@
+#include "server/coordinator.h"
+
+#include <gtest/gtest.h>
+
+namespace geodesic::server {
+namespace {
+
+CoordinatorOptions Options(int servers, int workers) {
+  CoordinatorOptions o;
+  o.job_name = "t";
+  o.num_servers = servers;
+  o.num_workers = workers;
+  o.chunk_bytes = 40;  // 10 floats per chunk
+  o.membership.heartbeat_ms = 100;
+  o.membership.lease_ms = 1000;
+  return o;
+}
+
+wire::RegisterRequest ServerReq(const std::string& ep) {
+  wire::RegisterRequest r;
+  r.set_endpoint(ep);
+  return r;
+}
+
+wire::RegisterRequest WorkerReq(uint64_t params = 95, uint64_t digest = 7) {
+  wire::RegisterRequest r;
+  r.mutable_model()->set_name("m");
+  r.mutable_model()->set_num_params(params);
+  r.mutable_model()->set_layout_digest(digest);
+  return r;
+}
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  FakeClock clock_;
+  CoordinatorState state_{Options(2, 2), &clock_};
+
+  void StartAll() {
+    ASSERT_TRUE(state_.Register(wire::SERVER, 0, ServerReq("tcp://a:1")).ok());
+    ASSERT_TRUE(state_.Register(wire::SERVER, 1, ServerReq("tcp://a:2")).ok());
+    ASSERT_TRUE(state_.Register(wire::WORKER, 0, WorkerReq()).ok());
+    ASSERT_TRUE(state_.Register(wire::WORKER, 1, WorkerReq()).ok());
+    ASSERT_TRUE(state_.started());
+  }
+};
+
+TEST_F(CoordinatorTest, RendezvousWaitsForEveryMemberAndSaysWho) {
+  auto r = state_.Register(wire::SERVER, 0, ServerReq("tcp://a:1"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ready());
+  EXPECT_EQ(r->waiting_for(), "server 1; workers 0,1");
+  r = state_.Register(wire::WORKER, 1, WorkerReq());
+  EXPECT_EQ(r->waiting_for(), "server 1; worker 0");
+  state_.Register(wire::SERVER, 1, ServerReq("tcp://a:2")).value();
+  EXPECT_FALSE(state_.started());
+  r = state_.Register(wire::WORKER, 0, WorkerReq());
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ready());
+  EXPECT_TRUE(state_.started());
+  // 95 params in chunks of 10: 10 chunks, balanced over 2 servers.
+  EXPECT_EQ(r->shard_map().owner_size(), 10);
+  ASSERT_EQ(r->servers_size(), 2);
+  EXPECT_EQ(r->servers(1).endpoint(), "tcp://a:2");
+  EXPECT_EQ(r->start_clock(), 0);
+}
+
+TEST_F(CoordinatorTest, RefusesIdsOutsideTheJobAndMismatchedModels) {
+  auto r = state_.Register(wire::WORKER, 5, WorkerReq());
+  EXPECT_EQ(r.status().code(), Code::kOutOfRange);
+  EXPECT_TRUE(state_.Register(wire::WORKER, 0, WorkerReq()).ok());
+  r = state_.Register(wire::WORKER, 1, WorkerReq(96));
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("differs from the job's"), std::string::npos);
+  EXPECT_FALSE(state_.Register(wire::SERVER, 0, ServerReq("")).ok());
+  EXPECT_FALSE(state_.Register(wire::WORKER, 1, wire::RegisterRequest()).ok());
+}
+
+TEST_F(CoordinatorTest, ExpiredLeaseLeavesTheLiveSet) {
+  StartAll();
+  uint64_t epoch = state_.membership_epoch();
+  wire::Heartbeat hb;
+  hb.set_clock(3);
+  clock_.Advance(Millis(600));
+  EXPECT_TRUE(state_.Heartbeat(wire::WORKER, 0, hb).known());
+  for (int s = 0; s < 2; ++s) state_.Heartbeat(wire::SERVER, s, wire::Heartbeat());
+  clock_.Advance(Millis(600));  // worker 1 silent for 1.2 s > lease
+  auto deaths = state_.ExpireLeases();
+  ASSERT_EQ(deaths.size(), 1u);
+  EXPECT_NE(deaths[0].find("worker 1 lease expired"), std::string::npos) << deaths[0];
+  EXPECT_GT(state_.membership_epoch(), epoch);
+  auto reply = state_.Heartbeat(wire::WORKER, 0, hb);
+  ASSERT_EQ(reply.live_workers_size(), 1);
+  EXPECT_EQ(reply.live_workers(0), 0);
+  EXPECT_EQ(reply.live_worker_clocks(0), 3);
+  EXPECT_EQ(reply.dead_workers(), 1);
+  // The dead worker's next heartbeat is not known: it must register again.
+  EXPECT_FALSE(state_.Heartbeat(wire::WORKER, 1, hb).known());
+  auto again = state_.Register(wire::WORKER, 1, WorkerReq());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->ready());
+  EXPECT_EQ(state_.Heartbeat(wire::WORKER, 0, hb).live_workers_size(), 2);
+}
+
+TEST_F(CoordinatorTest, JobFinishesWhenWorkersAreDoneOrDeadAndTheEvaluatorLeft) {
+  StartAll();
+  wire::RegisterRequest ev = WorkerReq();
+  ASSERT_TRUE(state_.Register(wire::EVALUATOR, 0, ev).ok());
+  wire::Heartbeat done;
+  done.set_done(true);
+  done.set_clock(10);
+  clock_.Advance(Millis(500));
+  state_.Heartbeat(wire::WORKER, 0, done);
+  state_.Heartbeat(wire::EVALUATOR, 0, wire::Heartbeat());
+  for (int s = 0; s < 2; ++s) state_.Heartbeat(wire::SERVER, s, wire::Heartbeat());
+  EXPECT_FALSE(state_.job_finished());
+  clock_.Advance(Millis(700));  // worker 1 dies
+  state_.Heartbeat(wire::WORKER, 0, done);
+  state_.Heartbeat(wire::EVALUATOR, 0, wire::Heartbeat());
+  for (int s = 0; s < 2; ++s) state_.Heartbeat(wire::SERVER, s, wire::Heartbeat());
+  state_.ExpireLeases();
+  EXPECT_FALSE(state_.job_finished());  // the evaluator has not read the model yet
+  double training = state_.training_seconds();
+  EXPECT_NEAR(training, 1.2, 1e-6);
+  state_.Leave(wire::EVALUATOR, 0);
+  EXPECT_TRUE(state_.job_finished());
+  clock_.Advance(Millis(5000));
+  EXPECT_NEAR(state_.training_seconds(), training, 1e-6);  // evaluation time excluded
+  EXPECT_FALSE(state_.all_servers_left());
+  state_.Leave(wire::SERVER, 0);
+  state_.Leave(wire::SERVER, 1);
+  EXPECT_TRUE(state_.all_servers_left());
+}
+
+TEST_F(CoordinatorTest, StatusListsEveryMember) {
+  StartAll();
+  wire::Heartbeat hb;
+  hb.set_clock(4);
+  hb.mutable_worker()->set_samples(256);
+  state_.Heartbeat(wire::WORKER, 1, hb);
+  auto st = state_.Status();
+  EXPECT_TRUE(st.training_started());
+  ASSERT_EQ(st.workers_size(), 2);
+  EXPECT_EQ(st.workers(1).clock(), 4);
+  EXPECT_EQ(st.workers(1).progress().samples(), 256);
+  EXPECT_EQ(st.min_clock(), 0);
+  ASSERT_EQ(st.servers_size(), 2);
+  EXPECT_EQ(st.servers(0).endpoint(), "tcp://a:1");
+}
+
+TEST_F(CoordinatorTest, SecondProcessClaimingALiveIdIsRefused) {
+  StartAll();
+  wire::RegisterRequest r = WorkerReq();
+  r.set_pid(111);
+  ASSERT_TRUE(state_.Register(wire::WORKER, 0, r).ok());
+  r.set_pid(222);
+  EXPECT_EQ(state_.Register(wire::WORKER, 0, r).status().code(), Code::kAlreadyExists);
+}
+
+}  // namespace
+}  // namespace geodesic::server

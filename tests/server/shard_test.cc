@@ -1,0 +1,156 @@
+#include "server/shard.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace geodesic::server {
+namespace {
+
+ShardOptions Options(int64_t bound, double momentum = 0.0, bool scaling = true) {
+  ShardOptions o;
+  o.staleness_bound = bound;
+  o.staleness_scaling = scaling;
+  o.optimizer.name = "sgd";
+  o.optimizer.lr = 0.5;
+  o.optimizer.momentum = momentum;
+  return o;
+}
+
+std::vector<float> Values(const ShardState& s, uint32_t chunk) {
+  auto snap = s.Read(chunk);
+  return std::vector<float>(snap.values.get(), snap.values.get() + s.layout().Size(chunk));
+}
+
+TEST(ShardTest, InitFirstWinsAndOnlyOwnedChunks) {
+  ShardState s(Options(1), ChunkLayout(6, 3), {1});
+  EXPECT_FALSE(s.Owns(0));
+  EXPECT_TRUE(s.Owns(1));
+  EXPECT_FALSE(s.Owns(7));
+  EXPECT_FALSE(s.AllInitialized());
+  std::vector<float> a = {1, 2, 3}, b = {9, 9, 9};
+  EXPECT_TRUE(s.Init(1, a.data()));
+  EXPECT_FALSE(s.Init(1, b.data()));
+  EXPECT_TRUE(s.AllInitialized());
+  EXPECT_EQ(Values(s, 1), a);
+  EXPECT_EQ(s.Read(1).version, 0u);
+}
+
+TEST(ShardTest, AsyncAppliesAtOnceWithStalenessScaling) {
+  ShardState s(Options(4), ChunkLayout(2, 2), {0});
+  std::vector<float> init = {1, 1}, g = {1, -1};
+  s.Init(0, init.data());
+  auto r = s.Push(0, 0, 0, /*base_version=*/0, g.data());
+  EXPECT_EQ(r.result, wire::APPLIED);
+  EXPECT_EQ(r.staleness, 0);
+  EXPECT_TRUE(r.clock_completed);
+  EXPECT_EQ(Values(s, 0), (std::vector<float>{0.5f, 1.5f}));  // lr 0.5, staleness 0 -> scale 1
+  // Worker 1 computed on version 0, but one update landed since: staleness 1.
+  r = s.Push(1, 0, 0, 0, g.data());
+  EXPECT_EQ(r.staleness, 1);
+  // Worker 2 on version 0 with two updates since: lr / 2.
+  r = s.Push(2, 0, 0, 0, g.data());
+  EXPECT_EQ(r.staleness, 2);
+  EXPECT_EQ(Values(s, 0), (std::vector<float>{-0.25f, 2.25f}));
+  EXPECT_EQ(s.Read(0).version, 3u);
+  EXPECT_EQ(s.staleness().total(), 3u);
+  EXPECT_EQ(s.staleness().max(), 2);
+}
+
+TEST(ShardTest, StalenessScalingCanBeTurnedOff) {
+  ShardState s(Options(4, 0, /*scaling=*/false), ChunkLayout(1, 1), {0});
+  float init = 0, g = 1;
+  s.Init(0, &init);
+  s.Push(0, 0, 0, 0, &g);
+  s.Push(1, 0, 0, 0, &g);  // staleness 1
+  s.Push(2, 0, 0, 0, &g);  // staleness 2, still full lr
+  EXPECT_FLOAT_EQ(Values(s, 0)[0], -1.5f);
+}
+
+TEST(ShardTest, DuplicatePushIsNotAppliedTwice) {
+  ShardState s(Options(4), ChunkLayout(1, 1), {0});
+  float init = 0, g = 1;
+  s.Init(0, &init);
+  EXPECT_EQ(s.Push(0, 5, 0, 0, &g).result, wire::APPLIED);
+  auto dup = s.Push(0, 5, 0, 0, &g);
+  EXPECT_EQ(dup.result, wire::DUPLICATE);
+  EXPECT_FALSE(dup.clock_completed);
+  EXPECT_EQ(s.Push(0, 4, 0, 0, &g).result, wire::DUPLICATE);  // older clock: already past it
+  EXPECT_FLOAT_EQ(Values(s, 0)[0], -0.5f);
+  EXPECT_EQ(s.duplicates(), 2u);
+  EXPECT_EQ(s.updates_applied(), 1u);
+}
+
+TEST(ShardTest, ClockCompletesWhenEveryOwnedChunkArrived) {
+  ShardState s(Options(4), ChunkLayout(4, 1), {0, 2, 3});
+  std::vector<float> init = {0, 0, 0, 0};
+  for (uint32_t c : {0u, 2u, 3u}) s.Init(c, &init[c]);
+  float g = 1;
+  EXPECT_FALSE(s.Push(0, 0, 0, 0, &g).clock_completed);
+  EXPECT_FALSE(s.Push(0, 0, 3, 0, &g).clock_completed);
+  EXPECT_TRUE(s.Push(0, 0, 2, 0, &g).clock_completed);
+}
+
+TEST(ShardTest, BspAppliesTheMeanOnceEveryLiveWorkerFinished) {
+  ShardState s(Options(0, 0.9), ChunkLayout(2, 2), {0});
+  std::vector<float> init = {0, 0}, g0 = {1, 2}, g1 = {3, 4};
+  s.Init(0, init.data());
+  ClockTable clocks(0);
+  clocks.SetLive({0, 1}, {0, 0});
+  EXPECT_EQ(s.Push(0, 0, 0, 0, g0.data()).result, wire::APPLIED);
+  clocks.Finished(0, 0);
+  EXPECT_EQ(s.CloseRounds(clocks), 0);  // worker 1 missing
+  EXPECT_EQ(Values(s, 0), init);
+  EXPECT_TRUE(s.HasOpenRounds());
+  s.Push(1, 0, 0, 0, g1.data());
+  clocks.Finished(1, 0);
+  EXPECT_EQ(s.CloseRounds(clocks), 1);
+  // mean = (2, 3); momentum buffer starts at the gradient; lr 0.5.
+  EXPECT_EQ(Values(s, 0), (std::vector<float>{-1.0f, -1.5f}));
+  EXPECT_EQ(s.staleness().NonZero().at(0), 2u);  // BSP: staleness 0
+  EXPECT_FALSE(s.HasOpenRounds());
+  // A late push for a closed round changes nothing.
+  EXPECT_EQ(s.Push(2, 0, 0, 0, g1.data()).result, wire::STALE_DROPPED);
+  EXPECT_EQ(Values(s, 0), (std::vector<float>{-1.0f, -1.5f}));
+}
+
+TEST(ShardTest, BspRoundClosesWithoutADeadWorker) {
+  ShardState s(Options(0), ChunkLayout(1, 1), {0});
+  float init = 0, g = 2;
+  s.Init(0, &init);
+  ClockTable clocks(0);
+  clocks.SetLive({0, 1}, {0, 0});
+  s.Push(0, 0, 0, 0, &g);
+  clocks.Finished(0, 0);
+  EXPECT_EQ(s.CloseRounds(clocks), 0);
+  clocks.SetLive({0}, {1});  // worker 1's lease expired
+  EXPECT_EQ(s.CloseRounds(clocks), 1);
+  EXPECT_FLOAT_EQ(Values(s, 0)[0], -1.0f);  // mean over the one contributor
+}
+
+TEST(ShardTest, SkippedClockCompletesWithoutAnUpdate) {
+  ShardState s(Options(0), ChunkLayout(2, 1), {0, 1});
+  std::vector<float> init = {0, 0};
+  s.Init(0, &init[0]);
+  s.Init(1, &init[1]);
+  EXPECT_TRUE(s.Skip(0, 0));
+  EXPECT_FALSE(s.Skip(0, 0));  // duplicate
+  EXPECT_EQ(s.updates_applied(), 0u);
+}
+
+TEST(ShardTest, UpdateWritesANewBufferWhileAReaderHoldsTheOld) {
+  ShardState s(Options(4), ChunkLayout(2, 2), {0});
+  std::vector<float> init = {1, 1}, g = {1, 1};
+  s.Init(0, init.data());
+  auto held = s.Read(0);  // an in-flight pull reply
+  s.Push(0, 0, 0, 0, g.data());
+  EXPECT_EQ(held.values[0], 1.0f);  // untouched
+  EXPECT_EQ(Values(s, 0)[0], 0.5f);
+  EXPECT_NE(s.Read(0).values.get(), held.values.get());
+  const float* before = s.Read(0).values.get();
+  s.Push(1, 0, 0, 1, g.data());  // nobody holds it now: in place
+  EXPECT_EQ(s.Read(0).values.get(), before);
+}
+
+}  // namespace
+}  // namespace geodesic::server

@@ -1,0 +1,86 @@
+#include "worker/model.h"
+
+#include <gtest/gtest.h>
+
+namespace geodesic::worker {
+namespace {
+
+TEST(ModelTest, ReferenceCnnHasTheDesignedSize) {
+  auto m = FlatModel::Create(ModelSpec{}, 1);
+  ASSERT_TRUE(m.ok());
+  // conv 1->32 5x5, conv 32->64 5x5, linear 1024->128, linear 128->10.
+  EXPECT_EQ((*m)->num_params(), 832 + 51264 + 131200 + 1290);
+  auto logits = (*m)->Forward(torch::zeros({3, 1, 28, 28}));
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{3, 10}));
+}
+
+TEST(ModelTest, ParametersAreViewsOfTheFlatVector) {
+  auto m = std::move(FlatModel::Create(ModelSpec{}, 1).value());
+  torch::Tensor x = torch::randn({2, 1, 28, 28});
+  torch::Tensor before = m->Forward(x).detach().clone();
+  m->params().zero_();
+  torch::Tensor after = m->Forward(x).detach();
+  EXPECT_FALSE(torch::allclose(before, after));
+  EXPECT_TRUE(torch::allclose(after, torch::zeros_like(after)));  // all weights and biases are zero
+}
+
+TEST(ModelTest, BackwardWritesIntoTheFlatGradBuffer) {
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.mlp_hidden = {16};
+  auto m = std::move(FlatModel::Create(spec, 1).value());
+  torch::Tensor g = m->NewGradBuffer();
+  auto loss = m->Forward(torch::randn({4, 1, 28, 28})).pow(2).sum();
+  loss.backward();
+  EXPECT_GT(g.abs().sum().item<double>(), 0.0);
+  // The same gradients, gathered the slow way.
+  std::vector<torch::Tensor> parts;
+  torch::Tensor g2 = m->NewGradBuffer();  // a fresh, zeroed buffer is rebound
+  EXPECT_EQ(g2.abs().sum().item<double>(), 0.0);
+  EXPECT_GT(g.abs().sum().item<double>(), 0.0);  // the old one is untouched
+}
+
+TEST(ModelTest, SameSeedSameInitAndSignature) {
+  auto a = std::move(FlatModel::Create(ModelSpec{}, 5).value());
+  auto b = std::move(FlatModel::Create(ModelSpec{}, 5).value());
+  EXPECT_TRUE(torch::equal(a->params(), b->params()));
+  EXPECT_EQ(a->signature().layout_digest(), b->signature().layout_digest());
+  ModelSpec mlp;
+  mlp.name = "mlp";
+  auto c = std::move(FlatModel::Create(mlp, 5).value());
+  EXPECT_NE(a->signature().layout_digest(), c->signature().layout_digest());
+  ModelSpec syn;
+  syn.name = "synthetic";
+  syn.synthetic_params = 1000;
+  auto d = std::move(FlatModel::Create(syn, 5).value());
+  EXPECT_EQ(d->num_params(), 1000);
+  EXPECT_FALSE(d->has_network());
+}
+
+TEST(ModelTest, EvaluateCountsCorrectPredictions) {
+  ModelSpec spec;
+  spec.name = "mlp";
+  auto m = std::move(FlatModel::Create(spec, 1).value());
+  m->params().zero_();  // every logit 0: argmax picks class 0
+  torch::Tensor x = torch::zeros({4, 1, 28, 28});
+  torch::Tensor y = torch::tensor({0, 0, 0, 3}, torch::kInt64);
+  EXPECT_DOUBLE_EQ(Evaluate(*m, x, y, 3), 0.75);
+}
+
+TEST(ModelTest, ImagesAreNormalized) {
+  ImageSet set;
+  set.count = 2;
+  set.rows = set.cols = 2;
+  set.pixels = {0, 255, 0, 0, 10, 10, 10, 10};
+  set.labels = {1, 2};
+  std::vector<int64_t> idx = {1};
+  auto img = ImagesTensor(set, &idx);
+  EXPECT_EQ(img.sizes(), (std::vector<int64_t>{1, 1, 2, 2}));
+  EXPECT_NEAR(img[0][0][0][0].item<float>(), (10 / 255.0 - kFashionMean) / kFashionStd, 1e-5);
+  EXPECT_EQ(LabelsTensor(set, &idx)[0].item<int64_t>(), 2);
+  auto all = ImagesTensor(set);
+  EXPECT_NEAR(all[0][0][0][1].item<float>(), (1.0 - kFashionMean) / kFashionStd, 1e-5);
+}
+
+}  // namespace
+}  // namespace geodesic::worker

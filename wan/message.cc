@@ -1,0 +1,197 @@
+#include "wan/message.h"
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace geodesic::wan {
+namespace {
+
+void ReleaseOwner(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+
+}  // namespace
+
+Payload CopyPayload(const void* data, size_t size) {
+  auto buf = std::shared_ptr<char[]>(new char[size > 0 ? size : 1]);
+  if (size) std::memcpy(buf.get(), data, size);
+  Payload p;
+  p.data = buf.get();
+  p.size = size;
+  p.owner = std::shared_ptr<const void>(buf, buf.get());
+  return p;
+}
+
+const float* Message::FrameFloats(size_t i, std::vector<float>* scratch) const {
+  const zmq::message_t& f = frames[i];
+  if (reinterpret_cast<uintptr_t>(f.data()) % alignof(float) == 0) return static_cast<const float*>(f.data());
+  scratch->resize(f.size() / sizeof(float));
+  std::memcpy(scratch->data(), f.data(), scratch->size() * sizeof(float));
+  return scratch->data();
+}
+
+Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options, TrafficCounters* counters)
+    : socket_(ctx, type), is_router_(type == zmq::socket_type::router), options_(std::move(options)),
+      counters_(counters) {
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
+  socket_.set(zmq::sockopt::sndhwm, options_.high_water_mark);
+  socket_.set(zmq::sockopt::rcvhwm, options_.high_water_mark);
+  socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
+  if (is_router_) socket_.set(zmq::sockopt::router_mandatory, 1);
+}
+
+Status Socket::Bind(const std::string& endpoint) {
+  try {
+    socket_.bind(endpoint);
+    endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Unavailable("cannot bind " + endpoint + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Socket::Connect(const std::string& endpoint) {
+  try {
+    socket_.connect(endpoint);
+    endpoint_ = endpoint;
+  } catch (const zmq::error_t& e) {
+    return InvalidArgument("cannot connect to " + endpoint + ": " + e.what());
+  }
+  return Status::Ok();
+}
+
+Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, const std::string& peer) {
+  header.set_protocol(kProtocolVersion);
+  header.set_job(options_.job);
+  header.set_sender_role(options_.role);
+  header.set_sender_id(options_.id);
+  header.set_payload_frames(static_cast<uint32_t>(payloads.size()));
+  size_t header_size = header.ByteSizeLong();
+  zmq::message_t head(header_size);
+  if (!header.SerializeToArray(head.data(), static_cast<int>(header_size)))
+    return Internal("cannot serialize " + BodyName(header) + " header");
+
+  size_t total = header_size;
+  try {
+    if (is_router_) {
+      if (peer.empty()) return Internal("send on a ROUTER socket needs a peer");
+      zmq::message_t id(peer.data(), peer.size());
+      if (!socket_.send(id, zmq::send_flags::sndmore)) return Unavailable("send timed out");
+    }
+    auto more = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+    if (!socket_.send(head, more)) {
+      counters_->send_failures++;
+      return Unavailable("send of " + BodyName(header) + " to " + endpoint_ + " timed out");
+    }
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      const Payload& p = payloads[i];
+      zmq::message_t frame;
+      if (p.owner && p.size > 0) {
+        auto* hint = new std::shared_ptr<const void>(p.owner);
+        frame.rebuild(const_cast<void*>(p.data), p.size, &ReleaseOwner, hint);
+      } else {
+        frame.rebuild(p.data, p.size);
+      }
+      total += p.size;
+      auto flags = i + 1 < payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      // Once the first frame is queued the rest cannot block (ZeroMQ queues
+      // whole multipart messages), so a failure here is a broken socket.
+      if (!socket_.send(frame, flags)) {
+        counters_->send_failures++;
+        return Unavailable("send of payload frame timed out");
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    counters_->send_failures++;
+    if (e.num() == EHOSTUNREACH) return Unavailable("peer of " + BodyName(header) + " is gone");
+    return Unavailable(std::string("send of ") + BodyName(header) + " failed: " + e.what());
+  }
+  counters_->bytes_sent += total;
+  counters_->messages_sent++;
+  return Status::Ok();
+}
+
+std::optional<Incoming> Socket::Receive() {
+  std::vector<zmq::message_t> parts;
+  try {
+    while (true) {
+      zmq::message_t part;
+      auto got = socket_.recv(part, parts.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+      if (!got) {
+        if (parts.empty()) return std::nullopt;
+        break;
+      }
+      bool more = part.more();
+      parts.push_back(std::move(part));
+      if (!more) break;
+    }
+  } catch (const zmq::error_t& e) {
+    if (parts.empty()) return std::nullopt;
+    Incoming in;
+    in.status = Unavailable(std::string("receive failed: ") + e.what());
+    return in;
+  }
+
+  Incoming in;
+  Message& m = in.message;
+  size_t first = 0;
+  if (is_router_) {
+    m.peer = parts[0].to_string();
+    first = 1;
+  }
+  for (size_t i = first; i < parts.size(); ++i) m.wire_bytes += parts[i].size();
+  counters_->bytes_received += m.wire_bytes;
+  counters_->messages_received++;
+
+  auto refuse = [&](Status s) -> std::optional<Incoming> {
+    counters_->messages_refused++;
+    in.status = std::move(s);
+    return std::move(in);
+  };
+  if (parts.size() <= first) return refuse(InvalidArgument("malformed message: no header frame"));
+  if (static_cast<int64_t>(m.wire_bytes) > options_.max_message_bytes)
+    return refuse(InvalidArgument("message of " + std::to_string(m.wire_bytes) + " bytes exceeds the limit of " +
+                                  std::to_string(options_.max_message_bytes)));
+  const zmq::message_t& head = parts[first];
+  if (head.size() > static_cast<size_t>(INT32_MAX) ||
+      !m.header.ParseFromArray(head.data(), static_cast<int>(head.size())))
+    return refuse(InvalidArgument("malformed header frame (" + std::to_string(head.size()) + " bytes)"));
+  if (m.header.protocol() != kProtocolVersion)
+    return refuse(InvalidArgument("protocol version " + std::to_string(m.header.protocol()) +
+                                  " is not ours (" + std::to_string(kProtocolVersion) + ")"));
+  if (!options_.job.empty() && m.header.job() != options_.job)
+    return refuse(InvalidArgument("message for job '" + m.header.job() + "', this is job '" + options_.job + "'"));
+  size_t payload_frames = parts.size() - first - 1;
+  if (m.header.payload_frames() != payload_frames)
+    return refuse(InvalidArgument("header declares " + std::to_string(m.header.payload_frames()) +
+                                  " payload frames, " + std::to_string(payload_frames) + " arrived"));
+  if (m.header.body_case() == wire::Header::BODY_NOT_SET)
+    return refuse(InvalidArgument("unknown message type (no known body in the header)"));
+  m.frames.reserve(payload_frames);
+  for (size_t i = first + 1; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
+  return in;
+}
+
+bool Socket::WaitReadable(int timeout_ms) {
+  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+  try {
+    zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms));
+  } catch (const zmq::error_t&) {
+    return false;  // EINTR: a signal arrived; the caller re-checks its stop flag
+  }
+  return item.revents & ZMQ_POLLIN;
+}
+
+wire::ErrorCode ToWire(Code code) { return static_cast<wire::ErrorCode>(static_cast<int>(code)); }
+Code FromWire(wire::ErrorCode code) {
+  int c = static_cast<int>(code);
+  if (c < 0 || c > static_cast<int>(Code::kInternal)) return Code::kInternal;
+  return static_cast<Code>(c);
+}
+
+std::string BodyName(const wire::Header& header) {
+  const auto* field = wire::Header::descriptor()->FindFieldByNumber(header.body_case());
+  return field ? field->name() : "unknown";
+}
+
+}  // namespace geodesic::wan

@@ -1,0 +1,116 @@
+// Framed messages over ZeroMQ: one protobuf Header frame plus raw payload
+// frames (see proto/geodesic.proto for the framing and validation rules).
+//
+// Socket wraps one zmq::socket_t. It stamps outgoing headers with the
+// protocol version, job and sender, sends payloads zero-copy (the bytes stay
+// owned by the Payload's `owner` until ZeroMQ's I/O thread has sent them),
+// and checks the framing of every incoming message before handing it out. A
+// Socket, like the ZeroMQ socket inside it, belongs to one thread; the
+// TrafficCounters it updates are atomic and may be shared and read anywhere.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+
+namespace geodesic::wan {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Bytes for one payload frame, kept alive by `owner` until sent.
+struct Payload {
+  const void* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;  // null: the bytes are copied at send time
+};
+
+// A payload that owns a private copy of `size` bytes at `data`.
+Payload CopyPayload(const void* data, size_t size);
+
+struct Message {
+  Message() = default;
+  Message(Message&&) = default;
+  Message& operator=(Message&&) = default;
+
+  std::string peer;  // ROUTER sockets: the sender's routing id; empty on DEALER
+  wire::Header header;
+  std::vector<zmq::message_t> frames;  // payload frames, in header order
+  size_t wire_bytes = 0;               // header + payload bytes as received
+
+  // Frame `i` as floats; the frame size must be a multiple of 4 (callers
+  // validate sizes first). ZeroMQ does not promise alignment, so this copies
+  // when the frame is misaligned.
+  const float* FrameFloats(size_t i, std::vector<float>* scratch) const;
+};
+
+// What arrived: a valid message (`status` OK), or one refused by the framing
+// checks, with as much of it as could be read (for an ErrorReply).
+struct Incoming {
+  Status status;
+  Message message;
+};
+
+struct TrafficCounters {
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> messages_sent{0};
+  std::atomic<uint64_t> messages_received{0};
+  std::atomic<uint64_t> messages_refused{0};  // failed framing or handler validation
+  std::atomic<uint64_t> send_failures{0};
+};
+
+struct SocketOptions {
+  std::string job;                  // stamped on sends; receives must match (empty: any)
+  wire::Role role = wire::ROLE_UNSPECIFIED;
+  int32_t id = -1;
+  int64_t max_message_bytes = 256 << 20;  // larger inbound messages are refused unread
+  int send_timeout_ms = 5000;       // a send that cannot queue by then fails as Unavailable
+  int high_water_mark = 10000;      // messages queued per peer before sends block
+};
+
+class Socket {
+ public:
+  Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options, TrafficCounters* counters);
+
+  // Binds; "tcp://127.0.0.1:*" picks a free port, see endpoint().
+  Status Bind(const std::string& endpoint);
+  Status Connect(const std::string& endpoint);
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Stamps and sends `header` followed by `payloads`. `peer` is required on
+  // ROUTER sockets and ignored elsewhere. Unavailable if the peer is gone or
+  // its queue stays full past send_timeout_ms.
+  Status Send(wire::Header header, const std::vector<Payload>& payloads, const std::string& peer = "");
+
+  // Takes one waiting message without blocking; nullopt when none waits.
+  std::optional<Incoming> Receive();
+
+  // Waits up to `timeout_ms` for a message to be readable.
+  bool WaitReadable(int timeout_ms);
+
+  zmq::socket_t& raw() { return socket_; }
+  const SocketOptions& options() const { return options_; }
+  TrafficCounters* counters() const { return counters_; }
+
+ private:
+  zmq::socket_t socket_;
+  bool is_router_;
+  SocketOptions options_;
+  TrafficCounters* counters_;
+  std::string endpoint_;
+};
+
+wire::ErrorCode ToWire(Code code);
+Code FromWire(wire::ErrorCode code);
+
+// Short name of a body, e.g. "push_request", for logs.
+std::string BodyName(const wire::Header& header);
+
+}  // namespace geodesic::wan

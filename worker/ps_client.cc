@@ -1,0 +1,372 @@
+#include "worker/ps_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/wait.h"
+#include "compression/codec.h"
+
+namespace geodesic::worker {
+
+PsClient::PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
+                   wan::TrafficCounters* counters, const Clock* clock)
+    : options_(std::move(options)), clock_(clock), ctx_(ctx), counters_(counters) {
+  auto map = server::ShardMap::FromWire(assignment.shard_map(), assignment.servers_size());
+  GD_CHECK(map.ok()) << map.status();
+  map_ = *map;
+  versions_.assign(map_.layout.num_chunks(), 0);
+  for (const auto& s : assignment.servers()) {
+    Shard shard;
+    shard.id = s.id();
+    shard.endpoint = s.endpoint();
+    shard.chunks = map_.ChunksOf(s.id());
+    shards_.push_back(std::move(shard));
+  }
+  std::sort(shards_.begin(), shards_.end(), [](const Shard& a, const Shard& b) { return a.id < b.id; });
+}
+
+Status PsClient::Connect() {
+  for (auto& s : shards_) {
+    wan::SocketOptions so{.job = options_.job,
+                          .role = options_.role,
+                          .id = options_.id,
+                          .max_message_bytes = options_.wire.max_message_bytes};
+    s.socket = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
+    GD_RETURN_IF_ERROR(s.socket->Connect(s.endpoint));
+  }
+  return Status::Ok();
+}
+
+void PsClient::Poll(int timeout_ms) {
+  std::vector<zmq::pollitem_t> items;
+  for (auto& s : shards_) items.push_back({s.socket->raw().handle(), 0, ZMQ_POLLIN, 0});
+  try {
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(timeout_ms));
+  } catch (const zmq::error_t&) {
+    return;  // interrupted by a signal; callers re-check their stop flag
+  }
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    if (!(items[i].revents & ZMQ_POLLIN)) continue;
+    for (int k = 0; k < 256; ++k) {
+      auto in = shards_[i].socket->Receive();
+      if (!in) break;
+      if (!in->status.ok()) {
+        GD_LOG(WARNING) << "server " << shards_[i].id << " sent a message we refuse: " << in->status;
+        continue;
+      }
+      OnMessage(static_cast<int>(i), in->message);
+    }
+  }
+}
+
+void PsClient::OnMessage(int shard, wan::Message& m) {
+  const wire::Header& h = m.header;
+  switch (h.body_case()) {
+    case wire::Header::kPullReply: {
+      const auto& r = h.pull_reply();
+      auto it = pulls_.find(r.clock());
+      if (it == pulls_.end()) return;  // answer to a pull we already completed (a resend)
+      PendingPull& p = it->second;
+      if (static_cast<size_t>(r.chunks_size()) != m.frames.size()) {
+        p.error = InvalidArgument("server " + std::to_string(shards_[shard].id) + " sent a malformed pull reply");
+        return;
+      }
+      for (int i = 0; i < r.chunks_size(); ++i) {
+        const auto& d = r.chunks(i);
+        if (d.chunk_id() >= p.got.size() || map_.owner[d.chunk_id()] != shards_[shard].id) {
+          p.error = InvalidArgument("server " + std::to_string(shards_[shard].id) + " sent chunk " +
+                                    std::to_string(d.chunk_id()) + " it does not own");
+          return;
+        }
+        if (d.num_elems() != map_.layout.Size(d.chunk_id())) {
+          p.error = InvalidArgument("server sent chunk " + std::to_string(d.chunk_id()) + " with " +
+                                    std::to_string(d.num_elems()) + " values, expected " +
+                                    std::to_string(map_.layout.Size(d.chunk_id())));
+          return;
+        }
+        Status s = compression::CheckPayloadSize(d.codec(), d.num_elems(), m.frames[i].size());
+        if (!s.ok()) {
+          p.error = s.Annotate("pull reply from server " + std::to_string(shards_[shard].id));
+          return;
+        }
+        if (p.got[d.chunk_id()]) continue;  // duplicate answer to a resent request
+        p.got[d.chunk_id()] = true;
+        --p.remaining;
+        p.data.emplace_back(d, std::move(m.frames[i]));
+      }
+      p.max_held_us = std::max<uint64_t>(p.max_held_us, r.held_us());
+      if (p.min_clock < 0 || r.min_clock() < p.min_clock) p.min_clock = r.min_clock();
+      p.last_progress = clock_->Now();
+      return;
+    }
+    case wire::Header::kPushAck: {
+      auto it = pushes_.find(h.request_id());
+      if (it == pushes_.end()) return;  // ack of a resend we already counted
+      const auto& ack = h.push_ack();
+      if (ack.dropped_chunks()) {
+        chunks_dropped_ += ack.dropped_chunks();
+        GD_LOG(WARNING) << "server " << shards_[shard].id << " dropped " << ack.dropped_chunks()
+                        << " chunk(s) of our push at clock " << ack.clock() << " (its round had closed)";
+      }
+      pushes_.erase(it);
+      return;
+    }
+    case wire::Header::kInitAck: {
+      init_acks_.erase(h.request_id());
+      return;
+    }
+    case wire::Header::kErrorReply: {
+      Status err(wan::FromWire(h.error_reply().code()),
+                 "server " + std::to_string(shards_[shard].id) + ": " + h.error_reply().message());
+      if (auto it = pushes_.find(h.request_id()); it != pushes_.end()) {
+        // The server refused the push whole; nothing of it was applied.
+        ++pushes_refused_;
+        GD_LOG(ERROR) << "push at clock " << it->second.clock << " refused: " << err;
+        pushes_.erase(it);
+        return;
+      }
+      if (init_acks_.erase(h.request_id())) {
+        init_errors_.push_back(err);
+        return;
+      }
+      for (auto& [clock, p] : pulls_)
+        for (uint64_t id : p.request_ids)
+          if (id == h.request_id()) p.error = err;
+      return;
+    }
+    default:
+      GD_LOG(WARNING) << "unexpected " << wan::BodyName(h) << " from server " << shards_[shard].id;
+  }
+}
+
+Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
+  init_errors_.clear();
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    Shard& s = shards_[si];
+    size_t i = 0;
+    while (i < s.chunks.size()) {
+      wire::Header h;
+      uint64_t id = next_request_++;
+      h.set_request_id(id);
+      auto* req = h.mutable_init_request();
+      std::vector<wan::Payload> payloads;
+      int64_t bytes = 0;
+      while (i < s.chunks.size()) {
+        uint32_t c = s.chunks[i];
+        int64_t size = static_cast<int64_t>(map_.layout.Size(c) * sizeof(float));
+        if (!payloads.empty() && bytes + size > options_.wire.message_bytes) break;
+        auto* d = req->add_chunks();
+        d->set_chunk_id(c);
+        d->set_codec(wire::FP32);
+        d->set_num_elems(map_.layout.Size(c));
+        payloads.push_back(wan::CopyPayload(params + map_.layout.Begin(c), static_cast<size_t>(size)));
+        bytes += size;
+        ++i;
+      }
+      GD_RETURN_IF_ERROR(s.socket->Send(h, payloads));
+      init_acks_[id] = static_cast<int>(si);
+    }
+  }
+  WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  TimePoint deadline = clock_->Now() + std::chrono::seconds(options_.timing.rpc_timeout_s);
+  while (!init_acks_.empty()) {
+    if (stop->load()) return Cancelled("stopped during init");
+    if (clock_->Now() > deadline) return DeadlineExceeded("no init acknowledgement from the servers");
+    if (report.Due())
+      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for "
+                   << init_acks_.size() << " init acknowledgement(s)";
+    Poll(50);
+  }
+  if (!init_errors_.empty()) return init_errors_.front().Annotate("init");
+  return Status::Ok();
+}
+
+Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
+  Shard& s = shards_[si];
+  wire::Header h;
+  uint64_t id = next_request_++;
+  h.set_request_id(id);
+  auto* req = h.mutable_pull_request();
+  req->set_clock(p.clock);
+  req->set_final(final);
+  for (uint32_t c : s.chunks)
+    if (!p.got[c]) req->add_chunk_ids(c);
+  p.request_ids[si] = id;
+  return s.socket->Send(h, {});
+}
+
+Status PsClient::RequestPull(int64_t clock, bool final) {
+  int64_t key = final ? -1 : clock;
+  PendingPull& p = pulls_[key];
+  p = PendingPull{};
+  p.clock = key;
+  p.requested = clock_->Now();
+  p.last_progress = p.requested;
+  p.got.assign(map_.layout.num_chunks(), false);
+  p.remaining = map_.layout.num_chunks();
+  p.request_ids.assign(shards_.size(), 0);
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    if (shards_[si].chunks.empty()) continue;
+    GD_RETURN_IF_ERROR(SendPullRequest(p, si, final));
+  }
+  return Status::Ok();
+}
+
+std::string PsClient::DescribeShardsMissing(const PendingPull& p) const {
+  std::string out;
+  for (const auto& s : shards_) {
+    size_t missing = 0;
+    for (uint32_t c : s.chunks) missing += !p.got[c];
+    if (!missing) continue;
+    out += (out.empty() ? "" : ", ") + std::string("server ") + std::to_string(s.id) + " (" + s.endpoint + ", " +
+           std::to_string(missing) + "/" + std::to_string(s.chunks.size()) + " chunks missing)";
+  }
+  return out;
+}
+
+void PsClient::ResendStale() {
+  TimePoint now = clock_->Now();
+  const Duration retry = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(options_.retry_after_s));
+  for (auto& [clock, p] : pulls_) {
+    if (p.remaining == 0 || now - p.last_progress < retry) continue;
+    for (size_t si = 0; si < shards_.size(); ++si) {
+      bool missing = false;
+      for (uint32_t c : shards_[si].chunks) missing |= !p.got[c];
+      if (missing) (void)SendPullRequest(p, si, clock < 0);
+    }
+    p.last_progress = now;
+  }
+  for (auto& [id, push] : pushes_) {
+    if (now - push.sent < retry) continue;
+    GD_LOG(WARNING) << "server " << shards_[push.shard].id << " (" << shards_[push.shard].endpoint
+                    << ") has not acknowledged our push at clock " << push.clock << " for "
+                    << static_cast<int>(Seconds(now - push.sent)) << " s; resending";
+    (void)shards_[push.shard].socket->Send(push.header, push.payloads);
+    push.sent = now;
+  }
+}
+
+StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
+                                        const std::function<std::string()>& describe) {
+  int64_t key = final ? -1 : clock;
+  auto it = pulls_.find(key);
+  if (it == pulls_.end()) return FailedPrecondition("no pull requested for clock " + std::to_string(clock));
+  TimePoint entered = clock_->Now();
+  TimePoint deadline = entered + std::chrono::seconds(options_.timing.rpc_timeout_s);
+  WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  while (it->second.remaining > 0 && it->second.error.ok()) {
+    if (stop->load()) return Cancelled("stopped while waiting for a pull");
+    if (clock_->Now() > deadline)
+      return DeadlineExceeded("pull at clock " + std::to_string(clock) + " unanswered after " +
+                              std::to_string(options_.timing.rpc_timeout_s) + " s by " +
+                              DescribeShardsMissing(it->second));
+    if (report.Due()) {
+      std::string why = describe ? describe() : "";
+      GD_LOG(INFO) << (options_.role == wire::WORKER ? "worker " : "evaluator ") << options_.id << " waiting "
+                   << static_cast<int>(report.ElapsedSeconds()) << " s for pull at clock " << clock << " from "
+                   << DescribeShardsMissing(it->second) << (why.empty() ? "" : "; " + why);
+    }
+    Poll(20);
+    ResendStale();
+  }
+  PendingPull p = std::move(it->second);
+  pulls_.erase(it);
+  if (!p.error.ok()) return p.error;
+  for (auto& [d, frame] : p.data) {
+    GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(),
+                                           params + map_.layout.Begin(d.chunk_id()), d.num_elems()));
+    versions_[d.chunk_id()] = d.version();
+  }
+  TimePoint done = clock_->Now();
+  PullTiming t;
+  t.wait_seconds = Seconds(done - entered);
+  // The servers held the request for max_held_us after it arrived (about
+  // when it was sent); the part of that hold after we started waiting is
+  // time lost to the staleness bound, the rest of the wait is the network.
+  TimePoint held_until = p.requested + std::chrono::microseconds(p.max_held_us);
+  t.bound_seconds = std::clamp(Seconds(held_until - entered), 0.0, t.wait_seconds);
+  t.min_clock = p.min_clock;
+  return t;
+}
+
+Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner) {
+  TimePoint now = clock_->Now();
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    Shard& s = shards_[si];
+    size_t i = 0;
+    while (i < s.chunks.size()) {
+      wire::Header h;
+      uint64_t id = next_request_++;
+      h.set_request_id(id);
+      auto* req = h.mutable_push_request();
+      req->set_clock(clock);
+      std::vector<wan::Payload> payloads;
+      int64_t bytes = 0;
+      while (i < s.chunks.size()) {
+        uint32_t c = s.chunks[i];
+        int64_t size = static_cast<int64_t>(map_.layout.Size(c) * sizeof(float));
+        if (!payloads.empty() && bytes + size > options_.wire.message_bytes) break;
+        auto* d = req->add_chunks();
+        d->set_chunk_id(c);
+        d->set_codec(wire::FP32);
+        d->set_num_elems(map_.layout.Size(c));
+        d->set_version(versions_[c]);
+        payloads.push_back(wan::Payload{grad + map_.layout.Begin(c), static_cast<size_t>(size), owner});
+        bytes += size;
+        ++i;
+      }
+      GD_RETURN_IF_ERROR(s.socket->Send(h, payloads).Annotate("push to server " + std::to_string(s.id)));
+      pushes_[id] = PendingPush{static_cast<int>(si), clock, std::move(h), std::move(payloads), now};
+    }
+  }
+  return Status::Ok();
+}
+
+Status PsClient::PushSkipped(int64_t clock) {
+  TimePoint now = clock_->Now();
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    if (shards_[si].chunks.empty()) continue;
+    wire::Header h;
+    uint64_t id = next_request_++;
+    h.set_request_id(id);
+    h.mutable_push_request()->set_clock(clock);
+    h.mutable_push_request()->set_skipped(true);
+    GD_RETURN_IF_ERROR(shards_[si].socket->Send(h, {}));
+    pushes_[id] = PendingPush{static_cast<int>(si), clock, std::move(h), {}, now};
+  }
+  return Status::Ok();
+}
+
+StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop) {
+  auto unacked_clocks = [&] {
+    std::vector<int64_t> clocks;
+    for (const auto& [id, p] : pushes_) clocks.push_back(p.clock);
+    std::sort(clocks.begin(), clocks.end());
+    return static_cast<size_t>(std::unique(clocks.begin(), clocks.end()) - clocks.begin());
+  };
+  Poll(0);
+  if (unacked_clocks() <= max_unacked_clocks) return 0.0;
+  TimePoint entered = clock_->Now();
+  TimePoint deadline = entered + std::chrono::seconds(options_.timing.rpc_timeout_s);
+  WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  while (unacked_clocks() > max_unacked_clocks) {
+    if (stop->load()) return Cancelled("stopped while waiting for push acknowledgements");
+    if (clock_->Now() > deadline)
+      return DeadlineExceeded(std::to_string(pushes_.size()) + " push message(s) unacknowledged after " +
+                              std::to_string(options_.timing.rpc_timeout_s) + " s");
+    if (report.Due()) {
+      std::map<int, int> per_shard;
+      for (const auto& [id, p] : pushes_) per_shard[shards_[p.shard].id]++;
+      std::string who;
+      for (const auto& [s, n] : per_shard) who += " server " + std::to_string(s) + " (" + std::to_string(n) + ")";
+      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds())
+                   << " s for push acknowledgements from" << who;
+    }
+    Poll(20);
+    ResendStale();
+  }
+  return Seconds(clock_->Now() - entered);
+}
+
+}  // namespace geodesic::worker

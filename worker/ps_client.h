@@ -1,0 +1,132 @@
+// PsClient: a worker's (or the evaluator's) connection to every server
+// shard. It cuts the flat parameter vector into the shard map's chunks,
+// batches each shard's chunks into messages of at most wire.message_bytes,
+// and keeps requests and replies matched.
+//
+// Pulls are split in two so they overlap compute: RequestPull(c) sends the
+// requests and returns; WaitPull(c) later collects the replies (which
+// ZeroMQ's I/O thread received in the meantime) into the caller's buffer.
+// Pushes send gradient bytes zero-copy; `owner` keeps them alive until
+// ZeroMQ has sent them. Unanswered requests are resent after a retry
+// interval (servers treat duplicates idempotently), and every wait has a
+// deadline and reports who it waits for. Torch-free. Not synchronized: one
+// thread (the training thread) owns a PsClient and its sockets.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/job.h"
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+#include "server/chunking.h"
+#include "wan/message.h"
+
+namespace geodesic::worker {
+
+struct PsClientOptions {
+  std::string job;
+  wire::Role role = wire::WORKER;
+  int id = 0;
+  WireSpec wire;
+  MembershipSpec timing;
+  double retry_after_s = 5.0;  // resend a request unanswered this long
+};
+
+struct PullTiming {
+  double wait_seconds = 0;       // time WaitPull blocked
+  double bound_seconds = 0;      // part of it the servers held the request for the staleness bound
+  int64_t min_clock = -1;        // slowest live worker's clock, as the replies reported
+};
+
+class PsClient {
+ public:
+  PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
+           wan::TrafficCounters* counters, const Clock* clock);
+
+  Status Connect();
+  const server::ShardMap& shard_map() const { return map_; }
+  uint64_t num_params() const { return map_.layout.num_params(); }
+
+  // Offers initial parameter values to every shard and waits until each
+  // acknowledged. Shards keep the first values they get, so every worker
+  // may call this and all start from the same model.
+  Status Init(const float* params, const std::atomic<bool>* stop);
+
+  // Asks every shard for its chunks as of clock `clock` (final: skip the bound).
+  Status RequestPull(int64_t clock, bool final = false);
+  // Blocks until every chunk of pull `clock` has arrived, then copies the
+  // values into params[0, num_params). `describe` explains a long wait
+  // ("blocked at clock 17 by worker 5 at clock 14") in the periodic report.
+  StatusOr<PullTiming> WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
+                                const std::function<std::string()>& describe = {});
+
+  // Sends the gradient of step `clock` (num_params values) to the shards.
+  Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner);
+  // Tells every shard this worker finished `clock` without a gradient.
+  Status PushSkipped(int64_t clock);
+  // Blocks until at most `max_unacked_clocks` clocks still await push
+  // acknowledgements; returns the seconds it blocked.
+  StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);
+
+  uint64_t pushes_refused() const { return pushes_refused_; }
+  uint64_t chunks_dropped() const { return chunks_dropped_; }
+
+ private:
+  struct Shard {
+    int id = 0;
+    std::string endpoint;
+    std::vector<uint32_t> chunks;
+    std::unique_ptr<wan::Socket> socket;
+  };
+  struct PendingPull {
+    int64_t clock = 0;
+    TimePoint requested{};
+    std::vector<uint64_t> request_ids;  // per shard
+    size_t remaining = 0;
+    std::vector<bool> got;              // per chunk id
+    std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;
+    uint64_t max_held_us = 0;
+    int64_t min_clock = -1;
+    TimePoint last_progress{};
+    Status error;
+  };
+  struct PendingPush {
+    int shard = 0;
+    int64_t clock = 0;
+    wire::Header header;
+    std::vector<wan::Payload> payloads;
+    TimePoint sent{};
+  };
+
+  // Receives and dispatches whatever waits, blocking up to `timeout_ms`.
+  void Poll(int timeout_ms);
+  void OnMessage(int shard, wan::Message& m);
+  Status SendPullRequest(PendingPull& p, size_t shard, bool final);
+  void ResendStale();
+  std::string DescribeShardsMissing(const PendingPull& p) const;
+
+  PsClientOptions options_;
+  const Clock* clock_;
+  zmq::context_t& ctx_;
+  wan::TrafficCounters* counters_;
+  server::ShardMap map_;
+  std::vector<Shard> shards_;
+  std::vector<uint64_t> versions_;  // per chunk: version of the values we hold
+  std::map<int64_t, PendingPull> pulls_;
+  std::map<uint64_t, PendingPush> pushes_;  // by request id
+  std::map<uint64_t, int> init_acks_;       // request id -> shard, while Init waits
+  std::vector<Status> init_errors_;
+  uint64_t next_request_ = 1;
+  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0;
+  std::vector<float> scratch_;
+};
+
+}  // namespace geodesic::worker

@@ -1,0 +1,75 @@
+#include "worker/snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/files.h"
+#include "common/log.h"
+
+namespace geodesic::worker {
+namespace {
+
+constexpr char kMagic[8] = {'G', 'D', 'S', 'N', 'A', 'P', '0', '1'};
+constexpr size_t kHeader = 8 + 8 + 8 + 8;
+
+Status ReadHeader(std::ifstream& in, const std::string& path, SnapshotInfo* info, int64_t* count) {
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return DataLoss(path + ": not a snapshot");
+  if (!in.read(reinterpret_cast<char*>(&info->step), 8) || !in.read(reinterpret_cast<char*>(&info->seconds), 8) ||
+      !in.read(reinterpret_cast<char*>(count), 8))
+    return DataLoss(path + ": truncated snapshot header");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const float* values, int64_t n) {
+  std::string data(kHeader + static_cast<size_t>(n) * sizeof(float), '\0');
+  char* p = data.data();
+  std::memcpy(p, kMagic, 8);
+  std::memcpy(p + 8, &step, 8);
+  std::memcpy(p + 16, &seconds, 8);
+  std::memcpy(p + 24, &n, 8);
+  std::memcpy(p + kHeader, values, static_cast<size_t>(n) * sizeof(float));
+  char name[64];
+  std::snprintf(name, sizeof(name), "/snap-%010lld.bin", static_cast<long long>(step));
+  return WriteFileAtomic(dir + name, data);
+}
+
+std::vector<SnapshotInfo> ListSnapshots(const std::string& dir) {
+  std::vector<SnapshotInfo> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::string path = e.path().string();
+    if (e.path().extension() != ".bin" || e.path().filename().string().rfind("snap-", 0) != 0) continue;
+    std::ifstream in(path, std::ios::binary);
+    SnapshotInfo info;
+    info.path = path;
+    int64_t count = 0;
+    Status s = ReadHeader(in, path, &info, &count);
+    if (!s.ok()) {
+      GD_LOG(WARNING) << "skipping snapshot: " << s;
+      continue;
+    }
+    out.push_back(info);
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotInfo& a, const SnapshotInfo& b) { return a.step < b.step; });
+  return out;
+}
+
+Status ReadSnapshot(const std::string& path, int64_t n, std::vector<float>* values) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot open " + path);
+  SnapshotInfo info;
+  int64_t count = 0;
+  GD_RETURN_IF_ERROR(ReadHeader(in, path, &info, &count));
+  if (count != n) return DataLoss(path + ": holds " + std::to_string(count) + " values, model has " + std::to_string(n));
+  values->resize(static_cast<size_t>(n));
+  if (!in.read(reinterpret_cast<char*>(values->data()), n * static_cast<int64_t>(sizeof(float))))
+    return DataLoss(path + ": truncated snapshot");
+  return Status::Ok();
+}
+
+}  // namespace geodesic::worker

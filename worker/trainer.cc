@@ -1,0 +1,366 @@
+#include "worker/trainer.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "common/wait.h"
+#include "compression/codec.h"
+#include "server/member_client.h"
+#include "worker/batcher.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+#include "worker/snapshot.h"
+
+namespace geodesic::worker {
+namespace {
+
+// What the training thread shares with the heartbeat thread and the stats file.
+struct Progress {
+  std::mutex mu;
+  int64_t clock = 0;  // steps pushed
+  bool done = false;
+  wire::WorkerProgress p;  // guarded by mu
+};
+
+server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
+                                       const wire::ModelSignature& sig) {
+  server::MemberOptions mo;
+  mo.job = job.name;
+  mo.role = role;
+  mo.id = id;
+  mo.coordinator = coordinator;
+  mo.region = role == wire::WORKER ? job.RegionOfWorker(id).name : job.CoordinatorRegion().name;
+  mo.model = sig;
+  mo.timing = job.membership;
+  return mo;
+}
+
+PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
+  PsClientOptions po;
+  po.job = job.name;
+  po.role = role;
+  po.id = id;
+  po.wire = job.wire;
+  po.timing = job.membership;
+  po.retry_after_s = std::max(5.0, 2.0 * job.membership.lease_ms / 1000.0);
+  return po;
+}
+
+torch::Device PickDevice(const std::string& want) {
+  if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available()) GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
+    else return torch::kCUDA;
+  }
+  return torch::kCPU;
+}
+
+}  // namespace
+
+int64_t StepsPerWorker(const JobSpec& job, int64_t train_samples) {
+  if (job.training.steps > 0) return job.training.steps;
+  double total = job.training.epochs * static_cast<double>(train_samples);
+  double per_step = static_cast<double>(job.NumWorkers()) * job.data.batch_size;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
+}
+
+Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+  const JobSpec& job = options.job;
+  const Clock* clock = RealClock::Get();
+  torch::set_num_threads(job.training.threads);
+  torch::Device device = PickDevice(job.training.device);
+  if (device.is_cuda()) GD_LOG(WARNING) << "cuda training keeps parameters on the host between steps";
+  device = torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
+
+  // Data first: a missing dataset should fail before we join the job.
+  bool synthetic = job.model.name == "synthetic";
+  torch::Tensor images, labels;
+  std::unique_ptr<BatchSampler> sampler;
+  int64_t train_samples = 60000;
+  if (!synthetic) {
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
+    train_samples = train.count;
+    std::vector<int64_t> part = IidPartition(train.count, job.NumWorkers(), options.id, job.seed);
+    // Keep only this worker's partition, renumbered 0..n-1.
+    images = ImagesTensor(train, &part);
+    labels = LabelsTensor(train, &part);
+    std::vector<int64_t> local(part.size());
+    for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int64_t>(i);
+    sampler = std::make_unique<BatchSampler>(std::move(local), job.data.batch_size, SamplerSeed(job.seed, options.id));
+    GD_LOG(INFO) << "partition: " << part.size() << " of " << train.count << " training samples (iid)";
+  }
+  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, device));
+  const int64_t n = model->num_params();
+  const int64_t steps = StepsPerWorker(job, train_samples);
+
+  wan::TrafficCounters counters;
+  server::MemberClient member(ctx, MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator,
+                                                    model->signature()),
+                              &counters, clock);
+  GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
+  PsClient ps(ctx, PsOptionsFor(job, wire::WORKER, options.id), assignment, &counters, clock);
+  GD_RETURN_IF_ERROR(ps.Connect());
+  if (ps.num_params() != static_cast<uint64_t>(n))
+    return FailedPrecondition("shard map has " + std::to_string(ps.num_params()) + " parameters, model has " +
+                              std::to_string(n));
+  GD_RETURN_IF_ERROR(ps.Init(model->params().data_ptr<float>(), stop));
+
+  Progress progress;
+  progress.clock = assignment.start_clock();
+  progress.p.set_target_steps(steps);
+  member.Start([&progress](wire::Heartbeat* hb) {
+    std::lock_guard<std::mutex> lock(progress.mu);
+    hb->set_clock(progress.clock);
+    hb->set_done(progress.done);
+    *hb->mutable_worker() = progress.p;
+  });
+
+  const int64_t bound = job.training.staleness_bound;
+  auto describe_block = [&]() -> std::string {
+    server::MembershipView v = member.view();
+    if (!v.valid || v.live.empty()) return "";
+    size_t slow = 0;
+    for (size_t i = 1; i < v.live.size(); ++i)
+      if (v.clocks[i] < v.clocks[slow]) slow = i;
+    std::lock_guard<std::mutex> lock(progress.mu);
+    return "worker " + std::to_string(options.id) + " at clock " + std::to_string(progress.clock) +
+           "; slowest live worker " + std::to_string(v.live[slow]) + " at clock " + std::to_string(v.clocks[slow]) +
+           " (bound " + std::to_string(bound) + ")";
+  };
+
+  int64_t c = assignment.start_clock();
+  GD_RETURN_IF_ERROR(ps.RequestPull(c));
+  GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
+  (void)first;
+
+  GD_LOG(INFO) << "training " << (steps - c) << " steps of batch " << job.data.batch_size << " ("
+               << job.model.name << ", " << n << " parameters, staleness bound " << bound << ")";
+  const TimePoint start = clock->Now();
+  TimePoint last_snapshot = start - std::chrono::hours(1);
+  double compute_s = 0, comm_s = 0, wait_s = 0, loss_ema = -1, acc_ema = -1;
+  int64_t samples = 0, skipped = 0;
+  std::vector<torch::Tensor> synthetic_grads;
+  auto save_snapshot = [&](int64_t step) {
+    if (options.id != 0 || options.snapshot_dir.empty() || synthetic) return;
+    Status s = WriteSnapshot(options.snapshot_dir, step, Seconds(clock->Now() - start),
+                             model->params().data_ptr<float>(), n);
+    if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
+  };
+  auto write_stats = [&](bool final) {
+    if (options.stats_file.empty()) return;
+    nlohmann::json j;
+    j["role"] = "worker";
+    j["id"] = options.id;
+    j["finished"] = final;
+    j["bytes_sent"] = counters.bytes_sent.load();
+    j["bytes_received"] = counters.bytes_received.load();
+    j["messages_sent"] = counters.messages_sent.load();
+    j["messages_received"] = counters.messages_received.load();
+    j["steps"] = c - assignment.start_clock();
+    j["samples"] = samples;
+    j["skipped_steps"] = skipped;
+    j["pushes_refused"] = ps.pushes_refused();
+    j["training_seconds"] = Seconds(clock->Now() - start);
+    j["compute_seconds"] = compute_s;
+    j["comm_seconds"] = comm_s;
+    j["wait_seconds"] = wait_s;
+    j["loss"] = loss_ema;
+    j["train_accuracy"] = acc_ema;
+    Status s = WriteFileAtomic(options.stats_file, j.dump(2));
+    if (!s.ok()) GD_LOG(WARNING) << s;
+  };
+  TimePoint last_stats = start;
+
+  for (; c < steps; ++c) {
+    if (stop->load()) break;
+    const bool more = c + 1 < steps;
+    if (more) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));  // prefetch: overlaps the compute below
+
+    TimePoint t0 = clock->Now();
+    if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
+      save_snapshot(c);
+      last_snapshot = t0;
+    }
+    torch::Tensor grad = model->NewGradBuffer();
+    bool usable = true;
+    if (synthetic) {
+      if (synthetic_grads.empty())
+        for (int k = 0; k < 4; ++k) synthetic_grads.push_back(torch::randn({n}) * 1e-3);
+      grad.copy_(synthetic_grads[c % synthetic_grads.size()]);
+    } else {
+      const std::vector<int64_t>& idx = sampler->Next();
+      torch::Tensor sel = torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())},
+                                           torch::kInt64);
+      torch::Tensor x = images.index_select(0, sel), y = labels.index_select(0, sel);
+      torch::Tensor logits = model->Forward(x);
+      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+      loss.backward();
+      double l = loss.item<double>();
+      double acc = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+      usable = std::isfinite(l) && compression::CountNonFinite(grad.data_ptr<float>(), n) == 0;
+      if (usable) {
+        loss_ema = loss_ema < 0 ? l : 0.95 * loss_ema + 0.05 * l;
+        acc_ema = acc_ema < 0 ? acc : 0.95 * acc_ema + 0.05 * acc;
+      }
+      samples += static_cast<int64_t>(idx.size());
+    }
+    TimePoint t1 = clock->Now();
+    compute_s += Seconds(t1 - t0);
+
+    if (usable) {
+      auto owner = std::make_shared<torch::Tensor>(grad);
+      GD_RETURN_IF_ERROR(ps.Push(c, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
+    } else {
+      ++skipped;
+      GD_LOG(ERROR) << "step " << c << ": loss or gradient is not finite; skipping this step's push";
+      GD_RETURN_IF_ERROR(ps.PushSkipped(c));
+    }
+    // Keep at most two clocks of pushes unacknowledged, bounding memory.
+    GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(2, stop));
+    (void)acked_wait;
+    comm_s += Seconds(clock->Now() - t1);  // sending the push and any ack wait
+    if (more) {
+      GD_ASSIGN_OR_RETURN(PullTiming t,
+                          ps.WaitPull(c + 1, false, model->params().data_ptr<float>(), stop, describe_block));
+      wait_s += t.bound_seconds;
+      comm_s += t.wait_seconds - t.bound_seconds;
+    }
+    {
+      std::lock_guard<std::mutex> lock(progress.mu);
+      progress.clock = c + 1;
+      auto& p = progress.p;
+      p.set_steps(c + 1 - assignment.start_clock());
+      p.set_samples(samples);
+      p.set_loss(loss_ema);
+      p.set_train_accuracy(acc_ema);
+      p.set_compute_seconds(compute_s);
+      p.set_comm_seconds(comm_s);
+      p.set_wait_seconds(wait_s);
+    }
+    if (Seconds(clock->Now() - last_stats) > 2.0) {
+      write_stats(false);
+      last_stats = clock->Now();
+    }
+  }
+  if (stop->load()) {
+    write_stats(false);
+    return Cancelled("stopped at clock " + std::to_string(c));
+  }
+  GD_ASSIGN_OR_RETURN(double final_wait, ps.WaitAcks(0, stop));
+  comm_s += final_wait;
+  // The model as this worker last saw it closes the accuracy curve.
+  save_snapshot(c);
+  double seconds = Seconds(clock->Now() - start);
+  {
+    std::lock_guard<std::mutex> lock(progress.mu);
+    progress.done = true;
+    progress.p.set_comm_seconds(comm_s);
+  }
+  write_stats(true);
+  GD_LOG(INFO) << "done: " << (c - assignment.start_clock()) << " steps, " << samples << " samples in " << seconds
+               << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
+               << " s)";
+  // Make sure the coordinator heard "done" before we leave.
+  uint64_t seen = member.replies();
+  WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));
+  TimePoint deadline = clock->Now() + Millis(job.membership.lease_ms * 2);
+  while (member.replies() < seen + 2 && clock->Now() < deadline && !stop->load()) {
+    if (report.Due()) GD_LOG(INFO) << "waiting for the coordinator to note that we are done";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  member.Stop(true);
+  return Status::Ok();
+}
+
+Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+  const JobSpec& job = options.job;
+  const Clock* clock = RealClock::Get();
+  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed));
+  torch::Tensor images, labels;
+  if (model->has_network()) {
+    GD_ASSIGN_OR_RETURN(ImageSet test, LoadFashionMnist(job.data.path, "test"));
+    images = ImagesTensor(test);
+    labels = LabelsTensor(test);
+    if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
+      images = images.narrow(0, 0, job.eval.test_samples);
+      labels = labels.narrow(0, 0, job.eval.test_samples);
+    }
+  }
+  wan::TrafficCounters counters;
+  server::MemberClient member(ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature()),
+                              &counters, clock);
+  GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
+  member.Start(nullptr);
+  PsClient ps(ctx, PsOptionsFor(job, wire::EVALUATOR, 0), assignment, &counters, clock);
+  GD_RETURN_IF_ERROR(ps.Connect());
+
+  // Wait, without a deadline (training takes as long as it takes), until
+  // every worker is done or dead; report what we wait for.
+  const int workers = job.NumWorkers();
+  WaitReporter report(clock, std::chrono::seconds(30));
+  while (!stop->load()) {
+    server::MembershipView v = member.view();
+    if (v.valid && v.done + v.dead >= workers) break;
+    if (report.Due()) {
+      std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " +
+                         std::to_string(workers) + " workers done, " + std::to_string(v.dead) + " dead";
+      if (v.seconds_since_reply > job.membership.lease_ms / 1000.0)
+        line += "; coordinator silent for " + std::to_string(static_cast<int>(v.seconds_since_reply)) + " s";
+      GD_LOG(INFO) << line;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (stop->load()) return Cancelled("stopped before training ended");
+  server::MembershipView end_view = member.view();
+
+  GD_RETURN_IF_ERROR(ps.RequestPull(0, /*final=*/true));
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, model->params().data_ptr<float>(), stop));
+  (void)t;
+  nlohmann::json result;
+  result["workers_done"] = end_view.done;
+  result["workers_dead"] = end_view.dead;
+  result["num_params"] = model->num_params();
+  if (!options.dump_params.empty()) {
+    std::string raw(reinterpret_cast<const char*>(model->params().data_ptr<float>()),
+                    static_cast<size_t>(model->num_params()) * sizeof(float));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(options.dump_params, raw));
+  }
+  if (model->has_network()) {
+    torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    TimePoint e0 = clock->Now();
+    double acc = Evaluate(*model, images, labels);
+    result["test_accuracy"] = acc;
+    result["test_samples"] = images.size(0);
+    GD_LOG(INFO) << "final model: test accuracy " << acc << " on " << images.size(0) << " samples";
+    nlohmann::json curve = nlohmann::json::array();
+    std::vector<float> values;
+    std::optional<double> to_target;
+    for (const auto& snap : ListSnapshots(options.snapshot_dir)) {
+      if (stop->load()) return Cancelled("stopped while evaluating snapshots");
+      Status s = ReadSnapshot(snap.path, model->num_params(), &values);
+      if (!s.ok()) {
+        GD_LOG(WARNING) << s;
+        continue;
+      }
+      std::memcpy(model->params().data_ptr<float>(), values.data(), values.size() * sizeof(float));
+      double a = Evaluate(*model, images, labels);
+      curve.push_back({snap.seconds, snap.step, a});
+      if (!to_target && a >= job.eval.target_accuracy) to_target = snap.seconds;
+    }
+    result["accuracy_curve"] = curve;
+    result["target_accuracy"] = job.eval.target_accuracy;
+    result["seconds_to_target"] = to_target ? nlohmann::json(*to_target) : nlohmann::json(nullptr);
+    GD_LOG(INFO) << "evaluated " << curve.size() << " snapshots in " << Seconds(clock->Now() - e0) << " s";
+  }
+  GD_RETURN_IF_ERROR(WriteFileAtomic(options.result_file, result.dump(2)));
+  member.Stop(true);
+  return Status::Ok();
+}
+
+}  // namespace geodesic::worker

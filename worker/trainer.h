@@ -1,0 +1,49 @@
+// The worker and evaluator processes.
+//
+// RunWorker trains one worker: it loads its partition of Fashion-MNIST,
+// builds the model, joins the job, offers initial values, and then loops
+// pull -> compute -> push with the next pull already in flight while it
+// computes. Worker 0 also saves parameter snapshots for the accuracy curve.
+//
+// RunEvaluator waits for every worker to finish (or die), pulls the final
+// model, evaluates it and the snapshots on the test set, and writes the
+// result JSON the launcher folds into the job summary.
+//
+// Threading: the calling thread trains (it owns the server sockets); a
+// MemberClient thread heartbeats. Torch-free header.
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <zmq.hpp>
+
+#include "common/job.h"
+#include "common/status.h"
+
+namespace geodesic::worker {
+
+struct WorkerProcessOptions {
+  JobSpec job;
+  int id = 0;
+  std::string coordinator;
+  std::string stats_file;    // stats JSON, written periodically and at exit
+  std::string snapshot_dir;  // worker 0: where parameter snapshots go (empty: none)
+};
+
+Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
+
+struct EvaluatorOptions {
+  JobSpec job;
+  std::string coordinator;
+  std::string snapshot_dir;  // snapshots written by worker 0
+  std::string result_file;   // result JSON
+  std::string dump_params;   // if set, the final parameters as raw float32
+};
+
+Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
+
+// Steps each worker runs for a job (training.steps, or epochs over the
+// training set shared by all workers).
+int64_t StepsPerWorker(const JobSpec& job, int64_t train_samples);
+
+}  // namespace geodesic::worker
