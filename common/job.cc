@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -205,6 +206,19 @@ const RegionSpec& JobSpec::RegionOfWorker(int id) const {
   return regions.back();
 }
 
+int64_t JobSpec::StepsPerWorker() const {
+  if (training.steps > 0) return training.steps;
+  double total = training.epochs * static_cast<double>(kFashionTrainSamples);
+  double per_step = static_cast<double>(std::max(1, NumWorkers())) * data.batch_size;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
+}
+
+double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t clocks) {
+  if (spec.schedule != "cosine" || clocks <= 0) return 1.0;
+  double t = std::clamp(static_cast<double>(clock) / static_cast<double>(clocks), 0.0, 1.0);
+  return 0.5 * (1.0 + std::cos(M_PI * t));
+}
+
 const RegionSpec& JobSpec::CoordinatorRegion() const {
   for (const auto& r : regions)
     if (r.name == coordinator_region) return r;
@@ -291,7 +305,10 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("beta1", &o.beta1);
     r.Get("beta2", &o.beta2);
     r.Get("eps", &o.eps);
+    r.Get("schedule", &o.schedule);
     r.Finish();
+    Check(o.schedule == "constant" || o.schedule == "cosine", &errors, "optimizer.schedule",
+          "'" + o.schedule + "' is not a schedule; use constant or cosine");
     Check(o.name == "sgd" || o.name == "adam", &errors, "optimizer.name",
           "'" + o.name + "' is not an optimizer; use sgd or adam");
     Check(Finite(o.lr) && o.lr > 0 && o.lr < 1e3, &errors, "optimizer.lr", "must be in (0, 1000)");
@@ -311,6 +328,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("staleness_scaling", &t.staleness_scaling);
     r.Get("device", &t.device);
     r.Get("threads", &t.threads);
+    r.Get("prefetch", &t.prefetch);
     r.Finish();
     Check(t.steps >= 0, &errors, "training.steps", "must be >= 0");
     Check(t.steps > 0 || (Finite(t.epochs) && t.epochs > 0 && t.epochs <= 10000), &errors, "training.epochs",
@@ -425,6 +443,7 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "beta1" << YAML::Value << job.optimizer.beta1;
   out << YAML::Key << "beta2" << YAML::Value << job.optimizer.beta2;
   out << YAML::Key << "eps" << YAML::Value << job.optimizer.eps;
+  out << YAML::Key << "schedule" << YAML::Value << job.optimizer.schedule;
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "epochs" << YAML::Value << job.training.epochs;
@@ -433,6 +452,7 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "staleness_scaling" << YAML::Value << job.training.staleness_scaling;
   out << YAML::Key << "device" << YAML::Value << job.training.device;
   out << YAML::Key << "threads" << YAML::Value << job.training.threads;
+  out << YAML::Key << "prefetch" << YAML::Value << job.training.prefetch;
   out << YAML::EndMap;
   out << YAML::Key << "wire" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "chunk_bytes" << YAML::Value << job.wire.chunk_bytes;

@@ -41,6 +41,9 @@ struct OptimizerSpec {
   double beta1 = 0.9;   // adam only
   double beta2 = 0.999;
   double eps = 1e-8;
+  // Learning-rate schedule over the job's clocks: "constant", or "cosine"
+  // (lr * (1 + cos(pi * clock / clocks)) / 2, reaching 0 at the last clock).
+  std::string schedule = "constant";
 };
 
 struct TrainingSpec {
@@ -53,6 +56,10 @@ struct TrainingSpec {
   bool staleness_scaling = true;
   std::string device = "cpu";  // cpu | cuda | auto
   int threads = 1;             // intra-op threads per worker; one per core is fastest
+  // Send each pull before computing the step before it, so network time
+  // overlaps compute. Servers answer it once the worker's previous push is
+  // in or when the reply must leave to arrive in time, whichever is first.
+  bool prefetch = true;
 };
 
 struct WireSpec {
@@ -94,7 +101,16 @@ struct JobSpec {
   const RegionSpec& RegionOfServer(int id) const;
   const RegionSpec& RegionOfWorker(int id) const;
   const RegionSpec& CoordinatorRegion() const;
+  // Steps (clocks) each worker runs: training.steps, or training.epochs over
+  // the dataset's training samples, shared by all workers.
+  int64_t StepsPerWorker() const;
 };
+
+// Training samples of the job's dataset (Fashion-MNIST: 60,000).
+inline constexpr int64_t kFashionTrainSamples = 60000;
+
+// The schedule's learning-rate factor (0..1] at `clock` of `clocks`.
+double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t clocks);
 
 // Parses YAML text. `overrides` are "dotted.key=value" strings applied on top
 // of the file (e.g. "training.staleness_bound=0"), as the launcher's --set.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -90,7 +91,8 @@ class StatusProbe {
       }
     }
     auto now = std::chrono::steady_clock::now();
-    if (!outstanding_ || now - sent_ > std::chrono::seconds(3)) {
+    // One request every half second at most; a lost one is re-asked after 3 s.
+    if ((!outstanding_ && now - sent_ > std::chrono::milliseconds(500)) || now - sent_ > std::chrono::seconds(3)) {
       wire::Header h;
       h.mutable_status_request();
       if (socket_.Send(h, {}).ok()) {
@@ -291,6 +293,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   double prev_t = 0;
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at;
   bool announced_training = false;
+  std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit;
 
   while (true) {
     if (stop->load()) {
@@ -299,9 +302,15 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       stop_all(SIGTERM, 5);
       break;
     }
+    // Reap first, then judge: the evaluator's clean exit tells a server's
+    // clean exit (the job finished) from a premature one.
+    std::vector<Child*> ended;
     for (auto& c : children) {
       bool was_running = c->running();
-      if (!c->Poll() || !was_running) continue;
+      if (c->Poll() && was_running) ended.push_back(c.get());
+    }
+    std::stable_partition(ended.begin(), ended.end(), [](Child* c) { return c->name() == "evaluator"; });
+    for (Child* c : ended) {
       const ExitInfo& e = *c->exit();
       const std::string& n = c->name();
       if (n.rfind("worker-", 0) == 0) {
@@ -318,10 +327,22 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
           evaluator_done_at = std::chrono::steady_clock::now();
         }
       } else if (!evaluator_done_at) {
+        if (e.ok()) {
+          // A clean exit means it saw the job finish; the evaluator, which
+          // finished it, may simply not have been reaped yet.
+          if (!premature_exit) premature_exit = {n, std::chrono::steady_clock::now()};
+          continue;
+        }
         outcome = "failed";
         failure = n + " " + e.Describe() + " before the job finished";
         progress.Say("geodesic: " + failure + "; its log ends:\n" + c->LogTail(12));
       }
+    }
+    if (premature_exit && !evaluator_done_at && outcome != "failed" &&
+        std::chrono::steady_clock::now() - premature_exit->second > std::chrono::seconds(5)) {
+      outcome = "failed";
+      failure = premature_exit->first + " exited before the job finished";
+      progress.Say("geodesic: " + failure);
     }
     if (outcome == "failed") {
       stop_all(SIGTERM, 5);
@@ -370,7 +391,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         }
       }
     }
-    probe.Wait(100);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   progress.Clear();
 
@@ -399,6 +420,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     json p = {{"name", c->name()}, {"pid", c->pid()}, {"log", c->log_file()}};
     if (c->exit()) {
       p["exit"] = c->exit()->Describe();
+      p["cpu_seconds"] = c->exit()->cpu_seconds;
       p["exit_code"] = c->exit()->signal ? json() : json(c->exit()->code);
       p["signal"] = c->exit()->signal ? json(std::string(sigabbrev_np(c->exit()->signal))) : json();
     }

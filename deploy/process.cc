@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,9 +55,12 @@ bool Child::Poll() {
   if (exit_) return true;
   if (pid_ <= 0) return false;
   int status = 0;
-  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  struct rusage usage {};
+  pid_t r = ::wait4(pid_, &status, WNOHANG, &usage);
   if (r != pid_) return false;
   ExitInfo info;
+  info.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                     static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
   if (WIFEXITED(status)) info.code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
   exit_ = info;

@@ -18,6 +18,7 @@ namespace geodesic::deploy {
 struct ExitInfo {
   int code = -1;    // exit status if it exited
   int signal = 0;   // signal number if a signal ended it
+  double cpu_seconds = 0;  // user + system CPU time the process used
   std::string Describe() const;  // "exited 0", "killed by SIGKILL"
   bool ok() const { return signal == 0 && code == 0; }
 };

@@ -29,12 +29,39 @@ class Sgd final : public ChunkOptimizer {
       for (size_t i = 0; i < n; ++i) out[i] = in[i] - lr * (grad[i] * gs + wd * in[i]);
     }
   }
+  void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale,
+                 int per_clock) override {
+    if (momentum_ == 0 || per_clock <= 1) {
+      // One push per clock: the clock is this update.
+      Step(in, out, grad, n, grad_scale, lr_scale);
+      return;
+    }
+    if (acc_.empty()) acc_.assign(n, 0.0f);
+    const float lr = lr_ * lr_scale, mu = momentum_, wd = wd_, gs = grad_scale;
+    const float share = mu / static_cast<float>(per_clock);
+    float* __restrict buf = buf_.data();
+    float* __restrict acc = acc_.data();
+    for (size_t i = 0; i < n; ++i) {
+      float d = grad[i] * gs + wd * in[i];
+      acc[i] += d;
+      out[i] = in[i] - lr * (d + share * buf[i]);
+    }
+    if (++pushes_in_clock_ >= per_clock) {
+      for (size_t i = 0; i < n; ++i) {
+        buf[i] = mu * buf[i] + acc[i];
+        acc[i] = 0.0f;
+      }
+      pushes_in_clock_ = 0;
+    }
+  }
   bool ScalesGradientForStaleness() const override { return true; }
-  size_t StateSize() const override { return buf_.size(); }
+  size_t StateSize() const override { return buf_.size() + acc_.size(); }
 
  private:
   float lr_, momentum_, wd_;
   std::vector<float> buf_;
+  std::vector<float> acc_;  // async: this clock's gradients so far
+  int pushes_in_clock_ = 0;
 };
 
 // torch.optim.Adam (amsgrad off, L2 weight decay):
@@ -64,6 +91,10 @@ class Adam final : public ChunkOptimizer {
       v[i] = vi;
       out[i] = in[i] - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
     }
+  }
+  void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale,
+                 int /*per_clock*/) override {
+    Step(in, out, grad, n, grad_scale, lr_scale);
   }
   bool ScalesGradientForStaleness() const override { return false; }
   size_t StateSize() const override { return m_.size() + v_.size(); }

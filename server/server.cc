@@ -157,7 +157,8 @@ void Server::HandlePush(wan::Message& m) {
   bool completed = false;
   for (int i = 0; i < req.chunks_size(); ++i) {
     const auto& c = req.chunks(i);
-    auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), m.FrameFloats(i, &scratch_));
+    auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), m.FrameFloats(i, &scratch_),
+                            static_cast<int>(clocks_.live().size()));
     switch (out.result) {
       case wire::APPLIED: ack->set_applied_chunks(ack->applied_chunks() + 1); break;
       case wire::DUPLICATE: ack->set_duplicate_chunks(ack->duplicate_chunks() + 1); break;
@@ -203,17 +204,21 @@ void Server::HandlePull(wan::Message& m) {
     p.chunks.push_back(c);
   }
   if (p.chunks.empty()) p.chunks = shard_->owned();
+  p.wait_for_own_push = req.wait_for_own_push() && role == wire::WORKER && !req.final();
+  p.hold_until = p.since + std::chrono::microseconds(std::min<uint64_t>(req.max_hold_us(), 60'000'000));
   if (CanServe(p)) return ServePull(p);
   // A resent request replaces the one already held.
   for (auto& h : held_)
     if (h.peer == p.peer && h.clock == p.clock) {
       h.request_id = p.request_id;
+      h.wait_for_own_push = p.wait_for_own_push;
+      h.hold_until = p.hold_until;
       return;
     }
   held_.push_back(std::move(p));
 }
 
-bool Server::CanServe(const HeldPull& p) const {
+bool Server::BoundAllows(const HeldPull& p) const {
   for (uint32_t c : p.chunks)
     if (!shard_->IsInitialized(c)) return false;
   // A final read (the evaluator's) waits only for rounds still open.
@@ -221,9 +226,19 @@ bool Server::CanServe(const HeldPull& p) const {
   return clocks_.CanRead(p.clock);
 }
 
+bool Server::CanServe(HeldPull& p) {
+  if (!BoundAllows(p)) return false;
+  if (!p.bound_met) p.bound_met = clock_->Now();
+  if (!p.wait_for_own_push) return true;
+  return clocks_.ClockOf(p.sender_id) >= p.clock || clock_->Now() >= p.hold_until;
+}
+
 void Server::ServePull(const HeldPull& p) {
   const int64_t limit = options_.job.wire.message_bytes;
-  uint64_t held_us = std::chrono::duration_cast<std::chrono::microseconds>(clock_->Now() - p.since).count();
+  auto us = [](Duration d) { return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()); };
+  TimePoint now = clock_->Now();
+  uint64_t held_us = us(p.bound_met.value_or(now) - p.since);
+  uint64_t hold_us = us(now - p.since);
   int64_t min_clock = clocks_.MinClock();
   if (min_clock == ClockTable::kNoWorkers) min_clock = -1;
   size_t i = 0;
@@ -234,6 +249,7 @@ void Server::ServePull(const HeldPull& p) {
     r->set_clock(p.clock);
     r->set_min_clock(min_clock);
     r->set_held_us(held_us);
+    r->set_hold_us(hold_us);
     std::vector<wan::Payload> payloads;
     int64_t bytes = 0;
     while (i < p.chunks.size()) {
@@ -263,6 +279,7 @@ void Server::ServeHeldPulls() {
   if (held_.empty()) return;
   std::vector<HeldPull> still;
   for (auto& p : held_) {
+    // Serve pulls whose own-push wait ran out, and note when the bound was met.
     if (CanServe(p)) ServePull(p);
     else still.push_back(std::move(p));
   }
@@ -354,6 +371,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
   so.staleness_bound = options_.job.training.staleness_bound;
   so.staleness_scaling = options_.job.training.staleness_scaling;
   so.optimizer = options_.job.optimizer;
+  so.total_clocks = options_.job.StepsPerWorker();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("
                << map.BytesPerServer(options_.job.NumServers())[options_.id] / 1024 << " KiB); optimizer "
@@ -376,7 +394,14 @@ Status Server::Run(const std::atomic<bool>* stop) {
 
   TimePoint last_stats = clock_->Now();
   while (!stop->load()) {
-    if (socket_.WaitReadable(20)) {
+    // Wake in time for the earliest own-push hold to expire.
+    int wait_ms = 20;
+    for (const auto& p : held_)
+      if (p.wait_for_own_push) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.hold_until - clock_->Now()).count();
+        wait_ms = std::clamp<int>(static_cast<int>(left) + 1, 0, wait_ms);
+      }
+    if (socket_.WaitReadable(wait_ms)) {
       for (int i = 0; i < 64; ++i) {
         auto in = socket_.Receive();
         if (!in) break;
@@ -396,6 +421,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
       }
     }
     SyncMembership();
+    ServeHeldPulls();
     ReportHeldPulls();
     PublishProgress();
     TimePoint now = clock_->Now();

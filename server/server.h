@@ -13,6 +13,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -51,6 +52,9 @@ class Server {
     int64_t clock = 0;
     std::vector<uint32_t> chunks;
     TimePoint since{};
+    bool wait_for_own_push = false;
+    TimePoint hold_until{};              // give up waiting for the own push then
+    std::optional<TimePoint> bound_met;  // when the staleness bound first allowed it
   };
 
   void Handle(wan::Message& m);
@@ -62,7 +66,9 @@ class Server {
   // unique, codec known, sizes exact, values finite (if `finite`).
   Status ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
                         bool finite, std::string* reason);
-  bool CanServe(const HeldPull& p) const;
+  // Whether the bound and initialization allow the read at all.
+  bool BoundAllows(const HeldPull& p) const;
+  bool CanServe(HeldPull& p);
   void ServePull(const HeldPull& p);
   void ServeHeldPulls();
   void SyncMembership();

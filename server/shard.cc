@@ -35,22 +35,24 @@ bool ShardState::Init(uint32_t id, const float* values) {
 
 bool ShardState::IsInitialized(uint32_t id) const { return chunk(id).initialized; }
 
-void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale) {
+void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale, int per_clock) {
   float* in = c.params.get();
+  float* out = in;
+  std::shared_ptr<float[]> fresh;
   if (c.params.use_count() > 1) {
     // A pull reply still references the current buffer: write a new one.
-    std::shared_ptr<float[]> fresh(new float[c.size]);
-    c.optimizer->Step(in, fresh.get(), grad, c.size, grad_scale, lr_scale);
-    c.params = std::move(fresh);
-  } else {
-    c.optimizer->Step(in, in, grad, c.size, grad_scale, lr_scale);
+    fresh.reset(new float[c.size]);
+    out = fresh.get();
   }
+  if (per_clock == 0) c.optimizer->Step(in, out, grad, c.size, grad_scale, lr_scale);
+  else c.optimizer->StepAsync(in, out, grad, c.size, grad_scale, lr_scale, per_clock);
+  if (fresh) c.params = std::move(fresh);
   ++c.version;
   ++updates_applied_;
 }
 
 ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id, uint64_t base_version,
-                                         const float* grad) {
+                                         const float* grad, int live_workers) {
   Chunk& c = chunk(id);
   PushOutcome out;
   if (worker < 0) worker = 0;
@@ -78,9 +80,10 @@ ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id,
     }
   } else {
     int64_t tau = c.version >= base_version ? static_cast<int64_t>(c.version - base_version) : 0;
-    float scale = options_.staleness_scaling ? 1.0f / static_cast<float>(std::max<int64_t>(1, tau)) : 1.0f;
+    float scale = options_.staleness_scaling ? 1.0f / static_cast<float>(tau + 1) : 1.0f;
     bool scale_grad = c.optimizer->ScalesGradientForStaleness();
-    Apply(c, grad, scale_grad ? scale : 1.0f, scale_grad ? 1.0f : scale);
+    float lr = static_cast<float>(LearningRateFactor(options_.optimizer, clock, options_.total_clocks));
+    Apply(c, grad, scale_grad ? scale : 1.0f, lr * (scale_grad ? 1.0f : scale), std::max(1, live_workers));
     staleness_.Add(tau);
     out.staleness = tau;
   }
@@ -124,7 +127,8 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       float scale = 1.0f / static_cast<float>(r.contributors.size());
       for (const auto& [w, base] : r.contributors)
         staleness_.Add(c.version >= base ? static_cast<int64_t>(c.version - base) : 0);
-      Apply(c, r.sum.data(), scale, 1.0f);
+      float lr = static_cast<float>(LearningRateFactor(options_.optimizer, it->first, options_.total_clocks));
+      Apply(c, r.sum.data(), scale, lr, 0);
       c.closed_through = it->first;
       c.rounds.erase(it);
       ++applied;

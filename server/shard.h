@@ -39,6 +39,7 @@ struct ShardOptions {
   int64_t staleness_bound = 2;    // 0 = BSP
   bool staleness_scaling = true;  // divide async updates' learning rate by staleness
   OptimizerSpec optimizer;
+  int64_t total_clocks = 0;  // the job's clocks, for the learning-rate schedule
 };
 
 class ShardState {
@@ -63,7 +64,9 @@ class ShardState {
   // `worker` at `clock`, computed on parameters of version `base_version`.
   // The chunk must be owned and initialized. On a completed clock the
   // caller records it in `clocks` and then calls CloseRounds.
-  PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad);
+  // `live_workers` (at least 1) is how many pushes make up one clock.
+  PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad,
+                   int live_workers = 1);
 
   // Records that `worker` finished `clock` with no gradient (a skipped
   // step). Returns true if this completed the clock here (false for a
@@ -105,7 +108,8 @@ class ShardState {
     int64_t closed_through = -1;      // BSP: rounds at or below this clock are closed
   };
 
-  void Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale);
+  // per_clock 0: a BSP round; otherwise an async push among per_clock.
+  void Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale, int per_clock);
   Chunk& chunk(uint32_t id) { return chunks_[index_[id]]; }
   const Chunk& chunk(uint32_t id) const { return chunks_[index_[id]]; }
 

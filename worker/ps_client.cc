@@ -96,6 +96,8 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
         p.data.emplace_back(d, std::move(m.frames[i]));
       }
       p.max_held_us = std::max<uint64_t>(p.max_held_us, r.held_us());
+      p.max_hold_us = std::max<uint64_t>(p.max_hold_us, r.hold_us());
+      p.last_reply = clock_->Now();
       if (p.min_clock < 0 || r.min_clock() < p.min_clock) p.min_clock = r.min_clock();
       p.last_progress = clock_->Now();
       return;
@@ -182,6 +184,10 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
+void PsClient::NoteComputeSeconds(double seconds) {
+  compute_ema_ = compute_ema_ == 0 ? seconds : 0.9 * compute_ema_ + 0.1 * seconds;
+}
+
 Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   Shard& s = shards_[si];
   wire::Header h;
@@ -190,17 +196,26 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   auto* req = h.mutable_pull_request();
   req->set_clock(p.clock);
   req->set_final(final);
+  if (p.prefetch) {
+    // Reply when our own previous push is in, or when the reply must leave
+    // to arrive as our compute ends (with a quarter for jitter).
+    double rtt = std::max(0.0, rtt_ema_);
+    double hold = std::max(0.0, 1.25 * compute_ema_ - rtt);
+    req->set_wait_for_own_push(true);
+    req->set_max_hold_us(static_cast<uint64_t>(hold * 1e6));
+  }
   for (uint32_t c : s.chunks)
     if (!p.got[c]) req->add_chunk_ids(c);
   p.request_ids[si] = id;
   return s.socket->Send(h, {});
 }
 
-Status PsClient::RequestPull(int64_t clock, bool final) {
+Status PsClient::RequestPull(int64_t clock, bool final, bool prefetch) {
   int64_t key = final ? -1 : clock;
   PendingPull& p = pulls_[key];
   p = PendingPull{};
   p.clock = key;
+  p.prefetch = prefetch && !final;
   p.requested = clock_->Now();
   p.last_progress = p.requested;
   p.got.assign(map_.layout.num_chunks(), false);
@@ -279,6 +294,9 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
     versions_[d.chunk_id()] = d.version();
   }
   TimePoint done = clock_->Now();
+  // Round trip of this pull without the time servers held it.
+  double rtt = Seconds(p.last_reply - p.requested) - static_cast<double>(p.max_hold_us) * 1e-6;
+  if (rtt >= 0) rtt_ema_ = rtt_ema_ < 0 ? rtt : 0.8 * rtt_ema_ + 0.2 * rtt;
   PullTiming t;
   t.wait_seconds = Seconds(done - entered);
   // The servers held the request for max_held_us after it arrived (about

@@ -61,7 +61,15 @@ class PsClient {
   Status Init(const float* params, const std::atomic<bool>* stop);
 
   // Asks every shard for its chunks as of clock `clock` (final: skip the bound).
-  Status RequestPull(int64_t clock, bool final = false);
+  // A `prefetch` pull is sent before the step that precedes it is computed;
+  // the servers hold it until this worker's push of clock - 1 arrives, but
+  // no longer than the expected compute time minus the round trip (see
+  // PullRequest in proto/geodesic.proto), so a fast network gives fresh
+  // reads and a slow one overlaps the transfer with the compute.
+  Status RequestPull(int64_t clock, bool final = false, bool prefetch = false);
+  // Feeds the expected compute time of one step (an average) to prefetch holds.
+  void NoteComputeSeconds(double seconds);
+  double rtt_seconds() const { return rtt_ema_; }
   // Blocks until every chunk of pull `clock` has arrived, then copies the
   // values into params[0, num_params). `describe` explains a long wait
   // ("blocked at clock 17 by worker 5 at clock 14") in the periodic report.
@@ -88,12 +96,15 @@ class PsClient {
   };
   struct PendingPull {
     int64_t clock = 0;
+    bool prefetch = false;
     TimePoint requested{};
     std::vector<uint64_t> request_ids;  // per shard
     size_t remaining = 0;
     std::vector<bool> got;              // per chunk id
     std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;
     uint64_t max_held_us = 0;
+    uint64_t max_hold_us = 0;
+    TimePoint last_reply{};
     int64_t min_clock = -1;
     TimePoint last_progress{};
     Status error;
@@ -127,6 +138,8 @@ class PsClient {
   uint64_t next_request_ = 1;
   uint64_t pushes_refused_ = 0, chunks_dropped_ = 0;
   std::vector<float> scratch_;
+  double compute_ema_ = 0;  // seconds per step, as the trainer reported
+  double rtt_ema_ = -1;     // request round trip without server holds; -1 until measured
 };
 
 }  // namespace geodesic::worker

@@ -63,13 +63,6 @@ torch::Device PickDevice(const std::string& want) {
 
 }  // namespace
 
-int64_t StepsPerWorker(const JobSpec& job, int64_t train_samples) {
-  if (job.training.steps > 0) return job.training.steps;
-  double total = job.training.epochs * static_cast<double>(train_samples);
-  double per_step = static_cast<double>(job.NumWorkers()) * job.data.batch_size;
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
-}
-
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
@@ -97,7 +90,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   }
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, device));
   const int64_t n = model->num_params();
-  const int64_t steps = StepsPerWorker(job, train_samples);
+  (void)train_samples;
+  const int64_t steps = job.StepsPerWorker();
 
   wan::TrafficCounters counters;
   server::MemberClient member(ctx, MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator,
@@ -180,7 +174,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   for (; c < steps; ++c) {
     if (stop->load()) break;
     const bool more = c + 1 < steps;
-    if (more) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));  // prefetch: overlaps the compute below
+    // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
+    if (more && job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, false, true));
 
     TimePoint t0 = clock->Now();
     if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
@@ -212,6 +207,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     }
     TimePoint t1 = clock->Now();
     compute_s += Seconds(t1 - t0);
+    ps.NoteComputeSeconds(Seconds(t1 - t0));
 
     if (usable) {
       auto owner = std::make_shared<torch::Tensor>(grad);
@@ -221,6 +217,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       GD_LOG(ERROR) << "step " << c << ": loss or gradient is not finite; skipping this step's push";
       GD_RETURN_IF_ERROR(ps.PushSkipped(c));
     }
+    if (more && !job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
     // Keep at most two clocks of pushes unacknowledged, bounding memory.
     GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(2, stop));
     (void)acked_wait;

@@ -42,8 +42,4 @@ struct EvaluatorOptions {
 
 Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
 
-// Steps each worker runs for a job (training.steps, or epochs over the
-// training set shared by all workers).
-int64_t StepsPerWorker(const JobSpec& job, int64_t train_samples);
-
 }  // namespace geodesic::worker

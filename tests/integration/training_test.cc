@@ -23,8 +23,11 @@ std::string Example() { return std::string(GEODESIC_SOURCE_DIR) + "/examples/fas
 
 TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
   TempDir dir;
-  // The default job (4 workers, 2 shards, CNN, bounded staleness), one epoch.
-  auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--set", "training.epochs=1", "--quiet"}, 540);
+  // The default job (4 workers, 2 shards, CNN), asynchronous within a
+  // staleness bound of 2, for one epoch.
+  auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--set", "training.epochs=1", "--set",
+                        "training.staleness_bound=2", "--quiet"},
+                       540);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir / "run/summary.json");
   ASSERT_TRUE(s.is_object());

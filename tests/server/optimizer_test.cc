@@ -81,5 +81,26 @@ TEST(OptimizerTest, GradScaleIsTheMeanAndOutOfPlaceMatchesInPlace) {
   EXPECT_FALSE(MakeChunkOptimizer(s, 2)->ScalesGradientForStaleness());
 }
 
+TEST(OptimizerTest, AsyncMomentumAdvancesOncePerClockLikeBsp) {
+  // Three workers' pushes per clock, applied one by one with 1/3 of the
+  // gradient each, move the parameters exactly as BSP steps on the mean.
+  OptimizerSpec s;
+  s.lr = 0.1;
+  s.momentum = 0.9;
+  const size_t n = 4;
+  auto async = MakeChunkOptimizer(s, n), bsp = MakeChunkOptimizer(s, n);
+  std::vector<float> pa = {1, 2, 3, 4}, pb = pa;
+  std::vector<std::vector<float>> grads = {{1, 0, -1, 2}, {0.5f, 1, 1, 0}, {-2, 1, 0, 1}};
+  for (int clock = 0; clock < 3; ++clock) {
+    std::vector<float> mean(n, 0.0f);
+    for (const auto& g : grads) {
+      async->StepAsync(pa.data(), pa.data(), g.data(), n, 1.0f / 3, 1.0f, 3);
+      for (size_t i = 0; i < n; ++i) mean[i] += g[i] / 3;
+    }
+    bsp->Step(pb.data(), pb.data(), mean.data(), n, 1.0f, 1.0f);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(pa[i], pb[i], 1e-5) << "clock " << clock << " element " << i;
+  }
+}
+
 }  // namespace
 }  // namespace geodesic::server

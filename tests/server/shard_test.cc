@@ -45,13 +45,15 @@ TEST(ShardTest, AsyncAppliesAtOnceWithStalenessScaling) {
   EXPECT_EQ(r.staleness, 0);
   EXPECT_TRUE(r.clock_completed);
   EXPECT_EQ(Values(s, 0), (std::vector<float>{0.5f, 1.5f}));  // lr 0.5, staleness 0 -> scale 1
-  // Worker 1 computed on version 0, but one update landed since: staleness 1.
+  // Worker 1 computed on version 0, but one update landed since: staleness
+  // 1, learning rate / 2 (Zhang et al. count the update itself).
   r = s.Push(1, 0, 0, 0, g.data());
   EXPECT_EQ(r.staleness, 1);
-  // Worker 2 on version 0 with two updates since: lr / 2.
+  EXPECT_EQ(Values(s, 0), (std::vector<float>{0.25f, 1.75f}));
+  // Worker 2 on version 0 with two updates since: lr / 3.
   r = s.Push(2, 0, 0, 0, g.data());
   EXPECT_EQ(r.staleness, 2);
-  EXPECT_EQ(Values(s, 0), (std::vector<float>{-0.25f, 2.25f}));
+  EXPECT_FLOAT_EQ(Values(s, 0)[0], 0.25f - 0.5f / 3);
   EXPECT_EQ(s.Read(0).version, 3u);
   EXPECT_EQ(s.staleness().total(), 3u);
   EXPECT_EQ(s.staleness().max(), 2);
