@@ -19,6 +19,10 @@ struct BenchOptions {
   std::string result_file;
   std::string endpoint;
   std::string binary;  // default: this binary
+  int64_t chunk_bytes = 4 << 20;  // transport: chunk (message) size of both systems
+  int64_t staleness_bound = 2;  // ps-overhead: the async run's bound
+  double epochs = 4;             // ps-overhead: epochs of the async run (0: the job's)
+  std::vector<std::string> overrides;  // transport: --set for the shard's job (e.g. optimizer.momentum=0)
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ

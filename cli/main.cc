@@ -2,6 +2,7 @@
 //
 // Flags and the job file are parsed here, once, into the Options structs the
 // libraries take; nothing below main reads the environment.
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -55,6 +56,12 @@ struct JobFlags {
 
 int main(int argc, char** argv) {
   using namespace geodesic;
+  // ZeroMQ allocates a buffer per received message. With glibc's default,
+  // every multi-MiB message is a fresh mmap (page faults, zeroing) and an
+  // munmap when freed; keeping such buffers on the heap makes receives of
+  // 1-32 MiB chunks reuse memory instead (measured: docs/benchmarks.md).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"geodesic: training across cloud regions and edge devices with sharded parameter servers", "geodesic"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "geodesic 0.1 (wire protocol 1)");
@@ -125,11 +132,16 @@ int main(int argc, char** argv) {
   bt_cmd->add_flag("--json", bench_opts.json, "print JSON records");
   bt_cmd->add_option("--sizes-mb", bench_opts.sizes_mb, "payload sizes in MB")->default_val(std::vector<int>{1, 16, 64});
   bt_cmd->add_option("--seconds", bench_opts.seconds, "measuring time per size and system")->default_val(3.0);
+  bt_cmd->add_option("--chunk-bytes", bench_opts.chunk_bytes, "chunk (message) size for both systems")
+      ->default_val(int64_t{4} << 20);
+  bt_cmd->add_option("--set", bench_opts.overrides, "override a key of the shard's job, e.g. optimizer.momentum=0");
   auto* bo_cmd = b_cmd->add_subcommand("ps-overhead", "samples/s of the 4-worker async job vs plain LibTorch");
   bo_cmd->add_flag("--json", bench_opts.json, "print JSON");
   bo_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
-  bo_cmd->add_option("--baseline-seconds", bench_opts.seconds, "seconds of plain training")->default_val(30.0);
+  bo_cmd->add_option("--baseline-seconds", bench_opts.seconds, "seconds of plain training")->default_val(40.0);
   bo_cmd->add_option("--processes", bench_opts.processes, "plain training processes (one per core)")->default_val(2);
+  bo_cmd->add_option("--staleness-bound", bench_opts.staleness_bound, "staleness bound of the async run")->default_val(2);
+  bo_cmd->add_option("--epochs", bench_opts.epochs, "epochs of the async run (0: the job's)")->default_val(4.0);
   auto* bp_cmd = b_cmd->add_subcommand("plain-train", "plain LibTorch training, no parameter server (a baseline)");
   bp_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
   bp_cmd->add_option("--seconds", bench_opts.seconds, "seconds to train")->default_val(30.0);

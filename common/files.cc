@@ -11,7 +11,7 @@
 
 namespace geodesic {
 
-Status WriteFileAtomic(const std::string& path, const std::string& contents) {
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable("cannot create " + tmp + ": " + std::strerror(errno));
@@ -27,7 +27,7 @@ Status WriteFileAtomic(const std::string& path, const std::string& contents) {
     }
     off += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  if ((durable && ::fsync(fd) != 0) || ::close(fd) != 0) {
     std::string err = std::strerror(errno);
     ::unlink(tmp.c_str());
     return Unavailable("cannot flush " + tmp + ": " + err);

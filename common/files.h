@@ -8,9 +8,10 @@
 namespace geodesic {
 
 // Writes `contents` to `path` atomically: a temporary file in the same
-// directory, fsync, rename. Readers see the old file or the new one, never a
-// mix; a crash leaves the old one.
-Status WriteFileAtomic(const std::string& path, const std::string& contents);
+// directory, fsync (if `durable`), rename. Readers see the old file or the
+// new one, never a mix; with `durable`, a crash leaves one of them intact.
+// Progress files that are rewritten every few seconds skip the fsync.
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable = true);
 
 StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -358,7 +358,7 @@ void Coordinator::WriteStats() const {
   j["messages_refused"] = counters_.messages_refused.load();
   j["training_seconds"] = state_.training_seconds();
   j["job_finished"] = state_.job_finished();
-  Status s = WriteFileAtomic(options_.stats_file, j.dump(2));
+  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 

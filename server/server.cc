@@ -176,7 +176,7 @@ void Server::HandlePush(wan::Message& m) {
   }
   // Acknowledge after the update took effect (applied, or held in its round).
   (void)socket_.Send(std::move(reply), {}, m.peer);
-  if (completed) ServeHeldPulls();
+  ServeHeldPulls();
 }
 
 void Server::HandlePull(wan::Message& m) {
@@ -233,7 +233,8 @@ bool Server::CanServe(HeldPull& p) {
   return clocks_.ClockOf(p.sender_id) >= p.clock || clock_->Now() >= p.hold_until;
 }
 
-void Server::ServePull(const HeldPull& p) {
+void Server::ServePull(const HeldPull& p, const std::vector<uint32_t>* only) {
+  const std::vector<uint32_t>& chunks = only ? *only : p.chunks;
   const int64_t limit = options_.job.wire.message_bytes;
   auto us = [](Duration d) { return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()); };
   TimePoint now = clock_->Now();
@@ -242,7 +243,7 @@ void Server::ServePull(const HeldPull& p) {
   int64_t min_clock = clocks_.MinClock();
   if (min_clock == ClockTable::kNoWorkers) min_clock = -1;
   size_t i = 0;
-  while (i < p.chunks.size()) {
+  while (i < chunks.size()) {
     wire::Header reply;
     reply.set_request_id(p.request_id);
     auto* r = reply.mutable_pull_reply();
@@ -252,8 +253,8 @@ void Server::ServePull(const HeldPull& p) {
     r->set_hold_us(hold_us);
     std::vector<wan::Payload> payloads;
     int64_t bytes = 0;
-    while (i < p.chunks.size()) {
-      uint32_t c = p.chunks[i];
+    while (i < chunks.size()) {
+      uint32_t c = chunks[i];
       int64_t size = static_cast<int64_t>(shard_->layout().Size(c) * sizeof(float));
       if (!payloads.empty() && bytes + size > limit) break;
       auto snap = shard_->Read(c);
@@ -279,9 +280,24 @@ void Server::ServeHeldPulls() {
   if (held_.empty()) return;
   std::vector<HeldPull> still;
   for (auto& p : held_) {
-    // Serve pulls whose own-push wait ran out, and note when the bound was met.
-    if (CanServe(p)) ServePull(p);
-    else still.push_back(std::move(p));
+    if (CanServe(p)) {
+      ServePull(p);
+      continue;
+    }
+    // A pull waiting for its sender's own push pipelines: each chunk goes
+    // out as soon as that push has been applied to it, while later chunks
+    // are still arriving and being applied.
+    if (p.wait_for_own_push && p.bound_met) {
+      std::vector<uint32_t> ready, rest;
+      for (uint32_t c : p.chunks)
+        (shard_->LastClock(p.sender_id, c) >= p.clock - 1 ? ready : rest).push_back(c);
+      if (!ready.empty()) {
+        ServePull(p, &ready);
+        p.chunks = std::move(rest);
+      }
+      if (p.chunks.empty()) continue;
+    }
+    still.push_back(std::move(p));
   }
   held_ = std::move(still);
 }
@@ -348,7 +364,7 @@ void Server::WriteStats() const {
     for (const auto& [k, v] : shard_->staleness().NonZero()) h[std::to_string(k)] = v;
     j["staleness_histogram"] = h;
   }
-  Status s = WriteFileAtomic(options_.stats_file, j.dump(2));
+  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 

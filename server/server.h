@@ -69,7 +69,8 @@ class Server {
   // Whether the bound and initialization allow the read at all.
   bool BoundAllows(const HeldPull& p) const;
   bool CanServe(HeldPull& p);
-  void ServePull(const HeldPull& p);
+  // Sends `chunks` of pull `p` (all of them if null).
+  void ServePull(const HeldPull& p, const std::vector<uint32_t>* chunks = nullptr);
   void ServeHeldPulls();
   void SyncMembership();
   void ReportHeldPulls();

@@ -137,6 +137,12 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
   return applied;
 }
 
+int64_t ShardState::LastClock(int worker, uint32_t id) const {
+  const Chunk& c = chunk(id);
+  if (worker < 0 || static_cast<size_t>(worker) >= c.last_clock.size()) return -1;
+  return c.last_clock[worker];
+}
+
 bool ShardState::HasOpenRounds() const {
   for (const Chunk& c : chunks_)
     if (!c.rounds.empty()) return true;

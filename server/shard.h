@@ -83,6 +83,9 @@ class ShardState {
   };
   Snapshot Read(uint32_t chunk) const;
 
+  // Newest clock of `worker` this chunk has taken (-1 if none).
+  int64_t LastClock(int worker, uint32_t chunk) const;
+
   // BSP: whether some chunk still has a round waiting for live workers.
   bool HasOpenRounds() const;
 

@@ -93,7 +93,12 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
         if (p.got[d.chunk_id()]) continue;  // duplicate answer to a resent request
         p.got[d.chunk_id()] = true;
         --p.remaining;
-        p.data.emplace_back(d, std::move(m.frames[i]));
+        if (p.dest) {
+          Status s = Decode(p, d, m.frames[i]);
+          if (!s.ok()) p.error = s;
+        } else {
+          p.data.emplace_back(d, std::move(m.frames[i]));
+        }
       }
       p.max_held_us = std::max<uint64_t>(p.max_held_us, r.held_us());
       p.max_hold_us = std::max<uint64_t>(p.max_hold_us, r.hold_us());
@@ -184,6 +189,13 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
+Status PsClient::Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame) {
+  GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(), p.dest + map_.layout.Begin(d.chunk_id()),
+                                         d.num_elems()));
+  versions_[d.chunk_id()] = d.version();
+  return Status::Ok();
+}
+
 void PsClient::NoteComputeSeconds(double seconds) {
   compute_ema_ = compute_ema_ == 0 ? seconds : 0.9 * compute_ema_ + 0.1 * seconds;
 }
@@ -196,11 +208,11 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   auto* req = h.mutable_pull_request();
   req->set_clock(p.clock);
   req->set_final(final);
-  if (p.prefetch) {
+  if (p.after_own_push) {
     // Reply when our own previous push is in, or when the reply must leave
     // to arrive as our compute ends (with a quarter for jitter).
     double rtt = std::max(0.0, rtt_ema_);
-    double hold = std::max(0.0, 1.25 * compute_ema_ - rtt);
+    double hold = p.max_hold_s >= 0 ? p.max_hold_s : std::max(0.0, 1.25 * compute_ema_ - rtt);
     req->set_wait_for_own_push(true);
     req->set_max_hold_us(static_cast<uint64_t>(hold * 1e6));
   }
@@ -210,12 +222,14 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   return s.socket->Send(h, {});
 }
 
-Status PsClient::RequestPull(int64_t clock, bool final, bool prefetch) {
+Status PsClient::RequestPull(int64_t clock, const PullOptions& options) {
+  const bool final = options.final;
   int64_t key = final ? -1 : clock;
   PendingPull& p = pulls_[key];
   p = PendingPull{};
   p.clock = key;
-  p.prefetch = prefetch && !final;
+  p.after_own_push = options.after_own_push && !final;
+  p.max_hold_s = options.max_hold_s;
   p.requested = clock_->Now();
   p.last_progress = p.requested;
   p.got.assign(map_.layout.num_chunks(), false);
@@ -263,13 +277,25 @@ void PsClient::ResendStale() {
 }
 
 StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
-                                        const std::function<std::string()>& describe) {
+                                        const std::function<std::string()>& describe,
+                                        std::vector<PulledChunk>* borrowed) {
+  if (!params && !borrowed) return InvalidArgument("WaitPull needs a destination or a borrowed list");
   int64_t key = final ? -1 : clock;
   auto it = pulls_.find(key);
   if (it == pulls_.end()) return FailedPrecondition("no pull requested for clock " + std::to_string(clock));
   TimePoint entered = clock_->Now();
   TimePoint deadline = entered + std::chrono::seconds(options_.timing.rpc_timeout_s);
   WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  {
+    // From here on chunks are copied in as they arrive, overlapping the
+    // copy with the rest of the transfer.
+    PendingPull& p = it->second;
+    p.dest = params;
+    if (params) {
+      for (auto& [d, frame] : p.data) GD_RETURN_IF_ERROR(Decode(p, d, frame));
+      p.data.clear();
+    }
+  }
   while (it->second.remaining > 0 && it->second.error.ok()) {
     if (stop->load()) return Cancelled("stopped while waiting for a pull");
     if (clock_->Now() > deadline)
@@ -288,10 +314,15 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
   PendingPull p = std::move(it->second);
   pulls_.erase(it);
   if (!p.error.ok()) return p.error;
-  for (auto& [d, frame] : p.data) {
-    GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(),
-                                           params + map_.layout.Begin(d.chunk_id()), d.num_elems()));
-    versions_[d.chunk_id()] = d.version();
+  if (borrowed) {
+    borrowed->clear();
+    for (auto& [d, frame] : p.data) {
+      // Borrowed values are read in place: only fp32 frames qualify.
+      GD_RETURN_IF_ERROR(compression::CheckPayloadSize(d.codec(), d.num_elems(), frame.size()));
+      if (d.codec() != wire::FP32) return InvalidArgument("zero-copy pulls need fp32 chunks");
+      versions_[d.chunk_id()] = d.version();
+      borrowed->push_back(PulledChunk{d.chunk_id(), d.version(), std::move(frame)});
+    }
   }
   TimePoint done = clock_->Now();
   // Round trip of this pull without the time servers held it.

@@ -40,6 +40,24 @@ struct PsClientOptions {
   double retry_after_s = 5.0;  // resend a request unanswered this long
 };
 
+struct PullOptions {
+  bool final = false;           // evaluator: read the current values, skipping the bound
+  // Sent before the step it follows is computed: servers hold it until our
+  // push of clock - 1 has been applied to each chunk (and answer chunk by
+  // chunk as that happens), but at most max_hold_s after it arrived.
+  bool after_own_push = false;
+  double max_hold_s = -1;       // < 0: expected compute time minus the round trip
+};
+
+// A pulled chunk handed over without copying: the values stay in the
+// received ZeroMQ frame (fp32, read-only) for as long as this object lives.
+struct PulledChunk {
+  uint32_t chunk_id = 0;
+  uint64_t version = 0;
+  zmq::message_t frame;
+  const float* values() const { return static_cast<const float*>(frame.data()); }
+};
+
 struct PullTiming {
   double wait_seconds = 0;       // time WaitPull blocked
   double bound_seconds = 0;      // part of it the servers held the request for the staleness bound
@@ -60,21 +78,22 @@ class PsClient {
   // may call this and all start from the same model.
   Status Init(const float* params, const std::atomic<bool>* stop);
 
-  // Asks every shard for its chunks as of clock `clock` (final: skip the bound).
-  // A `prefetch` pull is sent before the step that precedes it is computed;
-  // the servers hold it until this worker's push of clock - 1 arrives, but
-  // no longer than the expected compute time minus the round trip (see
-  // PullRequest in proto/geodesic.proto), so a fast network gives fresh
-  // reads and a slow one overlaps the transfer with the compute.
-  Status RequestPull(int64_t clock, bool final = false, bool prefetch = false);
+  // Asks every shard for its chunks as of clock `clock`. With
+  // after_own_push (a prefetch, see PullOptions and PullRequest in
+  // proto/geodesic.proto) a fast network gives fresh reads and a slow one
+  // overlaps the transfer with the compute.
+  Status RequestPull(int64_t clock, const PullOptions& options = {});
   // Feeds the expected compute time of one step (an average) to prefetch holds.
   void NoteComputeSeconds(double seconds);
   double rtt_seconds() const { return rtt_ema_; }
-  // Blocks until every chunk of pull `clock` has arrived, then copies the
-  // values into params[0, num_params). `describe` explains a long wait
+  // Blocks until every chunk of pull `clock` has arrived in
+  // params[0, num_params); chunks are copied in as they arrive. `describe` explains a long wait
   // ("blocked at clock 17 by worker 5 at clock 14") in the periodic report.
+  // With params == nullptr and `borrowed` set, nothing is copied: the
+  // received frames are handed over instead (a zero-copy read).
   StatusOr<PullTiming> WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
-                                const std::function<std::string()>& describe = {});
+                                const std::function<std::string()>& describe = {},
+                                std::vector<PulledChunk>* borrowed = nullptr);
 
   // Sends the gradient of step `clock` (num_params values) to the shards.
   Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner);
@@ -96,12 +115,14 @@ class PsClient {
   };
   struct PendingPull {
     int64_t clock = 0;
-    bool prefetch = false;
+    bool after_own_push = false;
+    double max_hold_s = -1;
+    float* dest = nullptr;  // set by WaitPull: decode on arrival
     TimePoint requested{};
     std::vector<uint64_t> request_ids;  // per shard
     size_t remaining = 0;
     std::vector<bool> got;              // per chunk id
-    std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;
+    std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;  // arrived before WaitPull
     uint64_t max_held_us = 0;
     uint64_t max_hold_us = 0;
     TimePoint last_reply{};
@@ -121,6 +142,7 @@ class PsClient {
   void Poll(int timeout_ms);
   void OnMessage(int shard, wan::Message& m);
   Status SendPullRequest(PendingPull& p, size_t shard, bool final);
+  Status Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame);
   void ResendStale();
   std::string DescribeShardsMissing(const PendingPull& p) const;
 

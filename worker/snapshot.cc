@@ -35,7 +35,8 @@ Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const
   std::memcpy(p + kHeader, values, static_cast<size_t>(n) * sizeof(float));
   char name[64];
   std::snprintf(name, sizeof(name), "/snap-%010lld.bin", static_cast<long long>(step));
-  return WriteFileAtomic(dir + name, data);
+  // Snapshots feed the accuracy curve, not recovery: no fsync on the training path.
+  return WriteFileAtomic(dir + name, data, /*durable=*/false);
 }
 
 std::vector<SnapshotInfo> ListSnapshots(const std::string& dir) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -166,7 +167,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["wait_seconds"] = wait_s;
     j["loss"] = loss_ema;
     j["train_accuracy"] = acc_ema;
-    Status s = WriteFileAtomic(options.stats_file, j.dump(2));
+    Status s = WriteFileAtomic(options.stats_file, j.dump(2), /*durable=*/false);
     if (!s.ok()) GD_LOG(WARNING) << s;
   };
   TimePoint last_stats = start;
@@ -175,7 +176,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     if (stop->load()) break;
     const bool more = c + 1 < steps;
     // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
-    if (more && job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, false, true));
+    if (more && job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
 
     TimePoint t0 = clock->Now();
     if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
@@ -279,15 +280,13 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed));
-  torch::Tensor images, labels;
+  // A missing test set should fail now, not after training; it is loaded
+  // once training has ended, so that it takes no CPU from the workers.
   if (model->has_network()) {
-    GD_ASSIGN_OR_RETURN(ImageSet test, LoadFashionMnist(job.data.path, "test"));
-    images = ImagesTensor(test);
-    labels = LabelsTensor(test);
-    if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
-      images = images.narrow(0, 0, job.eval.test_samples);
-      labels = labels.narrow(0, 0, job.eval.test_samples);
-    }
+    for (const char* f : {"/t10k-images-idx3-ubyte.gz", "/t10k-labels-idx1-ubyte.gz"})
+      if (!std::filesystem::exists(job.data.path + f))
+        return NotFound("Fashion-MNIST test file " + job.data.path + f +
+                        " is missing; install it with `apt-get install dataset-fashion-mnist`");
   }
   wan::TrafficCounters counters;
   server::MemberClient member(ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature()),
@@ -316,7 +315,7 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   if (stop->load()) return Cancelled("stopped before training ended");
   server::MembershipView end_view = member.view();
 
-  GD_RETURN_IF_ERROR(ps.RequestPull(0, /*final=*/true));
+  GD_RETURN_IF_ERROR(ps.RequestPull(0, {.final = true}));
   GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, model->params().data_ptr<float>(), stop));
   (void)t;
   nlohmann::json result;
@@ -329,6 +328,12 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
     GD_RETURN_IF_ERROR(WriteFileAtomic(options.dump_params, raw));
   }
   if (model->has_network()) {
+    GD_ASSIGN_OR_RETURN(ImageSet test, LoadFashionMnist(job.data.path, "test"));
+    torch::Tensor images = ImagesTensor(test), labels = LabelsTensor(test);
+    if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
+      images = images.narrow(0, 0, job.eval.test_samples);
+      labels = labels.narrow(0, 0, job.eval.test_samples);
+    }
     torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     TimePoint e0 = clock->Now();
     double acc = Evaluate(*model, images, labels);

@@ -1,0 +1,288 @@
+// `geodesic bench transport`: push+pull goodput through one real server
+// shard process, side by side with raw ZeroMQ moving the same bytes, in the
+// same chunking, between two processes.
+//
+// Geodesic: this process is worker 0 of a one-shard job (a synthetic model
+// of the given size). One round = push every chunk's gradient (the shard
+// validates it and applies SGD with momentum) + pull every chunk back.
+// Raw ZeroMQ: a DEALER sends the same chunks to a ROUTER in another process
+// that answers each with a chunk of the same size; nothing is validated or
+// computed. Both sides send zero-copy from preallocated buffers. Goodput
+// counts payload bytes both ways: 2 x size per round. Rounds of the two
+// systems alternate, and each reports its median round, so that machine
+// noise hits both alike.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <zmq.hpp>
+
+#include "bench/bench.h"
+#include "common/clock.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "deploy/process.h"
+#include "server/member_client.h"
+#include "wan/message.h"
+#include "worker/ps_client.h"
+
+namespace geodesic::bench {
+namespace {
+
+using json = nlohmann::json;
+
+std::string SelfBinary() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "geodesic" : p.string();
+}
+
+std::string WaitForFile(const std::string& path, const deploy::Child& child, double timeout_s) {
+  for (int i = 0; i < timeout_s * 100; ++i) {
+    auto text = ReadFile(path);
+    if (text.ok() && !text->empty()) return *text;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return "";
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Raw ZeroMQ client: sends `bytes` in kChunkBytes messages, all pipelined,
+// then receives the same number of equal replies.
+class RawClient {
+ public:
+  RawClient(zmq::context_t& ctx, const std::string& endpoint, int64_t bytes, int64_t chunk)
+      : socket_(ctx, zmq::socket_type::dealer), buf_(static_cast<size_t>(bytes)), chunk_(chunk) {
+    socket_.set(zmq::sockopt::sndhwm, 100000);
+    socket_.set(zmq::sockopt::rcvhwm, 100000);
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(endpoint);
+    std::memset(buf_.data(), 1, buf_.size());
+  }
+  void Round() {
+    int64_t n = static_cast<int64_t>(buf_.size());
+    int messages = 0;
+    for (int64_t off = 0; off < n; off += chunk_, ++messages) {
+      size_t len = static_cast<size_t>(std::min<int64_t>(chunk_, n - off));
+      zmq::message_t m(buf_.data() + off, len, nullptr, nullptr);  // zero-copy, static buffer
+      socket_.send(m, zmq::send_flags::none);
+    }
+    for (int i = 0; i < messages; ++i) {
+      zmq::message_t m;
+      (void)socket_.recv(m);
+    }
+  }
+
+ private:
+  zmq::socket_t socket_;
+  std::vector<char> buf_;
+  int64_t chunk_;
+};
+
+struct Cluster {
+  std::unique_ptr<deploy::Child> coordinator, server;
+  ~Cluster() {
+    for (auto* c : {server.get(), coordinator.get()})
+      if (c) {
+        c->Signal(SIGTERM);
+        for (int i = 0; i < 300 && !c->Poll(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        c->Signal(SIGKILL);
+        while (c && !c->Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+  }
+};
+
+}  // namespace
+
+Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::sndhwm, 100000);
+  router.set(zmq::sockopt::rcvhwm, 100000);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  GD_RETURN_IF_ERROR(WriteFileAtomic(options.endpoint, router.get(zmq::sockopt::last_endpoint)));
+  // Replies come from a buffer as large as the largest round, walked in
+  // order, so the raw peer sends distinct (cold) bytes as a shard does, not
+  // one cache-hot buffer over and over.
+  std::vector<char> reply(size_t{256} << 20, 2);
+  size_t offset = 0;
+  while (!stop->load()) {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t&) {
+      continue;
+    }
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    zmq::message_t id, body;
+    (void)router.recv(id);
+    (void)router.recv(body);
+    if (offset + body.size() > reply.size()) offset = 0;
+    zmq::message_t out(reply.data() + offset, body.size(), nullptr, nullptr);
+    offset += body.size();
+    router.send(id, zmq::send_flags::sndmore);
+    router.send(out, zmq::send_flags::none);
+  }
+  return Status::Ok();
+}
+
+Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* stop) {
+  const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
+  char tmpl[] = "/tmp/geodesic-bench-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  struct Cleanup {
+    std::string d;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+
+  // The raw peer lives for the whole bench.
+  deploy::Child sink("zmq-sink", {exe, "bench", "zmq-sink", "--endpoint", dir + "/sink.endpoint"}, dir + "/sink.log");
+  GD_RETURN_IF_ERROR(sink.Start());
+  std::string sink_endpoint = WaitForFile(dir + "/sink.endpoint", sink, 20);
+  if (sink_endpoint.empty()) return Unavailable("the raw ZeroMQ peer did not start");
+  struct KillSink {
+    deploy::Child& c;
+    ~KillSink() {
+      c.Signal(SIGTERM);
+      for (int i = 0; i < 300 && !c.Poll(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      c.Signal(SIGKILL);
+      while (!c.Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } kill_sink{sink};
+
+  const int64_t kChunkBytes = options.chunk_bytes;
+  zmq::context_t ctx(1);
+  json records = json::array();
+  for (int mb : options.sizes_mb) {
+    if (stop->load()) return Cancelled("interrupted");
+    const int64_t bytes = int64_t{mb} << 20;
+    const int64_t floats = bytes / 4;
+    // A one-shard job with a synthetic model of this size.
+    const std::string job_path = dir + "/job-" + std::to_string(mb) + ".yaml";
+    const std::string job_name = "bench-transport-" + std::to_string(mb);
+    GD_RETURN_IF_ERROR(WriteFileAtomic(
+        job_path, "name: " + job_name +
+                      "\nregions:\n  local: {servers: 1, workers: 1}\n"
+                      "model: {name: synthetic, synthetic_params: " +
+                      std::to_string(floats) +
+                      "}\n"
+                      "training: {staleness_bound: inf, steps: 1000000000}\n"
+                      "wire: {chunk_bytes: " +
+                      std::to_string(kChunkBytes) + ", message_bytes: " + std::to_string(kChunkBytes) +
+                      ", max_message_bytes: " + std::to_string(kChunkBytes * 2) +
+                      "}\n"
+                      "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
+    GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_path, options.overrides));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));  // the shard reads the same overrides
+    Cluster cluster;
+    std::filesystem::remove(dir + "/coord");
+    cluster.coordinator = std::make_unique<deploy::Child>(
+        "coordinator",
+        std::vector<std::string>{exe, "coordinator", "--job", job_path, "--endpoint-file", dir + "/coord",
+                                 "--no-evaluator"},
+        dir + "/coordinator.log");
+    GD_RETURN_IF_ERROR(cluster.coordinator->Start());
+    std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
+    if (coord.empty()) return Unavailable("the coordinator did not start");
+    cluster.server = std::make_unique<deploy::Child>(
+        "server", std::vector<std::string>{exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord},
+        dir + "/server.log");
+    GD_RETURN_IF_ERROR(cluster.server->Start());
+
+    wan::TrafficCounters counters;
+    server::MemberOptions mo;
+    mo.job = job.name;
+    mo.role = wire::WORKER;
+    mo.id = 0;
+    mo.coordinator = coord;
+    mo.model.set_name("synthetic");
+    mo.model.set_num_params(static_cast<uint64_t>(floats));
+    mo.model.set_layout_digest(1);
+    mo.timing = job.membership;
+    server::MemberClient member(ctx, mo, &counters, RealClock::Get());
+    GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
+    member.Start(nullptr);
+    worker::PsClientOptions po;
+    po.job = job.name;
+    po.id = 0;
+    po.wire = job.wire;
+    po.timing = job.membership;
+    worker::PsClient ps(ctx, po, assignment, &counters, RealClock::Get());
+    GD_RETURN_IF_ERROR(ps.Connect());
+    auto params = std::shared_ptr<float[]>(new float[floats]);
+    auto grad = std::shared_ptr<float[]>(new float[floats]);
+    std::fill(params.get(), params.get() + floats, 0.5f);
+    std::fill(grad.get(), grad.get() + floats, 1e-4f);
+    GD_RETURN_IF_ERROR(ps.Init(params.get(), stop));
+    RawClient raw(ctx, sink_endpoint, bytes, kChunkBytes);
+
+    int64_t clock = 0;
+    std::vector<worker::PulledChunk> pulled;
+    auto geodesic_round = [&]() -> Status {
+      // The pull goes first and the shard answers each chunk as soon as our
+      // push has been applied to it, as a training worker's prefetch does.
+      GD_RETURN_IF_ERROR(ps.RequestPull(clock + 1, {.after_own_push = true, .max_hold_s = 30}));
+      GD_RETURN_IF_ERROR(ps.Push(clock, grad.get(), std::shared_ptr<const void>(grad, grad.get())));
+      // Read the pulled values in place, as the raw peer's bytes are.
+      GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps.WaitPull(clock + 1, false, nullptr, stop, {}, &pulled));
+      (void)t;
+      GD_ASSIGN_OR_RETURN(double w, ps.WaitAcks(0, stop));
+      (void)w;
+      ++clock;
+      return Status::Ok();
+    };
+    // Warm up both paths (page faults, TCP windows).
+    for (int i = 0; i < 2; ++i) {
+      GD_RETURN_IF_ERROR(geodesic_round());
+      raw.Round();
+    }
+    std::vector<double> ours, theirs;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * options.seconds);
+    while ((std::chrono::steady_clock::now() < deadline || ours.size() < 5) && ours.size() < 2000) {
+      if (stop->load()) return Cancelled("interrupted");
+      auto t0 = std::chrono::steady_clock::now();
+      raw.Round();
+      auto t1 = std::chrono::steady_clock::now();
+      GD_RETURN_IF_ERROR(geodesic_round());
+      auto t2 = std::chrono::steady_clock::now();
+      theirs.push_back(std::chrono::duration<double>(t1 - t0).count());
+      ours.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+    double moved = 2.0 * static_cast<double>(bytes);
+    double g = moved / Median(ours) / 1e9, r = moved / Median(theirs) / 1e9;
+    records.push_back({{"bytes", bytes},
+                       {"geodesic_gbps", g},
+                       {"raw_zmq_gbps", r},
+                       {"ratio", g / r},
+                       {"rounds", ours.size()},
+                       {"chunk_bytes", kChunkBytes}});
+    if (ps.pushes_refused()) return Internal("the shard refused bench pushes; see " + dir + "/server.log");
+    member.Stop(true);
+  }
+  if (options.json) {
+    std::cout << records.dump(2) << std::endl;
+  } else {
+    std::printf("%10s %16s %16s %8s\n", "size", "geodesic GB/s", "raw ZeroMQ GB/s", "ratio");
+    for (const auto& r : records)
+      std::printf("%7lld MB %16.2f %16.2f %8.2f\n", static_cast<long long>(r["bytes"].get<int64_t>() >> 20),
+                  r["geodesic_gbps"].get<double>(), r["raw_zmq_gbps"].get<double>(), r["ratio"].get<double>());
+    std::printf("GB/s = 10^9 payload bytes per second, push + pull (both directions) through one shard on loopback.\n");
+  }
+  return Status::Ok();
+}
+
+}  // namespace geodesic::bench
