@@ -18,10 +18,10 @@ struct BenchOptions {
   std::string job_file = "examples/fashion_mnist.yaml";
   std::string result_file;
   std::string endpoint;
-  std::string binary;  // default: this binary
-  int64_t chunk_bytes = 4 << 20;  // transport: chunk (message) size of both systems
-  int64_t staleness_bound = 2;  // ps-overhead: the async run's bound
-  double epochs = 4;             // ps-overhead: epochs of the async run (0: the job's)
+  std::string binary;                  // default: this binary
+  int64_t chunk_bytes = 4 << 20;       // transport: chunk (message) size of both systems
+  int64_t staleness_bound = 2;         // ps-overhead: the async run's bound
+  double epochs = 4;                   // ps-overhead: epochs of the async run (0: the job's)
   std::vector<std::string> overrides;  // transport: --set for the shard's job (e.g. optimizer.momentum=0)
 };
 

@@ -48,10 +48,10 @@ Status RunPlainTraining(const BenchOptions& options, const std::atomic<bool>* st
     }
     torch::Tensor grad = model->NewGradBuffer();
     const auto& idx = sampler.Next();
-    torch::Tensor sel = torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())},
-                                         torch::kInt64);
-    auto loss = torch::nn::functional::cross_entropy(model->Forward(images.index_select(0, sel)),
-                                                     labels.index_select(0, sel));
+    torch::Tensor sel =
+        torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
+    auto loss =
+        torch::nn::functional::cross_entropy(model->Forward(images.index_select(0, sel)), labels.index_select(0, sel));
     loss.backward();
     flat.mutable_grad() = grad;
     sgd.step();
@@ -67,9 +67,12 @@ Status RunPlainTraining(const BenchOptions& options, const std::atomic<bool>* st
     curve.push_back({t, acc});
     if (to_target.is_null() && acc >= job.eval.target_accuracy) to_target = t;
   }
-  nlohmann::json out = {{"samples", samples},        {"steps", steps},
-                        {"seconds", seconds},        {"samples_per_second", samples / seconds},
-                        {"accuracy_curve", curve},   {"final_accuracy", curve.back()[1]},
+  nlohmann::json out = {{"samples", samples},
+                        {"steps", steps},
+                        {"seconds", seconds},
+                        {"samples_per_second", samples / seconds},
+                        {"accuracy_curve", curve},
+                        {"final_accuracy", curve.back()[1]},
                         {"seconds_to_target", to_target}};
   if (!options.result_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options.result_file, out.dump(2)));
   std::cout << out.dump(2) << std::endl;

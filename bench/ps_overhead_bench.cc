@@ -24,12 +24,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string SelfBinary() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "geodesic" : p.string();
-}
-
 // Runs children to completion (or until `stop`); returns false if any failed.
 bool RunAll(std::vector<std::unique_ptr<deploy::Child>>& children, const std::atomic<bool>* stop) {
   for (auto& c : children)
@@ -54,7 +48,7 @@ bool RunAll(std::vector<std::unique_ptr<deploy::Child>>& children, const std::at
 
 Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* stop) {
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file));
-  const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
+  const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
   char tmpl[] = "/tmp/geodesic-overhead-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
@@ -81,8 +75,9 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
   }
 
   // 2. The same model through Geodesic, asynchronous within the bound.
-  std::vector<std::string> args = {exe, "launch", options.job_file, "--run-dir", dir + "/run", "--quiet", "--set",
-                                   "training.staleness_bound=" + std::to_string(options.staleness_bound)};
+  std::vector<std::string> args = {
+      exe,          "launch",  options.job_file, "--run-dir",
+      dir + "/run", "--quiet", "--set",          "training.staleness_bound=" + std::to_string(options.staleness_bound)};
   if (options.epochs > 0) {
     args.push_back("--set");
     args.push_back("training.epochs=" + std::to_string(options.epochs));
@@ -95,23 +90,22 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
   json s = json::parse(text);
   double ours = s["samples_per_second"].get<double>();
 
-  json out = {
-      {"model", job.model.name},
-      {"workers", job.NumWorkers()},
-      {"servers", job.NumServers()},
-      {"staleness_bound", options.staleness_bound},
-      {"geodesic_samples_per_second", ours},
-      {"plain_samples_per_second", plain_sps},
-      {"plain_processes", options.processes},
-      {"ratio", ours / plain_sps},
-      {"target_accuracy", job.eval.target_accuracy},
-      {"geodesic_seconds_to_target", s["seconds_to_target"]},
-      {"geodesic_test_accuracy", s["test_accuracy"]},
-      {"geodesic_wall_seconds", s["wall_seconds"]},
-      {"plain_seconds_to_target_one_process", plain_runs[0]["seconds_to_target"]},
-      {"plain_final_accuracy_one_process", plain_runs[0]["final_accuracy"]},
-      {"step_time_breakdown", s["step_time_breakdown"]},
-      {"run_dir", dir}};
+  json out = {{"model", job.model.name},
+              {"workers", job.NumWorkers()},
+              {"servers", job.NumServers()},
+              {"staleness_bound", options.staleness_bound},
+              {"geodesic_samples_per_second", ours},
+              {"plain_samples_per_second", plain_sps},
+              {"plain_processes", options.processes},
+              {"ratio", ours / plain_sps},
+              {"target_accuracy", job.eval.target_accuracy},
+              {"geodesic_seconds_to_target", s["seconds_to_target"]},
+              {"geodesic_test_accuracy", s["test_accuracy"]},
+              {"geodesic_wall_seconds", s["wall_seconds"]},
+              {"plain_seconds_to_target_one_process", plain_runs[0]["seconds_to_target"]},
+              {"plain_final_accuracy_one_process", plain_runs[0]["final_accuracy"]},
+              {"step_time_breakdown", s["step_time_breakdown"]},
+              {"run_dir", dir}};
   if (options.json) {
     std::cout << out.dump(2) << std::endl;
   } else {

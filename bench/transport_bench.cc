@@ -36,12 +36,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string SelfBinary() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "geodesic" : p.string();
-}
-
 std::string WaitForFile(const std::string& path, const deploy::Child& child, double timeout_s) {
   for (int i = 0; i < timeout_s * 100; ++i) {
     auto text = ReadFile(path);
@@ -137,7 +131,7 @@ Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop) {
 }
 
 Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* stop) {
-  const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
+  const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
   char tmpl[] = "/tmp/geodesic-bench-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   struct Cleanup {
@@ -174,27 +168,27 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
     // A one-shard job with a synthetic model of this size.
     const std::string job_path = dir + "/job-" + std::to_string(mb) + ".yaml";
     const std::string job_name = "bench-transport-" + std::to_string(mb);
-    GD_RETURN_IF_ERROR(WriteFileAtomic(
-        job_path, "name: " + job_name +
-                      "\nregions:\n  local: {servers: 1, workers: 1}\n"
-                      "model: {name: synthetic, synthetic_params: " +
-                      std::to_string(floats) +
-                      "}\n"
-                      "training: {staleness_bound: inf, steps: 1000000000}\n"
-                      "wire: {chunk_bytes: " +
-                      std::to_string(kChunkBytes) + ", message_bytes: " + std::to_string(kChunkBytes) +
-                      ", max_message_bytes: " + std::to_string(kChunkBytes * 2) +
-                      "}\n"
-                      "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, "name: " + job_name +
+                                                     "\nregions:\n  local: {servers: 1, workers: 1}\n"
+                                                     "model: {name: synthetic, synthetic_params: " +
+                                                     std::to_string(floats) +
+                                                     "}\n"
+                                                     "training: {staleness_bound: inf, steps: 1000000000}\n"
+                                                     "wire: {chunk_bytes: " +
+                                                     std::to_string(kChunkBytes) +
+                                                     ", message_bytes: " + std::to_string(kChunkBytes) +
+                                                     ", max_message_bytes: " + std::to_string(kChunkBytes * 2) +
+                                                     "}\n"
+                                                     "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
     GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_path, options.overrides));
     GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));  // the shard reads the same overrides
     Cluster cluster;
     std::filesystem::remove(dir + "/coord");
-    cluster.coordinator = std::make_unique<deploy::Child>(
-        "coordinator",
-        std::vector<std::string>{exe, "coordinator", "--job", job_path, "--endpoint-file", dir + "/coord",
-                                 "--no-evaluator"},
-        dir + "/coordinator.log");
+    cluster.coordinator =
+        std::make_unique<deploy::Child>("coordinator",
+                                        std::vector<std::string>{exe, "coordinator", "--job", job_path,
+                                                                 "--endpoint-file", dir + "/coord", "--no-evaluator"},
+                                        dir + "/coordinator.log");
     GD_RETURN_IF_ERROR(cluster.coordinator->Start());
     std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
     if (coord.empty()) return Unavailable("the coordinator did not start");

@@ -26,7 +26,7 @@ std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
 
 void InstallSignalHandlers() {
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
   l_cmd->add_option("--summary", launch.summary_file, "write the job summary JSON here");
   l_cmd->add_option("--run-dir", launch.run_dir, "directory for logs, stats and snapshots (default runs/<job>-<time>)");
   l_cmd->add_option("--kill", launch.kills,
-                    "fault injection: SIGKILL ROLE:ID after SECONDS of training, e.g. worker:2@5 (repeatable)");
+                    "fault injection: signal ROLE:ID after SECONDS of training: ROLE:ID@SECONDS[:SIGNAL], "
+                    "e.g. worker:2@5 (SIGKILL), worker:2@5:STOP then worker:2@9:CONT (repeatable)");
   l_cmd->add_flag("--quiet", launch.quiet, "no live progress line");
 
   // status
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
   b_cmd->require_subcommand(1);
   auto* bt_cmd = b_cmd->add_subcommand("transport", "push+pull goodput through one shard vs raw ZeroMQ");
   bt_cmd->add_flag("--json", bench_opts.json, "print JSON records");
-  bt_cmd->add_option("--sizes-mb", bench_opts.sizes_mb, "payload sizes in MB")->default_val(std::vector<int>{1, 16, 64});
+  bt_cmd->add_option("--sizes-mb", bench_opts.sizes_mb, "payload sizes in MB")
+      ->default_val(std::vector<int>{1, 16, 64});
   bt_cmd->add_option("--seconds", bench_opts.seconds, "measuring time per size and system")->default_val(3.0);
   bt_cmd->add_option("--chunk-bytes", bench_opts.chunk_bytes, "chunk (message) size for both systems")
       ->default_val(int64_t{4} << 20);
@@ -140,7 +142,8 @@ int main(int argc, char** argv) {
   bo_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
   bo_cmd->add_option("--baseline-seconds", bench_opts.seconds, "seconds of plain training")->default_val(40.0);
   bo_cmd->add_option("--processes", bench_opts.processes, "plain training processes (one per core)")->default_val(2);
-  bo_cmd->add_option("--staleness-bound", bench_opts.staleness_bound, "staleness bound of the async run")->default_val(2);
+  bo_cmd->add_option("--staleness-bound", bench_opts.staleness_bound, "staleness bound of the async run")
+      ->default_val(2);
   bo_cmd->add_option("--epochs", bench_opts.epochs, "epochs of the async run (0: the job's)")->default_val(4.0);
   auto* bp_cmd = b_cmd->add_subcommand("plain-train", "plain LibTorch training, no parameter server (a baseline)");
   bp_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
@@ -216,10 +219,14 @@ int main(int argc, char** argv) {
   if (b_cmd->parsed()) {
     SetLogPrefix("bench");
     Status s;
-    if (bt_cmd->parsed()) s = bench::RunTransportBench(bench_opts, &g_stop);
-    else if (bo_cmd->parsed()) s = bench::RunPsOverheadBench(bench_opts, &g_stop);
-    else if (bp_cmd->parsed()) s = bench::RunPlainTraining(bench_opts, &g_stop);
-    else if (bs_cmd->parsed()) s = bench::RunZmqSink(bench_opts, &g_stop);
+    if (bt_cmd->parsed())
+      s = bench::RunTransportBench(bench_opts, &g_stop);
+    else if (bo_cmd->parsed())
+      s = bench::RunPsOverheadBench(bench_opts, &g_stop);
+    else if (bp_cmd->parsed())
+      s = bench::RunPlainTraining(bench_opts, &g_stop);
+    else if (bs_cmd->parsed())
+      s = bench::RunZmqSink(bench_opts, &g_stop);
     return s.ok() ? 0 : Fail(s);
   }
   return 0;

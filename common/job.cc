@@ -31,9 +31,7 @@ class MapReader {
     seen_.insert(key);
     return present(key) ? node_[key] : YAML::Node();
   }
-  std::string ChildPath(const std::string& key) const {
-    return path_.empty() ? key : path_ + "." + key;
-  }
+  std::string ChildPath(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   template <typename T>
   void Get(const char* key, T* out) {
@@ -68,11 +66,16 @@ class MapReader {
  private:
   template <typename T>
   static const char* TypeName() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    else if constexpr (std::is_integral_v<T>) return "an integer";
-    else if constexpr (std::is_floating_point_v<T>) return "a number";
-    else if constexpr (std::is_same_v<T, std::string>) return "a string";
-    else return "a list of integers";
+    if constexpr (std::is_same_v<T, bool>)
+      return "true or false";
+    else if constexpr (std::is_integral_v<T>)
+      return "an integer";
+    else if constexpr (std::is_floating_point_v<T>)
+      return "a number";
+    else if constexpr (std::is_same_v<T, std::string>)
+      return "a string";
+    else
+      return "a list of integers";
   }
 
   static size_t EditDistance(const std::string& a, const std::string& b) {
@@ -106,8 +109,7 @@ class MapReader {
 
 Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
   auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
-    return InvalidArgument("override '" + assignment + "' is not key.path=value");
+  if (eq == std::string::npos || eq == 0) return InvalidArgument("override '" + assignment + "' is not key.path=value");
   std::string path = assignment.substr(0, eq);
   YAML::Node value;
   try {
@@ -274,8 +276,8 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("mlp_hidden", &job.model.mlp_hidden);
     r.Get("synthetic_params", &job.model.synthetic_params);
     r.Finish();
-    Check(job.model.name == "cnn" || job.model.name == "mlp" || job.model.name == "synthetic", &errors,
-          "model.name", "'" + job.model.name + "' is not a model; use cnn, mlp or synthetic");
+    Check(job.model.name == "cnn" || job.model.name == "mlp" || job.model.name == "synthetic", &errors, "model.name",
+          "'" + job.model.name + "' is not a model; use cnn, mlp or synthetic");
     for (int h : job.model.mlp_hidden)
       Check(h > 0 && h <= 65536, &errors, "model.mlp_hidden", "widths must be in [1, 65536]");
     Check(job.model.synthetic_params > 0 && job.model.synthetic_params <= (int64_t{1} << 31), &errors,
@@ -312,8 +314,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(o.name == "sgd" || o.name == "adam", &errors, "optimizer.name",
           "'" + o.name + "' is not an optimizer; use sgd or adam");
     Check(Finite(o.lr) && o.lr > 0 && o.lr < 1e3, &errors, "optimizer.lr", "must be in (0, 1000)");
-    Check(Finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, &errors, "optimizer.momentum",
-          "must be in [0, 1)");
+    Check(Finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, &errors, "optimizer.momentum", "must be in [0, 1)");
     Check(Finite(o.weight_decay) && o.weight_decay >= 0, &errors, "optimizer.weight_decay", "must be >= 0");
     Check(Finite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, &errors, "optimizer.beta1", "must be in [0, 1)");
     Check(Finite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, &errors, "optimizer.beta2", "must be in [0, 1)");
@@ -344,8 +345,8 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("message_bytes", &w.message_bytes);
     r.Get("max_message_bytes", &w.max_message_bytes);
     r.Finish();
-    Check(w.chunk_bytes >= 1024 && w.chunk_bytes <= (64 << 20) && w.chunk_bytes % 4 == 0, &errors,
-          "wire.chunk_bytes", "must be a multiple of 4 in [1 KiB, 64 MiB]");
+    Check(w.chunk_bytes >= 1024 && w.chunk_bytes <= (64 << 20) && w.chunk_bytes % 4 == 0, &errors, "wire.chunk_bytes",
+          "must be a multiple of 4 in [1 KiB, 64 MiB]");
     Check(w.message_bytes >= 1024 && w.message_bytes <= (256 << 20), &errors, "wire.message_bytes",
           "must be in [1 KiB, 256 MiB]");
     Check(w.max_message_bytes >= w.message_bytes && w.max_message_bytes >= w.chunk_bytes + 65536, &errors,
@@ -362,8 +363,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Finish();
     Check(m.heartbeat_ms >= 10 && m.heartbeat_ms <= 60000, &errors, "membership.heartbeat_ms",
           "must be in [10, 60000]");
-    Check(m.lease_ms >= 2 * m.heartbeat_ms, &errors, "membership.lease_ms",
-          "must be at least twice heartbeat_ms");
+    Check(m.lease_ms >= 2 * m.heartbeat_ms, &errors, "membership.lease_ms", "must be at least twice heartbeat_ms");
     Check(m.rendezvous_timeout_s > 0, &errors, "membership.rendezvous_timeout_s", "must be > 0");
     Check(m.rpc_timeout_s > 0, &errors, "membership.rpc_timeout_s", "must be > 0");
     Check(m.report_after_s > 0, &errors, "membership.report_after_s", "must be > 0");
@@ -376,8 +376,8 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("test_samples", &e.test_samples);
     r.Finish();
     Check(Finite(e.snapshot_every_s) && e.snapshot_every_s > 0, &errors, "eval.snapshot_every_s", "must be > 0");
-    Check(Finite(e.target_accuracy) && e.target_accuracy > 0 && e.target_accuracy <= 1, &errors,
-          "eval.target_accuracy", "must be in (0, 1]");
+    Check(Finite(e.target_accuracy) && e.target_accuracy > 0 && e.target_accuracy <= 1, &errors, "eval.target_accuracy",
+          "must be in (0, 1]");
     Check(e.test_samples >= 0, &errors, "eval.test_samples", "must be >= 0");
   }
   top.Finish();

@@ -21,16 +21,16 @@ struct RegionSpec {
 };
 
 struct ModelSpec {
-  std::string name = "cnn";              // cnn | mlp | synthetic
-  std::vector<int> mlp_hidden = {256};   // hidden widths for mlp
-  int64_t synthetic_params = 1 << 20;    // float32 parameters of `synthetic`
+  std::string name = "cnn";             // cnn | mlp | synthetic
+  std::vector<int> mlp_hidden = {256};  // hidden widths for mlp
+  int64_t synthetic_params = 1 << 20;   // float32 parameters of `synthetic`
 };
 
 struct DataSpec {
   std::string dataset = "fashion-mnist";
   std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
-  std::string partition = "iid";  // how the training set is split across workers
-  int batch_size = 64;            // per worker
+  std::string partition = "iid";                           // how the training set is split across workers
+  int batch_size = 64;                                     // per worker
 };
 
 struct OptimizerSpec {
@@ -38,7 +38,7 @@ struct OptimizerSpec {
   double lr = 0.05;          // applied to the mean gradient of one clock
   double momentum = 0.9;     // sgd only
   double weight_decay = 0.0;
-  double beta1 = 0.9;   // adam only
+  double beta1 = 0.9;  // adam only
   double beta2 = 0.999;
   double eps = 1e-8;
   // Learning-rate schedule over the job's clocks: "constant", or "cosine"
@@ -47,8 +47,8 @@ struct OptimizerSpec {
 };
 
 struct TrainingSpec {
-  double epochs = 3.0;   // passes over the training set, summed over all workers
-  int64_t steps = 0;     // if > 0: steps per worker, overriding epochs
+  double epochs = 3.0;  // passes over the training set, summed over all workers
+  int64_t steps = 0;    // if > 0: steps per worker, overriding epochs
   // Stale synchronous parallel bound s: a worker at clock c waits until every
   // live worker has finished clock c - s. 0 is BSP; large values are async.
   int64_t staleness_bound = 2;
@@ -63,14 +63,14 @@ struct TrainingSpec {
 };
 
 struct WireSpec {
-  int64_t chunk_bytes = 64 << 10;   // parameters are cut into chunks of this size
-  int64_t message_bytes = 1 << 20;  // chunks are batched into messages up to this size
+  int64_t chunk_bytes = 64 << 10;         // parameters are cut into chunks of this size
+  int64_t message_bytes = 1 << 20;        // chunks are batched into messages up to this size
   int64_t max_message_bytes = 256 << 20;  // receivers refuse larger messages
 };
 
 struct MembershipSpec {
-  int heartbeat_ms = 500;  // how often members renew their lease
-  int lease_ms = 3000;     // a member silent this long is dead and leaves the bound
+  int heartbeat_ms = 500;          // how often members renew their lease
+  int lease_ms = 3000;             // a member silent this long is dead and leaves the bound
   int rendezvous_timeout_s = 120;  // start-up wait for every expected member
   int rpc_timeout_s = 120;         // a pull or push acknowledgement not answered by then fails
   int report_after_s = 3;          // a wait longer than this is logged with whom it waits for
@@ -116,8 +116,7 @@ double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t cloc
 // of the file (e.g. "training.staleness_bound=0"), as the launcher's --set.
 StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {});
-StatusOr<JobSpec> LoadJobFile(const std::string& path,
-                              const std::vector<std::string>& overrides = {});
+StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
 // Writes a spec back as YAML that ParseJob reads to the same spec.
 std::string JobToYaml(const JobSpec& job);
 

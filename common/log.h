@@ -44,14 +44,12 @@ struct Voidify {
 #define GD_LOG_ERROR ::geodesic::LogLevel::kError
 #define GD_LOG_FATAL ::geodesic::LogLevel::kFatal
 
-#define GD_LOG(level)                                           \
-  (GD_LOG_##level < ::geodesic::MinLogLevel())                  \
-      ? (void)0                                                 \
-      : ::geodesic::internal::Voidify() &                       \
-            ::geodesic::internal::LogLine(GD_LOG_##level, __FILE__, __LINE__).stream()
+#define GD_LOG(level)                          \
+  (GD_LOG_##level < ::geodesic::MinLogLevel()) \
+      ? (void)0                                \
+      : ::geodesic::internal::Voidify() & ::geodesic::internal::LogLine(GD_LOG_##level, __FILE__, __LINE__).stream()
 
-#define GD_CHECK(cond)                                                              \
-  (cond) ? (void)0                                                                  \
-         : ::geodesic::internal::Voidify() &                                        \
-               ::geodesic::internal::LogLine(GD_LOG_FATAL, __FILE__, __LINE__).stream() \
-                   << "check failed: " #cond " "
+#define GD_CHECK(cond)                                                                                                \
+  (cond) ? (void)0                                                                                                    \
+         : ::geodesic::internal::Voidify() & ::geodesic::internal::LogLine(GD_LOG_FATAL, __FILE__, __LINE__).stream() \
+                                                 << "check failed: " #cond " "

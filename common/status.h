@@ -16,16 +16,16 @@ namespace geodesic {
 
 enum class Code {
   kOk = 0,
-  kInvalidArgument,   // the input is wrong; retrying the same input fails again
-  kNotFound,          // a file, dataset, peer or key does not exist
+  kInvalidArgument,  // the input is wrong; retrying the same input fails again
+  kNotFound,         // a file, dataset, peer or key does not exist
   kAlreadyExists,
   kFailedPrecondition,  // the system is not in a state to do this (yet)
-  kOutOfRange,        // an id or index outside what the receiver owns
-  kUnavailable,       // a peer or link is down; retry later
-  kDeadlineExceeded,  // a wait ran past its deadline
-  kDataLoss,          // stored or received bytes are corrupt
-  kCancelled,         // the caller asked to stop
-  kInternal,          // a library failed in a way we did not expect
+  kOutOfRange,          // an id or index outside what the receiver owns
+  kUnavailable,         // a peer or link is down; retry later
+  kDeadlineExceeded,    // a wait ran past its deadline
+  kDataLoss,            // stored or received bytes are corrupt
+  kCancelled,           // the caller asked to stop
+  kInternal,            // a library failed in a way we did not expect
 };
 
 const char* CodeName(Code code);
@@ -65,7 +65,7 @@ inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; 
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT(runtime/explicit)
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT(runtime/explicit)
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT(runtime/explicit)
     if (std::get<Status>(v_).ok()) v_ = Status(Code::kInternal, "StatusOr built from OK status");
   }
@@ -93,15 +93,14 @@ class [[nodiscard]] StatusOr {
 #define GD_CONCAT(a, b) GD_CONCAT_INNER(a, b)
 
 // Returns the Status from the enclosing function if it is not OK.
-#define GD_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::geodesic::Status gd_status_ = (expr);       \
-    if (!gd_status_.ok()) return gd_status_;      \
+#define GD_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::geodesic::Status gd_status_ = (expr);  \
+    if (!gd_status_.ok()) return gd_status_; \
   } while (0)
 
 // `GD_ASSIGN_OR_RETURN(auto x, F());` binds x or returns F's Status.
-#define GD_ASSIGN_OR_RETURN(lhs, expr) \
-  GD_ASSIGN_OR_RETURN_IMPL(GD_CONCAT(gd_statusor_, __LINE__), lhs, expr)
+#define GD_ASSIGN_OR_RETURN(lhs, expr) GD_ASSIGN_OR_RETURN_IMPL(GD_CONCAT(gd_statusor_, __LINE__), lhs, expr)
 #define GD_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \

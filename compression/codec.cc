@@ -8,8 +8,10 @@ namespace geodesic::compression {
 
 std::string CodecName(wire::Codec codec) {
   switch (codec) {
-    case wire::FP32: return "fp32";
-    default: return "codec#" + std::to_string(static_cast<int>(codec));
+    case wire::FP32:
+      return "fp32";
+    default:
+      return "codec#" + std::to_string(static_cast<int>(codec));
   }
 }
 

@@ -32,6 +32,8 @@ using json = nlohmann::json;
 struct Kill {
   std::string target;  // e.g. "worker-2"
   double after_s = 0;
+  int signal = SIGKILL;
+  std::string signal_name = "SIGKILL";
   bool done = false;
 };
 
@@ -40,20 +42,38 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
   for (const auto& s : specs) {
     auto colon = s.find(':'), at = s.find('@');
     if (colon == std::string::npos || at == std::string::npos || at < colon)
-      return InvalidArgument("--kill '" + s + "': expected ROLE:ID@SECONDS, e.g. worker:2@5");
+      return InvalidArgument("--kill '" + s + "': expected ROLE:ID@SECONDS[:SIGNAL], e.g. worker:2@5");
     std::string role = s.substr(0, colon);
+    auto sig_colon = s.find(':', at);
+    std::string when = s.substr(at + 1, sig_colon == std::string::npos ? std::string::npos : sig_colon - at - 1);
+    Kill k;
+    if (sig_colon != std::string::npos) {
+      std::string name = s.substr(sig_colon + 1);
+      static const std::map<std::string, int> kSignals = {
+          {"KILL", SIGKILL}, {"TERM", SIGTERM}, {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {"INT", SIGINT}};
+      auto it = kSignals.find(name.rfind("SIG", 0) == 0 ? name.substr(3) : name);
+      if (it == kSignals.end())
+        return InvalidArgument("--kill '" + s + "': signal must be KILL, TERM, INT, STOP or CONT");
+      k.signal = it->second;
+      k.signal_name = "SIG" + it->first;
+    }
     int id;
     double after;
     try {
       id = std::stoi(s.substr(colon + 1, at - colon - 1));
-      after = std::stod(s.substr(at + 1));
+      after = std::stod(when);
     } catch (const std::exception&) {
       return InvalidArgument("--kill '" + s + "': ID and SECONDS must be numbers");
     }
-    int count = role == "worker" ? job.NumWorkers() : role == "server" ? job.NumServers() : role == "coordinator" ? 1 : 0;
+    int count = role == "worker"        ? job.NumWorkers()
+                : role == "server"      ? job.NumServers()
+                : role == "coordinator" ? 1
+                                        : 0;
     if (count == 0) return InvalidArgument("--kill '" + s + "': role must be worker, server or coordinator");
     if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
-    out.push_back({role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id), after});
+    k.target = role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id);
+    k.after_s = after;
+    out.push_back(k);
   }
   return out;
 }
@@ -65,12 +85,6 @@ std::string Timestamp() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
   return buf;
-}
-
-std::string SelfBinary() {
-  std::error_code ec;
-  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ec ? "geodesic" : p.string();
 }
 
 // A DEALER that asks the coordinator for StatusReply.
@@ -220,7 +234,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                std::to_string(job.NumServers()) + " server(s), " + std::to_string(job.NumWorkers()) +
                " worker(s), model " + job.model.name + ", staleness bound " +
                (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
-                                                                     : std::to_string(job.training.staleness_bound)) +
+                                                                   : std::to_string(job.training.staleness_bound)) +
                "; logs in " + run_dir + "/logs");
 
   std::vector<std::unique_ptr<Child>> children;
@@ -232,7 +246,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     return Status::Ok();
   };
   auto stop_all = [&](int sig, double grace_s) {
-    for (auto& c : children) c->Signal(sig);
+    for (auto& c : children) {
+      c->Signal(sig);
+      c->Signal(SIGCONT);  // a paused (fault-injected) process must run to act on it
+    }
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
     while (std::chrono::steady_clock::now() < deadline) {
       bool any = false;
@@ -248,9 +265,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 
   const auto launch_start = std::chrono::steady_clock::now();
   const std::string endpoint_file = run_dir + "/coordinator.endpoint";
-  GD_RETURN_IF_ERROR(start_child("coordinator", {"coordinator", "--job", job_path, "--bind",
-                                                 "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
-                                                 endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
+  GD_RETURN_IF_ERROR(start_child(
+      "coordinator", {"coordinator", "--job", job_path, "--bind", "tcp://" + job.CoordinatorRegion().host + ":*",
+                      "--endpoint-file", endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
   std::string endpoint;
   for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
     auto text = ReadFile(endpoint_file);
@@ -270,18 +287,24 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);
-    std::vector<std::string> args = {"worker", "--job", job_path, "--id", std::to_string(i), "--coordinator",
-                                     endpoint, "--stats-file", run_dir + "/stats/" + name + ".json"};
+    std::vector<std::string> args = {"worker", "--job",           job_path,
+                                     "--id",   std::to_string(i), "--coordinator",
+                                     endpoint, "--stats-file",    run_dir + "/stats/" + name + ".json"};
     if (i == 0) {
       args.push_back("--snapshot-dir");
       args.push_back(run_dir + "/snapshots");
     }
     GD_RETURN_IF_ERROR(start_child(name, args));
   }
-  GD_RETURN_IF_ERROR(start_child("evaluator", {"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir",
-                                               run_dir + "/snapshots", "--result-file", run_dir + "/result.json",
-                                               "--dump-params", run_dir + "/final_params.bin"}));
+  GD_RETURN_IF_ERROR(start_child(
+      "evaluator", {"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
+                    "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"}));
 
+  {
+    json pids = json::object();
+    for (auto& c : children) pids[c->name()] = c->pid();
+    GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/pids.json", pids.dump(2), /*durable=*/false));
+  }
   zmq::context_t ctx(1);
   StatusProbe probe(ctx, job.name, endpoint);
   std::optional<wire::StatusReply> last_status;
@@ -293,6 +316,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   double prev_t = 0;
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at;
   bool announced_training = false;
+  std::optional<std::chrono::steady_clock::time_point> training_started_at;
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit;
 
   while (true) {
@@ -375,20 +399,28 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       if (st->training_started()) {
         if (!announced_training) {
           announced_training = true;
+          // Faults are timed from here, on the wall clock (the coordinator's
+          // training time stops when the workers do).
+          training_started_at =
+              std::chrono::steady_clock::now() -
+              std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(t));
           progress.Say("geodesic: all processes joined; training");
         }
         if (!evaluator_done_at) progress.Show(RenderProgress(*st, rate));
-        for (auto& k : kills) {
-          if (k.done || t < k.after_s) continue;
-          k.done = true;
-          for (auto& c : children)
-            if (c->name() == k.target && c->running()) {
-              c->Signal(SIGKILL);
-              progress.Say("geodesic: fault injection: SIGKILL to " + k.target + " after " + Fmt("%.1f", t) +
-                           " s of training");
-              faults.push_back({{"target", k.target}, {"signal", "SIGKILL"}, {"at_training_seconds", t}});
-            }
-        }
+      }
+    }
+    if (training_started_at) {
+      double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count();
+      for (auto& k : kills) {
+        if (k.done || t < k.after_s) continue;
+        k.done = true;
+        for (auto& c : children)
+          if (c->name() == k.target && c->running()) {
+            c->Signal(k.signal);
+            progress.Say("geodesic: fault injection: " + k.signal_name + " to " + k.target + " after " +
+                         Fmt("%.1f", t) + " s of training");
+            faults.push_back({{"target", k.target}, {"signal", k.signal_name}, {"at_training_seconds", t}});
+          }
       }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -408,9 +440,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = total_wall;
-  summary["accuracy_curve"] = result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
+  summary["accuracy_curve"] =
+      result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
   summary["target_accuracy"] = job.eval.target_accuracy;
-  summary["seconds_to_target"] = result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
+  summary["seconds_to_target"] =
+      result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
   json sent = json::object(), received = json::object(), breakdown = json::object(), procs = json::array();
   int64_t samples = 0;
   IntHistogram staleness;
@@ -477,9 +511,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::string where = options.summary_file.empty() ? run_dir + "/summary.json" : options.summary_file;
   if (summary["test_accuracy"].is_number()) {
     double acc = summary["test_accuracy"].get<double>();
-    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " +
-                       Fmt("%.1f", wall) + " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) +
-                       " samples/s, " + std::to_string(samples) + " samples)";
+    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " + Fmt("%.1f", wall) +
+                       " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) + " samples/s, " +
+                       std::to_string(samples) + " samples)";
     if (summary["seconds_to_target"].is_number())
       line += "; reached " + Fmt("%.2f", job.eval.target_accuracy) + " at " +
               Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";

@@ -22,9 +22,11 @@ struct LaunchOptions {
   std::vector<std::string> overrides;  // "key.path=value", as --set
   std::string summary_file;            // also written to <run_dir>/summary.json
   std::string run_dir;                 // default: runs/<job>-<yyyymmdd-hhmmss>
-  std::vector<std::string> kills;      // "ROLE:ID@SECONDS": SIGKILL after that much training
-  bool quiet = false;                  // no live progress
-  std::string binary;                  // the geodesic binary to run (default: this one)
+  // Fault injection, "ROLE:ID@SECONDS[:SIGNAL]": send SIGNAL (default KILL;
+  // also TERM, INT, STOP, CONT) after that much training.
+  std::vector<std::string> kills;
+  bool quiet = false;  // no live progress
+  std::string binary;  // the geodesic binary to run (default: this one)
 };
 
 // Runs the job to its end. Returns the launcher's exit code: 0 when the job

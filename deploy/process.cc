@@ -9,9 +9,16 @@
 
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 
 namespace geodesic::deploy {
+
+std::string SelfBinary() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "geodesic" : p.string();
+}
 
 std::string ExitInfo::Describe() const {
   if (signal) {

@@ -16,9 +16,9 @@
 namespace geodesic::deploy {
 
 struct ExitInfo {
-  int code = -1;    // exit status if it exited
-  int signal = 0;   // signal number if a signal ended it
-  double cpu_seconds = 0;  // user + system CPU time the process used
+  int code = -1;                 // exit status if it exited
+  int signal = 0;                // signal number if a signal ended it
+  double cpu_seconds = 0;        // user + system CPU time the process used
   std::string Describe() const;  // "exited 0", "killed by SIGKILL"
   bool ok() const { return signal == 0 && code == 0; }
 };
@@ -47,5 +47,8 @@ class Child {
   pid_t pid_ = -1;
   std::optional<ExitInfo> exit_;
 };
+
+// The path of the running executable (children run the same binary).
+std::string SelfBinary();
 
 }  // namespace geodesic::deploy

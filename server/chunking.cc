@@ -64,8 +64,7 @@ ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers) {
   if (num_servers <= 1) return m;
   std::vector<uint32_t> order(layout.num_chunks());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return layout.Size(a) > layout.Size(b); });
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return layout.Size(a) > layout.Size(b); });
   std::vector<uint64_t> load(num_servers, 0);
   for (uint32_t c : order) {
     int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());

@@ -25,12 +25,18 @@ std::string IdList(const std::vector<int>& ids) {
 
 const char* RoleName(wire::Role role) {
   switch (role) {
-    case wire::SERVER: return "server";
-    case wire::WORKER: return "worker";
-    case wire::EVALUATOR: return "evaluator";
-    case wire::COORDINATOR: return "coordinator";
-    case wire::CLIENT: return "client";
-    default: return "member";
+    case wire::SERVER:
+      return "server";
+    case wire::WORKER:
+      return "worker";
+    case wire::EVALUATOR:
+      return "evaluator";
+    case wire::COORDINATOR:
+      return "coordinator";
+    case wire::CLIENT:
+      return "client";
+    default:
+      return "member";
   }
 }
 
@@ -65,10 +71,14 @@ CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) {
 
 const CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) const {
   switch (role) {
-    case wire::SERVER: return id >= 0 && id < static_cast<int>(servers_.size()) ? &servers_[id] : nullptr;
-    case wire::WORKER: return id >= 0 && id < static_cast<int>(workers_.size()) ? &workers_[id] : nullptr;
-    case wire::EVALUATOR: return id == 0 ? &evaluator_ : nullptr;
-    default: return nullptr;
+    case wire::SERVER:
+      return id >= 0 && id < static_cast<int>(servers_.size()) ? &servers_[id] : nullptr;
+    case wire::WORKER:
+      return id >= 0 && id < static_cast<int>(workers_.size()) ? &workers_[id] : nullptr;
+    case wire::EVALUATOR:
+      return id == 0 ? &evaluator_ : nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -126,8 +136,7 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
   return r;
 }
 
-StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id,
-                                                         const wire::RegisterRequest& req) {
+StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id, const wire::RegisterRequest& req) {
   Member* m = Find(role, id);
   if (!m)
     return OutOfRange(std::string(RoleName(role)) + " id " + std::to_string(id) + " is not part of this job (" +
@@ -135,7 +144,7 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
                       " workers)");
   if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid())
     return ::geodesic::Status(Code::kAlreadyExists, std::string(RoleName(role)) + " " + std::to_string(id) +
-                                            " is already held by pid " + std::to_string(m->pid));
+                                                        " is already held by pid " + std::to_string(m->pid));
   if (role == wire::SERVER) {
     if (req.endpoint().empty()) return InvalidArgument("server registration without an endpoint");
     if (started_ && m->registered && m->endpoint != req.endpoint())
@@ -152,8 +161,8 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
       shard_map_ = PlaceChunks(layout, options_.num_servers);
     } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest()) {
       return InvalidArgument("worker " + std::to_string(id) + "'s model (" + sig.name() + ", " +
-                             std::to_string(sig.num_params()) + " params) differs from the job's (" +
-                             model_->name() + ", " + std::to_string(model_->num_params()) + " params)");
+                             std::to_string(sig.num_params()) + " params) differs from the job's (" + model_->name() +
+                             ", " + std::to_string(model_->num_params()) + " params)");
     }
   }
   bool was_live = m->live;
@@ -198,7 +207,7 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
       r.add_live_worker_clocks(w.clock);
     }
     done += w.done;
-    dead += w.died && !w.done;
+    dead += (w.died || w.left) && !w.done;  // gone before finishing
   }
   r.set_done_workers(done);
   r.set_dead_workers(dead);
@@ -301,10 +310,10 @@ wire::StatusReply CoordinatorState::Status() const {
 // ---------------------------------------------------------------------------
 
 Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
-    : options_(std::move(options)), clock_(clock),
+    : options_(std::move(options)),
+      clock_(clock),
       socket_(ctx, zmq::socket_type::router,
-              wan::SocketOptions{.job = options_.coordinator.job_name, .role = wire::COORDINATOR, .id = 0},
-              &counters_),
+              wan::SocketOptions{.job = options_.coordinator.job_name, .role = wire::COORDINATOR, .id = 0}, &counters_),
       state_(options_.coordinator, clock) {}
 
 void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
@@ -333,7 +342,9 @@ void Coordinator::Handle(wan::Message& m) {
       break;
     case wire::Header::kLeaveRequest:
       state_.Leave(h.sender_role(), h.sender_id());
-      GD_LOG(INFO) << (h.sender_role() == wire::SERVER ? "server " : h.sender_role() == wire::WORKER ? "worker " : "evaluator ")
+      GD_LOG(INFO) << (h.sender_role() == wire::SERVER   ? "server "
+                       : h.sender_role() == wire::WORKER ? "worker "
+                                                         : "evaluator ")
                    << h.sender_id() << " left";
       return;  // no reply: the member is gone
     case wire::Header::kStatusRequest:
@@ -341,8 +352,7 @@ void Coordinator::Handle(wan::Message& m) {
       break;
     default:
       counters_.messages_refused++;
-      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id()
-                      << ": not a coordinator request";
+      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id() << ": not a coordinator request";
       reply.mutable_error_reply()->set_code(wire::INVALID_ARGUMENT);
       reply.mutable_error_reply()->set_message("the coordinator does not serve " + wan::BodyName(h));
   }
@@ -393,8 +403,8 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
       auto bytes = state_.shard_map()->BytesPerServer(options_.coordinator.num_servers);
       std::string per;
       for (size_t i = 0; i < bytes.size(); ++i) per += (i ? ", " : "") + std::to_string(bytes[i] / 1024) + " KiB";
-      GD_LOG(INFO) << "all members registered; " << state_.shard_map()->layout.num_chunks() << " chunks placed ("
-                   << per << " per server); training starts";
+      GD_LOG(INFO) << "all members registered; " << state_.shard_map()->layout.num_chunks() << " chunks placed (" << per
+                   << " per server); training starts";
     }
     TimePoint now = clock_->Now();
     if (now - last_stats > std::chrono::seconds(2)) {
@@ -407,8 +417,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
         GD_LOG(INFO) << "job finished after " << state_.training_seconds() << " s of training";
       }
       // Give servers a few heartbeats to hear it and leave.
-      if (state_.all_servers_left() ||
-          now - *finished_since > Millis(2 * options_.coordinator.membership.lease_ms))
+      if (state_.all_servers_left() || now - *finished_since > Millis(2 * options_.coordinator.membership.lease_ms))
         break;
     }
   }

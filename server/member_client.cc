@@ -9,7 +9,8 @@ namespace geodesic::server {
 
 MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, wan::TrafficCounters* counters,
                            const Clock* clock)
-    : options_(std::move(options)), clock_(clock),
+    : options_(std::move(options)),
+      clock_(clock),
       socket_(ctx, zmq::socket_type::dealer,
               wan::SocketOptions{.job = options_.job, .role = options_.role, .id = options_.id}, counters) {}
 
@@ -54,7 +55,8 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
       }
       const wire::Header& h = in->message.header;
       if (h.has_error_reply())
-        return Status(wan::FromWire(h.error_reply().code()), "coordinator refused registration: " + h.error_reply().message());
+        return Status(wan::FromWire(h.error_reply().code()),
+                      "coordinator refused registration: " + h.error_reply().message());
       if (!h.has_register_reply()) continue;
       const auto& r = h.register_reply();
       if (r.ready()) {
@@ -122,7 +124,8 @@ void MemberClient::Loop() {
           silent_report = WaitReporter(clock_, std::chrono::seconds(options_.timing.report_after_s));
         }
       }
-      int wait_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_->Now()).count());
+      int wait_ms =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_->Now()).count());
       if (!socket_.WaitReadable(std::clamp(wait_ms, 1, 50))) continue;
       while (auto in = socket_.Receive()) {
         if (!in->status.ok()) continue;

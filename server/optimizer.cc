@@ -12,8 +12,10 @@ namespace {
 class Sgd final : public ChunkOptimizer {
  public:
   Sgd(const OptimizerSpec& spec, size_t n)
-      : lr_(static_cast<float>(spec.lr)), momentum_(static_cast<float>(spec.momentum)),
-        wd_(static_cast<float>(spec.weight_decay)), buf_(spec.momentum > 0 ? n : 0, 0.0f) {}
+      : lr_(static_cast<float>(spec.lr)),
+        momentum_(static_cast<float>(spec.momentum)),
+        wd_(static_cast<float>(spec.weight_decay)),
+        buf_(spec.momentum > 0 ? n : 0, 0.0f) {}
 
   void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
     const float lr = lr_ * lr_scale, mu = momentum_, wd = wd_, gs = grad_scale;
@@ -69,8 +71,7 @@ class Sgd final : public ChunkOptimizer {
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 class Adam final : public ChunkOptimizer {
  public:
-  Adam(const OptimizerSpec& spec, size_t n)
-      : spec_(spec), m_(n, 0.0f), v_(n, 0.0f) {}
+  Adam(const OptimizerSpec& spec, size_t n) : spec_(spec), m_(n, 0.0f), v_(n, 0.0f) {}
 
   void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
     ++t_;

@@ -26,8 +26,7 @@ class ChunkOptimizer {
   // Applies gradient `grad` (n values) scaled by `grad_scale`, with learning
   // rate lr * lr_scale. BSP rounds pass grad_scale = 1/contributors (the
   // mean); staleness scaling passes 1/staleness (see docs/architecture.md).
-  virtual void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale,
-                    float lr_scale) = 0;
+  virtual void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) = 0;
   // An asynchronous update: one worker's gradient among the `per_clock`
   // (live workers) that make up a clock. SGD advances its momentum buffer
   // once per clock, not once per push, so that the momentum horizon in
@@ -37,8 +36,8 @@ class ChunkOptimizer {
   // term, and the buffer takes the clock's summed gradients when the clock's
   // last push arrives. With zero staleness a clock of async pushes moves the
   // parameters exactly as one BSP step does. Adam steps per push.
-  virtual void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale,
-                         float lr_scale, int per_clock) = 0;
+  virtual void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale,
+                         int per_clock) = 0;
   // How staleness scaling is applied: SGD scales this update's gradient,
   // Adam (invariant to gradient scale) scales its step size.
   virtual bool ScalesGradientForStaleness() const = 0;

@@ -11,14 +11,17 @@
 namespace geodesic::server {
 
 Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* clock)
-    : options_(std::move(options)), clock_(clock), ctx_(ctx),
+    : options_(std::move(options)),
+      clock_(clock),
+      ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
               wan::SocketOptions{.job = options_.job.name,
                                  .role = wire::SERVER,
                                  .id = options_.id,
                                  .max_message_bytes = options_.job.wire.max_message_bytes},
               &counters_),
-      clocks_(options_.job.training.staleness_bound), num_workers_(options_.job.NumWorkers()) {}
+      clocks_(options_.job.training.staleness_bound),
+      num_workers_(options_.job.NumWorkers()) {}
 
 void Server::Refuse(const wan::Message& m, const std::string& reason, const Status& status) {
   refused_[reason]++;
@@ -34,13 +37,12 @@ void Server::Refuse(const wan::Message& m, const std::string& reason, const Stat
   (void)socket_.Send(std::move(reply), {}, m.peer);
 }
 
-Status Server::ValidateChunks(const wan::Message& m,
-                              const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, bool finite,
-                              std::string* reason) {
+Status Server::ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
+                              bool finite, std::string* reason) {
   if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
     *reason = "frame_count";
-    return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " +
-                           std::to_string(m.frames.size()) + " payload frames");
+    return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
+                           " payload frames");
   }
   std::set<uint32_t> seen;
   for (int i = 0; i < chunks.size(); ++i) {
@@ -87,9 +89,12 @@ Status Server::ValidateChunks(const wan::Message& m,
 
 void Server::Handle(wan::Message& m) {
   switch (m.header.body_case()) {
-    case wire::Header::kPullRequest: return HandlePull(m);
-    case wire::Header::kPushRequest: return HandlePush(m);
-    case wire::Header::kInitRequest: return HandleInit(m);
+    case wire::Header::kPullRequest:
+      return HandlePull(m);
+    case wire::Header::kPushRequest:
+      return HandlePush(m);
+    case wire::Header::kInitRequest:
+      return HandleInit(m);
     default:
       Refuse(m, "unsupported_type",
              InvalidArgument("a server does not serve " + wan::BodyName(m.header) + " messages"));
@@ -108,8 +113,10 @@ void Server::HandleInit(wan::Message& m) {
   auto* ack = reply.mutable_init_ack();
   for (int i = 0; i < req.chunks_size(); ++i) {
     bool took = shard_->Init(req.chunks(i).chunk_id(), m.FrameFloats(i, &scratch_));
-    if (took) ack->set_accepted_chunks(ack->accepted_chunks() + 1);
-    else ack->set_ignored_chunks(ack->ignored_chunks() + 1);
+    if (took)
+      ack->set_accepted_chunks(ack->accepted_chunks() + 1);
+    else
+      ack->set_ignored_chunks(ack->ignored_chunks() + 1);
   }
   if (ack->accepted_chunks() && shard_->AllInitialized())
     GD_LOG(INFO) << "all " << shard_->owned().size() << " chunks initialized (by worker " << m.header.sender_id()
@@ -143,8 +150,9 @@ void Server::HandlePush(wan::Message& m) {
   }
   std::string reason;
   Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason);
-  if (!s.ok()) return Refuse(m, reason, s.Annotate("push of worker " + std::to_string(worker) + " at clock " +
-                                                   std::to_string(req.clock())));
+  if (!s.ok())
+    return Refuse(m, reason,
+                  s.Annotate("push of worker " + std::to_string(worker) + " at clock " + std::to_string(req.clock())));
   for (const auto& c : req.chunks())
     if (!shard_->IsInitialized(c.chunk_id()))
       return Refuse(m, "not_initialized",
@@ -160,14 +168,20 @@ void Server::HandlePush(wan::Message& m) {
     auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), m.FrameFloats(i, &scratch_),
                             static_cast<int>(clocks_.live().size()));
     switch (out.result) {
-      case wire::APPLIED: ack->set_applied_chunks(ack->applied_chunks() + 1); break;
-      case wire::DUPLICATE: ack->set_duplicate_chunks(ack->duplicate_chunks() + 1); break;
-      default: ack->set_dropped_chunks(ack->dropped_chunks() + 1); break;
+      case wire::APPLIED:
+        ack->set_applied_chunks(ack->applied_chunks() + 1);
+        break;
+      case wire::DUPLICATE:
+        ack->set_duplicate_chunks(ack->duplicate_chunks() + 1);
+        break;
+      default:
+        ack->set_dropped_chunks(ack->dropped_chunks() + 1);
+        break;
     }
     if (out.staleness >= 0) ack->add_staleness(out.staleness);
     completed |= out.clock_completed;
   }
-  ack->set_result(ack->applied_chunks() ? wire::APPLIED
+  ack->set_result(ack->applied_chunks()     ? wire::APPLIED
                   : ack->duplicate_chunks() ? wire::DUPLICATE
                                             : wire::STALE_DROPPED);
   if (completed) {
@@ -197,8 +211,9 @@ void Server::HandlePull(wan::Message& m) {
   std::set<uint32_t> seen;
   for (uint32_t c : req.chunk_ids()) {
     if (c >= shard_->layout().num_chunks() || !shard_->Owns(c))
-      return Refuse(m, "chunk_out_of_range",
-                    OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(options_.id)));
+      return Refuse(
+          m, "chunk_out_of_range",
+          OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(options_.id)));
     if (!seen.insert(c).second)
       return Refuse(m, "duplicate_chunk", InvalidArgument("chunk " + std::to_string(c) + " asked twice"));
     p.chunks.push_back(c);
@@ -236,7 +251,9 @@ bool Server::CanServe(HeldPull& p) {
 void Server::ServePull(const HeldPull& p, const std::vector<uint32_t>* only) {
   const std::vector<uint32_t>& chunks = only ? *only : p.chunks;
   const int64_t limit = options_.job.wire.message_bytes;
-  auto us = [](Duration d) { return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count()); };
+  auto us = [](Duration d) {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+  };
   TimePoint now = clock_->Now();
   uint64_t held_us = us(p.bound_met.value_or(now) - p.since);
   uint64_t hold_us = us(now - p.since);
@@ -289,8 +306,7 @@ void Server::ServeHeldPulls() {
     // are still arriving and being applied.
     if (p.wait_for_own_push && p.bound_met) {
       std::vector<uint32_t> ready, rest;
-      for (uint32_t c : p.chunks)
-        (shard_->LastClock(p.sender_id, c) >= p.clock - 1 ? ready : rest).push_back(c);
+      for (uint32_t c : p.chunks) (shard_->LastClock(p.sender_id, c) >= p.clock - 1 ? ready : rest).push_back(c);
       if (!ready.empty()) {
         ServePull(p, &ready);
         p.chunks = std::move(rest);
@@ -422,9 +438,8 @@ Status Server::Run(const std::atomic<bool>* stop) {
         auto in = socket_.Receive();
         if (!in) break;
         if (!in->status.ok()) {
-          std::string reason = in->status.message().find("unknown message type") != std::string::npos
-                                   ? "unknown_type"
-                                   : "malformed";
+          std::string reason =
+              in->status.message().find("unknown message type") != std::string::npos ? "unknown_type" : "malformed";
           Refuse(in->message, reason, in->status);
           counters_.messages_refused--;  // the socket already counted it
           continue;

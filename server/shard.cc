@@ -44,8 +44,10 @@ void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_s
     fresh.reset(new float[c.size]);
     out = fresh.get();
   }
-  if (per_clock == 0) c.optimizer->Step(in, out, grad, c.size, grad_scale, lr_scale);
-  else c.optimizer->StepAsync(in, out, grad, c.size, grad_scale, lr_scale, per_clock);
+  if (per_clock == 0)
+    c.optimizer->Step(in, out, grad, c.size, grad_scale, lr_scale);
+  else
+    c.optimizer->StepAsync(in, out, grad, c.size, grad_scale, lr_scale, per_clock);
   if (fresh) c.params = std::move(fresh);
   ++c.version;
   ++updates_applied_;

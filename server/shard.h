@@ -57,8 +57,8 @@ class ShardState {
 
   struct PushOutcome {
     wire::PushResult result = wire::APPLIED;
-    int64_t staleness = -1;         // async: staleness of the applied update
-    bool clock_completed = false;   // this push completed the worker's clock here
+    int64_t staleness = -1;        // async: staleness of the applied update
+    bool clock_completed = false;  // this push completed the worker's clock here
   };
   // Takes a validated gradient (layout_.Size(chunk) finite values) of
   // `worker` at `clock`, computed on parameters of version `base_version`.

@@ -30,7 +30,9 @@ const float* Message::FrameFloats(size_t i, std::vector<float>* scratch) const {
 }
 
 Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options, TrafficCounters* counters)
-    : socket_(ctx, type), is_router_(type == zmq::socket_type::router), options_(std::move(options)),
+    : socket_(ctx, type),
+      is_router_(type == zmq::socket_type::router),
+      options_(std::move(options)),
       counters_(counters) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::sndtimeo, options_.send_timeout_ms);
@@ -157,14 +159,14 @@ std::optional<Incoming> Socket::Receive() {
       !m.header.ParseFromArray(head.data(), static_cast<int>(head.size())))
     return refuse(InvalidArgument("malformed header frame (" + std::to_string(head.size()) + " bytes)"));
   if (m.header.protocol() != kProtocolVersion)
-    return refuse(InvalidArgument("protocol version " + std::to_string(m.header.protocol()) +
-                                  " is not ours (" + std::to_string(kProtocolVersion) + ")"));
+    return refuse(InvalidArgument("protocol version " + std::to_string(m.header.protocol()) + " is not ours (" +
+                                  std::to_string(kProtocolVersion) + ")"));
   if (!options_.job.empty() && m.header.job() != options_.job)
     return refuse(InvalidArgument("message for job '" + m.header.job() + "', this is job '" + options_.job + "'"));
   size_t payload_frames = parts.size() - first - 1;
   if (m.header.payload_frames() != payload_frames)
-    return refuse(InvalidArgument("header declares " + std::to_string(m.header.payload_frames()) +
-                                  " payload frames, " + std::to_string(payload_frames) + " arrived"));
+    return refuse(InvalidArgument("header declares " + std::to_string(m.header.payload_frames()) + " payload frames, " +
+                                  std::to_string(payload_frames) + " arrived"));
   if (m.header.body_case() == wire::Header::BODY_NOT_SET)
     return refuse(InvalidArgument("unknown message type (no known body in the header)"));
   m.frames.reserve(payload_frames);

@@ -67,12 +67,12 @@ struct TrafficCounters {
 };
 
 struct SocketOptions {
-  std::string job;                  // stamped on sends; receives must match (empty: any)
+  std::string job;  // stamped on sends; receives must match (empty: any)
   wire::Role role = wire::ROLE_UNSPECIFIED;
   int32_t id = -1;
   int64_t max_message_bytes = 256 << 20;  // larger inbound messages are refused unread
-  int send_timeout_ms = 5000;       // a send that cannot queue by then fails as Unavailable
-  int high_water_mark = 10000;      // messages queued per peer before sends block
+  int send_timeout_ms = 5000;             // a send that cannot queue by then fails as Unavailable
+  int high_water_mark = 10000;            // messages queued per peer before sends block
 };
 
 class Socket {

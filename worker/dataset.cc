@@ -72,9 +72,12 @@ StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic
 
 StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split) {
   std::string prefix;
-  if (split == "train") prefix = "train";
-  else if (split == "test") prefix = "t10k";
-  else return InvalidArgument("unknown split '" + split + "' (train or test)");
+  if (split == "train")
+    prefix = "train";
+  else if (split == "test")
+    prefix = "t10k";
+  else
+    return InvalidArgument("unknown split '" + split + "' (train or test)");
   std::string images_path = dir + "/" + prefix + "-images-idx3-ubyte.gz";
   std::string labels_path = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
   for (const auto& p : {images_path, labels_path}) {

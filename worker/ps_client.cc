@@ -147,30 +147,48 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
   }
 }
 
+std::vector<std::vector<uint32_t>> PsClient::Batches(const std::vector<uint32_t>& chunks) const {
+  std::vector<std::vector<uint32_t>> out;
+  int64_t bytes = 0;
+  for (uint32_t c : chunks) {
+    int64_t size = static_cast<int64_t>(map_.layout.Size(c) * sizeof(float));
+    if (out.empty() || bytes + size > options_.wire.message_bytes) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(c);
+    bytes += size;
+  }
+  return out;
+}
+
+void PsClient::AddChunks(const std::vector<uint32_t>& batch, const float* base,
+                         const std::shared_ptr<const void>& owner,
+                         google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
+                         std::vector<wan::Payload>* payloads) const {
+  for (uint32_t c : batch) {
+    auto* d = descriptors->Add();
+    d->set_chunk_id(c);
+    d->set_codec(wire::FP32);
+    d->set_num_elems(map_.layout.Size(c));
+    d->set_version(versions_[c]);
+    const float* values = base + map_.layout.Begin(c);
+    size_t size = map_.layout.Size(c) * sizeof(float);
+    payloads->push_back(owner ? wan::Payload{values, size, owner} : wan::CopyPayload(values, size));
+  }
+}
+
 Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
   init_errors_.clear();
   for (size_t si = 0; si < shards_.size(); ++si) {
     Shard& s = shards_[si];
-    size_t i = 0;
-    while (i < s.chunks.size()) {
+    for (const auto& batch : Batches(s.chunks)) {
       wire::Header h;
       uint64_t id = next_request_++;
       h.set_request_id(id);
-      auto* req = h.mutable_init_request();
       std::vector<wan::Payload> payloads;
-      int64_t bytes = 0;
-      while (i < s.chunks.size()) {
-        uint32_t c = s.chunks[i];
-        int64_t size = static_cast<int64_t>(map_.layout.Size(c) * sizeof(float));
-        if (!payloads.empty() && bytes + size > options_.wire.message_bytes) break;
-        auto* d = req->add_chunks();
-        d->set_chunk_id(c);
-        d->set_codec(wire::FP32);
-        d->set_num_elems(map_.layout.Size(c));
-        payloads.push_back(wan::CopyPayload(params + map_.layout.Begin(c), static_cast<size_t>(size)));
-        bytes += size;
-        ++i;
-      }
+      // Copied: the caller's parameters change while the init is in flight.
+      AddChunks(batch, params, nullptr, h.mutable_init_request()->mutable_chunks(), &payloads);
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads));
       init_acks_[id] = static_cast<int>(si);
     }
@@ -181,8 +199,8 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
     if (stop->load()) return Cancelled("stopped during init");
     if (clock_->Now() > deadline) return DeadlineExceeded("no init acknowledgement from the servers");
     if (report.Due())
-      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for "
-                   << init_acks_.size() << " init acknowledgement(s)";
+      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for " << init_acks_.size()
+                   << " init acknowledgement(s)";
     Poll(50);
   }
   if (!init_errors_.empty()) return init_errors_.front().Annotate("init");
@@ -190,8 +208,8 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
 }
 
 Status PsClient::Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame) {
-  GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(), p.dest + map_.layout.Begin(d.chunk_id()),
-                                         d.num_elems()));
+  GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(),
+                                         p.dest + map_.layout.Begin(d.chunk_id()), d.num_elems()));
   versions_[d.chunk_id()] = d.version();
   return Status::Ok();
 }
@@ -343,28 +361,14 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
   TimePoint now = clock_->Now();
   for (size_t si = 0; si < shards_.size(); ++si) {
     Shard& s = shards_[si];
-    size_t i = 0;
-    while (i < s.chunks.size()) {
+    for (const auto& batch : Batches(s.chunks)) {
       wire::Header h;
       uint64_t id = next_request_++;
       h.set_request_id(id);
       auto* req = h.mutable_push_request();
       req->set_clock(clock);
       std::vector<wan::Payload> payloads;
-      int64_t bytes = 0;
-      while (i < s.chunks.size()) {
-        uint32_t c = s.chunks[i];
-        int64_t size = static_cast<int64_t>(map_.layout.Size(c) * sizeof(float));
-        if (!payloads.empty() && bytes + size > options_.wire.message_bytes) break;
-        auto* d = req->add_chunks();
-        d->set_chunk_id(c);
-        d->set_codec(wire::FP32);
-        d->set_num_elems(map_.layout.Size(c));
-        d->set_version(versions_[c]);
-        payloads.push_back(wan::Payload{grad + map_.layout.Begin(c), static_cast<size_t>(size), owner});
-        bytes += size;
-        ++i;
-      }
+      AddChunks(batch, grad, owner, req->mutable_chunks(), &payloads);
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads).Annotate("push to server " + std::to_string(s.id)));
       pushes_[id] = PendingPush{static_cast<int>(si), clock, std::move(h), std::move(payloads), now};
     }
@@ -409,8 +413,8 @@ StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic
       for (const auto& [id, p] : pushes_) per_shard[shards_[p.shard].id]++;
       std::string who;
       for (const auto& [s, n] : per_shard) who += " server " + std::to_string(s) + " (" + std::to_string(n) + ")";
-      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds())
-                   << " s for push acknowledgements from" << who;
+      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for push acknowledgements from"
+                   << who;
     }
     Poll(20);
     ResendStale();

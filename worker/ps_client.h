@@ -41,12 +41,12 @@ struct PsClientOptions {
 };
 
 struct PullOptions {
-  bool final = false;           // evaluator: read the current values, skipping the bound
+  bool final = false;  // evaluator: read the current values, skipping the bound
   // Sent before the step it follows is computed: servers hold it until our
   // push of clock - 1 has been applied to each chunk (and answer chunk by
   // chunk as that happens), but at most max_hold_s after it arrived.
   bool after_own_push = false;
-  double max_hold_s = -1;       // < 0: expected compute time minus the round trip
+  double max_hold_s = -1;  // < 0: expected compute time minus the round trip
 };
 
 // A pulled chunk handed over without copying: the values stay in the
@@ -59,9 +59,9 @@ struct PulledChunk {
 };
 
 struct PullTiming {
-  double wait_seconds = 0;       // time WaitPull blocked
-  double bound_seconds = 0;      // part of it the servers held the request for the staleness bound
-  int64_t min_clock = -1;        // slowest live worker's clock, as the replies reported
+  double wait_seconds = 0;   // time WaitPull blocked
+  double bound_seconds = 0;  // part of it the servers held the request for the staleness bound
+  int64_t min_clock = -1;    // slowest live worker's clock, as the replies reported
 };
 
 class PsClient {
@@ -121,7 +121,7 @@ class PsClient {
     TimePoint requested{};
     std::vector<uint64_t> request_ids;  // per shard
     size_t remaining = 0;
-    std::vector<bool> got;              // per chunk id
+    std::vector<bool> got;                                         // per chunk id
     std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;  // arrived before WaitPull
     uint64_t max_held_us = 0;
     uint64_t max_hold_us = 0;
@@ -142,6 +142,13 @@ class PsClient {
   void Poll(int timeout_ms);
   void OnMessage(int shard, wan::Message& m);
   Status SendPullRequest(PendingPull& p, size_t shard, bool final);
+  // `chunks` cut into runs that fit one message of wire.message_bytes.
+  std::vector<std::vector<uint32_t>> Batches(const std::vector<uint32_t>& chunks) const;
+  // Describes `batch` (fp32, with the versions we hold) and adds its values
+  // at `base` as payloads: zero-copy under `owner`, or copied if it is null.
+  void AddChunks(const std::vector<uint32_t>& batch, const float* base, const std::shared_ptr<const void>& owner,
+                 google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
+                 std::vector<wan::Payload>* payloads) const;
   Status Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame);
   void ResendStale();
   std::string DescribeShardsMissing(const PendingPull& p) const;

@@ -66,7 +66,8 @@ Status ReadSnapshot(const std::string& path, int64_t n, std::vector<float>* valu
   SnapshotInfo info;
   int64_t count = 0;
   GD_RETURN_IF_ERROR(ReadHeader(in, path, &info, &count));
-  if (count != n) return DataLoss(path + ": holds " + std::to_string(count) + " values, model has " + std::to_string(n));
+  if (count != n)
+    return DataLoss(path + ": holds " + std::to_string(count) + " values, model has " + std::to_string(n));
   values->resize(static_cast<size_t>(n));
   if (!in.read(reinterpret_cast<char*>(values->data()), n * static_cast<int64_t>(sizeof(float))))
     return DataLoss(path + ": truncated snapshot");

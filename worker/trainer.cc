@@ -56,8 +56,10 @@ PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
 
 torch::Device PickDevice(const std::string& want) {
   if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
-    if (!torch::cuda::is_available()) GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
-    else return torch::kCUDA;
+    if (!torch::cuda::is_available())
+      GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
+    else
+      return torch::kCUDA;
   }
   return torch::kCPU;
 }
@@ -95,9 +97,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   const int64_t steps = job.StepsPerWorker();
 
   wan::TrafficCounters counters;
-  server::MemberClient member(ctx, MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator,
-                                                    model->signature()),
-                              &counters, clock);
+  server::MemberClient member(
+      ctx, MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator, model->signature()), &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
   PsClient ps(ctx, PsOptionsFor(job, wire::WORKER, options.id), assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());
@@ -134,8 +135,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
   (void)first;
 
-  GD_LOG(INFO) << "training " << (steps - c) << " steps of batch " << job.data.batch_size << " ("
-               << job.model.name << ", " << n << " parameters, staleness bound " << bound << ")";
+  GD_LOG(INFO) << "training " << (steps - c) << " steps of batch " << job.data.batch_size << " (" << job.model.name
+               << ", " << n << " parameters, staleness bound " << bound << ")";
   const TimePoint start = clock->Now();
   TimePoint last_snapshot = start - std::chrono::hours(1);
   double compute_s = 0, comm_s = 0, wait_s = 0, loss_ema = -1, acc_ema = -1;
@@ -143,8 +144,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   std::vector<torch::Tensor> synthetic_grads;
   auto save_snapshot = [&](int64_t step) {
     if (options.id != 0 || options.snapshot_dir.empty() || synthetic) return;
-    Status s = WriteSnapshot(options.snapshot_dir, step, Seconds(clock->Now() - start),
-                             model->params().data_ptr<float>(), n);
+    Status s =
+        WriteSnapshot(options.snapshot_dir, step, Seconds(clock->Now() - start), model->params().data_ptr<float>(), n);
     if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
   };
   auto write_stats = [&](bool final) {
@@ -191,8 +192,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       grad.copy_(synthetic_grads[c % synthetic_grads.size()]);
     } else {
       const std::vector<int64_t>& idx = sampler->Next();
-      torch::Tensor sel = torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())},
-                                           torch::kInt64);
+      torch::Tensor sel =
+          torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
       torch::Tensor x = images.index_select(0, sel), y = labels.index_select(0, sel);
       torch::Tensor logits = model->Forward(x);
       torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
@@ -262,8 +263,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   }
   write_stats(true);
   GD_LOG(INFO) << "done: " << (c - assignment.start_clock()) << " steps, " << samples << " samples in " << seconds
-               << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
-               << " s)";
+               << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member.replies();
   WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));
@@ -304,8 +304,8 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
     server::MembershipView v = member.view();
     if (v.valid && v.done + v.dead >= workers) break;
     if (report.Due()) {
-      std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " +
-                         std::to_string(workers) + " workers done, " + std::to_string(v.dead) + " dead";
+      std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " + std::to_string(workers) +
+                         " workers done, " + std::to_string(v.dead) + " dead";
       if (v.seconds_since_reply > job.membership.lease_ms / 1000.0)
         line += "; coordinator silent for " + std::to_string(static_cast<int>(v.seconds_since_reply)) + " s";
       GD_LOG(INFO) << line;

@@ -35,15 +35,14 @@ TEST(JobTest, UnknownKeyIsAnErrorWithASuggestion) {
   auto job = ParseJob(std::string(kMinimal) + "training: {stalenes_bound: 3}\n", "test.yaml");
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), Code::kInvalidArgument);
-  EXPECT_NE(job.status().message().find("training.stalenes_bound: unknown key"), std::string::npos)
-      << job.status();
+  EXPECT_NE(job.status().message().find("training.stalenes_bound: unknown key"), std::string::npos) << job.status();
   EXPECT_NE(job.status().message().find("did you mean 'staleness_bound'"), std::string::npos) << job.status();
 }
 
 TEST(JobTest, WrongTypesAndRangesNameTheKey) {
-  auto job = ParseJob(std::string(kMinimal) +
-                          "optimizer: {lr: fast, momentum: 1.5}\nmodel: {name: resnet}\ndata: {batch_size: 0}\n",
-                      "bad.yaml");
+  auto job = ParseJob(
+      std::string(kMinimal) + "optimizer: {lr: fast, momentum: 1.5}\nmodel: {name: resnet}\ndata: {batch_size: 0}\n",
+      "bad.yaml");
   ASSERT_FALSE(job.ok());
   const std::string& m = job.status().message();
   EXPECT_NE(m.find("bad.yaml"), std::string::npos);

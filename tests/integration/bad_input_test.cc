@@ -31,10 +31,10 @@ class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::WriteText(dir_ / "job.yaml", kJob);
-    coordinator_ = std::make_unique<Process>(
-        std::vector<std::string>{"coordinator", "--job", dir_ / "job.yaml", "--endpoint-file", dir_ / "coord",
-                                 "--no-evaluator"},
-        dir_ / "coordinator.log");
+    coordinator_ =
+        std::make_unique<Process>(std::vector<std::string>{"coordinator", "--job", dir_ / "job.yaml", "--endpoint-file",
+                                                           dir_ / "coord", "--no-evaluator"},
+                                  dir_ / "coordinator.log");
     ASSERT_TRUE(testing::WaitForFile(dir_ / "coord", 20));
     endpoint_ = testing::ReadText(dir_ / "coord");
     server_ = std::make_unique<Process>(
@@ -59,9 +59,9 @@ class BadInputTest : public ::testing::Test {
     member_->Start(nullptr);
     ASSERT_EQ(assignment_.servers_size(), 1);
     ASSERT_EQ(assignment_.shard_map().owner_size(), 4);  // 1000 floats in chunks of 256
-    socket_ = std::make_unique<wan::Socket>(
-        ctx_, zmq::socket_type::dealer, wan::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0},
-        &counters_);
+    socket_ =
+        std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
+                                      wan::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0}, &counters_);
     ASSERT_TRUE(socket_->Connect(assignment_.servers(0).endpoint()).ok());
   }
 
@@ -217,16 +217,27 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   ASSERT_EQ(now.size(), 256u);
   EXPECT_FLOAT_EQ(now[0], 0.5f - 0.05f);
 
+  // A worker whose loss went NaN skips its push: the clock advances, nothing is applied.
+  wire::Header skip;
+  skip.mutable_push_request()->set_clock(1);
+  skip.mutable_push_request()->set_skipped(true);
+  ASSERT_TRUE(socket_->Send(skip, {}).ok());
+  EXPECT_EQ(Await().push_ack().result(), wire::APPLIED);
+  ExpectRefused(skip, {payload(good, 1024)}, "carries no chunks");
+  now = PullChunk0();
+  ASSERT_EQ(now.size(), 256u);
+  EXPECT_FLOAT_EQ(now[0], 0.5f - 0.05f);
+
   // The stats file counts every refusal by reason.
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   auto stats = testing::ReadJson(dir_ / "server.json");
   ASSERT_TRUE(stats.is_object()) << testing::ReadText(dir_ / "server.log");
   auto reasons = stats["refused_by_reason"];
-  for (const char* r : {"malformed", "unknown_type", "bad_payload_size", "wrong_shape", "chunk_out_of_range",
-                        "non_finite", "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock",
-                        "unsupported_type"})
+  for (const char* r :
+       {"malformed", "unknown_type", "bad_payload_size", "wrong_shape", "chunk_out_of_range", "non_finite",
+        "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock", "unsupported_type"})
     EXPECT_GE(reasons.value(r, 0), 1) << r << " in " << reasons.dump();
-  EXPECT_EQ(stats.value("messages_refused", 0), 12);
+  EXPECT_EQ(stats.value("messages_refused", 0), 13);
   EXPECT_EQ(stats.value("duplicates", 0), 1);
 }
 

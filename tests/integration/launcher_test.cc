@@ -22,10 +22,15 @@ membership: {heartbeat_ms: 100, lease_ms: 1000}
 )";
 
 TEST(CliTest, HelpForEverySubcommand) {
-  for (std::vector<std::string> args :
-       {std::vector<std::string>{"--help"}, {"launch", "--help"}, {"coordinator", "--help"}, {"server", "--help"},
-        {"worker", "--help"}, {"eval", "--help"}, {"status", "--help"}, {"bench", "--help"},
-        {"bench", "transport", "--help"}}) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--help"},
+                                        {"launch", "--help"},
+                                        {"coordinator", "--help"},
+                                        {"server", "--help"},
+                                        {"worker", "--help"},
+                                        {"eval", "--help"},
+                                        {"status", "--help"},
+                                        {"bench", "--help"},
+                                        {"bench", "transport", "--help"}}) {
     auto r = RunGeodesic(args, 30);
     EXPECT_EQ(r.exit_code, 0) << args[0] << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << r.output;
@@ -54,8 +59,8 @@ TEST(LaunchTest, MissingDatasetNamesThePackage) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("apt-get install dataset-fashion-mnist"), std::string::npos) << r.output;
   // A worker started by hand says the same, before joining anything.
-  r = RunGeodesic({"worker", "--job", dir / "job.yaml", "--set", "data.path=/nonexistent", "--id", "0",
-                   "--coordinator", "tcp://127.0.0.1:1"},
+  r = RunGeodesic({"worker", "--job", dir / "job.yaml", "--set", "data.path=/nonexistent", "--id", "0", "--coordinator",
+                   "tcp://127.0.0.1:1"},
                   30);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
@@ -67,9 +72,8 @@ TEST(LaunchTest, MissingDatasetNamesThePackage) {
 TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kSyntheticJob);
-  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--summary", dir / "out/summary.json",
-                        "--quiet"},
-                       120);
+  auto r = RunGeodesic(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--summary", dir / "out/summary.json", "--quiet"}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("summary written to " + (dir / "out/summary.json")), std::string::npos) << r.output;
   auto s = testing::ReadJson(dir / "out/summary.json");
@@ -98,9 +102,9 @@ TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
 TEST(LaunchTest, InterruptStopsEveryProcessAndStillWritesASummary) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kSyntheticJob);
-  testing::Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=1000000",
-                           "--quiet"},
-                          dir / "launch.log");
+  testing::Process launch(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=1000000", "--quiet"},
+      dir / "launch.log");
   ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 60)) << testing::ReadText(dir / "launch.log");
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(30), 130) << testing::ReadText(dir / "launch.log");
@@ -108,6 +112,51 @@ TEST(LaunchTest, InterruptStopsEveryProcessAndStillWritesASummary) {
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["status"], "interrupted");
   for (auto& p : s["processes"]) EXPECT_TRUE(p.contains("exit")) << p.dump();  // none left running
+}
+
+TEST(LaunchTest, AStuckWorkerIsNamedByWhoeverWaitsForIt) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  // BSP: pausing worker 1 blocks worker 0 until worker 1's lease expires
+  // (4 s), and meanwhile the waits must explain themselves. Then worker 0
+  // and the job finish without it.
+  auto r =
+      RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--set",
+                   "training.staleness_bound=0", "--set", "training.steps=3000", "--set", "membership.lease_ms=4000",
+                   "--set", "membership.report_after_s=1", "--kill", "worker:1@1:STOP", "--kill", "worker:1@8:KILL"},
+                  120);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::string w0 = testing::ReadText(dir / "run/logs/worker-0.log");
+  std::string s0 = testing::ReadText(dir / "run/logs/server-0.log");
+  EXPECT_NE(w0.find("slowest live worker 1 at clock"), std::string::npos) << w0;
+  EXPECT_NE(w0.find("(bound 0)"), std::string::npos) << w0;
+  EXPECT_NE(s0.find("waits for worker 1 at clock"), std::string::npos) << s0;
+  EXPECT_NE(r.output.find("SIGSTOP to worker-1"), std::string::npos) << r.output;
+  auto summary = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["step_time_breakdown"]["worker-0"]["steps"], 3000);
+  EXPECT_GT(summary["step_time_breakdown"]["worker-0"]["seconds"]["staleness_wait"].get<double>(), 2.0);
+}
+
+TEST(LaunchTest, StartupRendezvousTimesOutNamingWhoIsMissing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  testing::Process coord(
+      {"coordinator", "--job", dir / "job.yaml", "--endpoint-file", dir / "ep", "--set", "membership.report_after_s=1"},
+      dir / "coord.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "ep", 20));
+  // Only worker 0 shows up; servers 0, 1 and worker 1 never do.
+  auto r =
+      RunGeodesic({"worker", "--job", dir / "job.yaml", "--id", "0", "--coordinator", testing::ReadText(dir / "ep"),
+                   "--set", "membership.rendezvous_timeout_s=3", "--set", "membership.report_after_s=1"},
+                  60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("rendezvous timed out after 3 s waiting for servers 0,1; worker 1 to register"),
+            std::string::npos)
+      << r.output;
+  coord.Signal(SIGTERM);
+  EXPECT_EQ(coord.Wait(10), 0);
+  EXPECT_NE(testing::ReadText(dir / "coord.log").find("for servers 0,1; worker 1 to register"), std::string::npos);
 }
 
 TEST(LaunchTest, KillFlagIsValidated) {
@@ -118,6 +167,8 @@ TEST(LaunchTest, KillFlagIsValidated) {
   EXPECT_NE(r.output.find("no worker 9"), std::string::npos) << r.output;
   r = RunGeodesic({"launch", dir / "job.yaml", "--kill", "worker-1"}, 30);
   EXPECT_NE(r.output.find("expected ROLE:ID@SECONDS"), std::string::npos) << r.output;
+  r = RunGeodesic({"launch", dir / "job.yaml", "--kill", "worker:1@1:HUP"}, 30);
+  EXPECT_NE(r.output.find("signal must be KILL, TERM, INT, STOP or CONT"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
   auto s = testing::ReadJson(dir / "run/summary.json");
   ASSERT_TRUE(s.is_object());
   double acc = s["test_accuracy"].get<double>();
-  std::cout << "one epoch: test accuracy " << acc << " in " << s["wall_seconds"] << " s, "
-            << s["samples_per_second"] << " samples/s" << std::endl;
+  std::cout << "one epoch: test accuracy " << acc << " in " << s["wall_seconds"] << " s, " << s["samples_per_second"]
+            << " samples/s" << std::endl;
   EXPECT_GE(acc, 0.80);
   EXPECT_GE(s["samples"].get<int64_t>(), 59000);
   EXPECT_GE(s["accuracy_curve"].size(), 2u);
@@ -42,9 +42,15 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
 
 TEST(TrainingTest, BspMatchesSynchronousSgd) {
   TempDir dir;
-  const std::vector<std::string> sets = {"model.name=mlp",         "model.mlp_hidden=[32]", "training.steps=12",
-                                         "training.staleness_bound=0", "data.batch_size=32",  "wire.chunk_bytes=4096",
-                                         "seed=3",                  "regions.us-east.workers=1", "eval.test_samples=1000"};
+  const std::vector<std::string> sets = {"model.name=mlp",
+                                         "model.mlp_hidden=[32]",
+                                         "training.steps=12",
+                                         "training.staleness_bound=0",
+                                         "data.batch_size=32",
+                                         "wire.chunk_bytes=4096",
+                                         "seed=3",
+                                         "regions.us-east.workers=1",
+                                         "eval.test_samples=1000"};
   std::vector<std::string> args = {"launch", Example(), "--run-dir", dir / "run", "--quiet"};
   for (const auto& s : sets) {
     args.push_back("--set");
@@ -111,11 +117,11 @@ TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {
   TempDir dir;
   // BSP, the strictest bound: a dead worker would stop everyone if its lease
   // did not expire.
-  auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--quiet", "--set", "model.name=mlp", "--set",
-                        "training.staleness_bound=0", "--set", "training.steps=400", "--set",
-                        "membership.heartbeat_ms=100", "--set", "membership.lease_ms=1000", "--set",
-                        "eval.test_samples=2000", "--kill", "worker:2@2"},
-                       300);
+  auto r =
+      RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--quiet", "--set", "model.name=mlp", "--set",
+                   "training.staleness_bound=0", "--set", "training.steps=400", "--set", "membership.heartbeat_ms=100",
+                   "--set", "membership.lease_ms=1000", "--set", "eval.test_samples=2000", "--kill", "worker:2@2"},
+                  300);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("worker-2 killed by SIGKILL; the job continues without it"), std::string::npos) << r.output;
   auto s = testing::ReadJson(dir / "run/summary.json");
@@ -123,8 +129,10 @@ TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {
   EXPECT_EQ(s["status"], "finished");
   ASSERT_EQ(s["faults_injected"].size(), 1u);
   for (auto& p : s["processes"]) {
-    if (p["name"] == "worker-2") EXPECT_EQ(p["exit"], "killed by SIGKILL");
-    else EXPECT_EQ(p["exit"], "exited 0") << p.dump();
+    if (p["name"] == "worker-2")
+      EXPECT_EQ(p["exit"], "killed by SIGKILL");
+    else
+      EXPECT_EQ(p["exit"], "exited 0") << p.dump();
   }
   EXPECT_GT(s["test_accuracy"].get<double>(), 0.75);
   // The survivors ran every step.

@@ -8,7 +8,7 @@ namespace {
 TEST(ClockTableTest, BoundAllowsReadsUpToSClocksAhead) {
   ClockTable t(2);
   t.SetLive({0, 1, 2}, {0, 0, 0});
-  EXPECT_TRUE(t.CanRead(2));   // 2 - 0 <= 2
+  EXPECT_TRUE(t.CanRead(2));  // 2 - 0 <= 2
   EXPECT_FALSE(t.CanRead(3));
   t.Finished(0, 0);
   t.Finished(1, 0);

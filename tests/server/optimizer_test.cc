@@ -22,11 +22,10 @@ void CompareWithTorch(const OptimizerSpec& spec, int steps) {
   torch::Tensor ref = p.clone().set_requires_grad(true);
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (spec.name == "adam")
-    opt = std::make_unique<torch::optim::Adam>(
-        std::vector<torch::Tensor>{ref}, torch::optim::AdamOptions(spec.lr)
-                                             .betas({spec.beta1, spec.beta2})
-                                             .eps(spec.eps)
-                                             .weight_decay(spec.weight_decay));
+    opt = std::make_unique<torch::optim::Adam>(std::vector<torch::Tensor>{ref}, torch::optim::AdamOptions(spec.lr)
+                                                                                    .betas({spec.beta1, spec.beta2})
+                                                                                    .eps(spec.eps)
+                                                                                    .weight_decay(spec.weight_decay));
   else
     opt = std::make_unique<torch::optim::SGD>(
         std::vector<torch::Tensor>{ref},

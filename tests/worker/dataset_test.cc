@@ -65,7 +65,7 @@ TEST(DatasetTest, CorruptFilesAreDataLoss) {
   EXPECT_NE(r.status().message().find("promises"), std::string::npos) << r.status();
   WriteGz(p, Idx(0x801, {5}, 5));
   EXPECT_EQ(ReadIdxGz(p, 0x803, &dims).status().code(), Code::kDataLoss);  // wrong magic
-  WriteGz(p, Idx(0x801, {5}, 5000), 40);  // truncated gzip stream
+  WriteGz(p, Idx(0x801, {5}, 5000), 40);                                   // truncated gzip stream
   EXPECT_EQ(ReadIdxGz(p, 0x801, &dims).status().code(), Code::kDataLoss);
   WriteGz(p, "abc");
   EXPECT_EQ(ReadIdxGz(p, 0x801, &dims).status().code(), Code::kDataLoss);

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Geodesic needs to build, test and run.
+# Idempotent: it asks dpkg first and says nothing when all are present.
+# Needs root (or sudo) only when something is missing. Debian 12 (bookworm).
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config clang-format
+  # libraries (DESIGN.md lists why each is there)
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev
+  # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
+  libopenblas0-pthread
+  # the data: Fashion-MNIST in /usr/share/datasets/fashion-mnist
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup: need root to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+echo "setup: installing ${#missing[@]} Debian package(s): ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
