@@ -426,10 +426,12 @@ Status Server::Run(const std::atomic<bool>* stop) {
 
   TimePoint last_stats = clock_->Now();
   while (!stop->load()) {
-    // Wake in time for the earliest own-push hold to expire.
+    // Wake in time for the earliest own-push hold to expire. A pull the
+    // staleness bound still holds is woken by pushes and membership, not by
+    // its hold (which may have long expired: waking for it would spin).
     int wait_ms = 20;
     for (const auto& p : held_)
-      if (p.wait_for_own_push) {
+      if (p.wait_for_own_push && p.bound_met) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.hold_until - clock_->Now()).count();
         wait_ms = std::clamp<int>(static_cast<int>(left) + 1, 0, wait_ms);
       }
