@@ -106,6 +106,14 @@ TEST(LaunchTest, InterruptStopsEveryProcessAndStillWritesASummary) {
       {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=1000000", "--quiet"},
       dir / "launch.log");
   ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 60)) << testing::ReadText(dir / "launch.log");
+  // The live view of the running job, from its run directory.
+  auto st = RunGeodesic({"status", dir / "run"}, 30);
+  ASSERT_EQ(st.exit_code, 0) << st.output;
+  auto view = nlohmann::json::parse(st.output);
+  EXPECT_EQ(view["trainingStarted"], true);
+  EXPECT_EQ(view["workers"].size(), 2u);
+  EXPECT_EQ(view["servers"].size(), 2u);
+  EXPECT_EQ(view["stalenessBound"], "1");  // int64 is a string in protobuf's JSON
   launch.Signal(SIGINT);
   EXPECT_EQ(launch.Wait(30), 130) << testing::ReadText(dir / "launch.log");
   auto s = testing::ReadJson(dir / "run/summary.json");
