@@ -149,6 +149,17 @@ int main(int argc, char** argv) {
   bp_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
   bp_cmd->add_option("--seconds", bench_opts.seconds, "seconds to train")->default_val(30.0);
   bp_cmd->add_option("--result-file", bench_opts.result_file, "write JSON here");
+  auto* bc_cmd = b_cmd->add_subcommand("codecs", "encode/decode speed of every codec vs memcpy, one thread");
+  bc_cmd->add_flag("--json", bench_opts.json, "print JSON records");
+  bc_cmd->add_option("--mb", bench_opts.sizes_mb, "gradient size in MiB (several: one run each)")
+      ->default_val(std::vector<int>{64});
+  bc_cmd->add_option("--seconds", bench_opts.seconds, "measuring time per codec (at least 3 rounds)")->default_val(1.0);
+  auto* bw_cmd = b_cmd->add_subcommand("compression", "train with every codec for the same steps: accuracy vs bytes");
+  bw_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
+  bw_cmd->add_option("--epochs", bench_opts.epochs, "epochs of every run (0: the job's)")->default_val(0.0);
+  bw_cmd->add_option("--out", bench_opts.result_file, "output directory")->default_val("runs/compression");
+  bw_cmd->add_option("--codecs", bench_opts.codecs, "codecs to sweep (each with/without zstd and error feedback)");
+  bw_cmd->add_option("--mc-codecs", bench_opts.mc_codecs, "codecs also run with momentum correction (+zstd, EF)");
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
   bs_cmd->add_option("--endpoint", bench_opts.endpoint)->required();
   bs_cmd->group("");
@@ -225,6 +236,10 @@ int main(int argc, char** argv) {
       s = bench::RunPsOverheadBench(bench_opts, &g_stop);
     else if (bp_cmd->parsed())
       s = bench::RunPlainTraining(bench_opts, &g_stop);
+    else if (bc_cmd->parsed())
+      s = bench::RunCodecBench(bench_opts, &g_stop);
+    else if (bw_cmd->parsed())
+      s = bench::RunCompressionSweep(bench_opts, &g_stop);
     else if (bs_cmd->parsed())
       s = bench::RunZmqSink(bench_opts, &g_stop);
     return s.ok() ? 0 : Fail(s);

@@ -39,7 +39,8 @@ class MapReader {
     if (!present(key)) return;
     const YAML::Node& n = node_[key];
     try {
-      if (!n.IsScalar() && !std::is_same_v<T, std::vector<int>>) throw YAML::Exception(YAML::Mark(), "");
+      constexpr bool kList = std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<std::string>>;
+      if (kList ? !n.IsSequence() : !n.IsScalar()) throw YAML::Exception(YAML::Mark(), "");
       *out = n.as<T>();
     } catch (const YAML::Exception&) {
       Error(ChildPath(key), std::string("expected ") + TypeName<T>());
@@ -74,6 +75,8 @@ class MapReader {
       return "a number";
     else if constexpr (std::is_same_v<T, std::string>)
       return "a string";
+    else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+      return "a list of names";
     else
       return "a list of integers";
   }
@@ -206,6 +209,26 @@ const RegionSpec& JobSpec::RegionOfWorker(int id) const {
     id -= r.workers;
   }
   return regions.back();
+}
+
+namespace {
+
+const CompressionLinkSpec* LinkFor(const CompressionSpec& c, const std::string& a, const std::string& b) {
+  for (const auto& l : c.links)
+    if ((l.region_a == a && l.region_b == b) || (l.region_a == b && l.region_b == a)) return &l;
+  return nullptr;
+}
+
+}  // namespace
+
+const std::string& JobSpec::PushCodec(const std::string& worker_region, const std::string& server_region) const {
+  const CompressionLinkSpec* l = LinkFor(compression, worker_region, server_region);
+  return l && !l->push.empty() ? l->push : compression.push;
+}
+
+const std::string& JobSpec::PullCodec(const std::string& worker_region, const std::string& server_region) const {
+  const CompressionLinkSpec* l = LinkFor(compression, worker_region, server_region);
+  return l && !l->pull.empty() ? l->pull : compression.pull;
 }
 
 int64_t JobSpec::StepsPerWorker() const {
@@ -380,7 +403,52 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
           "must be in (0, 1]");
     Check(e.test_samples >= 0, &errors, "eval.test_samples", "must be >= 0");
   }
+  {
+    MapReader r(top.child("compression"), "compression", &errors);
+    auto& c = job.compression;
+    r.Get("push", &c.push);
+    r.Get("pull", &c.pull);
+    r.Get("error_feedback", &c.error_feedback);
+    r.Get("momentum_correction", &c.momentum_correction);
+    r.Get("sparsity_warmup_steps", &c.sparsity_warmup_steps);
+    Check(c.sparsity_warmup_steps >= 0, &errors, "compression.sparsity_warmup_steps", "must be >= 0");
+    YAML::Node links = r.child("links");
+    if (links && !links.IsNull()) {
+      if (!links.IsSequence()) {
+        errors.push_back("compression.links: must be a list of {regions: [a, b], push, pull}");
+      } else {
+        for (size_t i = 0; i < links.size(); ++i) {
+          std::string where = "compression.links[" + std::to_string(i) + "]";
+          MapReader lr(links[i], where, &errors);
+          CompressionLinkSpec l;
+          std::vector<std::string> pair;
+          lr.Get("regions", &pair);
+          lr.Get("push", &l.push);
+          lr.Get("pull", &l.pull);
+          lr.Finish();
+          if (pair.size() != 2) {
+            errors.push_back(where + ".regions: must name two regions (the same one twice for within a region)");
+            continue;
+          }
+          l.region_a = pair[0];
+          l.region_b = pair[1];
+          c.links.push_back(l);
+        }
+      }
+    }
+    r.Finish();
+  }
   top.Finish();
+
+  Check(!job.compression.momentum_correction || job.optimizer.name == "sgd", &errors, "compression.momentum_correction",
+        "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
+  for (size_t i = 0; i < job.compression.links.size(); ++i)
+    for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b}) {
+      bool known = false;
+      for (const auto& reg : job.regions) known |= reg.name == *region;
+      Check(known, &errors, "compression.links[" + std::to_string(i) + "].regions",
+            "'" + *region + "' is not a region of this job");
+    }
 
   if (!job.regions.empty()) {
     Check(job.NumServers() >= 1, &errors, "regions", "the job needs at least one server");
@@ -465,6 +533,22 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "rendezvous_timeout_s" << YAML::Value << job.membership.rendezvous_timeout_s;
   out << YAML::Key << "rpc_timeout_s" << YAML::Value << job.membership.rpc_timeout_s;
   out << YAML::Key << "report_after_s" << YAML::Value << job.membership.report_after_s;
+  out << YAML::EndMap;
+  out << YAML::Key << "compression" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "push" << YAML::Value << job.compression.push;
+  out << YAML::Key << "pull" << YAML::Value << job.compression.pull;
+  out << YAML::Key << "error_feedback" << YAML::Value << job.compression.error_feedback;
+  out << YAML::Key << "momentum_correction" << YAML::Value << job.compression.momentum_correction;
+  out << YAML::Key << "sparsity_warmup_steps" << YAML::Value << job.compression.sparsity_warmup_steps;
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const auto& l : job.compression.links) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{l.region_a, l.region_b};
+    if (!l.push.empty()) out << YAML::Key << "push" << YAML::Value << l.push;
+    if (!l.pull.empty()) out << YAML::Key << "pull" << YAML::Value << l.pull;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
   out << YAML::EndMap;
   out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "snapshot_every_s" << YAML::Value << job.eval.snapshot_every_s;

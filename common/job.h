@@ -76,6 +76,30 @@ struct MembershipSpec {
   int report_after_s = 3;          // a wait longer than this is logged with whom it waits for
 };
 
+// Gradient (push) and parameter (pull) compression. Codec names are those of
+// compression/codec.h ("fp32", "int8", "topk:0.01+zstd", ...); they are
+// checked at start-up by compression::ValidateJobCodecs.
+struct CompressionLinkSpec {
+  std::string region_a, region_b;  // the pair, either way round (a may equal b)
+  std::string push, pull;          // empty: the job-wide codec
+};
+
+struct CompressionSpec {
+  std::string push = "fp32";   // worker -> server gradients
+  std::string pull = "fp32";   // server -> worker parameters (sent as changes since the worker's copy)
+  bool error_feedback = true;  // keep what a lossy push codec dropped and send it later
+  // Deep Gradient Compression's momentum correction: workers apply the SGD
+  // momentum locally and push the velocity (sparsified, with error
+  // feedback, momentum zeroed where sent); shards then apply pushes without
+  // momentum. Their parameters then change only where something was sent,
+  // so pulls of changes compress too. SGD only.
+  bool momentum_correction = false;
+  // Sparse push codecs (topk, randk) start denser and reach their fraction
+  // after this many steps, shrinking geometrically from 25% (DGC's warm-up).
+  int64_t sparsity_warmup_steps = 0;
+  std::vector<CompressionLinkSpec> links;  // per region pair, overriding push and pull
+};
+
 struct EvalSpec {
   double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
   double target_accuracy = 0.88;  // the summary reports the time to reach it
@@ -94,6 +118,7 @@ struct JobSpec {
   WireSpec wire;
   MembershipSpec membership;
   EvalSpec eval;
+  CompressionSpec compression;
 
   int NumServers() const;
   int NumWorkers() const;
@@ -101,6 +126,10 @@ struct JobSpec {
   const RegionSpec& RegionOfServer(int id) const;
   const RegionSpec& RegionOfWorker(int id) const;
   const RegionSpec& CoordinatorRegion() const;
+  // The codec names for traffic between a worker in `worker_region` and a
+  // shard in `server_region`.
+  const std::string& PushCodec(const std::string& worker_region, const std::string& server_region) const;
+  const std::string& PullCodec(const std::string& worker_region, const std::string& server_region) const;
   // Steps (clocks) each worker runs: training.steps, or training.epochs over
   // the dataset's training samples, shared by all workers.
   int64_t StepsPerWorker() const;

@@ -21,6 +21,7 @@
 #include "common/histogram.h"
 #include "common/job.h"
 #include "common/log.h"
+#include "compression/codec.h"
 #include "deploy/process.h"
 #include "wan/message.h"
 
@@ -207,6 +208,21 @@ json ReadJson(const std::string& path) {
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
+  // Codec names are checked before anything starts.
+  {
+    std::vector<std::pair<std::string, std::string>> names = {{"compression.push", job.compression.push},
+                                                              {"compression.pull", job.compression.pull}};
+    for (size_t i = 0; i < job.compression.links.size(); ++i) {
+      const auto& l = job.compression.links[i];
+      std::string where = "compression.links[" + std::to_string(i) + "]";
+      if (!l.push.empty()) names.push_back({where + ".push", l.push});
+      if (!l.pull.empty()) names.push_back({where + ".pull", l.pull});
+    }
+    for (const auto& [where, name] : names) {
+      auto spec = compression::ParseCodecSpec(name);
+      if (!spec.ok()) return InvalidArgument(options.job_file + ": " + where + ": " + spec.status().message());
+    }
+  }
   if (job.model.name != "synthetic") {
     for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                           "t10k-labels-idx1-ubyte.gz"}) {
@@ -446,7 +462,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["seconds_to_target"] =
       result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
   json sent = json::object(), received = json::object(), breakdown = json::object(), procs = json::array();
-  int64_t samples = 0;
+  int64_t samples = 0, worker_steps = 0, push_bytes = 0, pull_bytes = 0;
   IntHistogram staleness;
   json refused = json::object();
   for (auto& c : children) {
@@ -464,6 +480,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     received[c->name()] = stats.value("bytes_received", 0);
     if (stats.value("role", "") == "worker") {
       samples += stats.value("samples", int64_t{0});
+      worker_steps += stats.value("steps", int64_t{0});
+      push_bytes += stats.value("bytes_sent", int64_t{0});
+      pull_bytes += stats.value("bytes_received", int64_t{0});
       double cs = stats.value("compute_seconds", 0.0), ns = stats.value("comm_seconds", 0.0),
              ws = stats.value("wait_seconds", 0.0);
       double tot = cs + ns + ws;
@@ -487,6 +506,14 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   received["total"] = total_received;
   summary["samples"] = samples;
   summary["samples_per_second"] = wall > 0 ? samples / wall : 0.0;
+  // What one worker step costs on the wire, both directions (headers included).
+  if (worker_steps > 0)
+    summary["bytes_per_step"] = {{"push", static_cast<double>(push_bytes) / worker_steps},
+                                 {"pull", static_cast<double>(pull_bytes) / worker_steps},
+                                 {"total", static_cast<double>(push_bytes + pull_bytes) / worker_steps}};
+  summary["compression"] = {{"push", job.compression.push},
+                            {"pull", job.compression.pull},
+                            {"error_feedback", job.compression.error_feedback}};
   summary["bytes_sent"] = sent;
   summary["bytes_received"] = received;
   json hist = json::object();

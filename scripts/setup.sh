@@ -7,11 +7,15 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config clang-format
+  # clang for the libFuzzer targets and the sanitizer build of the codecs
+  clang libclang-rt-14-dev
   # libraries (DESIGN.md lists why each is there)
-  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev libzstd-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev
   # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
   libopenblas0-pthread
+  # plots of benchmark results (bench/plot_*.py)
+  python3-matplotlib
   # the data: Fashion-MNIST in /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist
 )

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, checks formatting,
-# and runs every test (unit, integration, slow training runs).
+# runs every test (unit, integration, slow training runs), then the codecs
+# under AddressSanitizer/UBSan and each decoder's libFuzzer target for a
+# bounded time (scripts/fuzz.sh; FUZZ_SECONDS per target, default 20).
 # For the fast tests alone: ctest --test-dir build -L fast
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,3 +10,4 @@ scripts/setup.sh
 scripts/build.sh
 scripts/check-format.sh
 ctest --test-dir "${GEODESIC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+scripts/fuzz.sh

@@ -38,7 +38,8 @@ void Server::Refuse(const wan::Message& m, const std::string& reason, const Stat
 }
 
 Status Server::ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                              bool finite, std::string* reason) {
+                              bool finite, std::string* reason, std::vector<const float*>* values) {
+  values->clear();
   if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
     *reason = "frame_count";
     return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
@@ -67,22 +68,42 @@ Status Server::ValidateChunks(const wan::Message& m, const google::protobuf::Rep
       return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " has " + std::to_string(expected) +
                              " values, message says " + std::to_string(c.num_elems()));
     }
-    Status s = compression::CheckPayloadSize(c.codec(), c.num_elems(), m.frames[i].size());
+    if (c.delta()) {
+      *reason = "bad_payload";
+      return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + ": only pull replies carry deltas");
+    }
+    const compression::PayloadInfo info = compression::PayloadInfo::FromWire(c);
+    const zmq::message_t& frame = m.frames[i];
+    Status s = compression::CheckPayloadSize(info, c.num_elems(), frame.size());
     if (!s.ok()) {
-      *reason = c.codec() == wire::FP32 ? "bad_payload_size" : "unknown_codec";
+      *reason = compression::MaxEncodedBytes(info, c.num_elems()) == 0 ? "unknown_codec" : "bad_payload_size";
       return s.Annotate("chunk " + std::to_string(c.chunk_id()));
     }
-    if (finite) {
-      const float* v = m.FrameFloats(i, &scratch_);
-      size_t first = 0;
-      size_t bad = compression::CountNonFinite(v, c.num_elems(), &first);
-      if (bad) {
-        *reason = "non_finite";
-        return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " holds " + std::to_string(bad) +
-                               " non-finite values (first at index " + std::to_string(first) + ": " +
-                               std::to_string(v[first]) + ")");
+    if (decoded_.size() <= static_cast<size_t>(i)) decoded_.resize(i + 1);
+    const float* v = nullptr;
+    if (info.codec == wire::FP32 && !info.zstd) {
+      v = m.FrameFloats(i, &decoded_[i]);  // in place unless misaligned
+      if (finite) {
+        size_t first = 0;
+        size_t bad = compression::CountNonFinite(v, c.num_elems(), &first);
+        if (bad) {
+          *reason = "non_finite";
+          return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " holds " + std::to_string(bad) +
+                                 " non-finite values (first at index " + std::to_string(first) + ": " +
+                                 std::to_string(v[first]) + ")");
+        }
       }
+    } else {
+      // Decoding validates everything, finite values included.
+      decoded_[i].resize(c.num_elems());
+      s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
+      if (!s.ok()) {
+        *reason = s.message().find("finite") != std::string::npos ? "non_finite" : "bad_payload";
+        return s.Annotate("chunk " + std::to_string(c.chunk_id()) + " (" + compression::CodecName(info.codec) + ")");
+      }
+      v = decoded_[i].data();
     }
+    values->push_back(v);
   }
   return Status::Ok();
 }
@@ -106,13 +127,14 @@ void Server::HandleInit(wan::Message& m) {
   if (m.header.sender_role() != wire::WORKER)
     return Refuse(m, "bad_sender", InvalidArgument("only workers send initial values"));
   std::string reason;
-  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason);
+  std::vector<const float*> values;
+  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason, &values);
   if (!s.ok()) return Refuse(m, reason, s);
   wire::Header reply;
   reply.set_request_id(m.header.request_id());
   auto* ack = reply.mutable_init_ack();
   for (int i = 0; i < req.chunks_size(); ++i) {
-    bool took = shard_->Init(req.chunks(i).chunk_id(), m.FrameFloats(i, &scratch_));
+    bool took = shard_->Init(req.chunks(i).chunk_id(), values[i]);
     if (took)
       ack->set_accepted_chunks(ack->accepted_chunks() + 1);
     else
@@ -149,7 +171,8 @@ void Server::HandlePush(wan::Message& m) {
     return;
   }
   std::string reason;
-  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason);
+  std::vector<const float*> values;
+  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason, &values);
   if (!s.ok())
     return Refuse(m, reason,
                   s.Annotate("push of worker " + std::to_string(worker) + " at clock " + std::to_string(req.clock())));
@@ -165,7 +188,7 @@ void Server::HandlePush(wan::Message& m) {
   bool completed = false;
   for (int i = 0; i < req.chunks_size(); ++i) {
     const auto& c = req.chunks(i);
-    auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), m.FrameFloats(i, &scratch_),
+    auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i],
                             static_cast<int>(clocks_.live().size()));
     switch (out.result) {
       case wire::APPLIED:
@@ -220,6 +243,7 @@ void Server::HandlePull(wan::Message& m) {
   }
   if (p.chunks.empty()) p.chunks = shard_->owned();
   p.wait_for_own_push = req.wait_for_own_push() && role == wire::WORKER && !req.final();
+  p.full = req.full() || req.final();
   p.hold_until = p.since + std::chrono::microseconds(std::min<uint64_t>(req.max_hold_us(), 60'000'000));
   if (CanServe(p)) return ServePull(p);
   // A resent request replaces the one already held.
@@ -228,6 +252,7 @@ void Server::HandlePull(wan::Message& m) {
       h.request_id = p.request_id;
       h.wait_for_own_push = p.wait_for_own_push;
       h.hold_until = p.hold_until;
+      h.full = h.full || p.full;
       return;
     }
   held_.push_back(std::move(p));
@@ -272,16 +297,22 @@ void Server::ServePull(const HeldPull& p, const std::vector<uint32_t>* only) {
     int64_t bytes = 0;
     while (i < chunks.size()) {
       uint32_t c = chunks[i];
+      // Budget by the uncompressed size, so a message never exceeds the limit.
       int64_t size = static_cast<int64_t>(shard_->layout().Size(c) * sizeof(float));
       if (!payloads.empty() && bytes + size > limit) break;
       auto snap = shard_->Read(c);
       auto* d = r->add_chunks();
       d->set_chunk_id(c);
-      d->set_codec(wire::FP32);
       d->set_num_elems(shard_->layout().Size(c));
       d->set_version(snap.version);
-      payloads.push_back(wan::Payload{snap.values.get(), static_cast<size_t>(size),
-                                      std::shared_ptr<const void>(snap.values, snap.values.get())});
+      // Workers get their link's pull codec; the evaluator and tools exact values.
+      auto payload = pulls_.Encode(p.role == wire::WORKER ? p.sender_id : -1 - p.sender_id,
+                                   p.role == wire::WORKER ? PullCodecFor(p.sender_id) : fp32_, c, snap, p.full, d);
+      if (!payload.ok()) {
+        GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();
+        return;
+      }
+      payloads.push_back(std::move(*payload));
       bytes += size;
       ++i;
     }
@@ -384,7 +415,21 @@ void Server::WriteStats() const {
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 
+const compression::CodecSpec& Server::PullCodecFor(int worker) const {
+  auto it = pull_codecs_.find(worker);
+  return it == pull_codecs_.end() ? fp32_ : it->second;
+}
+
 Status Server::Run(const std::atomic<bool>* stop) {
+  // Codecs by worker, for this shard's links (checked here too, so that a
+  // server started by hand refuses a bad codec name at start-up).
+  const std::string& my_region = options_.job.RegionOfServer(options_.id).name;
+  for (int w = 0; w < num_workers_; ++w) {
+    const std::string& name = options_.job.PullCodec(options_.job.RegionOfWorker(w).name, my_region);
+    auto spec = compression::ParseCodecSpec(name);
+    if (!spec.ok()) return spec.status().Annotate("compression (pull codec for worker " + std::to_string(w) + ")");
+    pull_codecs_[w] = *spec;
+  }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint();
   MemberOptions mo;
@@ -403,8 +448,11 @@ Status Server::Run(const std::atomic<bool>* stop) {
   so.staleness_bound = options_.job.training.staleness_bound;
   so.staleness_scaling = options_.job.training.staleness_scaling;
   so.optimizer = options_.job.optimizer;
+  // With momentum correction the workers apply the momentum; pushes are velocities.
+  if (options_.job.compression.momentum_correction) so.optimizer.momentum = 0;
   so.total_clocks = options_.job.StepsPerWorker();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
+  pulls_ = PullCompressor(map.layout, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("
                << map.BytesPerServer(options_.job.NumServers())[options_.id] / 1024 << " KiB); optimizer "
                << options_.job.optimizer.name << ", staleness bound " << options_.job.training.staleness_bound;

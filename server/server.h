@@ -21,7 +21,9 @@
 #include "common/clock.h"
 #include "common/job.h"
 #include "common/status.h"
+#include "compression/codec.h"
 #include "server/member_client.h"
+#include "server/pull_compressor.h"
 #include "server/shard.h"
 #include "wan/message.h"
 
@@ -53,6 +55,7 @@ class Server {
     std::vector<uint32_t> chunks;
     TimePoint since{};
     bool wait_for_own_push = false;
+    bool full = false;                   // exact values, and the puller's copy starts over
     TimePoint hold_until{};              // give up waiting for the own push then
     std::optional<TimePoint> bound_met;  // when the staleness bound first allowed it
   };
@@ -64,8 +67,10 @@ class Server {
   void Refuse(const wan::Message& m, const std::string& reason, const Status& status);
   // Checks chunk descriptors against the frames and the shard: ids owned and
   // unique, codec known, sizes exact, values finite (if `finite`).
+  // On success `values` holds each chunk's values (decoded if needed).
   Status ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                        bool finite, std::string* reason);
+                        bool finite, std::string* reason, std::vector<const float*>* values);
+  const compression::CodecSpec& PullCodecFor(int worker) const;
   // Whether the bound and initialization allow the read at all.
   bool BoundAllows(const HeldPull& p) const;
   bool CanServe(HeldPull& p);
@@ -94,7 +99,11 @@ class Server {
   std::atomic<uint64_t> pub_updates_{0}, pub_dropped_{0}, pub_refused_{0}, pub_held_{0};
   std::atomic<double> pub_stale_mean_{0};
   std::atomic<int64_t> pub_stale_max_{0};
-  std::vector<float> scratch_;
+  std::vector<std::vector<float>> decoded_;  // per chunk of the message being handled
+  std::vector<uint8_t> zstd_scratch_;
+  std::map<int, compression::CodecSpec> pull_codecs_;  // by worker
+  compression::CodecSpec fp32_;
+  PullCompressor pulls_{ChunkLayout(), 0};
   std::string reported_error_;
 };
 

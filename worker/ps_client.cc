@@ -1,6 +1,7 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/log.h"
@@ -16,10 +17,12 @@ PsClient::PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::Reg
   GD_CHECK(map.ok()) << map.status();
   map_ = *map;
   versions_.assign(map_.layout.num_chunks(), 0);
+  copy_seq_.assign(map_.layout.num_chunks(), -1);
   for (const auto& s : assignment.servers()) {
     Shard shard;
     shard.id = s.id();
     shard.endpoint = s.endpoint();
+    shard.region = s.region();
     shard.chunks = map_.ChunksOf(s.id());
     shards_.push_back(std::move(shard));
   }
@@ -28,6 +31,13 @@ PsClient::PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::Reg
 
 Status PsClient::Connect() {
   for (auto& s : shards_) {
+    auto it = options_.push_codecs.find(s.region);
+    if (it != options_.push_codecs.end()) {
+      GD_ASSIGN_OR_RETURN(s.push, compression::ParseCodecSpec(it->second));
+      if (s.push.lossy() || s.push.zstd_level > 0)
+        s.encoder = std::make_unique<compression::Encoder>(
+            s.push, options_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(options_.id) * 31 + s.id);
+    }
     wan::SocketOptions so{.job = options_.job,
                           .role = options_.role,
                           .id = options_.id,
@@ -85,7 +95,8 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
                                     std::to_string(map_.layout.Size(d.chunk_id())));
           return;
         }
-        Status s = compression::CheckPayloadSize(d.codec(), d.num_elems(), m.frames[i].size());
+        Status s =
+            compression::CheckPayloadSize(compression::PayloadInfo::FromWire(d), d.num_elems(), m.frames[i].size());
         if (!s.ok()) {
           p.error = s.Annotate("pull reply from server " + std::to_string(shards_[shard].id));
           return;
@@ -208,9 +219,28 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
 }
 
 Status PsClient::Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame) {
-  GD_RETURN_IF_ERROR(compression::Decode(d.codec(), frame.data(), frame.size(),
-                                         p.dest + map_.layout.Begin(d.chunk_id()), d.num_elems()));
-  versions_[d.chunk_id()] = d.version();
+  const uint32_t c = d.chunk_id();
+  const compression::PayloadInfo info = compression::PayloadInfo::FromWire(d);
+  float* out = p.dest + map_.layout.Begin(c);
+  if (d.delta()) {
+    if (copy_seq_[c] < 0 || static_cast<uint64_t>(copy_seq_[c]) != d.base_seq()) {
+      // The change is for a copy we do not hold (a reply was lost or a
+      // resend answered twice): ask for this chunk's values again.
+      ++resyncs_;
+      GD_LOG(WARNING) << "chunk " << c << ": change " << d.base_seq() << " does not fit our copy " << copy_seq_[c]
+                      << "; asking for full values";
+      p.got[c] = false;
+      ++p.remaining;
+      p.resync.push_back(c);
+      return Status::Ok();
+    }
+    GD_RETURN_IF_ERROR(compression::DecodeAdd(info, frame.data(), frame.size(), d.num_elems(), out, &zstd_scratch_));
+    copy_seq_[c] = static_cast<int64_t>(d.base_seq()) + 1;
+  } else {
+    GD_RETURN_IF_ERROR(compression::Decode(info, frame.data(), frame.size(), d.num_elems(), out, &zstd_scratch_));
+    copy_seq_[c] = 0;
+  }
+  versions_[c] = d.version();
   return Status::Ok();
 }
 
@@ -226,6 +256,7 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   auto* req = h.mutable_pull_request();
   req->set_clock(p.clock);
   req->set_final(final);
+  req->set_full(p.full);
   if (p.after_own_push) {
     // Reply when our own previous push is in, or when the reply must leave
     // to arrive as our compute ends (with a quarter for jitter).
@@ -247,6 +278,7 @@ Status PsClient::RequestPull(int64_t clock, const PullOptions& options) {
   p = PendingPull{};
   p.clock = key;
   p.after_own_push = options.after_own_push && !final;
+  p.full = options.full || final;
   p.max_hold_s = options.max_hold_s;
   p.requested = clock_->Now();
   p.last_progress = p.requested;
@@ -328,6 +360,18 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
     }
     Poll(20);
     ResendStale();
+    if (!it->second.resync.empty()) {
+      // Ask the owners of chunks that could not take their change for full values.
+      PendingPull& q = it->second;
+      q.resync.clear();
+      q.full = true;
+      q.after_own_push = false;
+      for (size_t si = 0; si < shards_.size(); ++si) {
+        bool missing = false;
+        for (uint32_t c : shards_[si].chunks) missing |= !q.got[c];
+        if (missing) GD_RETURN_IF_ERROR(SendPullRequest(q, si, final));
+      }
+    }
   }
   PendingPull p = std::move(it->second);
   pulls_.erase(it);
@@ -337,7 +381,8 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
     for (auto& [d, frame] : p.data) {
       // Borrowed values are read in place: only fp32 frames qualify.
       GD_RETURN_IF_ERROR(compression::CheckPayloadSize(d.codec(), d.num_elems(), frame.size()));
-      if (d.codec() != wire::FP32) return InvalidArgument("zero-copy pulls need fp32 chunks");
+      if (d.codec() != wire::FP32 || d.zstd() || d.delta())
+        return InvalidArgument("zero-copy pulls need plain fp32 values");
       versions_[d.chunk_id()] = d.version();
       borrowed->push_back(PulledChunk{d.chunk_id(), d.version(), std::move(frame)});
     }
@@ -359,6 +404,25 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
 
 Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner) {
   TimePoint now = clock_->Now();
+  if (options_.local_momentum > 0) {
+    // Momentum correction: push velocities, held in a fresh buffer that the
+    // sends own. The masking after a sparse encode is done in EncodeChunks.
+    const float mu = static_cast<float>(options_.local_momentum);
+    const uint64_t total = map_.layout.num_params();
+    velocity_out_ = std::make_shared<std::vector<float>>(total);
+    for (uint32_t c = 0; c < map_.layout.num_chunks(); ++c) {
+      const uint64_t n = map_.layout.Size(c), b = map_.layout.Begin(c);
+      std::vector<float>& v = velocity_[c];
+      if (v.size() != n) v.assign(n, 0.0f);
+      float* out = velocity_out_->data() + b;
+      for (uint64_t i = 0; i < n; ++i) out[i] = v[i] = mu * v[i] + grad[b + i];
+    }
+    grad = velocity_out_->data();
+    owner = std::shared_ptr<const void>(velocity_out_, velocity_out_->data());
+  }
+  bool lossy = false;
+  for (const Shard& s : shards_) lossy |= static_cast<bool>(s.encoder);
+  if (lossy) PrepareLossyPush(clock, grad);
   for (size_t si = 0; si < shards_.size(); ++si) {
     Shard& s = shards_[si];
     for (const auto& batch : Batches(s.chunks)) {
@@ -368,10 +432,129 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
       auto* req = h.mutable_push_request();
       req->set_clock(clock);
       std::vector<wan::Payload> payloads;
-      AddChunks(batch, grad, owner, req->mutable_chunks(), &payloads);
+      if (!s.encoder) {
+        AddChunks(batch, grad, owner, req->mutable_chunks(), &payloads);  // fp32, zero-copy
+      } else {
+        GD_RETURN_IF_ERROR(EncodeChunks(s, clock, batch, req->mutable_chunks(), &payloads));
+      }
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads).Annotate("push to server " + std::to_string(s.id)));
       pushes_[id] = PendingPush{static_cast<int>(si), clock, std::move(h), std::move(payloads), now};
     }
+  }
+  return Status::Ok();
+}
+
+double PsClient::SparseFraction(const compression::CodecSpec& spec, int64_t clock) const {
+  // Sparsity warm-up: from 25% of the values down to the codec's fraction.
+  double f = spec.fraction;
+  const int64_t w = options_.sparsity_warmup_steps;
+  if (w > 0 && clock < w && f < 0.25)
+    f = 0.25 * std::pow(f / 0.25, static_cast<double>(clock) / static_cast<double>(w));
+  return std::max(f, spec.fraction);
+}
+
+void PsClient::PrepareLossyPush(int64_t clock, const float* grad) {
+  const uint64_t total = map_.layout.num_params();
+  corrected_all_.resize(total);
+  sent_all_.resize(total);
+  // Error feedback first: what each chunk would send if nothing were dropped.
+  for (const Shard& s : shards_) {
+    if (!s.encoder) continue;
+    const bool feedback = options_.error_feedback && s.push.lossy();
+    for (uint32_t c : s.chunks) {
+      const uint64_t n = map_.layout.Size(c), b = map_.layout.Begin(c);
+      if (feedback)
+        feedback_.Correct(c, grad + b, n, corrected_all_.data() + b);
+      else
+        std::memcpy(corrected_all_.data() + b, grad + b, n * sizeof(float));
+    }
+  }
+  // Top-k picks its values across the whole model, not chunk by chunk: one
+  // threshold for every top-k chunk, so a small layer with large gradients
+  // (the classifier) is not starved by sharing a chunk's quota. Each chunk
+  // then sends what is above the threshold (at least one value).
+  topk_fraction_.clear();
+  magnitudes_.clear();
+  uint64_t budget = 0;
+  for (const Shard& s : shards_) {
+    if (!s.encoder || s.push.codec != wire::TOPK) continue;
+    const double f = SparseFraction(s.push, clock);
+    for (uint32_t c : s.chunks) {
+      const uint64_t n = map_.layout.Size(c), b = map_.layout.Begin(c);
+      budget += static_cast<uint64_t>(std::ceil(f * static_cast<double>(n)));
+      for (uint64_t i = 0; i < n; ++i) magnitudes_.push_back(std::fabs(corrected_all_[b + i]));
+    }
+  }
+  if (magnitudes_.empty()) return;
+  budget = std::clamp<uint64_t>(budget, 1, magnitudes_.size());
+  // An exact order statistic up to a few million values, a sample's beyond.
+  std::vector<float>& pool = magnitudes_;
+  if (pool.size() > (uint64_t{1} << 22)) {
+    const uint64_t stride = pool.size() >> 20;
+    size_t w = 0;
+    for (size_t i = 0; i < pool.size(); i += stride) pool[w++] = pool[i];
+    budget = std::max<uint64_t>(1, budget / stride);
+    pool.resize(w);
+  }
+  auto nth = pool.begin() + static_cast<std::ptrdiff_t>(pool.size() - budget);
+  std::nth_element(pool.begin(), nth, pool.end());
+  const float threshold = *nth;
+  for (const Shard& s : shards_) {
+    if (!s.encoder || s.push.codec != wire::TOPK) continue;
+    for (uint32_t c : s.chunks) {
+      const uint64_t n = map_.layout.Size(c), b = map_.layout.Begin(c);
+      uint64_t above = 0;
+      for (uint64_t i = 0; i < n; ++i) above += std::fabs(corrected_all_[b + i]) >= threshold;
+      topk_fraction_[c] = static_cast<double>(std::max<uint64_t>(above, 1)) / static_cast<double>(n);
+    }
+  }
+}
+
+Status PsClient::EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_t>& batch,
+                              google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
+                              std::vector<wan::Payload>* payloads) {
+  const bool feedback = options_.error_feedback && s.push.lossy();
+  if (s.push.codec == wire::RANDK) {
+    double f = SparseFraction(s.push, clock);
+    if (f != s.encoder_fraction) {
+      compression::CodecSpec spec = s.push;
+      spec.fraction = f;
+      s.encoder = std::make_unique<compression::Encoder>(spec, options_.seed * 0x9E3779B97F4A7C15ull +
+                                                                   static_cast<uint64_t>(options_.id) * 31 + s.id +
+                                                                   static_cast<uint64_t>(clock));
+      s.encoder_fraction = f;
+    }
+  }
+  for (uint32_t c : batch) {
+    const uint64_t n = map_.layout.Size(c), b = map_.layout.Begin(c);
+    const float* values = corrected_all_.data() + b;
+    float* sent = sent_all_.data() + b;
+    compression::Encoder* encoder = s.encoder.get();
+    std::unique_ptr<compression::Encoder> own;
+    if (s.push.codec == wire::TOPK) {
+      compression::CodecSpec spec = s.push;
+      spec.fraction = std::min(1.0, topk_fraction_[c]);
+      own = std::make_unique<compression::Encoder>(spec, options_.seed + c);
+      encoder = own.get();
+    }
+    auto bytes = std::make_shared<std::vector<uint8_t>>();
+    compression::PayloadInfo info;
+    GD_RETURN_IF_ERROR(encoder->Encode(values, n, bytes.get(), &info, feedback ? sent : nullptr)
+                           .Annotate("chunk " + std::to_string(c)));
+    if (feedback) feedback_.Remember(c, values, sent, n);
+    if (options_.local_momentum > 0 && s.push.sparse() && feedback) {
+      // Momentum factor masking (DGC): where a value went out, its momentum
+      // starts over, so a sent coordinate is not pushed again by momentum alone.
+      std::vector<float>& v = velocity_[c];
+      for (uint64_t i = 0; i < n; ++i)
+        if (sent[i] != 0.0f) v[i] = 0.0f;
+    }
+    auto* d = descriptors->Add();
+    d->set_chunk_id(c);
+    d->set_num_elems(n);
+    d->set_version(versions_[c]);
+    info.ToWire(d);
+    payloads->push_back(wan::Payload{bytes->data(), bytes->size(), std::shared_ptr<const void>(bytes, bytes->data())});
   }
   return Status::Ok();
 }

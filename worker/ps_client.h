@@ -19,12 +19,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 #include <zmq.hpp>
 
 #include "common/clock.h"
 #include "common/job.h"
 #include "common/status.h"
+#include "compression/codec.h"
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "wan/message.h"
@@ -37,11 +39,22 @@ struct PsClientOptions {
   int id = 0;
   WireSpec wire;
   MembershipSpec timing;
-  double retry_after_s = 5.0;  // resend a request unanswered this long
+  // Push codec by the shard's region (compression/codec.h names); a region
+  // not listed uses fp32. Pulls are encoded by the shards.
+  std::map<std::string, std::string> push_codecs;
+  bool error_feedback = true;  // keep what lossy push codecs drop for later pushes
+  // > 0: momentum correction (compression.momentum_correction): push the
+  // velocity v = momentum * v + g instead of g, zeroing v where a sparse
+  // codec sent a value.
+  double local_momentum = 0;
+  int64_t sparsity_warmup_steps = 0;  // see CompressionSpec
+  uint64_t seed = 1;                  // stochastic rounding and random-k
+  double retry_after_s = 5.0;         // resend a request unanswered this long
 };
 
 struct PullOptions {
   bool final = false;  // evaluator: read the current values, skipping the bound
+  bool full = false;   // exact values, not changes (our copy is new or lost)
   // Sent before the step it follows is computed: servers hold it until our
   // push of clock - 1 has been applied to each chunk (and answer chunk by
   // chunk as that happens), but at most max_hold_s after it arrived.
@@ -69,6 +82,7 @@ class PsClient {
   PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
            wan::TrafficCounters* counters, const Clock* clock);
 
+  // Connects to every shard; InvalidArgument for a bad push codec name.
   Status Connect();
   const server::ShardMap& shard_map() const { return map_; }
   uint64_t num_params() const { return map_.layout.num_params(); }
@@ -104,6 +118,8 @@ class PsClient {
   StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);
 
   uint64_t pushes_refused() const { return pushes_refused_; }
+  uint64_t resyncs() const { return resyncs_; }
+  const compression::ErrorFeedback& error_feedback() const { return feedback_; }
   uint64_t chunks_dropped() const { return chunks_dropped_; }
 
  private:
@@ -112,10 +128,16 @@ class PsClient {
     std::string endpoint;
     std::vector<uint32_t> chunks;
     std::unique_ptr<wan::Socket> socket;
+    std::string region;
+    compression::CodecSpec push;                    // fp32 unless the job says otherwise
+    std::unique_ptr<compression::Encoder> encoder;  // for lossy or zstd pushes
+    double encoder_fraction = 0;                    // sparse codecs: the fraction `encoder` uses now
   };
   struct PendingPull {
     int64_t clock = 0;
     bool after_own_push = false;
+    bool full = false;
+    std::vector<uint32_t> resync;  // chunks whose change did not fit our copy: ask again, full
     double max_hold_s = -1;
     float* dest = nullptr;  // set by WaitPull: decode on arrival
     TimePoint requested{};
@@ -142,6 +164,14 @@ class PsClient {
   void Poll(int timeout_ms);
   void OnMessage(int shard, wan::Message& m);
   Status SendPullRequest(PendingPull& p, size_t shard, bool final);
+  // For lossy pushes: applies error feedback to every lossy chunk of `grad`
+  // (into corrected_all_) and picks the top-k threshold across them.
+  void PrepareLossyPush(int64_t clock, const float* grad);
+  double SparseFraction(const compression::CodecSpec& spec, int64_t clock) const;
+  // Encodes `batch` (prepared by PrepareLossyPush) with the shard's push codec.
+  Status EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_t>& batch,
+                      google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
+                      std::vector<wan::Payload>* payloads);
   // `chunks` cut into runs that fit one message of wire.message_bytes.
   std::vector<std::vector<uint32_t>> Batches(const std::vector<uint32_t>& chunks) const;
   // Describes `batch` (fp32, with the versions we hold) and adds its values
@@ -160,6 +190,15 @@ class PsClient {
   server::ShardMap map_;
   std::vector<Shard> shards_;
   std::vector<uint64_t> versions_;  // per chunk: version of the values we hold
+  std::vector<int64_t> copy_seq_;   // per chunk: changes applied since full values (-1: none)
+  compression::ErrorFeedback feedback_;
+  std::unordered_map<uint32_t, std::vector<float>> velocity_;  // momentum correction, per chunk
+  std::shared_ptr<std::vector<float>> velocity_out_;           // this step's velocities, as sent
+  std::vector<float> corrected_all_, sent_all_;                // lossy pushes, over the whole flat vector
+  std::vector<float> magnitudes_;                              // top-k threshold scratch
+  std::unordered_map<uint32_t, double> topk_fraction_;
+  std::vector<uint8_t> zstd_scratch_;
+  uint64_t resyncs_ = 0;
   std::map<int64_t, PendingPull> pulls_;
   std::map<uint64_t, PendingPush> pushes_;  // by request id
   std::map<uint64_t, int> init_acks_;       // request id -> shard, while Init waits

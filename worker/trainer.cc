@@ -45,6 +45,14 @@ server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int 
 
 PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
   PsClientOptions po;
+  if (role == wire::WORKER) {
+    const std::string& mine = job.RegionOfWorker(id).name;
+    for (const auto& r : job.regions) po.push_codecs[r.name] = job.PushCodec(mine, r.name);
+  }
+  po.error_feedback = job.compression.error_feedback;
+  if (job.compression.momentum_correction) po.local_momentum = job.optimizer.momentum;
+  po.sparsity_warmup_steps = job.compression.sparsity_warmup_steps;
+  po.seed = job.seed;
   po.job = job.name;
   po.role = role;
   po.id = id;
@@ -131,7 +139,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   };
 
   int64_t c = assignment.start_clock();
-  GD_RETURN_IF_ERROR(ps.RequestPull(c));
+  GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));  // we hold no copy yet
   GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
   (void)first;
 
@@ -162,6 +170,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["samples"] = samples;
     j["skipped_steps"] = skipped;
     j["pushes_refused"] = ps.pushes_refused();
+    j["pull_resyncs"] = ps.resyncs();
+    j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());
     j["training_seconds"] = Seconds(clock->Now() - start);
     j["compute_seconds"] = compute_s;
     j["comm_seconds"] = comm_s;

@@ -95,6 +95,35 @@ TEST(JobTest, YamlRoundTrip) {
   EXPECT_EQ(again->training.steps, 7);
 }
 
+TEST(JobTest, CompressionPerDirectionAndRegionPair) {
+  auto job = ParseJob(std::string(kMinimal) + R"(
+compression:
+  push: "int8+zstd"
+  pull: fp16
+  error_feedback: false
+  links:
+    - {regions: [us, eu], push: "topk:0.01"}
+    - {regions: [eu, eu], pull: bf16}
+)",
+                      "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->PushCodec("us", "us"), "int8+zstd");  // no link: job-wide
+  EXPECT_EQ(job->PushCodec("us", "eu"), "topk:0.01");
+  EXPECT_EQ(job->PushCodec("eu", "us"), "topk:0.01");  // either way round
+  EXPECT_EQ(job->PullCodec("us", "eu"), "fp16");       // the link sets only push
+  EXPECT_EQ(job->PullCodec("eu", "eu"), "bf16");
+  EXPECT_FALSE(job->compression.error_feedback);
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+
+  auto bad = ParseJob(std::string(kMinimal) + "compression: {links: [{regions: [us, mars]}], pus: fp16}\n", "t");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'mars' is not a region"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("compression.pus: unknown key"), std::string::npos) << bad.status();
+  EXPECT_FALSE(ParseJob(std::string(kMinimal) + "compression: {links: [{regions: [us]}]}\n", "t").ok());
+}
+
 TEST(JobTest, ShippedExampleParses) {
   auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml");
   ASSERT_TRUE(job.ok()) << job.status();

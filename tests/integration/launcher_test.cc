@@ -52,6 +52,24 @@ TEST(LaunchTest, BadJobFileIsAClearErrorAndStartsNothing) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+TEST(LaunchTest, BadCodecIsRefusedAtStartUp) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "compression.push=int3"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("compression.push"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("int3"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/logs"));
+  r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "compression.pull=topk:2"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("compression.pull"), std::string::npos) << r.output;
+  // A server started by hand refuses it too.
+  r = RunGeodesic({"server", "--job", dir / "job.yaml", "--id", "0", "--coordinator", "tcp://127.0.0.1:1", "--set",
+                   "compression.pull=int8:block=3", "--set", "membership.rendezvous_timeout_s=1"},
+                  30);
+  EXPECT_EQ(r.exit_code, 1);
+}
+
 TEST(LaunchTest, MissingDatasetNamesThePackage) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\n");

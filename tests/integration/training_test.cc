@@ -40,6 +40,28 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
   EXPECT_GT(s["staleness_histogram"].size(), 0u);
 }
 
+TEST(TrainingTest, CompressedPushesAndPullsStillTrain) {
+  TempDir dir;
+  // Sparse pushes with error feedback and momentum correction, int8 changes
+  // for pulls: a fraction of the bytes, most of the accuracy.
+  auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--quiet", "--set", "training.epochs=1", "--set",
+                        "compression.push=topk:0.01+zstd", "--set", "compression.pull=int8", "--set",
+                        "compression.momentum_correction=true", "--set", "eval.snapshot_every_s=1000"},
+                       540);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(s.is_object());
+  double acc = s["test_accuracy"].get<double>();
+  double push = s["bytes_per_step"]["push"].get<double>(), pull = s["bytes_per_step"]["pull"].get<double>();
+  std::cout << "compressed, one epoch: accuracy " << acc << ", push " << push << " B/step, pull " << pull << " B/step"
+            << std::endl;
+  const double fp32 = 184586 * 4.0;  // bytes of one dense copy of the model
+  EXPECT_GE(acc, 0.80);
+  EXPECT_LT(push, fp32 / 40);
+  EXPECT_LT(pull, fp32 / 3);
+  for (auto& p : s["processes"]) EXPECT_EQ(p["exit"], "exited 0") << p.dump();
+}
+
 TEST(TrainingTest, BspMatchesSynchronousSgd) {
   TempDir dir;
   const std::vector<std::string> sets = {"model.name=mlp",
