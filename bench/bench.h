@@ -18,16 +18,16 @@ struct BenchOptions {
   std::string job_file = "examples/fashion_mnist.yaml";
   std::string result_file;
   std::string endpoint;
-  std::string binary;             // default: this binary
-  int64_t chunk_bytes = 4 << 20;  // transport: chunk (message) size of both systems
-  int64_t staleness_bound = 2;    // ps-overhead: the async run's bound
-  double epochs = 4;              // ps-overhead: epochs of the async run (0: the job's)
-  std::vector<std::string> overrides;
+  std::string binary;                  // default: this binary
+  int64_t chunk_bytes = 4 << 20;       // transport: chunk (message) size of both systems
+  int64_t staleness_bound = 2;         // ps-overhead: the async run's bound
+  double epochs = 4;                   // ps-overhead: epochs of the async run (0: the job's)
+  std::vector<std::string> overrides;  // transport: --set for the shard's job (e.g. optimizer.momentum=0)
   // compression: codecs swept with and without zstd and error feedback, and
   // codecs run (with zstd and error feedback) under momentum correction.
   std::vector<std::string> codecs{"fp16", "bf16", "int8", "int4", "sign", "topk:0.01", "randk:0.01"};
-  std::vector<std::string> mc_codecs{"topk:0.01",
-                                     "topk:0.005"};  // transport: --set for the shard's job (e.g. optimizer.momentum=0)
+  std::vector<std::string> mc_codecs{"topk:0.01", "topk:0.005"};
+  std::string direction = "push";  // compression: push, pull or both
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ

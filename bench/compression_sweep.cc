@@ -2,7 +2,10 @@
 // job once per configuration (codec, zstd stage on or off, error feedback on
 // or off), all for the same number of steps, and writes a CSV, a Markdown
 // table and (with python3-matplotlib) a plot of test accuracy against bytes
-// per step. Each configuration uses its codec for pushes and pulls alike.
+// per step. `--direction push` compresses pushes (pulls stay fp32), `pull`
+// the opposite (error feedback does not apply: pulls send changes to the
+// worker's copy, which carries what was dropped), `both` uses the codec both
+// ways.
 #include <signal.h>
 
 #include <filesystem>
@@ -46,10 +49,15 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
 
   std::vector<Config> configs;
   for (bool z : {false, true}) configs.push_back({"fp32", z, false});
+  const std::string& dir = options.direction;
+  if (dir != "push" && dir != "pull" && dir != "both")
+    return InvalidArgument("--direction must be push, pull or both, not '" + dir + "'");
   for (const std::string& c : options.codecs)
     for (bool z : {false, true})
-      for (bool ef : {true, false}) configs.push_back({c, z, ef});
-  for (const std::string& c : options.mc_codecs) configs.push_back({c, true, true, true});
+      for (bool ef : {true, false})
+        if (ef || dir != "pull") configs.push_back({c, z, ef});
+  if (dir != "pull")
+    for (const std::string& c : options.mc_codecs) configs.push_back({c, true, true, true});
 
   std::ofstream csv(out + "/compression.csv");
   csv << "config,codec,zstd,error_feedback,momentum_correction,test_accuracy,bytes_per_step,push_bytes_per_step,pull_"
@@ -69,9 +77,9 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
         run,
         "--quiet",
         "--set",
-        "compression.push=" + codec,
+        "compression.push=" + (dir == "pull" ? std::string("fp32") : codec),
         "--set",
-        "compression.pull=" + codec,
+        "compression.pull=" + (dir == "push" ? std::string("fp32") : codec),
         "--set",
         std::string("compression.error_feedback=") + (cfg.feedback ? "true" : "false"),
         "--set",
@@ -121,17 +129,24 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
   }
 
   std::ofstream md(out + "/compression.md");
+  md << "Compressed: "
+     << (dir == "both"   ? "pushes and pulls"
+         : dir == "push" ? "pushes (pulls fp32)"
+                         : "pulls (pushes fp32)")
+     << "; " << (rows.empty() ? 0 : rows[0]["steps"].get<int64_t>()) << " steps per worker for every row.\n\n";
   md << "| configuration | test accuracy | vs fp32 (points) | push bytes/step | pull bytes/step | total | x fewer "
-        "than fp32 (push) | x fewer (total) |\n";
-  md << "|---|---|---|---|---|---|---|---|\n";
+        "than fp32 (push) | x fewer (pull) | x fewer (total) |\n";
+  md << "|---|---|---|---|---|---|---|---|---|\n";
   const double fp32_push = rows.empty() ? 1.0 : rows[0]["push_bytes_per_step"].get<double>();
+  const double fp32_pull = rows.empty() ? 1.0 : rows[0]["pull_bytes_per_step"].get<double>();
   for (const auto& r : rows) {
     char line[320];
-    std::snprintf(line, sizeof(line), "| %s | %.4f | %+.2f | %.0f | %.0f | %.0f | %.1f | %.1f |\n",
+    std::snprintf(line, sizeof(line), "| %s | %.4f | %+.2f | %.0f | %.0f | %.0f | %.1f | %.1f | %.1f |\n",
                   r["config"].get<std::string>().c_str(), r["test_accuracy"].get<double>(),
                   100 * (r["test_accuracy"].get<double>() - fp32_acc), r["push_bytes_per_step"].get<double>(),
                   r["pull_bytes_per_step"].get<double>(), r["bytes_per_step"].get<double>(),
-                  fp32_push / r["push_bytes_per_step"].get<double>(), r["ratio_vs_fp32"].get<double>());
+                  fp32_push / r["push_bytes_per_step"].get<double>(),
+                  fp32_pull / r["pull_bytes_per_step"].get<double>(), r["ratio_vs_fp32"].get<double>());
     md << line;
   }
   md.close();
@@ -139,7 +154,9 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
 
   // The plot, if matplotlib is there (Debian's python3-matplotlib).
   std::string plot = std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_compression.py";
-  std::string cmd = "/usr/bin/python3 '" + plot + "' '" + out + "/compression.csv' '" + out + "/compression.png'";
+  std::string column = dir == "push" ? "push_bytes_per_step" : dir == "pull" ? "pull_bytes_per_step" : "bytes_per_step";
+  std::string cmd =
+      "/usr/bin/python3 '" + plot + "' '" + out + "/compression.csv' '" + out + "/compression.png' " + column;
   if (std::system(cmd.c_str()) != 0) GD_LOG(WARNING) << "no plot (is python3-matplotlib installed?)";
   std::cout << "wrote " << out << "/compression.{csv,md,json,png}" << std::endl;
   std::ifstream table(out + "/compression.md");

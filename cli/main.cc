@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
   bw_cmd->add_option("--out", bench_opts.result_file, "output directory")->default_val("runs/compression");
   bw_cmd->add_option("--codecs", bench_opts.codecs, "codecs to sweep (each with/without zstd and error feedback)");
   bw_cmd->add_option("--mc-codecs", bench_opts.mc_codecs, "codecs also run with momentum correction (+zstd, EF)");
+  bw_cmd->add_option("--direction", bench_opts.direction, "compress push, pull or both")->default_val("push");
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
   bs_cmd->add_option("--endpoint", bench_opts.endpoint)->required();
   bs_cmd->group("");

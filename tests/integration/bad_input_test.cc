@@ -190,6 +190,17 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   ExpectRefused(Push(0, {0, 1}), {payload(good, 1024)}, "2 chunks described but 1 payload frames");
   // The same chunk twice.
   ExpectRefused(Push(0, {0, 0}), {payload(good, 1024), payload(good, 1024)}, "appears twice");
+  // Compressed garbage: an int8 payload with a bad block size, and a top-k
+  // payload whose index runs past the chunk.
+  wire::Header q8 = Push(0, {0});
+  q8.mutable_push_request()->mutable_chunks(0)->set_codec(wire::INT8);
+  q8.mutable_push_request()->mutable_chunks(0)->set_block(3);
+  ExpectRefused(q8, {payload(good, 260)}, "chunk 0");
+  wire::Header tk = Push(0, {0});
+  tk.mutable_push_request()->mutable_chunks(0)->set_codec(wire::TOPK);
+  tk.mutable_push_request()->mutable_chunks(0)->set_kept(1);
+  const uint8_t topk_bytes[] = {0xff, 0x0f, 0, 0, 0x80, 0x3f};  // index 2047 of 256, value 1.0
+  ExpectRefused(tk, {wan::CopyPayload(topk_bytes, sizeof(topk_bytes))}, "chunk 0");
   // A pull for a chunk that is not there, and a negative clock.
   wire::Header pull;
   pull.mutable_pull_request()->add_chunk_ids(4);
@@ -235,9 +246,9 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   auto reasons = stats["refused_by_reason"];
   for (const char* r :
        {"malformed", "unknown_type", "bad_payload_size", "wrong_shape", "chunk_out_of_range", "non_finite",
-        "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock", "unsupported_type"})
+        "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock", "unsupported_type", "bad_payload"})
     EXPECT_GE(reasons.value(r, 0), 1) << r << " in " << reasons.dump();
-  EXPECT_EQ(stats.value("messages_refused", 0), 13);
+  EXPECT_EQ(stats.value("messages_refused", 0), 15);
   EXPECT_EQ(stats.value("duplicates", 0), 1);
 }
 
