@@ -244,6 +244,12 @@ double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t cloc
   return 0.5 * (1.0 + std::cos(M_PI * t));
 }
 
+const LinkSpec* JobSpec::Link(const std::string& from, const std::string& to) const {
+  for (const auto& l : wan.links)
+    if (l.from == from && l.to == to) return &l;
+  return nullptr;
+}
+
 const RegionSpec& JobSpec::CoordinatorRegion() const {
   for (const auto& r : regions)
     if (r.name == coordinator_region) return r;
@@ -438,6 +444,66 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     }
     r.Finish();
   }
+  {
+    MapReader r(top.child("wan"), "wan", &errors);
+    auto& w = job.wan;
+    r.Get("emulation", &w.emulation);
+    r.Get("probe", &w.probe);
+    r.Get("replan_drift", &w.replan_drift);
+    r.Get("planner_codecs", &w.planner_codecs);
+    Check(w.emulation == "none" || w.emulation == "proxy" || w.emulation == "netns", &errors, "wan.emulation",
+          "must be none, proxy or netns, not '" + w.emulation + "'");
+    Check(Finite(w.replan_drift) && w.replan_drift > 0, &errors, "wan.replan_drift", "must be > 0");
+    YAML::Node links = r.child("links");
+    if (links && !links.IsNull()) {
+      if (!links.IsSequence()) {
+        errors.push_back("wan.links: must be a list of {regions: [a, b] | from: a, to: b, rtt_ms | delay_ms, ...}");
+      } else {
+        for (size_t i = 0; i < links.size(); ++i) {
+          std::string where = "wan.links[" + std::to_string(i) + "]";
+          MapReader lr(links[i], where, &errors);
+          LinkSpec l;
+          std::vector<std::string> pair;
+          double rtt_ms = std::nan("");
+          lr.Get("regions", &pair);
+          lr.Get("from", &l.from);
+          lr.Get("to", &l.to);
+          lr.Get("rtt_ms", &rtt_ms);
+          lr.Get("delay_ms", &l.delay_ms);
+          lr.Get("jitter_ms", &l.jitter_ms);
+          lr.Get("bandwidth_mbit", &l.bandwidth_mbit);
+          lr.Get("loss", &l.loss);
+          lr.Finish();
+          if (!std::isnan(rtt_ms)) l.delay_ms = rtt_ms >= 0 ? rtt_ms / 2 : -1;
+          Check(Finite(l.delay_ms) && l.delay_ms >= 0 && l.delay_ms <= 60000, &errors, where + ".rtt_ms",
+                "delays must be in [0, 60 s]");
+          Check(Finite(l.jitter_ms) && l.jitter_ms >= 0 && l.jitter_ms <= 60000, &errors, where + ".jitter_ms",
+                "must be in [0, 60000]");
+          Check(Finite(l.bandwidth_mbit) && l.bandwidth_mbit >= 0, &errors, where + ".bandwidth_mbit",
+                "must be >= 0 (0: unlimited)");
+          Check(Finite(l.loss) && l.loss >= 0 && l.loss < 1, &errors, where + ".loss", "must be in [0, 1)");
+          if (!pair.empty()) {
+            if (pair.size() != 2 || !l.from.empty() || !l.to.empty()) {
+              errors.push_back(where + ": give either regions: [a, b] (both directions) or from and to");
+              continue;
+            }
+            l.from = pair[0];
+            l.to = pair[1];
+            w.links.push_back(l);
+            if (pair[0] != pair[1]) {
+              std::swap(l.from, l.to);
+              w.links.push_back(l);
+            }
+          } else if (l.from.empty() || l.to.empty()) {
+            errors.push_back(where + ": needs regions: [a, b] or from and to");
+          } else {
+            w.links.push_back(l);
+          }
+        }
+      }
+    }
+    r.Finish();
+  }
   top.Finish();
 
   Check(!job.compression.momentum_correction || job.optimizer.name == "sgd", &errors, "compression.momentum_correction",
@@ -449,6 +515,18 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
       Check(known, &errors, "compression.links[" + std::to_string(i) + "].regions",
             "'" + *region + "' is not a region of this job");
     }
+
+  for (size_t i = 0; i < job.wan.links.size(); ++i) {
+    const LinkSpec& l = job.wan.links[i];
+    for (const std::string* region : {&l.from, &l.to}) {
+      bool known = false;
+      for (const auto& reg : job.regions) known |= reg.name == *region;
+      Check(known, &errors, "wan.links", "'" + *region + "' is not a region of this job");
+    }
+    for (size_t j = 0; j < i; ++j)
+      Check(job.wan.links[j].from != l.from || job.wan.links[j].to != l.to, &errors, "wan.links",
+            "the link " + l.from + " -> " + l.to + " is declared twice");
+  }
 
   if (!job.regions.empty()) {
     Check(job.NumServers() >= 1, &errors, "regions", "the job needs at least one server");
@@ -546,6 +624,23 @@ std::string JobToYaml(const JobSpec& job) {
     out << YAML::Key << "regions" << YAML::Value << YAML::Flow << std::vector<std::string>{l.region_a, l.region_b};
     if (!l.push.empty()) out << YAML::Key << "push" << YAML::Value << l.push;
     if (!l.pull.empty()) out << YAML::Key << "pull" << YAML::Value << l.pull;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+  out << YAML::Key << "wan" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "emulation" << YAML::Value << job.wan.emulation;
+  out << YAML::Key << "probe" << YAML::Value << job.wan.probe;
+  out << YAML::Key << "replan_drift" << YAML::Value << job.wan.replan_drift;
+  out << YAML::Key << "planner_codecs" << YAML::Value << YAML::Flow << job.wan.planner_codecs;
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const auto& l : job.wan.links) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "from" << YAML::Value << l.from << YAML::Key << "to" << YAML::Value << l.to;
+    out << YAML::Key << "delay_ms" << YAML::Value << l.delay_ms;
+    out << YAML::Key << "jitter_ms" << YAML::Value << l.jitter_ms;
+    out << YAML::Key << "bandwidth_mbit" << YAML::Value << l.bandwidth_mbit;
+    out << YAML::Key << "loss" << YAML::Value << l.loss;
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;

@@ -100,6 +100,31 @@ struct CompressionSpec {
   std::vector<CompressionLinkSpec> links;  // per region pair, overriding push and pull
 };
 
+// One direction of a link between two regions (`from` may equal `to` for
+// traffic inside a region). Declared in the job file under `wan.links`; a
+// `regions: [a, b]` entry declares both directions with the same shape.
+struct LinkSpec {
+  std::string from, to;
+  double delay_ms = 0;        // one way (an entry's rtt_ms is split evenly)
+  double jitter_ms = 0;       // one way, uniform in [0, jitter_ms], never reordering bytes
+  double bandwidth_mbit = 0;  // 0: unlimited
+  double loss = 0;            // packet loss fraction; kernel emulation only (TCP hides loss from a proxy)
+};
+
+struct WanSpec {
+  // How cross-region links are emulated on one machine: none (loopback
+  // speed), proxy (user-space link-emulating TCP proxies, no root), netns
+  // (network namespaces per region, root).
+  std::string emulation = "none";
+  std::vector<LinkSpec> links;  // the declared link matrix, one entry per direction
+  bool probe = true;            // measure every region pair at start-up
+  // The planner re-plans when a link's measured bandwidth differs from the
+  // one it planned with by more than this fraction.
+  double replan_drift = 0.5;
+  // Codecs the planner may pick per link (empty: keep compression.*).
+  std::vector<std::string> planner_codecs;
+};
+
 struct EvalSpec {
   double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
   double target_accuracy = 0.88;  // the summary reports the time to reach it
@@ -119,6 +144,7 @@ struct JobSpec {
   MembershipSpec membership;
   EvalSpec eval;
   CompressionSpec compression;
+  WanSpec wan;
 
   int NumServers() const;
   int NumWorkers() const;
@@ -133,6 +159,8 @@ struct JobSpec {
   // Steps (clocks) each worker runs: training.steps, or training.epochs over
   // the dataset's training samples, shared by all workers.
   int64_t StepsPerWorker() const;
+  // The declared link from one region to another, or nullptr (unshaped).
+  const LinkSpec* Link(const std::string& from, const std::string& to) const;
 };
 
 // Training samples of the job's dataset (Fashion-MNIST: 60,000).

@@ -130,6 +130,44 @@ TEST(JobTest, ShippedExampleParses) {
   EXPECT_EQ(job->NumServers(), 2);
   EXPECT_EQ(job->NumWorkers(), 4);
   EXPECT_EQ(job->model.name, "cnn");
+  auto three = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_EQ(three->wan.links.size(), 6u);
+  EXPECT_EQ(three->wan.emulation, "proxy");
+}
+
+TEST(JobTest, WanLinksBothWaysOrOneWay) {
+  auto job = ParseJob(std::string(kMinimal) + R"(
+wan:
+  emulation: proxy
+  links:
+    - {regions: [us, eu], rtt_ms: 80, bandwidth_mbit: 100, jitter_ms: 2}
+    - {from: eu, to: eu, delay_ms: 1}
+)",
+                      "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->wan.links.size(), 3u);
+  const LinkSpec* ue = job->Link("us", "eu");
+  const LinkSpec* eu = job->Link("eu", "us");
+  ASSERT_TRUE(ue && eu);
+  EXPECT_DOUBLE_EQ(ue->delay_ms, 40);
+  EXPECT_DOUBLE_EQ(eu->delay_ms, 40);
+  EXPECT_DOUBLE_EQ(eu->bandwidth_mbit, 100);
+  EXPECT_DOUBLE_EQ(job->Link("eu", "eu")->delay_ms, 1);
+  EXPECT_EQ(job->Link("us", "us"), nullptr);
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+
+  for (const char* bad :
+       {"wan: {links: [{regions: [us, mars], rtt_ms: 1}]}", "wan: {links: [{regions: [us, eu], from: us, to: eu}]}",
+        "wan: {links: [{regions: [us, eu], rtt_ms: -1}]}", "wan: {links: [{regions: [us, eu], loss: 1.5}]}",
+        "wan: {links: [{regions: [us, eu]}, {from: us, to: eu}]}", "wan: {links: [{from: us}]}",
+        "wan: {emulation: tc}"}) {
+    auto r = ParseJob(std::string(kMinimal) + bad + "\n", "t");
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("wan."), std::string::npos) << r.status();
+  }
 }
 
 }  // namespace
