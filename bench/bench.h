@@ -27,7 +27,10 @@ struct BenchOptions {
   // codecs run (with zstd and error feedback) under momentum correction.
   std::vector<std::string> codecs{"fp16", "bf16", "int8", "int4", "sign", "topk:0.01", "randk:0.01"};
   std::vector<std::string> mc_codecs{"topk:0.01", "topk:0.005"};
-  std::string direction = "push";  // compression: push, pull or both
+  std::string direction = "push";    // compression: push, pull or both
+  bool resume = false;               // compression: reuse finished runs of the same configuration in --out
+  std::vector<std::string> configs;  // wan: which configurations (empty: all)
+  double snapshot_every_s = 2;       // wan: accuracy-curve resolution
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ
@@ -44,6 +47,12 @@ Status RunCodecBench(const BenchOptions& options, const std::atomic<bool>* stop)
 // Trains the job once per codec configuration for the same steps and writes
 // a table, CSV and plot of accuracy against bytes per step (docs/compression.md).
 Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>* stop);
+// The multi-region experiment: time to the target accuracy with and without
+// emulated WAN links, bounded staleness, compression and the planner.
+Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* stop);
+// Configured vs measured RTT and throughput of every ordered pair of a
+// three-region matrix emulated by wan::LinkEmulator, measured by wan::ProbeLink.
+Status RunLinksBench(const BenchOptions& options, const std::atomic<bool>* stop);
 // The raw ZeroMQ peer of the transport bench.
 Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop);
 

@@ -6,15 +6,14 @@
 // the opposite (error feedback does not apply: pulls send changes to the
 // worker's copy, which carries what was dropped), `both` uses the codec both
 // ways.
-#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "bench/bench.h"
+#include "bench/run_job.h"
 #include "common/files.h"
 #include "common/job.h"
 #include "common/log.h"
@@ -69,38 +68,34 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
     if (stop->load()) return Cancelled("interrupted");
     std::string codec = cfg.codec + (cfg.zstd ? "+zstd" : "");
     std::string run = out + "/run-" + std::to_string(rows.size());
-    std::vector<std::string> args = {
-        exe,
-        "launch",
-        options.job_file,
-        "--run-dir",
-        run,
-        "--quiet",
-        "--set",
-        "compression.push=" + (dir == "pull" ? std::string("fp32") : codec),
-        "--set",
-        "compression.pull=" + (dir == "push" ? std::string("fp32") : codec),
-        "--set",
-        std::string("compression.error_feedback=") + (cfg.feedback ? "true" : "false"),
-        "--set",
-        std::string("compression.momentum_correction=") + (cfg.momentum_correction ? "true" : "false"),
-        "--set",
-        "eval.snapshot_every_s=100000"};  // only the final accuracy matters here
-    if (options.epochs > 0) {
-      args.push_back("--set");
-      args.push_back("training.epochs=" + std::to_string(options.epochs));
-    }
-    deploy::Child launch("launch", args, run + ".log");
+    JobRun jr{exe,
+              options.job_file,
+              run,
+              {"compression.push=" + (dir == "pull" ? std::string("fp32") : codec),
+               "compression.pull=" + (dir == "push" ? std::string("fp32") : codec),
+               std::string("compression.error_feedback=") + (cfg.feedback ? "true" : "false"),
+               std::string("compression.momentum_correction=") + (cfg.momentum_correction ? "true" : "false"),
+               "eval.snapshot_every_s=100000"},  // only the final accuracy matters here
+              {}};
+    if (options.epochs > 0) jr.overrides.push_back("training.epochs=" + std::to_string(options.epochs));
     GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << cfg.Name();
-    GD_RETURN_IF_ERROR(launch.Start());
-    while (!launch.Poll()) {
-      if (stop->load()) launch.Signal(SIGTERM);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // --resume: a finished run of the same configuration is reused.
+    StatusOr<json> summary = NotFound("");
+    if (options.resume) {
+      auto text = ReadFile(run + "/summary.json");
+      json old = text.ok() ? json::parse(*text, nullptr, false) : json();
+      if (old.is_object() && old.value("status", "") == "finished" && old.contains("compression")) {
+        const json& c = old["compression"];
+        if (c.value("push", "") == (dir == "pull" ? std::string("fp32") : codec) &&
+            c.value("pull", "") == (dir == "push" ? std::string("fp32") : codec) &&
+            c.value("error_feedback", false) == cfg.feedback &&
+            c.value("momentum_correction", false) == cfg.momentum_correction)
+          summary = old;
+      }
     }
-    auto text = ReadFile(run + "/summary.json");
-    if (!launch.exit()->ok() || !text.ok())
-      return Internal(cfg.Name() + ": the run failed; see " + run + ".log and " + run + "/logs");
-    json s = json::parse(*text);
+    if (!summary.ok()) summary = RunJob(jr, stop);
+    if (!summary.ok()) return summary.status().Annotate(cfg.Name());
+    const json& s = *summary;
     double acc = s["test_accuracy"].is_number() ? s["test_accuracy"].get<double>() : 0.0;
     double bytes = s["bytes_per_step"]["total"].get<double>();
     if (cfg.codec == "fp32" && !cfg.zstd) fp32_bytes = bytes, fp32_acc = acc;

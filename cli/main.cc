@@ -17,6 +17,9 @@
 #include "deploy/launcher.h"
 #include "server/coordinator.h"
 #include "server/server.h"
+#include "wan/planner.h"
+#include "wan/routes.h"
+#include "worker/model.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -46,11 +49,40 @@ int Fail(const geodesic::Status& s) {
 struct JobFlags {
   std::string job_file;
   std::vector<std::string> overrides;
+  std::vector<std::string> routes;
   void Add(CLI::App* app) {
     app->add_option("--job", job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
     app->add_option("--set", overrides, "override a job-file key, e.g. training.staleness_bound=0");
+    app->add_option("--route", routes,
+                    "connect to TO whenever told to connect to FROM: FROM=TO (the launcher routes "
+                    "cross-region traffic through emulated links this way; repeatable)");
   }
 };
+
+struct PlanFlags {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  geodesic::wan::PlannerOptions options;
+  bool json = false;
+};
+
+// geodesic plan: builds the job's model for its parameter count, plans, and
+// compares with the bytes-balanced placement the coordinator uses without
+// the planner.
+int RunPlan(const PlanFlags& f) {
+  using namespace geodesic;
+  auto job = LoadJobFile(f.job_file, f.overrides);
+  if (!job.ok()) return Fail(job.status());
+  auto model = worker::FlatModel::Create(job->model, job->seed);
+  if (!model.ok()) return Fail(model.status());
+  const server::ChunkLayout layout((*model)->num_params(), server::ChunkElemsFor(job->wire.chunk_bytes));
+  auto planner = wan::Planner::Create(*job, layout, f.options);
+  if (!planner.ok()) return Fail(planner.status());
+  const std::vector<int32_t> balanced = server::PlaceChunks(layout, job->NumServers()).owner;
+  const wan::Plan plan = planner->MakePlan(planner->declared_links(), {balanced});
+  std::cout << wan::PlanReport(*planner, plan, {{"bytes-balanced", balanced}}, f.json);
+  return 0;
+}
 
 }  // namespace
 
@@ -118,7 +150,30 @@ int main(int argc, char** argv) {
   l_cmd->add_option("--kill", launch.kills,
                     "fault injection: signal ROLE:ID after SECONDS of training: ROLE:ID@SECONDS[:SIGNAL], "
                     "e.g. worker:2@5 (SIGKILL), worker:2@5:STOP then worker:2@9:CONT (repeatable)");
+  l_cmd->add_option("--cut", launch.cuts,
+                    "partition on emulated links: cut regions A and B apart after SECONDS of training for "
+                    "DURATION seconds: A:B@SECONDS+DURATION, e.g. us:asia@10+5 (repeatable)");
   l_cmd->add_flag("--quiet", launch.quiet, "no live progress line");
+
+  // wan
+  std::string wan_action, wan_run_dir, wan_a, wan_b;
+  auto* wn_cmd = app.add_subcommand("wan", "cut or heal an emulated link of a running job");
+  wn_cmd->add_option("action", wan_action, "cut | heal")->required()->check(CLI::IsMember({"cut", "heal"}));
+  wn_cmd->add_option("run_dir", wan_run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
+  wn_cmd->add_option("region_a", wan_a, "one region")->required();
+  wn_cmd->add_option("region_b", wan_b, "the other region")->required();
+
+  // plan
+  PlanFlags plan_flags;
+  double compute_ms = 0;
+  auto* p_cmd = app.add_subcommand("plan", "print the planner's shard placement, codecs and predicted step time");
+  p_cmd->add_option("job", plan_flags.job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
+  p_cmd->add_option("--set", plan_flags.overrides, "override a job-file key, e.g. wan.replan_drift=0.3");
+  auto* compute_opt = p_cmd->add_option("--compute-ms", compute_ms,
+                                        "compute time of one step per worker, ms (default: 30 per batch of 64 for "
+                                        "the CNN; see docs/planner.md)");
+  compute_opt->check(CLI::Range(0.0, 1e6));
+  p_cmd->add_flag("--json", plan_flags.json, "print JSON");
 
   // status
   std::string status_run_dir;
@@ -126,49 +181,71 @@ int main(int argc, char** argv) {
   st_cmd->add_option("run_dir", status_run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
 
   // bench
-  bench::BenchOptions bench_opts;
+  // One options struct per bench subcommand: CLI11 writes an option's
+  // default into its variable when the option is declared, so subcommands
+  // sharing a variable would see the last-declared subcommand's default.
+  bench::BenchOptions bt_opts, bo_opts, bp_opts, bc_opts, bw_opts, bn_opts, bk_opts, bs_opts;
   auto* b_cmd = app.add_subcommand("bench", "benchmarks (see docs/benchmarks.md)");
   b_cmd->require_subcommand(1);
   auto* bt_cmd = b_cmd->add_subcommand("transport", "push+pull goodput through one shard vs raw ZeroMQ");
-  bt_cmd->add_flag("--json", bench_opts.json, "print JSON records");
-  bt_cmd->add_option("--sizes-mb", bench_opts.sizes_mb, "payload sizes in MB")
-      ->default_val(std::vector<int>{1, 16, 64});
-  bt_cmd->add_option("--seconds", bench_opts.seconds, "measuring time per size and system")->default_val(3.0);
-  bt_cmd->add_option("--chunk-bytes", bench_opts.chunk_bytes, "chunk (message) size for both systems")
+  bt_cmd->add_flag("--json", bt_opts.json, "print JSON records");
+  // Vector defaults are set where they are used, not with default_val: with
+  // LibTorch's headers in this file CLI11 prints them in a form it cannot read back.
+  bt_cmd->add_option("--sizes-mb", bt_opts.sizes_mb, "payload sizes in MB (default 1 16 64)");
+  bt_cmd->add_option("--seconds", bt_opts.seconds, "measuring time per size and system")->default_val(3.0);
+  bt_cmd->add_option("--chunk-bytes", bt_opts.chunk_bytes, "chunk (message) size for both systems")
       ->default_val(int64_t{4} << 20);
-  bt_cmd->add_option("--set", bench_opts.overrides, "override a key of the shard's job, e.g. optimizer.momentum=0");
+  bt_cmd->add_option("--set", bt_opts.overrides, "override a key of the shard's job, e.g. optimizer.momentum=0");
   auto* bo_cmd = b_cmd->add_subcommand("ps-overhead", "samples/s of the 4-worker async job vs plain LibTorch");
-  bo_cmd->add_flag("--json", bench_opts.json, "print JSON");
-  bo_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
-  bo_cmd->add_option("--baseline-seconds", bench_opts.seconds, "seconds of plain training")->default_val(40.0);
-  bo_cmd->add_option("--processes", bench_opts.processes, "plain training processes (one per core)")->default_val(2);
-  bo_cmd->add_option("--staleness-bound", bench_opts.staleness_bound, "staleness bound of the async run")
-      ->default_val(2);
-  bo_cmd->add_option("--epochs", bench_opts.epochs, "epochs of the async run (0: the job's)")->default_val(4.0);
+  bo_cmd->add_flag("--json", bo_opts.json, "print JSON");
+  bo_cmd->add_option("--job", bo_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
+  bo_cmd->add_option("--baseline-seconds", bo_opts.seconds, "seconds of plain training")->default_val(40.0);
+  bo_cmd->add_option("--processes", bo_opts.processes, "plain training processes (one per core)")->default_val(2);
+  bo_cmd->add_option("--staleness-bound", bo_opts.staleness_bound, "staleness bound of the async run")->default_val(2);
+  bo_cmd->add_option("--epochs", bo_opts.epochs, "epochs of the async run (0: the job's)")->default_val(4.0);
   auto* bp_cmd = b_cmd->add_subcommand("plain-train", "plain LibTorch training, no parameter server (a baseline)");
-  bp_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
-  bp_cmd->add_option("--seconds", bench_opts.seconds, "seconds to train")->default_val(30.0);
-  bp_cmd->add_option("--result-file", bench_opts.result_file, "write JSON here");
+  bp_cmd->add_option("--job", bp_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
+  bp_cmd->add_option("--seconds", bp_opts.seconds, "seconds to train")->default_val(30.0);
+  bp_cmd->add_option("--result-file", bp_opts.result_file, "write JSON here");
   auto* bc_cmd = b_cmd->add_subcommand("codecs", "encode/decode speed of every codec vs memcpy, one thread");
-  bc_cmd->add_flag("--json", bench_opts.json, "print JSON records");
-  bc_cmd->add_option("--mb", bench_opts.sizes_mb, "gradient size in MiB (several: one run each)")
-      ->default_val(std::vector<int>{64});
-  bc_cmd->add_option("--seconds", bench_opts.seconds, "measuring time per codec (at least 3 rounds)")->default_val(1.0);
+  bc_cmd->add_flag("--json", bc_opts.json, "print JSON records");
+  auto* mb_opt =
+      bc_cmd->add_option("--mb", bc_opts.sizes_mb, "gradient size in MiB (several: one run each; default 64)");
+  bc_cmd->add_option("--seconds", bc_opts.seconds, "measuring time per codec (at least 3 rounds)")->default_val(1.0);
   auto* bw_cmd = b_cmd->add_subcommand("compression", "train with every codec for the same steps: accuracy vs bytes");
-  bw_cmd->add_option("--job", bench_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
-  bw_cmd->add_option("--epochs", bench_opts.epochs, "epochs of every run (0: the job's)")->default_val(0.0);
-  bw_cmd->add_option("--out", bench_opts.result_file, "output directory")->default_val("runs/compression");
-  bw_cmd->add_option("--codecs", bench_opts.codecs, "codecs to sweep (each with/without zstd and error feedback)");
-  bw_cmd->add_option("--mc-codecs", bench_opts.mc_codecs, "codecs also run with momentum correction (+zstd, EF)");
-  bw_cmd->add_option("--direction", bench_opts.direction, "compress push, pull or both")->default_val("push");
+  bw_cmd->add_option("--job", bw_opts.job_file, "job file")->default_val("examples/fashion_mnist.yaml");
+  bw_cmd->add_option("--epochs", bw_opts.epochs, "epochs of every run (0: the job's)")->default_val(0.0);
+  bw_cmd->add_option("--out", bw_opts.result_file, "output directory")->default_val("runs/compression");
+  bw_cmd->add_option("--codecs", bw_opts.codecs, "codecs to sweep (each with/without zstd and error feedback)");
+  bw_cmd->add_option("--mc-codecs", bw_opts.mc_codecs, "codecs also run with momentum correction (+zstd, EF)");
+  bw_cmd->add_option("--direction", bw_opts.direction, "compress push, pull or both")->default_val("push");
+  bw_cmd->add_flag("--resume", bw_opts.resume, "reuse finished runs of the same configuration in --out");
+  auto* bn_cmd =
+      b_cmd->add_subcommand("wan", "time to the target accuracy: LAN vs emulated WAN, staleness, compression");
+  bn_cmd->add_option("--job", bn_opts.job_file, "multi-region job file")->default_val("examples/three_regions.yaml");
+  bn_cmd->add_option("--epochs", bn_opts.epochs, "epochs of every run (0: the job's)")->default_val(4.0);
+  bn_cmd->add_option("--out", bn_opts.result_file, "output directory")->default_val("runs/wan");
+  bn_cmd->add_option("--configs", bn_opts.configs,
+                     "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best (default all)");
+  bn_cmd->add_option("--staleness-bound", bn_opts.staleness_bound, "bound of the bounded-staleness runs")
+      ->default_val(2);
+  bn_cmd->add_option("--snapshot-every", bn_opts.snapshot_every_s, "seconds between accuracy-curve snapshots")
+      ->default_val(2.0);
+  bn_cmd->add_option("--set", bn_opts.overrides, "override a key of every run's job");
+  auto* bk_cmd = b_cmd->add_subcommand("links", "configured vs probed RTT and Mbit/s of emulated three-region links");
+  bk_cmd->add_flag("--json", bk_opts.json, "print JSON records");
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
-  bs_cmd->add_option("--endpoint", bench_opts.endpoint)->required();
+  bs_cmd->add_option("--endpoint", bs_opts.endpoint)->required();
   bs_cmd->group("");
 
   CLI11_PARSE(app, argc, argv);
   InstallSignalHandlers();
 
-  auto load = [](const JobFlags& f) { return LoadJobFile(f.job_file, f.overrides); };
+  auto load = [](const JobFlags& f) -> StatusOr<JobSpec> {
+    GD_ASSIGN_OR_RETURN(auto routes, wan::ParseRoutes(f.routes));
+    wan::SetRoutes(std::move(routes));
+    return LoadJobFile(f.job_file, f.overrides);
+  };
 
   if (c_cmd->parsed()) {
     SetLogPrefix("coordinator");
@@ -222,6 +299,14 @@ int main(int argc, char** argv) {
     if (!r.ok()) return Fail(r.status());
     return *r;
   }
+  if (wn_cmd->parsed()) {
+    Status s = deploy::ControlLink(wan_run_dir, wan_action, wan_a, wan_b);
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (p_cmd->parsed()) {
+    if (compute_opt->count() > 0) plan_flags.options.compute_ms = compute_ms;
+    return RunPlan(plan_flags);
+  }
   if (st_cmd->parsed()) {
     auto r = deploy::QueryStatus(status_run_dir, 3000);
     if (!r.ok()) return Fail(r.status());
@@ -232,17 +317,22 @@ int main(int argc, char** argv) {
     SetLogPrefix("bench");
     Status s;
     if (bt_cmd->parsed())
-      s = bench::RunTransportBench(bench_opts, &g_stop);
+      s = bench::RunTransportBench(bt_opts, &g_stop);
     else if (bo_cmd->parsed())
-      s = bench::RunPsOverheadBench(bench_opts, &g_stop);
+      s = bench::RunPsOverheadBench(bo_opts, &g_stop);
     else if (bp_cmd->parsed())
-      s = bench::RunPlainTraining(bench_opts, &g_stop);
-    else if (bc_cmd->parsed())
-      s = bench::RunCodecBench(bench_opts, &g_stop);
-    else if (bw_cmd->parsed())
-      s = bench::RunCompressionSweep(bench_opts, &g_stop);
+      s = bench::RunPlainTraining(bp_opts, &g_stop);
+    else if (bc_cmd->parsed()) {
+      if (mb_opt->count() == 0) bc_opts.sizes_mb = {64};
+      s = bench::RunCodecBench(bc_opts, &g_stop);
+    } else if (bw_cmd->parsed())
+      s = bench::RunCompressionSweep(bw_opts, &g_stop);
+    else if (bn_cmd->parsed())
+      s = bench::RunWanExperiment(bn_opts, &g_stop);
+    else if (bk_cmd->parsed())
+      s = bench::RunLinksBench(bk_opts, &g_stop);
     else if (bs_cmd->parsed())
-      s = bench::RunZmqSink(bench_opts, &g_stop);
+      s = bench::RunZmqSink(bs_opts, &g_stop);
     return s.ok() ? 0 : Fail(s);
   }
   return 0;

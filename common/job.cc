@@ -359,6 +359,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("device", &t.device);
     r.Get("threads", &t.threads);
     r.Get("prefetch", &t.prefetch);
+    r.Get("pipeline_depth", &t.pipeline_depth);
     r.Finish();
     Check(t.steps >= 0, &errors, "training.steps", "must be >= 0");
     Check(t.steps > 0 || (Finite(t.epochs) && t.epochs > 0 && t.epochs <= 10000), &errors, "training.epochs",
@@ -449,6 +450,9 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     auto& w = job.wan;
     r.Get("emulation", &w.emulation);
     r.Get("probe", &w.probe);
+    r.Get("planner", &w.planner);
+    r.Get("compute_ms", &w.compute_ms);
+    Check(Finite(w.compute_ms) && w.compute_ms >= 0, &errors, "wan.compute_ms", "must be >= 0");
     r.Get("replan_drift", &w.replan_drift);
     r.Get("planner_codecs", &w.planner_codecs);
     Check(w.emulation == "none" || w.emulation == "proxy" || w.emulation == "netns", &errors, "wan.emulation",
@@ -506,6 +510,12 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
   }
   top.Finish();
 
+  Check(job.training.pipeline_depth >= 1 && job.training.pipeline_depth <= 16, &errors, "training.pipeline_depth",
+        "must be in [1, 16]");
+  Check(job.training.pipeline_depth <= 1 || job.training.pipeline_depth - 1 <= job.training.staleness_bound, &errors,
+        "training.pipeline_depth", "must be at most training.staleness_bound + 1 (a deeper pipeline reads staler)");
+  Check(job.training.pipeline_depth <= 1 || job.training.prefetch, &errors, "training.pipeline_depth",
+        "needs training.prefetch");
   Check(!job.compression.momentum_correction || job.optimizer.name == "sgd", &errors, "compression.momentum_correction",
         "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
   for (size_t i = 0; i < job.compression.links.size(); ++i)
@@ -599,6 +609,7 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "device" << YAML::Value << job.training.device;
   out << YAML::Key << "threads" << YAML::Value << job.training.threads;
   out << YAML::Key << "prefetch" << YAML::Value << job.training.prefetch;
+  out << YAML::Key << "pipeline_depth" << YAML::Value << job.training.pipeline_depth;
   out << YAML::EndMap;
   out << YAML::Key << "wire" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "chunk_bytes" << YAML::Value << job.wire.chunk_bytes;
@@ -631,6 +642,8 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "wan" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "emulation" << YAML::Value << job.wan.emulation;
   out << YAML::Key << "probe" << YAML::Value << job.wan.probe;
+  out << YAML::Key << "planner" << YAML::Value << job.wan.planner;
+  out << YAML::Key << "compute_ms" << YAML::Value << job.wan.compute_ms;
   out << YAML::Key << "replan_drift" << YAML::Value << job.wan.replan_drift;
   out << YAML::Key << "planner_codecs" << YAML::Value << YAML::Flow << job.wan.planner_codecs;
   out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;

@@ -60,6 +60,12 @@ struct TrainingSpec {
   // overlaps compute. Servers answer it once the worker's previous push is
   // in or when the reply must leave to arrive in time, whichever is first.
   bool prefetch = true;
+  // Pulls in flight: a worker asks for the parameters of step c + depth
+  // while it computes step c, so a link's round trip hides behind `depth`
+  // steps of compute. 1 reads its own previous push (read-my-writes); d > 1
+  // reads what the shards had when the request arrived, about d - 1 of its
+  // own steps old, which the staleness bound must allow (d <= bound + 1).
+  int pipeline_depth = 1;
 };
 
 struct WireSpec {
@@ -118,9 +124,13 @@ struct WanSpec {
   std::string emulation = "none";
   std::vector<LinkSpec> links;  // the declared link matrix, one entry per direction
   bool probe = true;            // measure every region pair at start-up
+  bool planner = true;          // place chunks with the planner (wan/planner.h) when links are declared
   // The planner re-plans when a link's measured bandwidth differs from the
   // one it planned with by more than this fraction.
   double replan_drift = 0.5;
+  // Compute time of one worker step for the planner's prediction, ms; 0: its
+  // estimate for the model (docs/planner.md).
+  double compute_ms = 0;
   // Codecs the planner may pick per link (empty: keep compression.*).
   std::vector<std::string> planner_codecs;
 };

@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -22,6 +23,7 @@
 #include "common/job.h"
 #include "common/log.h"
 #include "compression/codec.h"
+#include "deploy/emulated_wan.h"
 #include "deploy/process.h"
 #include "wan/message.h"
 
@@ -203,11 +205,61 @@ json ReadJson(const std::string& path) {
   }
 }
 
+struct Cut {
+  std::string a, b;
+  double after_s = 0, for_s = 0;
+  bool cut = false, healed = false;
+};
+
+StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, const JobSpec& job) {
+  std::vector<Cut> out;
+  for (const auto& s : specs) {
+    auto colon = s.find(':'), at = s.find('@'), plus = s.find('+');
+    Cut c;
+    bool ok =
+        colon != std::string::npos && at != std::string::npos && plus != std::string::npos && colon < at && at < plus;
+    if (ok) {
+      c.a = s.substr(0, colon);
+      c.b = s.substr(colon + 1, at - colon - 1);
+      try {
+        c.after_s = std::stod(s.substr(at + 1, plus - at - 1));
+        c.for_s = std::stod(s.substr(plus + 1));
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    if (!ok || !(c.after_s >= 0) || !(c.for_s > 0))
+      return InvalidArgument("--cut '" + s + "': expected REGION:REGION@SECONDS+DURATION, e.g. us:asia@10+5");
+    if (job.wan.emulation != "proxy")
+      return InvalidArgument("--cut needs emulated links (wan.emulation: proxy and wan.links)");
+    if (!job.Link(c.a, c.b) && !job.Link(c.b, c.a))
+      return InvalidArgument("--cut '" + s + "': no link is declared between " + c.a + " and " + c.b);
+    out.push_back(c);
+  }
+  return out;
+}
+
 }  // namespace
+
+Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {
+  if (action != "cut" && action != "heal") return InvalidArgument("action must be cut or heal, not '" + action + "'");
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
+  if (job.wan.emulation != "proxy") return FailedPrecondition("the job in " + run_dir + " has no emulated links");
+  if (!job.Link(a, b) && !job.Link(b, a)) return InvalidArgument("no link is declared between " + a + " and " + b);
+  GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/wan-control"));
+  // One file per request, named so that the launcher applies them in order.
+  auto now = std::chrono::system_clock::now().time_since_epoch().count();
+  return WriteFileAtomic(run_dir + "/wan-control/" + std::to_string(now) + "-" + std::to_string(::getpid()),
+                         action + " " + a + " " + b + "\n", /*durable=*/false);
+}
 
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
+  GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
+  if (job.wan.emulation == "netns")
+    return FailedPrecondition(options.job_file +
+                              ": wan.emulation: netns is not supported by geodesic launch yet; use proxy (user space)");
   // Codec names are checked before anything starts.
   {
     std::vector<std::pair<std::string, std::string>> names = {{"compression.push", job.compression.push},
@@ -234,6 +286,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   }
   std::string run_dir = options.run_dir.empty() ? "runs/" + job.name + "-" + Timestamp() : options.run_dir;
   for (const char* sub : {"", "/logs", "/stats", "/snapshots"}) GD_RETURN_IF_ERROR(MakeDirs(run_dir + sub));
+  std::filesystem::remove_all(run_dir + "/wan-control");
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/snapshots")) std::filesystem::remove(e.path());
   std::filesystem::remove(run_dir + "/coordinator.endpoint");
   std::filesystem::remove(run_dir + "/result.json");
@@ -252,6 +305,34 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
                                                                    : std::to_string(job.training.staleness_bound)) +
                "; logs in " + run_dir + "/logs");
+
+  // Emulated WAN links: fixed ports, routes through the links, probes.
+  std::unique_ptr<EmulatedWan> wan;
+  json link_probes = json::array();
+  if (job.wan.emulation == "proxy" && !job.wan.links.empty()) {
+    GD_ASSIGN_OR_RETURN(wan, EmulatedWan::Start(job));
+    if (job.wan.probe) {
+      progress.Say("geodesic: probing " + std::to_string(job.wan.links.size()) + " emulated links");
+      GD_ASSIGN_OR_RETURN(link_probes, wan->Probe());
+      for (const auto& p : link_probes)
+        progress.Say("geodesic:   " + p["from"].get<std::string>() + " -> " + p["to"].get<std::string>() +
+                     ": configured " + Fmt("%.0f", p["configured_rtt_ms"].get<double>()) + " ms RTT " +
+                     (p["configured_mbit"].get<double>() > 0
+                          ? Fmt("%.0f", p["configured_mbit"].get<double>()) + " Mbit/s"
+                          : std::string("unlimited")) +
+                     ", measured " +
+                     (p.contains("probed_rtt_ms") ? Fmt("%.1f", p["probed_rtt_ms"].get<double>()) + " ms " +
+                                                        Fmt("%.1f", p["probed_mbit"].get<double>()) + " Mbit/s"
+                                                  : "nothing (" + p.value("probe_error", std::string()) + ")"));
+    }
+  }
+  auto routes_for = [&](const std::string& region) {
+    return wan ? wan->RouteArgs(region) : std::vector<std::string>{};
+  };
+  auto append = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
 
   std::vector<std::unique_ptr<Child>> children;
   auto start_child = [&](const std::string& name, std::vector<std::string> args) -> Status {
@@ -282,8 +363,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const auto launch_start = std::chrono::steady_clock::now();
   const std::string endpoint_file = run_dir + "/coordinator.endpoint";
   GD_RETURN_IF_ERROR(start_child(
-      "coordinator", {"coordinator", "--job", job_path, "--bind", "tcp://" + job.CoordinatorRegion().host + ":*",
-                      "--endpoint-file", endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
+      "coordinator", {"coordinator", "--job", job_path, "--bind",
+                      wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
+                      endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
   std::string endpoint;
   for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
     auto text = ReadFile(endpoint_file);
@@ -298,8 +380,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   }
   for (int i = 0; i < job.NumServers(); ++i) {
     std::string name = "server-" + std::to_string(i);
-    GD_RETURN_IF_ERROR(start_child(name, {"server", "--job", job_path, "--id", std::to_string(i), "--coordinator",
-                                          endpoint, "--stats-file", run_dir + "/stats/" + name + ".json"}));
+    std::vector<std::string> args = {"server", "--job",           job_path,
+                                     "--id",   std::to_string(i), "--coordinator",
+                                     endpoint, "--stats-file",    run_dir + "/stats/" + name + ".json"};
+    if (wan) args = append(append(args, {"--bind", wan->server_bind(i)}), routes_for(job.RegionOfServer(i).name));
+    GD_RETURN_IF_ERROR(start_child(name, args));
   }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);
@@ -310,11 +395,13 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       args.push_back("--snapshot-dir");
       args.push_back(run_dir + "/snapshots");
     }
-    GD_RETURN_IF_ERROR(start_child(name, args));
+    GD_RETURN_IF_ERROR(start_child(name, append(args, routes_for(job.RegionOfWorker(i).name))));
   }
   GD_RETURN_IF_ERROR(start_child(
-      "evaluator", {"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
-                    "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"}));
+      "evaluator",
+      append({"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
+              "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"},
+             routes_for(job.CoordinatorRegion().name))));
 
   {
     json pids = json::object();
@@ -327,6 +414,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::string outcome = "finished";
   std::string failure;
   json faults = json::array();
+  json link_events = json::array();
   double rate = 0;
   int64_t prev_samples = -1;
   double prev_t = 0;
@@ -439,6 +527,40 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
           }
       }
     }
+    if (wan) {
+      auto apply = [&](const std::string& action, const std::string& a, const std::string& b, const char* why) {
+        Status st = action == "cut" ? wan->Cut(a, b) : wan->Heal(a, b);
+        double t = training_started_at
+                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+                       : 0.0;
+        if (!st.ok()) {
+          progress.Say("geodesic: " + action + " " + a + " " + b + ": " + st.message());
+          return;
+        }
+        progress.Say("geodesic: link " + a + " <-> " + b + (action == "cut" ? " cut" : " healed") + " (" + why +
+                     ") after " + Fmt("%.1f", t) + " s of training");
+        link_events.push_back({{"action", action}, {"regions", {a, b}}, {"at_training_seconds", t}, {"by", why}});
+      };
+      if (training_started_at) {
+        double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count();
+        for (auto& c : cuts) {
+          if (!c.cut && t >= c.after_s) c.cut = true, apply("cut", c.a, c.b, "--cut");
+          if (c.cut && !c.healed && t >= c.after_s + c.for_s) c.healed = true, apply("heal", c.a, c.b, "--cut");
+        }
+      }
+      std::error_code ec;
+      std::vector<std::filesystem::path> requests;
+      for (const auto& e : std::filesystem::directory_iterator(run_dir + "/wan-control", ec))
+        requests.push_back(e.path());
+      std::sort(requests.begin(), requests.end());
+      for (const auto& r : requests) {
+        auto text = ReadFile(r.string());
+        std::filesystem::remove(r, ec);
+        std::istringstream in(text.ok() ? *text : "");
+        std::string action, a, b;
+        if (in >> action >> a >> b) apply(action, a, b, "geodesic wan");
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   progress.Clear();
@@ -513,7 +635,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                                  {"total", static_cast<double>(push_bytes + pull_bytes) / worker_steps}};
   summary["compression"] = {{"push", job.compression.push},
                             {"pull", job.compression.pull},
-                            {"error_feedback", job.compression.error_feedback}};
+                            {"error_feedback", job.compression.error_feedback},
+                            {"momentum_correction", job.compression.momentum_correction}};
   summary["bytes_sent"] = sent;
   summary["bytes_received"] = received;
   json hist = json::object();
@@ -526,6 +649,31 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["faults_injected"] = faults;
   summary["processes"] = procs;
   summary["staleness_bound"] = job.training.staleness_bound;
+  if (coord.is_object() && coord.contains("plan")) summary["plan"] = coord["plan"];
+  if (wan) {
+    json links = json::array();
+    json traffic = wan->Traffic();
+    for (const LinkSpec& l : job.wan.links) {
+      json rec = {{"from", l.from},
+                  {"to", l.to},
+                  {"delay_ms", l.delay_ms},
+                  {"jitter_ms", l.jitter_ms},
+                  {"bandwidth_mbit", l.bandwidth_mbit}};
+      for (const auto& p : link_probes)
+        if (p["from"] == l.from && p["to"] == l.to) {
+          rec["probed_rtt_ms"] = p.value("probed_rtt_ms", json());
+          rec["probed_mbit"] = p.value("probed_mbit", json());
+        }
+      for (const auto& t : traffic)
+        if (t["from"] == l.from && t["to"] == l.to) {
+          rec["bytes"] = t["bytes"];
+          rec["mean_mbit_while_training"] = wall > 0 ? t["bytes"].get<double>() * 8 / 1e6 / wall : 0.0;
+        }
+      links.push_back(rec);
+    }
+    summary["links"] = links;
+    summary["link_events"] = link_events;
+  }
 
   std::string text = summary.dump(2);
   GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/summary.json", text));

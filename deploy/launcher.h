@@ -25,6 +25,9 @@ struct LaunchOptions {
   // Fault injection, "ROLE:ID@SECONDS[:SIGNAL]": send SIGNAL (default KILL;
   // also TERM, INT, STOP, CONT) after that much training.
   std::vector<std::string> kills;
+  // Partitions on emulated links, "A:B@SECONDS+DURATION": cut regions A and
+  // B apart after that much training, heal DURATION seconds later.
+  std::vector<std::string> cuts;
   bool quiet = false;  // no live progress
   std::string binary;  // the geodesic binary to run (default: this one)
 };
@@ -33,6 +36,10 @@ struct LaunchOptions {
 // finished and was evaluated, 1 on failure, 130 when interrupted; a Status
 // only when the job could not start (bad job file, missing dataset).
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop);
+
+// Cuts (or heals) the emulated link between two regions of the job running
+// in `run_dir`; its launcher applies it within a tenth of a second.
+Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b);
 
 // Asks the coordinator recorded in `run_dir` for the job's status, as JSON.
 StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms);

@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/wait.h"
+#include "wan/planner.h"
 
 namespace geodesic::server {
 namespace {
@@ -52,6 +53,39 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.membership = job.membership;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
+  if (!job.wan.links.empty()) {
+    o.place = [job](const ChunkLayout& layout, std::string* note, double* predicted_step_ms) {
+      ShardMap balanced = PlaceChunks(layout, job.NumServers());
+      // Codec choices need every process to agree; the coordinator plans
+      // placement only, with the job's own codecs (geodesic plan shows codecs).
+      JobSpec j = job;
+      j.wan.planner_codecs.clear();
+      auto planner = wan::Planner::Create(j, layout);
+      if (!planner.ok()) {
+        *note = "planner failed (" + planner.status().message() + "); bytes-balanced placement";
+        return balanced;
+      }
+      wan::Plan plan = planner->MakePlan(planner->declared_links(), {balanced.owner});
+      auto base = planner->Predict(balanced.owner, plan.codecs, planner->declared_links());
+      if (!job.wan.planner) {
+        // Placement stays bytes-balanced; the prediction is still reported.
+        *predicted_step_ms = base.ok() ? base->step_ms : 0;
+        *note = "bytes-balanced placement (wan.planner: false), predicted step " + std::to_string(*predicted_step_ms) +
+                " ms; the planner's would be " + std::to_string(plan.prediction.step_ms) + " ms";
+        return balanced;
+      }
+      *predicted_step_ms = plan.prediction.step_ms;
+      std::string per_server;
+      for (uint64_t b : plan.shard_map.BytesPerServer(job.NumServers()))
+        per_server += (per_server.empty() ? "" : "/") + std::to_string(b);
+      char buf[256];
+      std::snprintf(buf, sizeof(buf), "planner: bytes per server %s, predicted step %.1f ms (bytes-balanced %.1f ms)",
+                    per_server.c_str(), plan.prediction.step_ms, base.ok() ? base->step_ms : -1.0);
+      *note = buf;
+      plan.shard_map.version = balanced.version;
+      return plan.shard_map;
+    };
+  }
   return o;
 }
 
@@ -158,7 +192,12 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     if (!model_) {
       model_ = sig;
       ChunkLayout layout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes));
-      shard_map_ = PlaceChunks(layout, options_.num_servers);
+      if (options_.place) {
+        shard_map_ = options_.place(layout, &plan_note_, &planned_step_ms_);
+        GD_LOG(INFO) << plan_note_;
+      } else {
+        shard_map_ = PlaceChunks(layout, options_.num_servers);
+      }
     } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest()) {
       return InvalidArgument("worker " + std::to_string(id) + "'s model (" + sig.name() + ", " +
                              std::to_string(sig.num_params()) + " params) differs from the job's (" + model_->name() +
@@ -367,6 +406,11 @@ void Coordinator::WriteStats() const {
   j["bytes_received"] = counters_.bytes_received.load();
   j["messages_refused"] = counters_.messages_refused.load();
   j["training_seconds"] = state_.training_seconds();
+  if (!state_.plan_note().empty()) {
+    j["plan"] = {{"note", state_.plan_note()}, {"predicted_step_ms", state_.planned_step_ms()}};
+    if (auto m = state_.shard_map())
+      j["plan"]["bytes_per_server"] = m->BytesPerServer(options_.coordinator.num_servers);
+  }
   j["job_finished"] = state_.job_finished();
   Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;

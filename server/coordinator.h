@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,6 +38,10 @@ struct CoordinatorOptions {
   MembershipSpec membership;
   std::vector<std::string> server_regions;  // per server id (may be empty)
   std::vector<std::string> worker_regions;  // per worker id (may be empty)
+  // Places the chunks once the model is known; unset: PlaceChunks (bytes-
+  // balanced). FromJob sets the WAN planner here when the job declares links
+  // and wan.planner is on. `note` receives what to log and report.
+  std::function<ShardMap(const ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
 
   static CoordinatorOptions FromJob(const JobSpec& job);
 };
@@ -59,6 +64,8 @@ class CoordinatorState {
   std::string WaitingFor() const;
   double training_seconds() const;
   std::optional<ShardMap> shard_map() const { return shard_map_; }
+  const std::string& plan_note() const { return plan_note_; }
+  double planned_step_ms() const { return planned_step_ms_; }
   uint64_t membership_epoch() const { return epoch_; }
 
  private:
@@ -90,6 +97,8 @@ class CoordinatorState {
   bool evaluator_seen_ = false;
   std::optional<wire::ModelSignature> model_;
   std::optional<ShardMap> shard_map_;
+  std::string plan_note_;       // the planner's report, if it placed the chunks
+  double planned_step_ms_ = 0;  // its predicted step time
   bool started_ = false;
   TimePoint started_at_{};
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone

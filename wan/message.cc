@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "wan/routes.h"
 
 namespace geodesic::wan {
 namespace {
@@ -54,7 +55,9 @@ Status Socket::Bind(const std::string& endpoint) {
 
 Status Socket::Connect(const std::string& endpoint) {
   try {
-    socket_.connect(endpoint);
+    // The peer stays addressed by its own endpoint (logs, shard map); the
+    // bytes may go through an emulated link (wan/routes.h).
+    socket_.connect(RouteFor(endpoint));
     endpoint_ = endpoint;
   } catch (const zmq::error_t& e) {
     return InvalidArgument("cannot connect to " + endpoint + ": " + e.what());

@@ -183,11 +183,16 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   };
   TimePoint last_stats = start;
 
+  // A pipeline of depth d keeps the pulls of the next d steps in flight.
+  const int depth = job.training.pipeline_depth;
+  for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
   for (; c < steps; ++c) {
     if (stop->load()) break;
     const bool more = c + 1 < steps;
     // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
-    if (more && job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
+    if (depth == 1 && more && job.training.prefetch)
+      GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
+    if (depth > 1 && c + depth < steps) GD_RETURN_IF_ERROR(ps.RequestPull(c + depth));
 
     TimePoint t0 = clock->Now();
     if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
@@ -230,8 +235,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       GD_RETURN_IF_ERROR(ps.PushSkipped(c));
     }
     if (more && !job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
-    // Keep at most two clocks of pushes unacknowledged, bounding memory.
-    GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(2, stop));
+    // Keep at most two clocks (or the pipeline's depth + 1) of pushes
+    // unacknowledged, bounding memory.
+    GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(std::max(2, depth + 1), stop));
     (void)acked_wait;
     comm_s += Seconds(clock->Now() - t1);  // sending the push and any ack wait
     if (more) {

@@ -30,7 +30,11 @@ TEST(CliTest, HelpForEverySubcommand) {
                                         {"eval", "--help"},
                                         {"status", "--help"},
                                         {"bench", "--help"},
-                                        {"bench", "transport", "--help"}}) {
+                                        {"plan", "--help"},
+                                        {"wan", "--help"},
+                                        {"bench", "transport", "--help"},
+                                        {"bench", "wan", "--help"},
+                                        {"bench", "links", "--help"}}) {
     auto r = RunGeodesic(args, 30);
     EXPECT_EQ(r.exit_code, 0) << args[0] << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << r.output;

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <thread>
 
+#include "wan/routes.h"
+
 namespace geodesic::wan {
 namespace {
 
@@ -188,6 +190,30 @@ TEST(MessageTest2, BodyNameAndErrorCodes) {
   EXPECT_EQ(BodyName(h), "pull_reply");
   EXPECT_EQ(FromWire(ToWire(Code::kDeadlineExceeded)), Code::kDeadlineExceeded);
   EXPECT_EQ(FromWire(static_cast<wire::ErrorCode>(1000)), Code::kInternal);
+}
+
+}  // namespace
+}  // namespace geodesic::wan
+
+namespace geodesic::wan {
+namespace {
+
+TEST(RoutesTest, ParsesAndRewritesOnlyRoutedEndpoints) {
+  auto routes = ParseRoutes({"tcp://127.0.0.1:7001=tcp://127.0.0.1:9001", "tcp://127.0.0.2:7002=tcp://127.0.0.1:9002"});
+  ASSERT_TRUE(routes.ok()) << routes.status();
+  SetRoutes(*routes);
+  EXPECT_EQ(RouteFor("tcp://127.0.0.1:7001"), "tcp://127.0.0.1:9001");
+  EXPECT_EQ(RouteFor("tcp://127.0.0.2:7002"), "tcp://127.0.0.1:9002");
+  EXPECT_EQ(RouteFor("tcp://127.0.0.1:7003"), "tcp://127.0.0.1:7003");
+  SetRoutes({});
+  EXPECT_EQ(RouteFor("tcp://127.0.0.1:7001"), "tcp://127.0.0.1:7001");
+  for (const char* bad : {"tcp://127.0.0.1:1", "tcp://127.0.0.1:1=", "=tcp://127.0.0.1:1", "udp://x:1=tcp://y:2",
+                          "tcp://127.0.0.1:=tcp://127.0.0.1:2"}) {
+    auto r = ParseRoutes({bad});
+    EXPECT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--route"), std::string::npos) << r.status();
+  }
+  EXPECT_FALSE(ParseRoutes({"tcp://a:1=tcp://b:2", "tcp://a:1=tcp://c:3"}).ok());  // routed twice
 }
 
 }  // namespace

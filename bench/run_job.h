@@ -1,0 +1,27 @@
+// Runs one job through `geodesic launch` as a child process and returns its
+// summary: the building block of the benchmarks that train (compression
+// sweep, WAN experiment).
+#pragma once
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace geodesic::bench {
+
+struct JobRun {
+  std::string binary;                // the geodesic binary
+  std::string job_file;
+  std::string run_dir;               // the launch's run directory; its log is run_dir + ".log"
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::vector<std::string> extra_args;  // more launch flags
+};
+
+// Launches, waits (SIGTERM to the launch when `stop` is set), and returns the
+// parsed summary.json; an error naming the logs if the run failed.
+StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop);
+
+}  // namespace geodesic::bench

@@ -1,0 +1,181 @@
+#include "deploy/emulated_wan.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "wan/probe.h"
+
+namespace geodesic::deploy {
+
+using json = nlohmann::json;
+
+StatusOr<int> ReserveTcpPort(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Unavailable("socket(): " + std::string(strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    ::close(fd);
+    return InvalidArgument("'" + host + "' is not an IPv4 address (emulated links need one per region)");
+  }
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::string err = strerror(errno);
+    ::close(fd);
+    return Unavailable("cannot reserve a port on " + host + ": " + err);
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+namespace {
+
+wan::LinkShape ShapeOf(const LinkSpec* l) {
+  wan::LinkShape s;
+  if (l) {
+    s.delay_ms = l->delay_ms;
+    s.jitter_ms = l->jitter_ms;
+    s.bandwidth_mbit = l->bandwidth_mbit;
+  }
+  return s;
+}
+
+std::pair<std::string, int> SplitEndpoint(const std::string& endpoint) {
+  auto colon = endpoint.rfind(':');
+  return {endpoint.substr(6, colon - 6), std::stoi(endpoint.substr(colon + 1))};
+}
+
+}  // namespace
+
+EmulatedWan::EmulatedWan(const JobSpec& job) : job_(job), emulator_(std::make_unique<wan::LinkEmulator>()) {}
+
+EmulatedWan::~EmulatedWan() { emulator_->Stop(); }
+
+StatusOr<std::unique_ptr<EmulatedWan>> EmulatedWan::Start(const JobSpec& job) {
+  std::unique_ptr<EmulatedWan> wan(new EmulatedWan(job));
+  GD_RETURN_IF_ERROR(wan->Build());
+  GD_RETURN_IF_ERROR(wan->emulator_->Start());
+  return wan;
+}
+
+StatusOr<int> EmulatedWan::LinkBetween(const std::string& a, const std::string& b) const {
+  auto it = links_.find({a, b});
+  if (it == links_.end()) it = links_.find({b, a});
+  if (it == links_.end()) return NotFound("no emulated link between " + a + " and " + b);
+  return it->second;
+}
+
+Status EmulatedWan::Build() {
+  // One emulator link per unordered pair with a declared direction; its
+  // forward direction is the pair's first region (in job order) to the second.
+  for (size_t i = 0; i < job_.regions.size(); ++i)
+    for (size_t j = i; j < job_.regions.size(); ++j) {
+      const std::string &a = job_.regions[i].name, &b = job_.regions[j].name;
+      const LinkSpec *ab = job_.Link(a, b), *ba = job_.Link(b, a);
+      if (!ab && !ba) continue;
+      links_[{a, b}] = emulator_->AddLink(a + "<->" + b, ShapeOf(ab), ShapeOf(a == b ? ab : ba));
+    }
+
+  const RegionSpec& cr = job_.CoordinatorRegion();
+  GD_ASSIGN_OR_RETURN(int cport, ReserveTcpPort(cr.host));
+  coordinator_endpoint_ = "tcp://" + cr.host + ":" + std::to_string(cport);
+  std::vector<std::pair<std::string, std::string>> targets = {{cr.name, coordinator_endpoint_}};
+  for (int s = 0; s < job_.NumServers(); ++s) {
+    const RegionSpec& r = job_.RegionOfServer(s);
+    GD_ASSIGN_OR_RETURN(int port, ReserveTcpPort(r.host));
+    server_endpoints_.push_back("tcp://" + r.host + ":" + std::to_string(port));
+    targets.push_back({r.name, server_endpoints_.back()});
+  }
+  // A route per (client region, target) whose regions have a link; clients
+  // in one region share it, so they share the link's bandwidth, as on a WAN.
+  for (const RegionSpec& client : job_.regions)
+    for (const auto& [target_region, endpoint] : targets) {
+      if (!job_.Link(client.name, target_region)) continue;
+      GD_ASSIGN_OR_RETURN(int link, LinkBetween(client.name, target_region));
+      auto dir = links_.count({client.name, target_region}) ? wan::LinkDirection::kForward : wan::LinkDirection::kBack;
+      auto [host, port] = SplitEndpoint(endpoint);
+      GD_ASSIGN_OR_RETURN(int listen, emulator_->AddRoute(link, client.host, 0, host, port, dir));
+      routes_[client.name][endpoint] = "tcp://" + client.host + ":" + std::to_string(listen);
+    }
+  return Status::Ok();
+}
+
+std::vector<std::string> EmulatedWan::RouteArgs(const std::string& region) const {
+  std::vector<std::string> args;
+  auto it = routes_.find(region);
+  if (it == routes_.end()) return args;
+  for (const auto& [from, to] : it->second) {
+    args.push_back("--route");
+    args.push_back(from + "=" + to);
+  }
+  return args;
+}
+
+StatusOr<json> EmulatedWan::Probe() {
+  json out = json::array();
+  std::map<std::string, std::pair<int, std::unique_ptr<wan::ProbeServer>>> servers;  // region -> port, server
+  for (const LinkSpec& l : job_.wan.links) {
+    const RegionSpec* from = nullptr;
+    const RegionSpec* to = nullptr;
+    for (const auto& r : job_.regions) {
+      if (r.name == l.from) from = &r;
+      if (r.name == l.to) to = &r;
+    }
+    auto& server = servers[l.to];
+    if (!server.second) {
+      server.second = std::make_unique<wan::ProbeServer>();
+      GD_ASSIGN_OR_RETURN(server.first, server.second->Start(to->host, 0));
+    }
+    GD_ASSIGN_OR_RETURN(int link, LinkBetween(l.from, l.to));
+    auto dir = links_.count({l.from, l.to}) ? wan::LinkDirection::kForward : wan::LinkDirection::kBack;
+    GD_ASSIGN_OR_RETURN(int port, emulator_->AddRoute(link, from->host, 0, to->host, server.first, dir));
+    wan::ProbeOptions opts;
+    // About half a second of bulk transfer, at least 256 KiB.
+    if (l.bandwidth_mbit > 0)
+      opts.bulk_bytes = std::max<int64_t>(256 << 10, static_cast<int64_t>(l.bandwidth_mbit * 1e6 / 8 * 0.5));
+    auto m = wan::ProbeLink(from->host, port, opts);
+    json rec = {{"from", l.from},
+                {"to", l.to},
+                {"configured_rtt_ms", l.delay_ms + (job_.Link(l.to, l.from) ? job_.Link(l.to, l.from)->delay_ms : 0)},
+                {"configured_mbit", l.bandwidth_mbit}};
+    if (m.ok()) {
+      rec["probed_rtt_ms"] = m->rtt_ms;
+      rec["probed_mbit"] = m->mbit;
+    } else {
+      rec["probe_error"] = m.status().message();
+      GD_LOG(WARNING) << "probe " << l.from << " -> " << l.to << ": " << m.status();
+    }
+    out.push_back(rec);
+  }
+  return out;
+}
+
+Status EmulatedWan::Cut(const std::string& a, const std::string& b) {
+  GD_ASSIGN_OR_RETURN(int link, LinkBetween(a, b));
+  emulator_->Cut(link);
+  return Status::Ok();
+}
+
+Status EmulatedWan::Heal(const std::string& a, const std::string& b) {
+  GD_ASSIGN_OR_RETURN(int link, LinkBetween(a, b));
+  emulator_->Heal(link);
+  return Status::Ok();
+}
+
+json EmulatedWan::Traffic() const {
+  json out = json::array();
+  for (const auto& [pair, link] : links_) {
+    wan::LinkCounters c = emulator_->Counters(link);
+    out.push_back({{"from", pair.first}, {"to", pair.second}, {"bytes", c.bytes_forward}, {"cut", c.cut}});
+    if (pair.first != pair.second)
+      out.push_back({{"from", pair.second}, {"to", pair.first}, {"bytes", c.bytes_back}, {"cut", c.cut}});
+  }
+  return out;
+}
+
+}  // namespace geodesic::deploy

@@ -1,0 +1,68 @@
+// EmulatedWan: the links of a job with `wan.emulation: proxy`, on one
+// machine. It fixes the ports of the coordinator and every server shard,
+// runs one emulated link (wan::LinkEmulator) per pair of regions with a
+// declared link, and gives each process `--route` flags that send its
+// connections to peers in other regions through those links. It also probes
+// every declared link at start-up, cuts and heals links at run time, and
+// counts the bytes each link carried.
+//
+// Owned and used by the launcher's thread; the emulator runs its own I/O
+// thread.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/job.h"
+#include "common/status.h"
+#include "wan/link_emulator.h"
+
+namespace geodesic::deploy {
+
+class EmulatedWan {
+ public:
+  // Reserves ports, builds links and routes, and starts the emulator.
+  static StatusOr<std::unique_ptr<EmulatedWan>> Start(const JobSpec& job);
+
+  const std::string& coordinator_bind() const { return coordinator_endpoint_; }
+  const std::string& server_bind(int id) const { return server_endpoints_.at(id); }
+  // "--route FROM=TO" arguments for a process in `region`.
+  std::vector<std::string> RouteArgs(const std::string& region) const;
+
+  // Measures RTT and throughput of every declared link through the emulator
+  // (while nothing else uses it): a JSON array of {from, to, configured_*,
+  // probed_*}.
+  StatusOr<nlohmann::json> Probe();
+
+  // Partitions (or reconnects) two regions, both directions.
+  Status Cut(const std::string& a, const std::string& b);
+  Status Heal(const std::string& a, const std::string& b);
+
+  // Bytes each direction of each link delivered so far: {from, to, bytes}.
+  nlohmann::json Traffic() const;
+
+  ~EmulatedWan();
+
+ private:
+  explicit EmulatedWan(const JobSpec& job);
+  Status Build();
+  StatusOr<int> LinkBetween(const std::string& a, const std::string& b) const;
+
+  JobSpec job_;
+  std::unique_ptr<wan::LinkEmulator> emulator_;
+  std::string coordinator_endpoint_;
+  std::vector<std::string> server_endpoints_;
+  // Unordered region pair (in job order) -> emulator link id.
+  std::map<std::pair<std::string, std::string>, int> links_;
+  // Region of the client -> (target endpoint -> emulator endpoint).
+  std::map<std::string, std::map<std::string, std::string>> routes_;
+};
+
+// A free TCP port on `host` now (bound and released; the caller binds it
+// next, so a race with another process is possible but unlikely).
+StatusOr<int> ReserveTcpPort(const std::string& host);
+
+}  // namespace geodesic::deploy

@@ -1,0 +1,360 @@
+#include "wan/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "server/chunking.h"
+
+namespace geodesic::wan {
+namespace {
+
+using server::ChunkLayout;
+
+JobSpec Job(const std::string& yaml) {
+  auto job = ParseJob(yaml, "test.yaml");
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : JobSpec{};
+}
+
+Planner Make(const JobSpec& job, const ChunkLayout& layout, double compute_ms = 30) {
+  PlannerOptions o;
+  o.compute_ms = compute_ms;
+  auto p = Planner::Create(job, layout, o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return std::move(p).value();
+}
+
+// 12 chunks of 64 KiB, about the reference CNN.
+const ChunkLayout kTwelveChunks(12 * 16384, 16384);
+
+Plan PlanOf(const std::string& yaml) { return Make(Job(yaml), kTwelveChunks).MakePlan(); }
+
+std::vector<uint64_t> ChunksPerServer(const Plan& plan, int servers) {
+  std::vector<uint64_t> n(servers, 0);
+  for (int32_t s : plan.shard_map.owner) ++n[s];
+  return n;
+}
+
+const PairTime* Pair(const Prediction& p, const std::string& w, const std::string& r) {
+  for (const PairTime& t : p.pairs)
+    if (t.worker_region == w && t.server_region == r) return &t;
+  return nullptr;
+}
+
+// Two regions, one worker and one server each, 10 ms one way and 8 Mbit/s
+// (8000 bits per ms) between them; chunks of 1000 and 500 floats (4000 and
+// 2000 bytes), chunk 0 on a's server, chunk 1 on b's.
+TEST(PlannerTest, PredictsTwoChunksAsComputedByHand) {
+  JobSpec job = Job(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
+)");
+  Planner planner = Make(job, ChunkLayout(1500, 1000), 5);
+  auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  // a's worker pushes 2000 bytes to b and pulls them back: 10 + 2 + 10 + 2.
+  ASSERT_NE(Pair(*pr, "a", "b"), nullptr);
+  EXPECT_DOUBLE_EQ(Pair(*pr, "a", "b")->ms, 24.0);
+  // b's worker pushes 4000 bytes to a: 10 + 4 + 10 + 4.
+  EXPECT_DOUBLE_EQ(Pair(*pr, "b", "a")->ms, 28.0);
+  // Inside a region: 0.05 ms each way at 10 Gbit/s (1e7 bits per ms).
+  EXPECT_NEAR(Pair(*pr, "a", "a")->ms, 0.05 + 4000 * 8 / 1e7 + 0.05 + 4000 * 8 / 1e7, 1e-12);
+  EXPECT_NEAR(Pair(*pr, "b", "b")->ms, 0.1 + 2 * 2000 * 8 / 1e7, 1e-12);
+  EXPECT_DOUBLE_EQ(pr->comm_ms, 28.0);
+  EXPECT_DOUBLE_EQ(pr->step_ms, 33.0);
+  EXPECT_EQ(pr->bottleneck, "b workers <-> a servers");
+  // a -> b carries a's push to b (2000) and a's server's pull to b (4000).
+  const LinkLoad& ab = pr->links[1];
+  EXPECT_EQ(ab.from + ab.to, "ab");
+  EXPECT_DOUBLE_EQ(ab.push_bytes, 2000);
+  EXPECT_DOUBLE_EQ(ab.pull_bytes, 4000);
+  EXPECT_DOUBLE_EQ(ab.serialization_ms, 6.0);
+  EXPECT_DOUBLE_EQ(ab.time_ms, 16.0);
+  // Any split is 28 ms; both chunks on one side is 20 + 6 + 6 = 32.
+  auto same = planner.Predict({1, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(same.ok());
+  EXPECT_DOUBLE_EQ(same->comm_ms, 32.0);
+  EXPECT_DOUBLE_EQ(planner.MakePlan().prediction.step_ms, 33.0);
+}
+
+TEST(PlannerTest, CodecBytesFollowTheCodecSizes) {
+  JobSpec job = Job(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 0, workers: 1}
+compression: {push: "int8", pull: "topk:0.01+zstd"}
+wan: {links: [{regions: [a, b], rtt_ms: 0, bandwidth_mbit: 8}]}
+)");
+  Planner planner = Make(job, ChunkLayout(1000, 1000));
+  auto pr = planner.Predict({0}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  const LinkLoad& ba = pr->links[2];  // b -> a: b's worker's int8 push, 1000 values + 4 scales
+  EXPECT_EQ(ba.from + ba.to, "ba");
+  EXPECT_DOUBLE_EQ(ba.push_bytes, 1000 + 4 * 4);
+  const LinkLoad& ab = pr->links[1];  // a -> b: 10 kept values of 4 + 2 bytes, zstd factor
+  EXPECT_DOUBLE_EQ(ab.pull_bytes, 10 * 6 * kZstdFactor);
+}
+
+TEST(PlannerTest, LossCapsGoodputByTheMathisModel) {
+  JobSpec job = Job(R"(
+regions:
+  us: {servers: 1, workers: 1}
+  asia: {servers: 1, workers: 1}
+wan: {links: [{regions: [us, asia], rtt_ms: 160, bandwidth_mbit: 50, loss: 0.01}]}
+)");
+  LinkMatrix m = LinkMatrix::FromJob(job);
+  EXPECT_NEAR(m.GoodputMbit(0, 1), 1448 * 8 / (0.160 * std::sqrt(2 * 0.01 / 3)) / 1e6, 1e-9);
+  EXPECT_LT(m.GoodputMbit(0, 1), 1.0);
+  m.at(0, 1).loss = m.at(1, 0).loss = 1e-9;  // Mathis allows far more than the bandwidth
+  EXPECT_DOUBLE_EQ(m.GoodputMbit(0, 1), 50);
+  EXPECT_DOUBLE_EQ(m.GoodputMbit(0, 0), kLoopbackMbit);
+  EXPECT_FALSE(m.at(0, 0).declared);
+}
+
+TEST(PlannerTest, ChunksStayWithTheWorkersAcrossASlowLink) {
+  Plan plan = PlanOf(R"(
+regions:
+  a: {servers: 1, workers: 2}
+  b: {servers: 2, workers: 0}
+wan: {links: [{regions: [a, b], rtt_ms: 100, bandwidth_mbit: 10}]}
+)");
+  EXPECT_EQ(ChunksPerServer(plan, 3), (std::vector<uint64_t>{12, 0, 0}));
+  EXPECT_EQ(plan.prediction.bottleneck, "a workers <-> a servers");
+  EXPECT_LT(plan.prediction.comm_ms, 5.0);  // loopback: 0.1 ms + 2 * 1.57 MB at 10 Gbit/s
+}
+
+TEST(PlannerTest, SymmetricRegionsShareTheChunksEvenly) {
+  Plan plan = PlanOf(R"(
+regions:
+  a: {servers: 1, workers: 2}
+  b: {servers: 1, workers: 2}
+wan: {links: [{regions: [a, b], rtt_ms: 100, bandwidth_mbit: 50}]}
+)");
+  EXPECT_EQ(ChunksPerServer(plan, 2), (std::vector<uint64_t>{6, 6}));
+  // Each direction carries 2 workers * 6 chunks of 64 KiB per phase.
+  const double phase_ms = 2 * 6 * 65536 * 8 / 50e3;
+  EXPECT_NEAR(plan.prediction.comm_ms, 100 + 2 * phase_ms, 1e-9);
+}
+
+TEST(PlannerTest, ServersOfOneRegionShareItsChunks) {
+  JobSpec job = Job(R"(
+regions:
+  a: {servers: 3, workers: 2}
+)");
+  Planner planner = Make(job, ChunkLayout(10 * 1000 + 500, 1000));
+  Plan plan = planner.MakePlan();
+  auto bytes = plan.shard_map.BytesPerServer(3);
+  EXPECT_EQ(*std::max_element(bytes.begin(), bytes.end()), 4 * 4000u);
+}
+
+TEST(PlannerTest, LossyLinkIsAvoided) {
+  Planner planner = Make(Job(R"(
+regions:
+  w: {servers: 0, workers: 2}
+  p: {servers: 1, workers: 0}
+  q: {servers: 1, workers: 0}
+wan:
+  links:
+    - {regions: [w, p], rtt_ms: 100, bandwidth_mbit: 50}
+    - {regions: [w, q], rtt_ms: 100, bandwidth_mbit: 50, loss: 0.01}
+)"),
+                         kTwelveChunks);
+  Plan plan = planner.MakePlan();
+  EXPECT_EQ(ChunksPerServer(plan, 2), (std::vector<uint64_t>{12, 0}));
+  auto balanced = planner.Predict(server::PlaceChunks(planner.layout(), 2).owner, plan.codecs, plan.links);
+  ASSERT_TRUE(balanced.ok());
+  EXPECT_GT(balanced->step_ms, 2 * plan.prediction.step_ms);
+}
+
+TEST(PlannerTest, ThreeRegionsExampleAvoidsTheLossyPacificLink) {
+  // Real links (or kernel emulation) lose packets as declared.
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml", {"wan.emulation=none"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  Planner planner = Make(*job, ChunkLayout(185000, 16384));
+  Plan plan = planner.MakePlan();
+  // Any chunk in us or asia makes the other cross the 1%-loss us-asia link.
+  EXPECT_EQ(ChunksPerServer(plan, 3), (std::vector<uint64_t>{0, 12, 0}));
+  EXPECT_EQ(plan.prediction.bottleneck, "asia workers <-> eu servers");
+
+  // A user-space proxy cannot drop packets: there the link is only slow,
+  // and the planner spreads chunks again.
+  auto proxied = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  ASSERT_TRUE(proxied.ok()) << proxied.status();
+  Plan spread = Make(*proxied, ChunkLayout(185000, 16384)).MakePlan();
+  EXPECT_NE(ChunksPerServer(spread, 3), (std::vector<uint64_t>{0, 12, 0}));
+  EXPECT_LT(spread.prediction.step_ms, plan.prediction.step_ms);
+}
+
+// Random jobs (fixed seed): the plan is never predicted slower than round
+// robin or bytes-balanced placement with the same codecs, without being
+// given them as starting points.
+TEST(PlannerTest, NeverWorseThanRoundRobinOrBytesBalanced) {
+  std::mt19937 gen(7);
+  auto uniform = [&](double lo, double hi) { return lo + (hi - lo) * (gen() / 4294967296.0); };
+  auto pick = [&](int lo, int hi) { return lo + static_cast<int>(gen() % (hi - lo + 1)); };
+  int planner_strictly_better = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    JobSpec job;
+    const int regions = pick(1, 4);
+    for (int r = 0; r < regions; ++r)
+      job.regions.push_back({"r" + std::to_string(r), "127.0.0.1", pick(0, 3), pick(0, 3)});
+    if (job.NumServers() == 0) job.regions[0].servers = 1;
+    if (job.NumWorkers() == 0) job.regions.back().workers = 1;
+    for (int a = 0; a < regions; ++a)
+      for (int b = 0; b < regions; ++b) {
+        if (a == b || gen() % 5 == 0) continue;  // some pairs stay loopback-fast
+        LinkSpec l{job.regions[a].name, job.regions[b].name, uniform(1, 120), 0, uniform(5, 1000), 0};
+        if (gen() % 4 == 0) l.loss = uniform(0.0005, 0.02);
+        job.wan.links.push_back(l);
+      }
+    const ChunkLayout layout(static_cast<uint64_t>(pick(1, 40)) * 16384 - pick(0, 16000), 16384);
+    Planner planner = Make(job, layout, uniform(0, 50));
+    Plan plan = planner.MakePlan();
+    for (const auto& owner : {planner.RoundRobin(), server::PlaceChunks(layout, job.NumServers()).owner}) {
+      auto other = planner.Predict(owner, plan.codecs, plan.links);
+      ASSERT_TRUE(other.ok()) << other.status();
+      EXPECT_LE(plan.prediction.step_ms, other->step_ms * (1 + 1e-9)) << "trial " << trial;
+      planner_strictly_better += plan.prediction.step_ms < other->step_ms * (1 - 1e-6);
+    }
+  }
+  EXPECT_GT(planner_strictly_better, 30);
+}
+
+const char* kCodecJob = R"(
+regions:
+  a: {servers: 1, workers: 2}
+  b: {servers: 1, workers: 2}
+compression: {push: "bf16", pull: "bf16"}
+wan:
+  planner_codecs: ["topk:0.01", "int8", "fp32"]
+  links: [{regions: [a, b], rtt_ms: 100, bandwidth_mbit: BW}]
+)";
+
+JobSpec CodecJob(const std::string& bandwidth) {
+  std::string yaml = kCodecJob;
+  yaml.replace(yaml.find("BW"), 2, bandwidth);
+  return Job(yaml);
+}
+
+TEST(PlannerTest, CodecsComeOnlyFromTheCandidates) {
+  const ChunkLayout& layout = kTwelveChunks;
+  const std::set<std::string> allowed = {"topk:0.01", "int8", "fp32"};
+  for (const char* bw : {"1", "10", "100", "10000"}) {
+    Plan plan = Make(CodecJob(bw), layout).MakePlan();
+    for (const auto* names : {&plan.codecs.push, &plan.codecs.pull})
+      for (const std::string& c : *names) EXPECT_TRUE(allowed.count(c)) << c << " at " << bw << " Mbit/s";
+  }
+}
+
+TEST(PlannerTest, LossyCodecsOnlyWhereTheLinkDominates) {
+  const ChunkLayout& layout = kTwelveChunks;
+  // 10 Gbit/s: the safest candidate (fp32, lossless) everywhere.
+  Plan fast = Make(CodecJob("10000"), layout).MakePlan();
+  for (const auto* names : {&fast.codecs.push, &fast.codecs.pull})
+    for (const std::string& c : *names) EXPECT_EQ(c, "fp32");
+  // 1 Mbit/s: the cross-region pair compresses; inside a region stays fp32.
+  Plan slow = Make(CodecJob("1"), layout).MakePlan();
+  EXPECT_NE(slow.codecs.Push(0, 1), "fp32");
+  EXPECT_EQ(slow.codecs.Push(0, 1), slow.codecs.Push(1, 0));
+  EXPECT_EQ(slow.codecs.Push(0, 0), "fp32");
+  EXPECT_EQ(slow.codecs.Pull(1, 1), "fp32");
+  CodecTable all_fp32 = slow.codecs;
+  for (auto* names : {&all_fp32.push, &all_fp32.pull})
+    for (std::string& c : *names) c = "fp32";
+  Planner planner = Make(CodecJob("1"), layout);
+  auto lossless = planner.Predict(slow.shard_map.owner, all_fp32, slow.links);
+  ASSERT_TRUE(lossless.ok());
+  EXPECT_LT(slow.prediction.step_ms * 1.1, lossless->step_ms);
+}
+
+TEST(PlannerTest, NoCandidatesKeepsTheJobsCodecs) {
+  JobSpec job = CodecJob("1");
+  job.wan.planner_codecs.clear();
+  job.compression.links.push_back({"a", "b", "int8", ""});
+  Planner planner = Make(job, kTwelveChunks);
+  Plan plan = planner.MakePlan();
+  EXPECT_EQ(plan.codecs, planner.JobCodecs());
+  EXPECT_EQ(plan.codecs.Push(0, 1), "int8");
+  EXPECT_EQ(plan.codecs.Pull(0, 1), "bf16");
+  EXPECT_EQ(plan.codecs.Push(1, 1), "bf16");
+}
+
+TEST(PlannerTest, ReplansOnlyBeyondTheDriftThreshold) {
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->wan.replan_drift = 0.5;
+  Planner planner = Make(*job, ChunkLayout(185000, 16384));
+  const Plan plan = planner.MakePlan();
+  const int us = 0, eu = 1, asia = 2;
+
+  LinkMatrix measured = plan.links;
+  measured.at(eu, asia).bandwidth_mbit = 50 * 0.6;  // -40%
+  measured.at(us, eu).bandwidth_mbit = 100 * 1.45;  // +45%
+  auto same = planner.CheckDrift(plan, measured);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_TRUE(same->drifted.empty());
+  EXPECT_FALSE(same->plan.has_value());
+  EXPECT_TRUE(same->moves.empty());
+
+  // eu's links collapse and the Pacific link heals: chunks leave eu.
+  for (int r : {us, asia}) {
+    measured.at(eu, r).bandwidth_mbit = measured.at(r, eu).bandwidth_mbit = 2;
+  }
+  measured.at(us, asia).loss = measured.at(asia, us).loss = 0;
+  auto moved = planner.CheckDrift(plan, measured);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->drifted.size(), 4u);
+  ASSERT_TRUE(moved->plan.has_value());
+  EXPECT_EQ(moved->plan->shard_map.version, plan.shard_map.version + 1);
+  auto stay = planner.Predict(plan.shard_map.owner, moved->plan->codecs, measured);
+  ASSERT_TRUE(stay.ok());
+  EXPECT_LT(moved->plan->prediction.step_ms, stay->step_ms);
+  std::vector<int32_t> owner = plan.shard_map.owner;
+  for (const ChunkMove& m : moved->moves) {
+    EXPECT_EQ(owner[m.chunk], m.from);
+    EXPECT_NE(m.from, m.to);
+    owner[m.chunk] = m.to;
+  }
+  EXPECT_EQ(owner, moved->plan->shard_map.owner);
+  EXPECT_FALSE(moved->moves.empty());
+
+  LinkMatrix other({"x", "y"});
+  EXPECT_FALSE(planner.CheckDrift(plan, other).ok());
+}
+
+TEST(PlannerTest, IsDeterministic) {
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->wan.planner_codecs = {"fp32", "fp16", "int8+zstd", "topk:0.05"};
+  const ChunkLayout layout(185000, 4096);
+  Plan a = Make(*job, layout).MakePlan(), b = Make(*job, layout).MakePlan();
+  EXPECT_EQ(a.shard_map.owner, b.shard_map.owner);
+  EXPECT_EQ(a.codecs, b.codecs);
+  EXPECT_EQ(a.prediction.step_ms, b.prediction.step_ms);
+  EXPECT_EQ(PlanReport(Make(*job, layout), a, {}, true), PlanReport(Make(*job, layout), b, {}, true));
+}
+
+TEST(PlannerTest, RefusesJobsItCannotPlan) {
+  JobSpec job;
+  job.regions.push_back({"a", "127.0.0.1", 0, 1});  // ParseJob refuses this too
+  EXPECT_EQ(Planner::Create(job, ChunkLayout(100, 10)).status().code(), Code::kInvalidArgument);
+  job = CodecJob("10");
+  job.wan.planner_codecs = {"int8", "int3"};
+  auto bad = Planner::Create(job, ChunkLayout(100, 10));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("wan.planner_codecs[1]"), std::string::npos) << bad.status();
+  Planner planner = Make(CodecJob("10"), ChunkLayout(100, 10));
+  EXPECT_FALSE(planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links()).ok());  // 10 chunks
+  EXPECT_FALSE(planner.Predict(std::vector<int32_t>(10, 2), planner.JobCodecs(), planner.declared_links()).ok());
+  PlannerOptions o;
+  o.compute_ms = -1;
+  EXPECT_FALSE(Planner::Create(CodecJob("10"), ChunkLayout(100, 10), o).ok());
+}
+
+}  // namespace
+}  // namespace geodesic::wan

@@ -1,0 +1,772 @@
+// The planner's cost model, placement search and codec choice; see planner.h
+// and docs/planner.md.
+#include "wan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "compression/codec.h"
+
+namespace geodesic::wan {
+namespace {
+
+struct Codec {
+  std::string name;
+  compression::CodecSpec spec;
+  std::vector<double> bytes;  // predicted bytes of one chunk of each size class
+};
+
+// Codec indices (into Problem::codecs) per (worker region, server region),
+// [w * R + r], the same either way round.
+struct Choice {
+  std::vector<int> push, pull;
+  bool operator==(const Choice&) const = default;
+};
+
+// What the search minimizes, in order: the slowest pair's time, the sum of
+// all pairs' times (so ties prefer fewer and faster pairs), and the largest
+// shard (so servers of one region share the chunks).
+struct Cost {
+  double max_ms = 0, sum_ms = 0;
+  uint64_t max_server_elems = 0;
+};
+
+bool Near(double a, double b) { return std::abs(a - b) <= 1e-9 * (1 + std::abs(b)); }
+
+bool Better(const Cost& a, const Cost& b) {
+  if (!Near(a.max_ms, b.max_ms)) return a.max_ms < b.max_ms;
+  if (!Near(a.sum_ms, b.sum_ms)) return a.sum_ms < b.sum_ms;
+  return a.max_server_elems < b.max_server_elems;
+}
+
+// Predicted payload bytes of one chunk of n values (docs/planner.md): the
+// exact size for dense codecs, 4 + 2 bytes per kept value for sparse ones,
+// times kZstdFactor with a zstd stage.
+double EncodedBytes(const compression::CodecSpec& spec, uint64_t n) {
+  double raw = 0;
+  if (spec.sparse()) {
+    raw = std::clamp(std::ceil(spec.fraction * static_cast<double>(n)), 1.0, static_cast<double>(n)) * (4 + 2);
+  } else {
+    compression::PayloadInfo info;
+    info.codec = spec.codec;
+    info.block = spec.block;
+    raw = static_cast<double>(compression::MaxEncodedBytes(info, n));
+  }
+  return spec.zstd_level ? raw * kZstdFactor : raw;
+}
+
+// Goodput and delay per directed link, in the units the model sums.
+struct Rates {
+  int n = 0;
+  std::vector<double> delay_ms, bits_per_ms;
+
+  explicit Rates(const LinkMatrix& m) : n(m.size()) {
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) {
+        delay_ms.push_back(m.at(a, b).delay_ms);
+        bits_per_ms.push_back(m.GoodputMbit(a, b) * 1e3);
+      }
+  }
+  double Delay(int from, int to) const { return delay_ms[from * n + to]; }
+  double SerializeMs(int from, int to, double bytes) const { return bytes * 8 / bits_per_ms[from * n + to]; }
+};
+
+std::string Pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%+.0f%%", x * 100);
+  return buf;
+}
+
+}  // namespace
+
+struct Planner::Problem {
+  std::vector<std::string> regions;
+  std::vector<int> workers;        // per region
+  std::vector<int> server_region;  // per server id
+  server::ChunkLayout layout;
+  std::vector<uint64_t> class_elems;  // distinct chunk sizes
+  std::vector<int> chunk_class;       // size class per chunk
+  std::vector<uint32_t> by_size;      // chunks, largest first, then by index
+  LinkMatrix declared;
+  std::string emulation;
+  double compute_ms = 0, codec_gain = 0, drift = 0;
+  int max_steps = 0;
+  std::vector<Codec> codecs;    // the job's and the candidates, each name once
+  std::vector<int> candidates;  // indices into codecs, safest first
+  Choice job;
+
+  int R() const { return static_cast<int>(regions.size()); }
+  int S() const { return static_cast<int>(server_region.size()); }
+  int K() const { return static_cast<int>(class_elems.size()); }
+  int Find(const std::string& name) const {
+    for (size_t i = 0; i < codecs.size(); ++i)
+      if (codecs[i].name == name) return static_cast<int>(i);
+    return -1;
+  }
+  StatusOr<int> Intern(const std::string& name, const std::string& where) {
+    if (int i = Find(name); i >= 0) return i;
+    auto spec = compression::ParseCodecSpec(name);
+    if (!spec.ok()) return InvalidArgument(where + ": " + spec.status().message());
+    Codec c{name, *spec, {}};
+    for (uint64_t n : class_elems) c.bytes.push_back(EncodedBytes(*spec, n));
+    codecs.push_back(std::move(c));
+    return static_cast<int>(codecs.size()) - 1;
+  }
+  bool ValidOwner(const std::vector<int32_t>& owner) const {
+    if (owner.size() != layout.num_chunks()) return false;
+    return std::all_of(owner.begin(), owner.end(), [&](int32_t s) { return s >= 0 && s < S(); });
+  }
+  const LinkMatrix& Usable(const LinkMatrix& m) const { return m.regions() == regions ? m : declared; }
+};
+
+namespace {
+
+using Problem = Planner::Problem;
+
+// The per-step bytes of a (partial) placement under one codec choice, and
+// the cost model over them.
+class Evaluator {
+ public:
+  struct Loads {
+    std::vector<double> push, pull;  // [server_region * R + worker_region], bytes per step
+    std::vector<int> region_chunks;
+    std::vector<uint64_t> server_elems;
+  };
+
+  Evaluator(const Problem& p, const Choice& choice, const Rates& rates) : p_(p), rates_(rates) {
+    const int R = p.R(), K = p.K();
+    unit_push_.resize(R * R * K);
+    unit_pull_.resize(R * R * K);
+    for (int w = 0; w < R; ++w)
+      for (int r = 0; r < R; ++r)
+        for (int k = 0; k < K; ++k) {
+          unit_push_[(w * R + r) * K + k] = p.workers[w] * p.codecs[choice.push[w * R + r]].bytes[k];
+          unit_pull_[(w * R + r) * K + k] = p.workers[w] * p.codecs[choice.pull[w * R + r]].bytes[k];
+        }
+  }
+
+  Loads Empty() const {
+    const int R = p_.R();
+    return Loads{std::vector<double>(R * R), std::vector<double>(R * R), std::vector<int>(R),
+                 std::vector<uint64_t>(p_.S())};
+  }
+  Loads Of(const std::vector<int32_t>& owner) const {
+    Loads l = Empty();
+    for (uint32_t c = 0; c < owner.size(); ++c) Add(&l, c, owner[c], +1);
+    return l;
+  }
+  void Add(Loads* l, uint32_t chunk, int server, int sign) const {
+    const int R = p_.R(), K = p_.K(), r = p_.server_region[server], k = p_.chunk_class[chunk];
+    for (int w = 0; w < R; ++w) {
+      l->push[r * R + w] += sign * unit_push_[(w * R + r) * K + k];
+      l->pull[r * R + w] += sign * unit_pull_[(w * R + r) * K + k];
+    }
+    l->region_chunks[r] += sign;
+    l->server_elems[server] += static_cast<uint64_t>(sign * static_cast<int64_t>(p_.class_elems[k]));
+  }
+  void Move(Loads* l, uint32_t chunk, int from, int to) const {
+    Add(l, chunk, from, -1);
+    Add(l, chunk, to, +1);
+  }
+
+  // [w * R + r]: push from region w's workers to region r's servers, then
+  // pull back; 0 where there is no traffic.
+  std::vector<double> PairTimes(const Loads& l) const {
+    const int R = p_.R();
+    std::vector<double> t(R * R, 0.0);
+    for (int w = 0; w < R; ++w)
+      for (int r = 0; r < R; ++r)
+        if (p_.workers[w] > 0 && l.region_chunks[r] > 0)
+          t[w * R + r] = rates_.Delay(w, r) + rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.Delay(r, w) +
+                         rates_.SerializeMs(r, w, l.pull[r * R + w]);
+    return t;
+  }
+
+  Cost CostOf(const Loads& l) const {
+    Cost c;
+    for (double t : PairTimes(l)) {
+      c.max_ms = std::max(c.max_ms, t);
+      c.sum_ms += t;
+    }
+    c.max_server_elems = *std::max_element(l.server_elems.begin(), l.server_elems.end());
+    return c;
+  }
+
+  Prediction Predict(const Loads& l) const {
+    const int R = p_.R();
+    Prediction pr;
+    pr.compute_ms = p_.compute_ms;
+    for (int a = 0; a < R; ++a)
+      for (int b = 0; b < R; ++b) {
+        LinkLoad ll;
+        ll.from = p_.regions[a];
+        ll.to = p_.regions[b];
+        ll.push_bytes = l.push[b * R + a];
+        ll.pull_bytes = l.pull[a * R + b];
+        ll.delay_ms = rates_.Delay(a, b);
+        ll.goodput_mbit = rates_.bits_per_ms[a * R + b] / 1e3;
+        ll.serialization_ms = rates_.SerializeMs(a, b, ll.push_bytes + ll.pull_bytes);
+        ll.time_ms = ll.push_bytes + ll.pull_bytes > 0 ? ll.delay_ms + ll.serialization_ms : 0;
+        pr.links.push_back(std::move(ll));
+      }
+    const std::vector<double> t = PairTimes(l);
+    for (int w = 0; w < R; ++w)
+      for (int r = 0; r < R; ++r) {
+        if (!(p_.workers[w] > 0 && l.region_chunks[r] > 0)) continue;
+        pr.pairs.push_back({p_.regions[w], p_.regions[r], t[w * R + r]});
+        if (pr.bottleneck.empty() || t[w * R + r] > pr.comm_ms) {
+          pr.comm_ms = t[w * R + r];
+          pr.bottleneck = p_.regions[w] + " workers <-> " + p_.regions[r] + " servers";
+        }
+      }
+    pr.step_ms = pr.compute_ms + pr.comm_ms;
+    return pr;
+  }
+
+ private:
+  const Problem& p_;
+  const Rates& rates_;
+  std::vector<double> unit_push_, unit_pull_;  // [(w * R + r) * K + k]: one chunk of class k, all of w's workers
+};
+
+std::vector<int32_t> RoundRobinOwners(const Problem& p) {
+  std::vector<int32_t> owner(p.layout.num_chunks());
+  for (uint32_t c = 0; c < owner.size(); ++c) owner[c] = static_cast<int32_t>(c % p.S());
+  return owner;
+}
+
+// Largest chunk first onto the server that keeps the cost lowest (ties: the
+// lower id).
+std::vector<int32_t> Greedy(const Problem& p, const Evaluator& ev) {
+  std::vector<int32_t> owner(p.layout.num_chunks(), -1);
+  Evaluator::Loads loads = ev.Empty();
+  for (uint32_t c : p.by_size) {
+    int best = -1;
+    Cost best_cost;
+    for (int s = 0; s < p.S(); ++s) {
+      Evaluator::Loads trial = loads;
+      ev.Add(&trial, c, s, +1);
+      Cost cost = ev.CostOf(trial);
+      if (best < 0 || Better(cost, best_cost)) best = s, best_cost = cost;
+    }
+    ev.Add(&loads, c, best, +1);
+    owner[c] = best;
+  }
+  return owner;
+}
+
+// Best-improvement local search over single-chunk moves and swaps. Chunks of
+// one size on one server are interchangeable, so only the lowest-numbered
+// chunk of each (server, size) class is tried.
+Cost LocalSearch(const Problem& p, const Evaluator& ev, std::vector<int32_t>* owner) {
+  Evaluator::Loads loads = ev.Of(*owner);
+  Cost cur = ev.CostOf(loads);
+  const int S = p.S(), K = p.K();
+  for (int step = 0; step < p.max_steps; ++step) {
+    std::vector<int64_t> rep(S * K, -1);
+    for (uint32_t c = 0; c < owner->size(); ++c) {
+      int64_t& r = rep[(*owner)[c] * K + p.chunk_class[c]];
+      if (r < 0) r = c;
+    }
+    std::vector<uint32_t> reps;
+    for (int64_t r : rep)
+      if (r >= 0) reps.push_back(static_cast<uint32_t>(r));
+
+    Cost best = cur;
+    std::vector<std::pair<uint32_t, int32_t>> change;  // (chunk, new owner)
+    auto consider = [&](const Evaluator::Loads& trial, std::vector<std::pair<uint32_t, int32_t>> c) {
+      Cost cost = ev.CostOf(trial);
+      if (Better(cost, best)) best = cost, change = std::move(c);
+    };
+    for (uint32_t c : reps)
+      for (int s = 0; s < S; ++s) {
+        if (s == (*owner)[c]) continue;
+        Evaluator::Loads trial = loads;
+        ev.Move(&trial, c, (*owner)[c], s);
+        consider(trial, {{c, s}});
+      }
+    for (size_t i = 0; i < reps.size(); ++i)
+      for (size_t j = i + 1; j < reps.size(); ++j) {
+        const uint32_t a = reps[i], b = reps[j];
+        const int32_t sa = (*owner)[a], sb = (*owner)[b];
+        if (sa == sb || p.chunk_class[a] == p.chunk_class[b]) continue;
+        Evaluator::Loads trial = loads;
+        ev.Move(&trial, a, sa, sb);
+        ev.Move(&trial, b, sb, sa);
+        consider(trial, {{a, sb}, {b, sa}});
+      }
+    if (change.empty()) break;
+    for (auto [c, s] : change) {
+      ev.Move(&loads, c, (*owner)[c], s);
+      (*owner)[c] = s;
+    }
+    cur = best;
+  }
+  return ev.CostOf(ev.Of(*owner));
+}
+
+// The best local optimum over the given starts, greedy and round robin;
+// ties go to the earliest start.
+std::vector<int32_t> BestPlacement(const Problem& p, const Choice& choice, const Rates& rates,
+                                   std::vector<std::vector<int32_t>> starts) {
+  Evaluator ev(p, choice, rates);
+  starts.push_back(Greedy(p, ev));
+  starts.push_back(RoundRobinOwners(p));
+  std::vector<int32_t> best;
+  Cost best_cost;
+  for (auto& owner : starts) {
+    Cost cost = LocalSearch(p, ev, &owner);
+    if (best.empty() || Better(cost, best_cost)) best = owner, best_cost = cost;
+  }
+  return best;
+}
+
+Choice Uniform(const Problem& p, int codec) {
+  const int R = p.R();
+  return Choice{std::vector<int>(R * R, codec), std::vector<int>(R * R, codec)};
+}
+
+// Codecs per region pair for a placement (docs/planner.md, "Codecs"). The
+// time of pairs {a, b} depends only on that pair's codecs, so each region
+// pair is decided alone: the safest (push, pull) whose step time is within
+// codec_gain of the fastest, then relaxed back to the safest that does not
+// make the whole step slower.
+Choice ChooseCodecs(const Problem& p, const Rates& rates, const std::vector<int32_t>& owner) {
+  if (p.candidates.empty()) return p.job;
+  const int R = p.R(), n = static_cast<int>(p.candidates.size());
+  std::vector<std::pair<int, int>> combos;  // candidate ranks (push, pull), safest first
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) combos.push_back({a, b});
+  std::stable_sort(combos.begin(), combos.end(), [](auto x, auto y) {
+    auto key = [](std::pair<int, int> c) {
+      return std::tuple(std::max(c.first, c.second), c.first + c.second, c.first);
+    };
+    return key(x) < key(y);
+  });
+  auto set = [&](Choice* c, int a, int b, std::pair<int, int> combo) {
+    c->push[a * R + b] = c->push[b * R + a] = p.candidates[combo.first];
+    c->pull[a * R + b] = c->pull[b * R + a] = p.candidates[combo.second];
+  };
+
+  Choice choice = Uniform(p, p.candidates[0]);
+  std::vector<std::vector<double>> local(R * R);  // per pair a <= b: its time under each combo
+  std::vector<size_t> picked(R * R, 0);
+  double slowest = 0;
+  for (int a = 0; a < R; ++a)
+    for (int b = a; b < R; ++b) {
+      for (auto combo : combos) {
+        Choice c = choice;
+        set(&c, a, b, combo);
+        Evaluator ev(p, c, rates);
+        const std::vector<double> t = ev.PairTimes(ev.Of(owner));
+        local[a * R + b].push_back(std::max(t[a * R + b], t[b * R + a]));
+      }
+      const std::vector<double>& l = local[a * R + b];
+      const double fastest = p.compute_ms + *std::min_element(l.begin(), l.end());
+      size_t i = 0;
+      while (p.compute_ms + l[i] > fastest * (1 + p.codec_gain) && !Near(p.compute_ms + l[i], fastest)) ++i;
+      picked[a * R + b] = i;
+      slowest = std::max(slowest, l[i]);
+    }
+  for (int a = 0; a < R; ++a)
+    for (int b = a; b < R; ++b) {
+      const std::vector<double>& l = local[a * R + b];
+      size_t i = 0;
+      while (i < picked[a * R + b] && l[i] > slowest && !Near(l[i], slowest)) ++i;
+      set(&choice, a, b, combos[i]);
+    }
+  return choice;
+}
+
+// Relabels `next` within each size class so that as many chunks as possible
+// keep their owner in `prev`; the per-server counts, and so the cost, stay.
+std::vector<int32_t> KeepInPlace(const Problem& p, const std::vector<int32_t>& prev, const std::vector<int32_t>& next) {
+  const int S = p.S(), K = p.K();
+  std::vector<int> need(S * K, 0);
+  for (uint32_t c = 0; c < next.size(); ++c) ++need[next[c] * K + p.chunk_class[c]];
+  std::vector<int32_t> out(next.size(), -1);
+  for (uint32_t c = 0; c < prev.size(); ++c)
+    if (int& n = need[prev[c] * K + p.chunk_class[c]]; n > 0) out[c] = prev[c], --n;
+  for (uint32_t c = 0; c < out.size(); ++c) {
+    if (out[c] >= 0) continue;
+    int s = 0;
+    while (need[s * K + p.chunk_class[c]] == 0) ++s;
+    out[c] = s;
+    --need[s * K + p.chunk_class[c]];
+  }
+  return out;
+}
+
+CodecTable Names(const Problem& p, const Choice& c) {
+  CodecTable t;
+  t.regions = p.R();
+  for (int i : c.push) t.push.push_back(p.codecs[i].name);
+  for (int i : c.pull) t.pull.push_back(p.codecs[i].name);
+  return t;
+}
+
+Plan Build(const Problem& p, const LinkMatrix& links, const Choice& choice, std::vector<int32_t> owner,
+           uint64_t version) {
+  Rates rates(links);
+  Evaluator ev(p, choice, rates);
+  Plan plan;
+  plan.prediction = ev.Predict(ev.Of(owner));
+  plan.shard_map.layout = p.layout;
+  plan.shard_map.owner = std::move(owner);
+  plan.shard_map.version = version;
+  plan.codecs = Names(p, choice);
+  plan.links = links;
+  return plan;
+}
+
+}  // namespace
+
+LinkMatrix::LinkMatrix(std::vector<std::string> regions)
+    : regions_(std::move(regions)), links_(regions_.size() * regions_.size()) {}
+
+LinkMatrix LinkMatrix::FromJob(const JobSpec& job) {
+  std::vector<std::string> names;
+  for (const auto& r : job.regions) names.push_back(r.name);
+  LinkMatrix m(std::move(names));
+  for (const LinkSpec& l : job.wan.links) {
+    const int a = m.Index(l.from), b = m.Index(l.to);
+    if (a < 0 || b < 0) continue;  // ParseJob rejects these
+    LinkState& s = m.at(a, b);
+    s.delay_ms = l.delay_ms + l.jitter_ms / 2;
+    s.bandwidth_mbit = l.bandwidth_mbit > 0 ? l.bandwidth_mbit : kLoopbackMbit;
+    // A user-space proxy cannot drop packets (TCP hides loss from it), so
+    // under proxy emulation the declared loss does not happen.
+    s.loss = job.wan.emulation == "proxy" ? 0 : l.loss;
+    s.declared = true;
+  }
+  return m;
+}
+
+int LinkMatrix::Index(const std::string& region) const {
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i] == region) return static_cast<int>(i);
+  return -1;
+}
+
+double LinkMatrix::GoodputMbit(int from, int to) const {
+  const LinkState& l = at(from, to);
+  const double rtt_s = RttMs(from, to) / 1e3;
+  if (l.loss <= 0 || rtt_s <= 0) return l.bandwidth_mbit;
+  const double mathis_mbit = kMssBytes * 8 / (rtt_s * std::sqrt(2 * l.loss / 3)) / 1e6;
+  return std::min(l.bandwidth_mbit, mathis_mbit);
+}
+
+double DefaultComputeMs(const JobSpec& job) {
+  if (job.wan.compute_ms > 0) return job.wan.compute_ms;
+  if (job.model.name == "synthetic") return 0;
+  return kCnnComputeMsPer64 * job.data.batch_size / 64.0;
+}
+
+StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout& layout,
+                                  const PlannerOptions& options) {
+  auto p = std::make_shared<Problem>();
+  for (const auto& r : job.regions) {
+    p->regions.push_back(r.name);
+    p->workers.push_back(r.workers);
+    for (int s = 0; s < r.servers; ++s) p->server_region.push_back(static_cast<int>(p->regions.size()) - 1);
+  }
+  if (p->S() == 0) return InvalidArgument("planner: the job has no parameter servers");
+  if (job.NumWorkers() == 0) return InvalidArgument("planner: the job has no workers");
+  if (layout.num_chunks() == 0) return InvalidArgument("planner: the model has no parameters to place");
+  p->layout = layout;
+  // ChunkLayout::Size without linking chunking.cc (see planner.h).
+  auto size = [&](uint32_t c) { return std::min(layout.chunk_elems(), layout.num_params() - layout.Begin(c)); };
+  for (uint32_t c = 0; c < layout.num_chunks(); ++c) {
+    auto it = std::find(p->class_elems.begin(), p->class_elems.end(), size(c));
+    if (it == p->class_elems.end()) it = p->class_elems.insert(p->class_elems.end(), size(c));
+    p->chunk_class.push_back(static_cast<int>(it - p->class_elems.begin()));
+    p->by_size.push_back(c);
+  }
+  std::stable_sort(p->by_size.begin(), p->by_size.end(), [&](uint32_t a, uint32_t b) { return size(a) > size(b); });
+  p->declared = LinkMatrix::FromJob(job);
+  p->emulation = job.wan.emulation;
+  p->compute_ms = options.compute_ms.value_or(DefaultComputeMs(job));
+  if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
+    return InvalidArgument("planner: the compute time per step must be >= 0 ms");
+  p->codec_gain = options.codec_gain;
+  p->drift = job.wan.replan_drift;
+  p->max_steps = options.max_search_steps;
+
+  const int R = p->R();
+  p->job = Uniform(*p, 0);
+  for (int w = 0; w < R; ++w)
+    for (int r = 0; r < R; ++r) {
+      const std::string where = "compression codec for " + p->regions[w] + " <-> " + p->regions[r];
+      GD_ASSIGN_OR_RETURN(p->job.push[w * R + r], p->Intern(job.PushCodec(p->regions[w], p->regions[r]), where));
+      GD_ASSIGN_OR_RETURN(p->job.pull[w * R + r], p->Intern(job.PullCodec(p->regions[w], p->regions[r]), where));
+    }
+  for (size_t i = 0; i < job.wan.planner_codecs.size(); ++i) {
+    GD_ASSIGN_OR_RETURN(int c, p->Intern(job.wan.planner_codecs[i], "wan.planner_codecs[" + std::to_string(i) + "]"));
+    if (std::find(p->candidates.begin(), p->candidates.end(), c) == p->candidates.end()) p->candidates.push_back(c);
+  }
+  // Safest first: lossless before lossy, then more predicted bytes (less
+  // dropped) before fewer, then the order of the job file.
+  const uint64_t ref = p->class_elems.front();
+  std::stable_sort(p->candidates.begin(), p->candidates.end(), [&](int a, int b) {
+    const Codec &x = p->codecs[a], &y = p->codecs[b];
+    if (x.spec.lossy() != y.spec.lossy()) return !x.spec.lossy();
+    return EncodedBytes(x.spec, ref) > EncodedBytes(y.spec, ref);
+  });
+  return Planner(std::move(p));
+}
+
+const LinkMatrix& Planner::declared_links() const { return p_->declared; }
+const server::ChunkLayout& Planner::layout() const { return p_->layout; }
+double Planner::compute_ms() const { return p_->compute_ms; }
+int Planner::num_servers() const { return p_->S(); }
+const std::vector<std::string>& Planner::regions() const { return p_->regions; }
+const std::vector<int>& Planner::workers_per_region() const { return p_->workers; }
+const std::vector<int>& Planner::server_regions() const { return p_->server_region; }
+const std::string& Planner::emulation() const { return p_->emulation; }
+CodecTable Planner::JobCodecs() const { return Names(*p_, p_->job); }
+std::vector<int32_t> Planner::RoundRobin() const { return RoundRobinOwners(*p_); }
+
+Plan Planner::MakePlan(const LinkMatrix& requested, const std::vector<std::vector<int32_t>>& also_try) const {
+  const Problem& p = *p_;
+  const LinkMatrix& links = p.Usable(requested);
+  const Rates rates(links);
+  std::vector<std::vector<int32_t>> starts;
+  for (const auto& o : also_try)
+    if (p.ValidOwner(o)) starts.push_back(o);
+
+  Choice choice = p.candidates.empty() ? p.job : Uniform(p, p.candidates[0]);
+  std::vector<int32_t> owner = BestPlacement(p, choice, rates, starts);
+  // Codecs and placement depend on each other: alternate a few rounds. The
+  // placement returned is always the best found for the codecs returned.
+  for (int round = 0; round < 3; ++round) {
+    Choice next = ChooseCodecs(p, rates, owner);
+    if (next == choice) break;
+    choice = std::move(next);
+    starts.insert(starts.begin(), owner);
+    owner = BestPlacement(p, choice, rates, starts);
+  }
+  return Build(p, links, choice, std::move(owner), 1);
+}
+
+StatusOr<Prediction> Planner::Predict(const std::vector<int32_t>& owner, const CodecTable& codecs,
+                                      const LinkMatrix& links) const {
+  const Problem& p = *p_;
+  if (!p.ValidOwner(owner))
+    return InvalidArgument("placement must name one of " + std::to_string(p.S()) + " servers for each of " +
+                           std::to_string(p.layout.num_chunks()) + " chunks");
+  if (links.regions() != p.regions) return InvalidArgument("link matrix regions differ from the job's");
+  const int R = p.R();
+  if (codecs.regions != R || codecs.push.size() != size_t(R * R) || codecs.pull.size() != size_t(R * R))
+    return InvalidArgument("codec table is not for the job's " + std::to_string(R) + " regions");
+  Choice choice = Uniform(p, 0);
+  for (int i = 0; i < R * R; ++i) {
+    choice.push[i] = p.Find(codecs.push[i]);
+    choice.pull[i] = p.Find(codecs.pull[i]);
+    for (int c : {choice.push[i], choice.pull[i]})
+      if (c < 0) return InvalidArgument("codec table names a codec that is neither the job's nor a candidate");
+  }
+  const Rates rates(links);
+  Evaluator ev(p, choice, rates);
+  return ev.Predict(ev.Of(owner));
+}
+
+StatusOr<Replan> Planner::CheckDrift(const Plan& previous, const LinkMatrix& measured) const {
+  const Problem& p = *p_;
+  if (measured.regions() != p.regions || previous.links.regions() != p.regions)
+    return InvalidArgument("link matrix regions differ from the job's");
+  if (!p.ValidOwner(previous.shard_map.owner)) return InvalidArgument("the previous plan is for another layout");
+  Replan out;
+  for (int a = 0; a < p.R(); ++a)
+    for (int b = 0; b < p.R(); ++b) {
+      const double planned = previous.links.at(a, b).bandwidth_mbit, now = measured.at(a, b).bandwidth_mbit;
+      const double change = planned > 0 ? (now - planned) / planned : (now > 0 ? 1.0 : 0.0);
+      if (std::abs(change) > p.drift && !Near(std::abs(change), p.drift))
+        out.drifted.push_back(p.regions[a] + " -> " + p.regions[b] + ": planned " + std::to_string(planned) +
+                              " Mbit/s, measured " + std::to_string(now) + " Mbit/s (" + Pct(change) + ")");
+    }
+  if (out.drifted.empty()) return out;
+  const std::vector<int32_t>& prev = previous.shard_map.owner;
+  Plan plan = MakePlan(measured, {prev});
+  plan.shard_map.owner = KeepInPlace(p, prev, plan.shard_map.owner);
+  plan.shard_map.version = previous.shard_map.version + 1;
+  for (uint32_t c = 0; c < prev.size(); ++c)
+    if (prev[c] != plan.shard_map.owner[c]) out.moves.push_back({c, prev[c], plan.shard_map.owner[c]});
+  out.plan = std::move(plan);
+  return out;
+}
+
+// ---- geodesic plan's report ----
+
+namespace {
+
+template <typename... Args>
+std::string Format(const char* fmt, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, fmt, args...);
+  return buf;
+}
+
+std::string Counts(const std::vector<uint64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "/" : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<uint64_t> ChunksPerServer(int servers, const std::vector<int32_t>& owner) {
+  std::vector<uint64_t> n(servers, 0);
+  for (int32_t s : owner) ++n[s];
+  return n;
+}
+
+nlohmann::json PredictionJson(const Prediction& pr) {
+  nlohmann::json j = {
+      {"compute_ms", pr.compute_ms}, {"comm_ms", pr.comm_ms}, {"step_ms", pr.step_ms}, {"bottleneck", pr.bottleneck}};
+  j["links"] = nlohmann::json::array();
+  for (const LinkLoad& l : pr.links)
+    j["links"].push_back({{"from", l.from},
+                          {"to", l.to},
+                          {"push_bytes", l.push_bytes},
+                          {"pull_bytes", l.pull_bytes},
+                          {"delay_ms", l.delay_ms},
+                          {"goodput_mbit", l.goodput_mbit},
+                          {"serialization_ms", l.serialization_ms},
+                          {"time_ms", l.time_ms}});
+  j["pairs"] = nlohmann::json::array();
+  for (const PairTime& t : pr.pairs)
+    j["pairs"].push_back({{"worker_region", t.worker_region}, {"server_region", t.server_region}, {"ms", t.ms}});
+  return j;
+}
+
+}  // namespace
+
+std::string PlanReport(const Planner& planner, const Plan& plan,
+                       const std::vector<std::pair<std::string, std::vector<int32_t>>>& baselines, bool json) {
+  const auto& regions = planner.regions();
+  const int R = static_cast<int>(regions.size()), S = planner.num_servers();
+  const server::ChunkLayout& layout = planner.layout();
+  const LinkMatrix& m = plan.links;
+  const std::vector<int32_t>& owner = plan.shard_map.owner;
+  std::vector<uint64_t> chunks = ChunksPerServer(S, owner), elems(S, 0);
+  for (uint32_t c = 0; c < owner.size(); ++c)
+    elems[owner[c]] += std::min(layout.chunk_elems(), layout.num_params() - layout.Begin(c));
+
+  struct Row {
+    std::string name;
+    std::vector<uint64_t> chunks;
+    Prediction prediction;
+  };
+  std::vector<Row> rows = {{"planner", chunks, plan.prediction}};
+  std::vector<std::pair<std::string, std::vector<int32_t>>> others = baselines;
+  others.push_back({"round-robin", planner.RoundRobin()});
+  for (const auto& [name, o] : others) {
+    auto pr = planner.Predict(o, plan.codecs, m);
+    if (pr.ok()) rows.push_back({name, ChunksPerServer(S, o), *pr});
+  }
+  bool lossy_links = false;
+  for (int a = 0; a < R; ++a)
+    for (int b = 0; b < R; ++b) lossy_links |= m.at(a, b).loss > 0;
+  std::vector<std::string> notes;
+  if (lossy_links && planner.emulation() != "netns")
+    notes.push_back("wan.emulation is " + planner.emulation() +
+                    ": declared loss is not emulated, so measured times on lossy links will be lower");
+  notes.push_back("workers prefetch the next pull while computing; the model does not count that overlap");
+
+  if (json) {
+    nlohmann::json j;
+    j["num_params"] = layout.num_params();
+    j["chunk_elems"] = layout.chunk_elems();
+    j["num_chunks"] = layout.num_chunks();
+    j["compute_ms"] = planner.compute_ms();
+    j["link_matrix"] = nlohmann::json::array();
+    for (int a = 0; a < R; ++a)
+      for (int b = 0; b < R; ++b) {
+        const LinkState& l = m.at(a, b);
+        j["link_matrix"].push_back({{"from", regions[a]},
+                                    {"to", regions[b]},
+                                    {"delay_ms", l.delay_ms},
+                                    {"bandwidth_mbit", l.bandwidth_mbit},
+                                    {"loss", l.loss},
+                                    {"declared", l.declared},
+                                    {"goodput_mbit", m.GoodputMbit(a, b)}});
+      }
+    nlohmann::json servers = nlohmann::json::array();
+    for (int s = 0; s < S; ++s)
+      servers.push_back({{"id", s},
+                         {"region", regions[planner.server_regions()[s]]},
+                         {"chunks", chunks[s]},
+                         {"bytes", elems[s] * sizeof(float)}});
+    nlohmann::json codecs = nlohmann::json::array();
+    for (int w = 0; w < R; ++w)
+      for (int r = 0; r < R; ++r)
+        codecs.push_back({{"worker_region", regions[w]},
+                          {"server_region", regions[r]},
+                          {"push", plan.codecs.Push(w, r)},
+                          {"pull", plan.codecs.Pull(w, r)}});
+    j["plan"] = {
+        {"owner", owner}, {"servers", servers}, {"codecs", codecs}, {"prediction", PredictionJson(plan.prediction)}};
+    j["comparison"] = nlohmann::json::array();
+    for (const Row& row : rows)
+      j["comparison"].push_back({{"placement", row.name},
+                                 {"chunks_per_server", row.chunks},
+                                 {"step_ms", row.prediction.step_ms},
+                                 {"comm_ms", row.prediction.comm_ms},
+                                 {"bottleneck", row.prediction.bottleneck}});
+    j["notes"] = notes;
+    return j.dump(2) + "\n";
+  }
+
+  std::string out;
+  const uint64_t last = layout.num_params() - layout.Begin(layout.num_chunks() - 1);
+  out += Format("model: %llu parameters in %u chunks of %llu floats (the last %llu); %d servers, %d regions\n",
+                static_cast<unsigned long long>(layout.num_params()), layout.num_chunks(),
+                static_cast<unsigned long long>(layout.chunk_elems()), static_cast<unsigned long long>(last), S, R);
+  out += Format("compute: %.1f ms per step per worker (--compute-ms); cost model: docs/planner.md\n\n",
+                planner.compute_ms());
+  out += "link matrix (one way; goodput: the bandwidth, capped under loss by the Mathis TCP model):\n";
+  out += Format("  %-24s %9s %10s %7s %10s\n", "link", "delay ms", "Mbit/s", "loss", "goodput");
+  for (int a = 0; a < R; ++a)
+    for (int b = 0; b < R; ++b) {
+      const LinkState& l = m.at(a, b);
+      out += Format("  %-24s %9.2f %10.1f %7.4f %10.2f%s\n", (regions[a] + " -> " + regions[b]).c_str(), l.delay_ms,
+                    l.bandwidth_mbit, l.loss, m.GoodputMbit(a, b), l.declared ? "" : "  (undeclared: loopback)");
+    }
+  out += "\nplacement:\n";
+  out += Format("  %-8s %-12s %7s %12s %8s\n", "server", "region", "chunks", "bytes", "workers");
+  for (int s = 0; s < S; ++s) {
+    const int r = planner.server_regions()[s];
+    out += Format("  %-8d %-12s %7llu %12llu %8d\n", s, regions[r].c_str(), static_cast<unsigned long long>(chunks[s]),
+                  static_cast<unsigned long long>(elems[s] * sizeof(float)), planner.workers_per_region()[r]);
+  }
+  out += "\ncodecs per region pair (push / pull):\n";
+  for (int a = 0; a < R; ++a)
+    for (int b = a; b < R; ++b)
+      out += Format("  %-24s %s / %s\n", (regions[a] + " <-> " + regions[b]).c_str(), plan.codecs.Push(a, b).c_str(),
+                    plan.codecs.Pull(a, b).c_str());
+  out += "\npredicted traffic per step (links with traffic):\n";
+  out += Format("  %-24s %12s %12s %9s %12s %9s\n", "link", "push bytes", "pull bytes", "delay ms", "serialize ms",
+                "time ms");
+  for (const LinkLoad& l : plan.prediction.links) {
+    if (l.time_ms == 0) continue;
+    out += Format("  %-24s %12.0f %12.0f %9.2f %12.2f %9.2f\n", (l.from + " -> " + l.to).c_str(), l.push_bytes,
+                  l.pull_bytes, l.delay_ms, l.serialization_ms, l.time_ms);
+  }
+  out += "\npredicted push-then-pull time per (worker region, server region):\n";
+  for (const PairTime& t : plan.prediction.pairs)
+    out +=
+        Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);
+  out += Format("\npredicted step: %.1f ms = compute %.1f + communication %.1f (bottleneck: %s)\n",
+                plan.prediction.step_ms, plan.prediction.compute_ms, plan.prediction.comm_ms,
+                plan.prediction.bottleneck.c_str());
+  out += "\ncomparison (the plan's codecs):\n";
+  out += Format("  %-16s %10s %10s  %-18s %s\n", "placement", "step ms", "comm ms", "chunks/server", "bottleneck");
+  for (const Row& row : rows)
+    out += Format("  %-16s %10.1f %10.1f  %-18s %s\n", row.name.c_str(), row.prediction.step_ms, row.prediction.comm_ms,
+                  Counts(row.chunks).c_str(), row.prediction.bottleneck.c_str());
+  for (const std::string& n : notes) out += "\nnote: " + n;
+  return out + "\n";
+}
+
+}  // namespace geodesic::wan
