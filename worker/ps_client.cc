@@ -114,6 +114,23 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       p.max_held_us = std::max<uint64_t>(p.max_held_us, r.held_us());
       p.max_hold_us = std::max<uint64_t>(p.max_hold_us, r.hold_us());
       p.last_reply = clock_->Now();
+      {
+        // Passive link estimate: the reply's time on the path is the time
+        // since the request, less the server's hold and the path's least
+        // round trip; bytes so far over it are a throughput sample when the
+        // transfer, not the latency, made most of it.
+        Shard& sh = shards_[shard];
+        if (p.reply_bytes.size() != shards_.size()) p.reply_bytes.assign(shards_.size(), 0);
+        for (const auto& f : m.frames) p.reply_bytes[shard] += f.size();
+        double path_s = Seconds(p.last_reply - p.requested) - static_cast<double>(r.hold_us()) * 1e-6;
+        if (path_s > 0 && (sh.min_rtt_s < 0 || path_s < sh.min_rtt_s)) sh.min_rtt_s = path_s;
+        double transfer_s = path_s - sh.min_rtt_s;
+        if (transfer_s > 0.002 && transfer_s > 0.2 * path_s && p.reply_bytes[shard] >= (64u << 10)) {
+          double mbit = static_cast<double>(p.reply_bytes[shard]) * 8 / transfer_s / 1e6;
+          sh.mbit_ema = sh.mbit_samples == 0 ? mbit : 0.8 * sh.mbit_ema + 0.2 * mbit;
+          ++sh.mbit_samples;
+        }
+      }
       if (p.min_clock < 0 || r.min_clock() < p.min_clock) p.min_clock = r.min_clock();
       p.last_progress = clock_->Now();
       return;
@@ -269,6 +286,31 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
     if (!p.got[c]) req->add_chunk_ids(c);
   p.request_ids[si] = id;
   return s.socket->Send(h, {});
+}
+
+std::vector<LinkEstimate> PsClient::LinkEstimates() const {
+  std::map<std::string, LinkEstimate> by_region;
+  std::map<std::string, int> with_rate;
+  for (const Shard& sh : shards_) {
+    if (sh.min_rtt_s < 0) continue;
+    LinkEstimate& e = by_region[sh.region];
+    e.server_region = sh.region;
+    double rtt_ms = sh.min_rtt_s * 1e3;
+    e.min_rtt_ms = e.min_rtt_ms == 0 ? rtt_ms : std::min(e.min_rtt_ms, rtt_ms);
+    if (sh.mbit_samples > 0) {
+      // Shards of one region share the path: their replies' rates add up
+      // only when they overlap, so report the mean of the shards' rates.
+      e.mbit += sh.mbit_ema;
+      e.samples += sh.mbit_samples;
+      ++with_rate[sh.region];
+    }
+  }
+  std::vector<LinkEstimate> out;
+  for (auto& [region, e] : by_region) {
+    if (with_rate[region] > 0) e.mbit /= with_rate[region];
+    out.push_back(e);
+  }
+  return out;
 }
 
 Status PsClient::RequestPull(int64_t clock, const PullOptions& options) {

@@ -77,6 +77,15 @@ struct PullTiming {
   int64_t min_clock = -1;    // slowest live worker's clock, as the replies reported
 };
 
+// A passive estimate of the path from one server region to this worker,
+// from the pull replies themselves (no probe traffic).
+struct LinkEstimate {
+  std::string server_region;
+  double min_rtt_ms = 0;  // least request -> reply time, the server's hold excluded
+  double mbit = 0;        // EWMA of reply bytes / (reply time - hold - min RTT)
+  uint64_t samples = 0;
+};
+
 class PsClient {
  public:
   PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
@@ -117,6 +126,9 @@ class PsClient {
   // acknowledgements; returns the seconds it blocked.
   StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);
 
+  // Per server region, from this worker's pull replies so far.
+  std::vector<LinkEstimate> LinkEstimates() const;
+
   uint64_t pushes_refused() const { return pushes_refused_; }
   uint64_t resyncs() const { return resyncs_; }
   const compression::ErrorFeedback& error_feedback() const { return feedback_; }
@@ -132,6 +144,10 @@ class PsClient {
     compression::CodecSpec push;                    // fp32 unless the job says otherwise
     std::unique_ptr<compression::Encoder> encoder;  // for lossy or zstd pushes
     double encoder_fraction = 0;                    // sparse codecs: the fraction `encoder` uses now
+    // Passive link estimate (see LinkEstimate).
+    double min_rtt_s = -1;
+    double mbit_ema = 0;
+    uint64_t mbit_samples = 0;
   };
   struct PendingPull {
     int64_t clock = 0;
@@ -142,6 +158,7 @@ class PsClient {
     float* dest = nullptr;  // set by WaitPull: decode on arrival
     TimePoint requested{};
     std::vector<uint64_t> request_ids;  // per shard
+    std::vector<uint64_t> reply_bytes;  // per shard, received so far
     size_t remaining = 0;
     std::vector<bool> got;                                         // per chunk id
     std::vector<std::pair<wire::ChunkData, zmq::message_t>> data;  // arrived before WaitPull

@@ -178,6 +178,10 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["wait_seconds"] = wait_s;
     j["loss"] = loss_ema;
     j["train_accuracy"] = acc_ema;
+    nlohmann::json links = nlohmann::json::object();
+    for (const LinkEstimate& e : ps.LinkEstimates())
+      links[e.server_region] = {{"min_rtt_ms", e.min_rtt_ms}, {"mbit", e.mbit}, {"samples", e.samples}};
+    j["links_from_servers"] = links;
     Status s = WriteFileAtomic(options.stats_file, j.dump(2), /*durable=*/false);
     if (!s.ok()) GD_LOG(WARNING) << s;
   };
@@ -257,6 +261,14 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       p.set_compute_seconds(compute_s);
       p.set_comm_seconds(comm_s);
       p.set_wait_seconds(wait_s);
+      p.clear_links();
+      for (const LinkEstimate& e : ps.LinkEstimates()) {
+        auto* l = p.add_links();
+        l->set_server_region(e.server_region);
+        l->set_min_rtt_ms(e.min_rtt_ms);
+        l->set_mbit(e.mbit);
+        l->set_samples(e.samples);
+      }
     }
     if (Seconds(clock->Now() - last_stats) > 2.0) {
       write_stats(false);
