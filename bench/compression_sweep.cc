@@ -29,11 +29,12 @@ struct Config {
   bool zstd = false;
   bool feedback = true;
   bool momentum_correction = false;
+  bool pull = false;  // compressed pulls carry what they drop in the change to the worker's copy: no "ef"
   std::string Name() const {
     return codec + (zstd ? "+zstd" : "") +
-           (codec == "fp32" ? ""
-            : feedback      ? " ef"
-                            : " no-ef") +
+           (codec == "fp32" || pull ? ""
+            : feedback              ? " ef"
+                                    : " no-ef") +
            (momentum_correction ? " mc" : "");
   }
 };
@@ -54,7 +55,7 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
   for (const std::string& c : options.codecs)
     for (bool z : {false, true})
       for (bool ef : {true, false})
-        if (ef || dir != "pull") configs.push_back({c, z, ef});
+        if (ef || dir != "pull") configs.push_back({c, z, ef, false, dir == "pull"});
   if (dir != "pull")
     for (const std::string& c : options.mc_codecs) configs.push_back({c, true, true, true});
 
