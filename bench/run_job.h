@@ -13,10 +13,10 @@
 namespace geodesic::bench {
 
 struct JobRun {
-  std::string binary;                // the geodesic binary
+  std::string binary;  // the geodesic binary
   std::string job_file;
-  std::string run_dir;               // the launch's run directory; its log is run_dir + ".log"
-  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string run_dir;                  // the launch's run directory; its log is run_dir + ".log"
+  std::vector<std::string> overrides;   // --set KEY=VALUE
   std::vector<std::string> extra_args;  // more launch flags
 };
 

@@ -36,8 +36,8 @@ struct WanConfig {
 
 std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::string bound = std::to_string(o.staleness_bound);
-  const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd",
-                                             "compression.momentum_correction=true", "compression.pull=fp16"};
+  const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd", "compression.momentum_correction=true",
+                                             "compression.pull=fp16"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -106,13 +106,12 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
     if (c.name == "lan" && steps > 0) compute_ms = std::to_string(1000 * wall / steps);
     rows.push_back(row);
     for (const auto& p : s["accuracy_curve"])
-      curves << c.name << "," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>()
-             << "\n";
+      curves << c.name << "," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>() << "\n";
     if (s.contains("links"))
       for (const auto& l : s["links"])
         links << c.name << "," << l["from"].get<std::string>() << "," << l["to"].get<std::string>() << ","
-              << l.value("bytes", json(0)) << "," << l["bandwidth_mbit"] << "," << l.value("probed_mbit", json())
-              << "," << l.value("probed_rtt_ms", json()) << "\n";
+              << l.value("bytes", json(0)) << "," << l["bandwidth_mbit"] << "," << l.value("probed_mbit", json()) << ","
+              << l.value("probed_rtt_ms", json()) << "\n";
     curves.flush();
     links.flush();
     GD_LOG(INFO) << c.name << ": accuracy " << s["test_accuracy"] << ", " << job.eval.target_accuracy << " after "
@@ -130,8 +129,8 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   for (auto& r : rows) {
     json t = r["seconds_to_target"];
     r["vs_lan"] = lan > 0 && t.is_number() ? json(t.get<double>() / lan) : json();
-    auto num = [](const json& v, const char* fmt) {
-      if (!v.is_number()) return std::string("not reached");
+    auto num = [](const json& v, const char* fmt, const char* missing = "not reached") {
+      if (!v.is_number()) return std::string(missing);
       char b[64];
       std::snprintf(b, sizeof(b), fmt, v.get<double>());
       return std::string(b);
@@ -141,8 +140,8 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
         << r.value("predicted_step_ms", json()) << "\n";
     md << "| " << r["config"].get<std::string>() << " (" << r["what"].get<std::string>() << ") | " << num(t, "%.1f")
        << " | " << num(r["vs_lan"], "%.2fx") << " | " << num(r["test_accuracy"], "%.4f") << " | "
-       << num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | " << num(r["observed_step_ms"], "%.0f")
-       << " | " << num(r.value("predicted_step_ms", json()), "%.0f") << " |\n";
+       << num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | " << num(r["observed_step_ms"], "%.0f") << " | "
+       << num(r.value("predicted_step_ms", json()), "%.0f", "-") << " |\n";
   }
   md.close();
   csv.close();

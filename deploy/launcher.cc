@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "compression/codec.h"
 #include "deploy/emulated_wan.h"
+#include "deploy/netns.h"
 #include "deploy/process.h"
 #include "wan/message.h"
 
@@ -192,6 +193,18 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s) {
   line += "  " + Fmt("%.0f", samples_per_s) + " samples/s";
   line += "  staleness mean " + Fmt("%.1f", stale_mean) + " max " + std::to_string(stale_max);
   line += "  workers " + std::to_string(live) + "/" + std::to_string(st.workers_size()) + " live";
+  // The slowest cross-region path, as the workers measured it passively.
+  const wire::LinkEstimate* slowest = nullptr;
+  std::string slowest_to;
+  for (const auto& w : st.workers())
+    for (const auto& l : w.progress().links())
+      if (l.server_region() != w.region() && l.samples() > 0 && (!slowest || l.mbit() < slowest->mbit())) {
+        slowest = &l;
+        slowest_to = w.region();
+      }
+  if (slowest)
+    line += "  slowest link " + slowest->server_region() + "->" + slowest_to + " " + Fmt("%.1f", slowest->mbit()) +
+            " Mbit/s " + Fmt("%.0f", slowest->min_rtt_ms()) + " ms";
   return line;
 }
 
@@ -230,8 +243,8 @@ StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, cons
     }
     if (!ok || !(c.after_s >= 0) || !(c.for_s > 0))
       return InvalidArgument("--cut '" + s + "': expected REGION:REGION@SECONDS+DURATION, e.g. us:asia@10+5");
-    if (job.wan.emulation != "proxy")
-      return InvalidArgument("--cut needs emulated links (wan.emulation: proxy and wan.links)");
+    if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+      return InvalidArgument("--cut needs emulated links (wan.emulation: proxy or netns, and wan.links)");
     if (!job.Link(c.a, c.b) && !job.Link(c.b, c.a))
       return InvalidArgument("--cut '" + s + "': no link is declared between " + c.a + " and " + c.b);
     out.push_back(c);
@@ -244,7 +257,8 @@ StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, cons
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {
   if (action != "cut" && action != "heal") return InvalidArgument("action must be cut or heal, not '" + action + "'");
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
-  if (job.wan.emulation != "proxy") return FailedPrecondition("the job in " + run_dir + " has no emulated links");
+  if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+    return FailedPrecondition("the job in " + run_dir + " has no emulated links");
   if (!job.Link(a, b) && !job.Link(b, a)) return InvalidArgument("no link is declared between " + a + " and " + b);
   GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/wan-control"));
   // One file per request, named so that the launcher applies them in order.
@@ -257,9 +271,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
-  if (job.wan.emulation == "netns")
-    return FailedPrecondition(options.job_file +
-                              ": wan.emulation: netns is not supported by geodesic launch yet; use proxy (user space)");
   // Codec names are checked before anything starts.
   {
     std::vector<std::pair<std::string, std::string>> names = {{"compression.push", job.compression.push},
@@ -291,6 +302,15 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::filesystem::remove(run_dir + "/coordinator.endpoint");
   std::filesystem::remove(run_dir + "/result.json");
   std::filesystem::remove(run_dir + "/final_params.bin");
+  // Kernel-emulated links (wan.emulation: netns): a network namespace per
+  // region, up before any child starts; each region's processes run inside
+  // theirs and bind its address. Taken down when Launch returns (after every
+  // child ended, or on a failure or Ctrl-C).
+  std::unique_ptr<NetnsWan> netns;
+  if (job.wan.emulation == "netns") {
+    GD_ASSIGN_OR_RETURN(netns, NetnsWan::Up(job, run_dir));
+    for (auto& r : job.regions) r.host = netns->Address(r.name);
+  }
   const std::string job_path = run_dir + "/job.yaml";
   GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
   const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
@@ -335,8 +355,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   };
 
   std::vector<std::unique_ptr<Child>> children;
-  auto start_child = [&](const std::string& name, std::vector<std::string> args) -> Status {
+  auto start_child = [&](const std::string& name, std::vector<std::string> args, const std::string& region) -> Status {
     args.insert(args.begin(), exe);
+    if (netns) {
+      auto prefix = netns->CommandPrefix(region);  // ip netns exec gd-<region>
+      args.insert(args.begin(), prefix.begin(), prefix.end());
+    }
     auto c = std::make_unique<Child>(name, std::move(args), run_dir + "/logs/" + name + ".log");
     GD_RETURN_IF_ERROR(c->Start().Annotate("starting " + name));
     children.push_back(std::move(c));
@@ -362,10 +386,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 
   const auto launch_start = std::chrono::steady_clock::now();
   const std::string endpoint_file = run_dir + "/coordinator.endpoint";
-  GD_RETURN_IF_ERROR(start_child(
-      "coordinator", {"coordinator", "--job", job_path, "--bind",
-                      wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
-                      endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"}));
+  GD_RETURN_IF_ERROR(
+      start_child("coordinator",
+                  {"coordinator", "--job", job_path, "--bind",
+                   wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
+                   endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"},
+                  job.CoordinatorRegion().name));
   std::string endpoint;
   for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
     auto text = ReadFile(endpoint_file);
@@ -384,7 +410,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                                      "--id",   std::to_string(i), "--coordinator",
                                      endpoint, "--stats-file",    run_dir + "/stats/" + name + ".json"};
     if (wan) args = append(append(args, {"--bind", wan->server_bind(i)}), routes_for(job.RegionOfServer(i).name));
-    GD_RETURN_IF_ERROR(start_child(name, args));
+    GD_RETURN_IF_ERROR(start_child(name, args, job.RegionOfServer(i).name));
   }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);
@@ -395,13 +421,15 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       args.push_back("--snapshot-dir");
       args.push_back(run_dir + "/snapshots");
     }
-    GD_RETURN_IF_ERROR(start_child(name, append(args, routes_for(job.RegionOfWorker(i).name))));
+    GD_RETURN_IF_ERROR(
+        start_child(name, append(args, routes_for(job.RegionOfWorker(i).name)), job.RegionOfWorker(i).name));
   }
   GD_RETURN_IF_ERROR(start_child(
       "evaluator",
       append({"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
               "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"},
-             routes_for(job.CoordinatorRegion().name))));
+             routes_for(job.CoordinatorRegion().name)),
+      job.CoordinatorRegion().name));
 
   {
     json pids = json::object();
@@ -527,9 +555,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
           }
       }
     }
-    if (wan) {
+    if (wan || netns) {
       auto apply = [&](const std::string& action, const std::string& a, const std::string& b, const char* why) {
-        Status st = action == "cut" ? wan->Cut(a, b) : wan->Heal(a, b);
+        Status st = netns ? (action == "cut" ? netns->Cut(a, b) : netns->Heal(a, b))
+                          : (action == "cut" ? wan->Cut(a, b) : wan->Heal(a, b));
         double t = training_started_at
                        ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
                        : 0.0;
@@ -649,6 +678,35 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["faults_injected"] = faults;
   summary["processes"] = procs;
   summary["staleness_bound"] = job.training.staleness_bound;
+  // Passive link estimates from the workers' own pull replies, per (server
+  // region -> worker region): the mean over the region's workers of each
+  // one's reply throughput (one flow's share of the path) and the least RTT.
+  std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
+  for (auto& c : children) {
+    if (c->name().rfind("worker-", 0) != 0) continue;
+    json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
+    if (!stats.is_object() || !stats.contains("links_from_servers")) continue;
+    const std::string& wr = job.RegionOfWorker(std::stoi(c->name().substr(7))).name;
+    for (auto& [sr, e] : stats["links_from_servers"].items()) {
+      auto& [rtt, mbit, n, samples] = passive[{sr, wr}];
+      double r = e.value("min_rtt_ms", 0.0);
+      rtt = n == 0 ? r : std::min(rtt, r);
+      mbit += e.value("mbit", 0.0);
+      samples += e.value("samples", uint64_t{0});
+      ++n;
+    }
+  }
+  json passive_links = json::array();
+  for (const auto& [pair, v] : passive) {
+    const auto& [rtt, mbit, n, samples] = v;
+    passive_links.push_back({{"from", pair.first},
+                             {"to", pair.second},
+                             {"min_rtt_ms", rtt},
+                             {"mbit_per_worker", samples > 0 ? json(mbit / n) : json()},
+                             {"workers", n},
+                             {"samples", samples}});
+  }
+  summary["passive_links"] = passive_links;
   if (coord.is_object() && coord.contains("plan")) summary["plan"] = coord["plan"];
   if (wan) {
     json links = json::array();
@@ -674,6 +732,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     summary["links"] = links;
     summary["link_events"] = link_events;
   }
+  if (netns) summary["link_events"] = link_events;  // cuts and heals under wan.emulation: netns
 
   std::string text = summary.dump(2);
   GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/summary.json", text));

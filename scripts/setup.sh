@@ -18,6 +18,8 @@ PACKAGES=(
   python3-matplotlib
   # the data: Fashion-MNIST in /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist
+  # kernel WAN emulation (wan.emulation: netns, deploy/netns) and the PyTorch DDP baseline (bench/ddp_baseline.py)
+  iproute2 iptables libnetfilter-queue-dev python3-torch
 )
 
 missing=()

@@ -107,9 +107,8 @@ TEST(WanLaunchTest, BadPartitionsAndRoutesAreClearErrors) {
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.output.find("--cut"), std::string::npos) << r.output;
   }
-  auto none = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "wan.emulation=none",
-                           "--cut", "a:c@1+1"},
-                          30);
+  auto none = RunGeodesic(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "wan.emulation=none", "--cut", "a:c@1+1"}, 30);
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.output.find("needs emulated links"), std::string::npos) << none.output;
   TempDir empty;  // no job ran here

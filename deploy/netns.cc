@@ -1,0 +1,192 @@
+#include "deploy/netns.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include "common/files.h"
+
+#ifndef GEODESIC_NETNS_SCRIPT
+#define GEODESIC_NETNS_SCRIPT "deploy/netns/netns.sh"
+#endif
+#ifndef GEODESIC_NFQ_DELAY
+#define GEODESIC_NFQ_DELAY ""
+#endif
+
+extern char** environ;
+
+namespace geodesic::deploy {
+namespace {
+
+// The absolute path of `name` on $PATH, plus the sbin folders a non-login
+// root shell may lack; empty if none.
+std::string FindProgram(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = std::string(path ? path : "") + ":/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin";
+  std::istringstream in(dirs);
+  std::string dir;
+  while (std::getline(in, dir, ':')) {
+    if (dir.empty()) continue;
+    std::string p = dir + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+// Runs argv (argv[0] an absolute path) with `extra_env` added, in its own
+// process group (a terminal's Ctrl-C must not stop it half way), and
+// returns its exit code and combined output.
+StatusOr<std::pair<int, std::string>> Run(const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env_store(extra_env);
+  for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+  std::vector<char*> envp, args;
+  for (auto& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_store(argv);
+  for (auto& a : argv_store) args.push_back(a.data());
+  args.push_back(nullptr);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return Unavailable(std::string("pipe: ") + std::strerror(errno));
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return Unavailable(std::string("fork: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    int devnull = ::open("/dev/null", O_RDONLY);
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    ::execve(args[0], args.data(), envp.data());
+    const char msg[] = "exec failed\n";
+    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return std::make_pair(code, out);
+}
+
+int RegionIndex(const JobSpec& job, const std::string& region) {
+  for (size_t i = 0; i < job.regions.size(); ++i)
+    if (job.regions[i].name == region) return static_cast<int>(i);
+  return -1;
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+std::string NetnsConfig(const JobSpec& job) {
+  std::ostringstream out;
+  out << "# written by geodesic launch for job '" << job.name << "' (format: deploy/netns/netns.sh)\n";
+  for (const auto& r : job.regions) out << "region " << r.name << "\n";
+  for (const auto& l : job.wan.links)
+    out << "link " << l.from << " " << l.to << " " << l.delay_ms << " " << l.jitter_ms << " " << l.bandwidth_mbit << " "
+        << l.loss << "\n";
+  return out.str();
+}
+
+std::string NetnsRegionAddress(int index) { return "10.77." + std::to_string(index + 1) + ".2"; }
+
+StatusOr<std::unique_ptr<NetnsWan>> NetnsWan::Up(const JobSpec& job, const std::string& run_dir,
+                                                 const NetnsOptions& options) {
+  if (job.regions.empty()) return InvalidArgument("wan.emulation: netns needs at least one region");
+  if (job.regions.size() > 250) return InvalidArgument("wan.emulation: netns supports at most 250 regions");
+  if (::geteuid() != 0)
+    return FailedPrecondition(
+        "wan.emulation: netns needs root (network namespaces, tc and iptables need CAP_NET_ADMIN); run as root or "
+        "use wan.emulation: proxy (user space, no root)");
+  std::string ip = FindProgram("ip");
+  std::vector<std::string> missing;
+  if (ip.empty()) missing.push_back("ip (iproute2)");
+  if (FindProgram("tc").empty()) missing.push_back("tc (iproute2)");
+  if (FindProgram("iptables").empty()) missing.push_back("iptables");
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    return FailedPrecondition("wan.emulation: netns needs " + list +
+                              "; install them with `apt-get install iproute2 iptables` (scripts/setup.sh)");
+  }
+  NetnsOptions o = options;
+  if (o.script.empty()) o.script = GEODESIC_NETNS_SCRIPT;
+  if (o.delayer.empty()) o.delayer = GEODESIC_NFQ_DELAY;
+  if (::access(o.script.c_str(), X_OK) != 0) return NotFound("the netns script " + o.script + " is missing");
+  for (const auto& r : job.regions)
+    for (char c : r.name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+        return InvalidArgument("wan.emulation: netns: region name '" + r.name +
+                               "' must be letters, digits, '-', '_' or '.' (it names a network namespace)");
+
+  GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/netns.conf", NetnsConfig(job), /*durable=*/false));
+  std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip));
+  GD_RETURN_IF_ERROR(wan->Script({"up", run_dir}));
+  wan->up_ = true;
+  return wan;
+}
+
+Status NetnsWan::Script(const std::vector<std::string>& args) const {
+  std::vector<std::string> argv = {FindProgram("bash"), options_.script};
+  if (argv[0].empty()) return FailedPrecondition("bash not found");
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> env;
+  if (!options_.delayer.empty() && ::access(options_.delayer.c_str(), X_OK) == 0)
+    env.push_back("GD_NFQ_DELAY=" + options_.delayer);
+  GD_ASSIGN_OR_RETURN(auto result, Run(argv, env));
+  if (result.first != 0) {
+    std::string cmd;
+    for (const auto& a : args) cmd += " " + a;
+    std::string text = Trim(result.second);
+    // The script's own message ("netns.sh: ...") says what failed.
+    if (result.first == 1 && text.find("netns.sh: ") != std::string::npos) return FailedPrecondition(text);
+    return Unavailable("netns.sh" + cmd + " failed (exit " + std::to_string(result.first) + "): " + text);
+  }
+  return Status::Ok();
+}
+
+std::string NetnsWan::Address(const std::string& region) const {
+  int i = RegionIndex(job_, region);
+  return i < 0 ? "" : NetnsRegionAddress(i);
+}
+
+std::vector<std::string> NetnsWan::CommandPrefix(const std::string& region) const {
+  return {ip_, "netns", "exec", "gd-" + region};
+}
+
+Status NetnsWan::Cut(const std::string& a, const std::string& b) { return Script({"cut", a, b}); }
+Status NetnsWan::Heal(const std::string& a, const std::string& b) { return Script({"heal", a, b}); }
+
+Status NetnsWan::Down() {
+  if (!up_) return Status::Ok();
+  up_ = false;
+  return Script({"down"});
+}
+
+NetnsWan::~NetnsWan() { (void)Down(); }
+
+}  // namespace geodesic::deploy

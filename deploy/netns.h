@@ -1,0 +1,72 @@
+// NetnsWan: kernel-level WAN emulation for `wan.emulation: netns` (root).
+// Each region gets a network namespace gd-<region> with address 10.77.i.2
+// (i = 1.. in job order), joined through a router namespace that shapes,
+// delays and drops every declared link direction; deploy/netns/netns.sh
+// builds it (its header documents the topology) and runs geodesic-nfq-delay.
+// The host reaches every region through an unshaped veth, so the launcher
+// itself stays in the root namespace.
+//
+// Owns the topology: Up() builds it, Down() or the destructor removes it.
+// Only one topology exists per machine (fixed names); Up() refuses while
+// another is up. Not synchronized; used by one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/job.h"
+#include "common/status.h"
+
+namespace geodesic::deploy {
+
+struct NetnsOptions {
+  // deploy/netns/netns.sh; default: the one in this build's source tree.
+  std::string script;
+  // The NFQUEUE delayer; default: the one this build made (if it did).
+  std::string delayer;
+};
+
+// The links file netns.sh reads, for a job's regions and wan.links.
+std::string NetnsConfig(const JobSpec& job);
+
+// 10.77.<index+1>.2, the address of the index-th region (job order).
+std::string NetnsRegionAddress(int index);
+
+class NetnsWan {
+ public:
+  // Checks for root, `ip`, `tc` and `iptables` (FailedPrecondition with what
+  // is missing), writes `run_dir`/netns.conf and runs `netns.sh up`. The job
+  // must have at least one region.
+  static StatusOr<std::unique_ptr<NetnsWan>> Up(const JobSpec& job, const std::string& run_dir,
+                                                const NetnsOptions& options = {});
+
+  // The region's address (bind to it; others reach it there).
+  std::string Address(const std::string& region) const;
+  // argv prefix that runs a command inside the region's namespace:
+  // {"/usr/sbin/ip", "netns", "exec", "gd-<region>"} (an absolute path, for execv).
+  std::vector<std::string> CommandPrefix(const std::string& region) const;
+
+  // Partitions (or reconnects) two regions, both directions. Packets already
+  // inside the delayer still arrive; TCP then retransmits with backoff, so
+  // after a heal a connection may need a few seconds to resume.
+  Status Cut(const std::string& a, const std::string& b);
+  Status Heal(const std::string& a, const std::string& b);
+
+  // Removes the topology (idempotent); the destructor calls it.
+  Status Down();
+  ~NetnsWan();
+
+ private:
+  NetnsWan(JobSpec job, NetnsOptions options, std::string ip)
+      : job_(std::move(job)), options_(std::move(options)), ip_(std::move(ip)) {}
+  Status Script(const std::vector<std::string>& args) const;
+
+  JobSpec job_;
+  NetnsOptions options_;
+  std::string ip_;  // absolute path of `ip`
+  bool up_ = false;
+};
+
+}  // namespace geodesic::deploy
