@@ -93,6 +93,11 @@ struct Planner::Problem {
   LinkMatrix declared;
   std::string emulation;
   double compute_ms = 0, codec_gain = 0, drift = 0;
+  // A staleness bound >= 1 with prefetch: a worker's pull is answered
+  // without waiting for the other workers' pushes, the next pull's round
+  // trip overlaps the compute, and pushes and pulls cross in opposite
+  // directions at once (docs/planner.md).
+  bool overlapped = false;
   int max_steps = 0;
   std::vector<Codec> codecs;    // the job's and the candidates, each name once
   std::vector<int> candidates;  // indices into codecs, safest first
@@ -179,9 +184,11 @@ class Evaluator {
     std::vector<double> t(R * R, 0.0);
     for (int w = 0; w < R; ++w)
       for (int r = 0; r < R; ++r)
-        if (p_.workers[w] > 0 && l.region_chunks[r] > 0)
-          t[w * R + r] = rates_.Delay(w, r) + rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.Delay(r, w) +
-                         rates_.SerializeMs(r, w, l.pull[r * R + w]);
+        if (p_.workers[w] > 0 && l.region_chunks[r] > 0) {
+          const double push = rates_.SerializeMs(w, r, l.push[r * R + w]);
+          const double pull = rates_.SerializeMs(r, w, l.pull[r * R + w]);
+          t[w * R + r] = rates_.Delay(w, r) + rates_.Delay(r, w) + (p_.overlapped ? std::max(push, pull) : push + pull);
+        }
     return t;
   }
 
@@ -222,7 +229,7 @@ class Evaluator {
           pr.bottleneck = p_.regions[w] + " workers <-> " + p_.regions[r] + " servers";
         }
       }
-    pr.step_ms = pr.compute_ms + pr.comm_ms;
+    pr.step_ms = p_.overlapped ? std::max(pr.compute_ms, pr.comm_ms) : pr.compute_ms + pr.comm_ms;
     return pr;
   }
 
@@ -489,6 +496,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout&
   p->declared = LinkMatrix::FromJob(job);
   p->emulation = job.wan.emulation;
   p->compute_ms = options.compute_ms.value_or(DefaultComputeMs(job));
+  p->overlapped = job.training.staleness_bound >= 1 && job.training.prefetch;
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;
@@ -521,6 +529,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout&
 const LinkMatrix& Planner::declared_links() const { return p_->declared; }
 const server::ChunkLayout& Planner::layout() const { return p_->layout; }
 double Planner::compute_ms() const { return p_->compute_ms; }
+bool Planner::overlapped() const { return p_->overlapped; }
 int Planner::num_servers() const { return p_->S(); }
 const std::vector<std::string>& Planner::regions() const { return p_->regions; }
 const std::vector<int>& Planner::workers_per_region() const { return p_->workers; }
@@ -672,7 +681,9 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
   if (lossy_links && planner.emulation() != "netns")
     notes.push_back("wan.emulation is " + planner.emulation() +
                     ": declared loss is not emulated, so measured times on lossy links will be lower");
-  notes.push_back("workers prefetch the next pull while computing; the model does not count that overlap");
+  notes.push_back(planner.overlapped()
+                      ? "staleness bound >= 1: the model overlaps compute with the round trip and pushes with pulls"
+                      : "BSP: the model adds compute, pushes and pulls (a pull waits for every push)");
 
   if (json) {
     nlohmann::json j;
@@ -757,9 +768,10 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
   for (const PairTime& t : plan.prediction.pairs)
     out +=
         Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);
-  out += Format("\npredicted step: %.1f ms = compute %.1f + communication %.1f (bottleneck: %s)\n",
-                plan.prediction.step_ms, plan.prediction.compute_ms, plan.prediction.comm_ms,
-                plan.prediction.bottleneck.c_str());
+  out += Format(
+      planner.overlapped() ? "\npredicted step: %.1f ms = max(compute %.1f, communication %.1f) (bottleneck: %s)\n"
+                           : "\npredicted step: %.1f ms = compute %.1f + communication %.1f (bottleneck: %s)\n",
+      plan.prediction.step_ms, plan.prediction.compute_ms, plan.prediction.comm_ms, plan.prediction.bottleneck.c_str());
   out += "\ncomparison (the plan's codecs):\n";
   out += Format("  %-16s %10s %10s  %-18s %s\n", "placement", "step ms", "comm ms", "chunks/server", "bottleneck");
   for (const Row& row : rows)

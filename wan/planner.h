@@ -126,7 +126,7 @@ struct PairTime {
 struct Prediction {
   double compute_ms = 0;
   double comm_ms = 0;           // the slowest pair's time
-  double step_ms = 0;           // compute + comm (prefetch overlap not modeled)
+  double step_ms = 0;           // BSP: compute + comm; bounded staleness: max(compute, comm)
   std::vector<LinkLoad> links;  // every ordered region pair, `from`-major
   std::vector<PairTime> pairs;  // pairs with traffic, worker-region-major
   std::string bottleneck;       // the slowest pair, "asia workers <-> eu servers"; empty if none
@@ -160,6 +160,8 @@ class Planner {
 
   const LinkMatrix& declared_links() const;
   const server::ChunkLayout& layout() const;
+  // Whether steps overlap compute and communication (staleness bound >= 1 with prefetch).
+  bool overlapped() const;
   double compute_ms() const;
   int num_servers() const;
   const std::vector<std::string>& regions() const;

@@ -13,8 +13,11 @@ namespace {
 
 using server::ChunkLayout;
 
+// The hand-solved cases are of synchronous steps (BSP) unless they say otherwise.
 JobSpec Job(const std::string& yaml) {
-  auto job = ParseJob(yaml, "test.yaml");
+  std::vector<std::string> overrides;
+  if (yaml.find("staleness_bound") == std::string::npos) overrides.push_back("training.staleness_bound=0");
+  auto job = ParseJob(yaml, "test.yaml", overrides);
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : JobSpec{};
 }
@@ -42,6 +45,29 @@ const PairTime* Pair(const Prediction& p, const std::string& w, const std::strin
   for (const PairTime& t : p.pairs)
     if (t.worker_region == w && t.server_region == r) return &t;
   return nullptr;
+}
+
+// With a staleness bound and prefetch, a worker's round trip overlaps its
+// compute and its pushes cross its pulls: the pair takes both delays plus
+// the larger serialization, and the step is the larger of compute and that.
+TEST(PlannerTest, BoundedStalenessOverlapsComputePushesAndPulls) {
+  JobSpec job = Job(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+training: {staleness_bound: 2}
+wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
+)");
+  Planner planner = Make(job, ChunkLayout(1500, 1000), 5);
+  auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  // b's worker to a's shard: 10 + 10 + max(4000 B, 4000 B at 8 bits/us) = 24 ms.
+  EXPECT_DOUBLE_EQ(Pair(*pr, "b", "a")->ms, 24.0);
+  EXPECT_DOUBLE_EQ(Pair(*pr, "a", "b")->ms, 22.0);
+  EXPECT_DOUBLE_EQ(pr->step_ms, 24.0);  // max(5, 24), not 5 + 24
+  auto slow = Make(job, ChunkLayout(1500, 1000), 50).Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(slow.ok());
+  EXPECT_DOUBLE_EQ(slow->step_ms, 50.0);  // compute-bound: the network hides behind it
 }
 
 // Two regions, one worker and one server each, 10 ms one way and 8 Mbit/s
