@@ -24,9 +24,11 @@ def main(out: str) -> None:
         for r in csv.DictReader(f):
             links[r["config"]][f'{r["from"]}->{r["to"]}'] = float(r["bytes"] or 0) / 1e6
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    # One colour per configuration in both panels.
+    colour = {name: f"C{i}" for i, name in enumerate(list(curves) + [n for n in links if n not in curves])}
     for name, pts in curves.items():
         pts.sort()
-        left.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name)
+        left.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=name, color=colour[name])
     left.axhline(0.88, color="grey", linestyle=":", linewidth=1)
     left.set_xlabel("training wall time (s)")
     left.set_ylabel("test accuracy")
@@ -37,7 +39,8 @@ def main(out: str) -> None:
     pairs = sorted({p for n in names for p in links[n]})
     width = 0.8 / max(1, len(names))
     for i, n in enumerate(names):
-        right.bar([j + i * width for j in range(len(pairs))], [links[n].get(p, 0) for p in pairs], width, label=n)
+        right.bar([j + i * width for j in range(len(pairs))], [links[n].get(p, 0) for p in pairs], width, label=n,
+                  color=colour[n])
     right.set_xticks([j + 0.4 - width / 2 for j in range(len(pairs))])
     right.set_xticklabels(pairs, rotation=30, ha="right")
     right.set_ylabel("MB carried")
