@@ -50,8 +50,8 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
 // The multi-region experiment: time to the target accuracy with and without
 // emulated WAN links, bounded staleness, compression and the planner.
 Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* stop);
-// Configured vs measured RTT and throughput of every ordered pair of a
-// three-region matrix emulated by wan::LinkEmulator, measured by wan::ProbeLink.
+// Configured vs measured RTT and throughput of every declared link of a job
+// (default: the three-region example), emulated and probed as a launch does.
 Status RunLinksBench(const BenchOptions& options, const std::atomic<bool>* stop);
 // The raw ZeroMQ peer of the transport bench.
 Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop);

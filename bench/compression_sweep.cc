@@ -100,8 +100,7 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
     double acc = s["test_accuracy"].is_number() ? s["test_accuracy"].get<double>() : 0.0;
     double bytes = s["bytes_per_step"]["total"].get<double>();
     if (cfg.codec == "fp32" && !cfg.zstd) fp32_bytes = bytes, fp32_acc = acc;
-    int64_t steps = 0;
-    for (auto& [k, v] : s["step_time_breakdown"].items()) steps = std::max(steps, v["steps"].get<int64_t>());
+    const int64_t steps = StepsOf(s);
     json row = {{"config", cfg.Name()},
                 {"codec", codec},
                 {"zstd", cfg.zstd},

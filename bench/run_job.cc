@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -34,6 +35,13 @@ StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop
   } catch (const std::exception& e) {
     return Internal(run.run_dir + "/summary.json: " + e.what());
   }
+}
+
+int64_t StepsOf(const nlohmann::json& summary) {
+  int64_t steps = 0;
+  for (const auto& [name, b] : summary["step_time_breakdown"].items())
+    steps = std::max(steps, b["steps"].get<int64_t>());
+  return steps;
 }
 
 }  // namespace geodesic::bench

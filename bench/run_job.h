@@ -24,4 +24,7 @@ struct JobRun {
 // parsed summary.json; an error naming the logs if the run failed.
 StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop);
 
+// Steps per worker a summary reports (the most any worker ran).
+int64_t StepsOf(const nlohmann::json& summary);
+
 }  // namespace geodesic::bench

@@ -87,8 +87,7 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
     auto summary = RunJob(jr, stop);
     if (!summary.ok()) return summary.status().Annotate(c.name);
     const json& s = *summary;
-    int64_t steps = 0;
-    for (auto& [k, v] : s["step_time_breakdown"].items()) steps = std::max(steps, v["steps"].get<int64_t>());
+    const int64_t steps = StepsOf(s);
     double wall = s.value("wall_seconds", 0.0);
     json row = {{"config", c.name},
                 {"what", c.what},

@@ -232,8 +232,10 @@ int main(int argc, char** argv) {
   bn_cmd->add_option("--snapshot-every", bn_opts.snapshot_every_s, "seconds between accuracy-curve snapshots")
       ->default_val(2.0);
   bn_cmd->add_option("--set", bn_opts.overrides, "override a key of every run's job");
-  auto* bk_cmd = b_cmd->add_subcommand("links", "configured vs probed RTT and Mbit/s of emulated three-region links");
+  auto* bk_cmd = b_cmd->add_subcommand("links", "configured vs probed RTT and Mbit/s of a job's emulated links");
   bk_cmd->add_flag("--json", bk_opts.json, "print JSON records");
+  bk_cmd->add_option("--job", bk_opts.job_file, "job file whose wan.links to emulate and probe")
+      ->default_val("examples/three_regions.yaml");
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
   bs_cmd->add_option("--endpoint", bs_opts.endpoint)->required();
   bs_cmd->group("");

@@ -250,10 +250,15 @@ const LinkSpec* JobSpec::Link(const std::string& from, const std::string& to) co
   return nullptr;
 }
 
-const RegionSpec& JobSpec::CoordinatorRegion() const {
+const RegionSpec* JobSpec::FindRegion(const std::string& name) const {
   for (const auto& r : regions)
-    if (r.name == coordinator_region) return r;
-  return regions.front();
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+const RegionSpec& JobSpec::CoordinatorRegion() const {
+  const RegionSpec* r = FindRegion(coordinator_region);
+  return r ? *r : regions.front();
 }
 
 StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
@@ -519,20 +524,14 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
   Check(!job.compression.momentum_correction || job.optimizer.name == "sgd", &errors, "compression.momentum_correction",
         "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
   for (size_t i = 0; i < job.compression.links.size(); ++i)
-    for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b}) {
-      bool known = false;
-      for (const auto& reg : job.regions) known |= reg.name == *region;
-      Check(known, &errors, "compression.links[" + std::to_string(i) + "].regions",
+    for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b})
+      Check(job.FindRegion(*region), &errors, "compression.links[" + std::to_string(i) + "].regions",
             "'" + *region + "' is not a region of this job");
-    }
 
   for (size_t i = 0; i < job.wan.links.size(); ++i) {
     const LinkSpec& l = job.wan.links[i];
-    for (const std::string* region : {&l.from, &l.to}) {
-      bool known = false;
-      for (const auto& reg : job.regions) known |= reg.name == *region;
-      Check(known, &errors, "wan.links", "'" + *region + "' is not a region of this job");
-    }
+    for (const std::string* region : {&l.from, &l.to})
+      Check(job.FindRegion(*region), &errors, "wan.links", "'" + *region + "' is not a region of this job");
     for (size_t j = 0; j < i; ++j)
       Check(job.wan.links[j].from != l.from || job.wan.links[j].to != l.to, &errors, "wan.links",
             "the link " + l.from + " -> " + l.to + " is declared twice");
@@ -542,9 +541,8 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(job.NumServers() >= 1, &errors, "regions", "the job needs at least one server");
     Check(job.NumWorkers() >= 1, &errors, "regions", "the job needs at least one worker");
     if (job.coordinator_region.empty()) job.coordinator_region = job.regions.front().name;
-    bool found = false;
-    for (const auto& r : job.regions) found |= r.name == job.coordinator_region;
-    Check(found, &errors, "coordinator_region", "'" + job.coordinator_region + "' is not a region of this job");
+    Check(job.FindRegion(job.coordinator_region), &errors, "coordinator_region",
+          "'" + job.coordinator_region + "' is not a region of this job");
   }
   Check(ValidName(job.name), &errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
 

@@ -162,6 +162,8 @@ struct JobSpec {
   const RegionSpec& RegionOfServer(int id) const;
   const RegionSpec& RegionOfWorker(int id) const;
   const RegionSpec& CoordinatorRegion() const;
+  // The region named `name`, or nullptr.
+  const RegionSpec* FindRegion(const std::string& name) const;
   // The codec names for traffic between a worker in `worker_region` and a
   // shard in `server_region`.
   const std::string& PushCodec(const std::string& worker_region, const std::string& server_region) const;

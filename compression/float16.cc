@@ -131,41 +131,41 @@ GD_TARGET_CLONES void AddFp32Loop(const uint8_t* __restrict in, uint64_t n, floa
   for (uint64_t i = 0; i < n; ++i) out[i] += LoadF32(in + 4 * i);
 }
 
-GD_TARGET_CLONES uint64_t DecodeFp16Loop(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
+// The fp16 and bf16 loops differ only in the conversion; the bodies are
+// inlined into each multiversioned entry point below.
+using HalfToFloatFn = float (*)(uint16_t);
+using HalfBadFn = bool (*)(uint16_t);
+template <HalfToFloatFn kToFloat, HalfBadFn kBad>
+[[gnu::always_inline]] inline uint64_t DecodeHalfBody(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
   uint64_t bad = 0;
   for (uint64_t i = 0; i < n; ++i) {
     const uint16_t h = LoadU16(in + 2 * i);
-    out[i] = HalfToFloat(h);
-    bad += NonFiniteHalf(h);
+    out[i] = kToFloat(h);
+    bad += kBad(h);
   }
   return bad;
 }
-GD_TARGET_CLONES uint64_t CountBadFp16(const uint8_t* __restrict in, uint64_t n) {
+template <HalfBadFn kBad>
+[[gnu::always_inline]] inline uint64_t CountBadHalfBody(const uint8_t* __restrict in, uint64_t n) {
   uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) bad += NonFiniteHalf(LoadU16(in + 2 * i));
+  for (uint64_t i = 0; i < n; ++i) bad += kBad(LoadU16(in + 2 * i));
   return bad;
 }
-GD_TARGET_CLONES void AddFp16Loop(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
-  for (uint64_t i = 0; i < n; ++i) out[i] += HalfToFloat(LoadU16(in + 2 * i));
+template <HalfToFloatFn kToFloat>
+[[gnu::always_inline]] inline void AddHalfBody(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
+  for (uint64_t i = 0; i < n; ++i) out[i] += kToFloat(LoadU16(in + 2 * i));
 }
 
-GD_TARGET_CLONES uint64_t DecodeBf16Loop(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint16_t h = LoadU16(in + 2 * i);
-    out[i] = Bf16ToFloat(h);
-    bad += NonFiniteBf16(h);
-  }
-  return bad;
+GD_TARGET_CLONES uint64_t DecodeFp16Loop(const uint8_t* in, uint64_t n, float* out) {
+  return DecodeHalfBody<HalfToFloat, NonFiniteHalf>(in, n, out);
 }
-GD_TARGET_CLONES uint64_t CountBadBf16(const uint8_t* __restrict in, uint64_t n) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) bad += NonFiniteBf16(LoadU16(in + 2 * i));
-  return bad;
+GD_TARGET_CLONES uint64_t CountBadFp16(const uint8_t* in, uint64_t n) { return CountBadHalfBody<NonFiniteHalf>(in, n); }
+GD_TARGET_CLONES void AddFp16Loop(const uint8_t* in, uint64_t n, float* out) { AddHalfBody<HalfToFloat>(in, n, out); }
+GD_TARGET_CLONES uint64_t DecodeBf16Loop(const uint8_t* in, uint64_t n, float* out) {
+  return DecodeHalfBody<Bf16ToFloat, NonFiniteBf16>(in, n, out);
 }
-GD_TARGET_CLONES void AddBf16Loop(const uint8_t* __restrict in, uint64_t n, float* __restrict out) {
-  for (uint64_t i = 0; i < n; ++i) out[i] += Bf16ToFloat(LoadU16(in + 2 * i));
-}
+GD_TARGET_CLONES uint64_t CountBadBf16(const uint8_t* in, uint64_t n) { return CountBadHalfBody<NonFiniteBf16>(in, n); }
+GD_TARGET_CLONES void AddBf16Loop(const uint8_t* in, uint64_t n, float* out) { AddHalfBody<Bf16ToFloat>(in, n, out); }
 
 }  // namespace
 

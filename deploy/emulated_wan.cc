@@ -120,12 +120,8 @@ StatusOr<json> EmulatedWan::Probe() {
   json out = json::array();
   std::map<std::string, std::pair<int, std::unique_ptr<wan::ProbeServer>>> servers;  // region -> port, server
   for (const LinkSpec& l : job_.wan.links) {
-    const RegionSpec* from = nullptr;
-    const RegionSpec* to = nullptr;
-    for (const auto& r : job_.regions) {
-      if (r.name == l.from) from = &r;
-      if (r.name == l.to) to = &r;
-    }
+    const RegionSpec* from = job_.FindRegion(l.from);  // ParseJob checked both
+    const RegionSpec* to = job_.FindRegion(l.to);
     auto& server = servers[l.to];
     if (!server.second) {
       server.second = std::make_unique<wan::ProbeServer>();

@@ -616,6 +616,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   int64_t samples = 0, worker_steps = 0, push_bytes = 0, pull_bytes = 0;
   IntHistogram staleness;
   json refused = json::object();
+  // Passive link estimates from the workers' own pull replies, per (server
+  // region -> worker region): the mean over the region's workers of each
+  // one's reply throughput (one flow's share of the path) and the least RTT.
+  std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
   for (auto& c : children) {
     json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
     json p = {{"name", c->name()}, {"pid", c->pid()}, {"log", c->log_file()}};
@@ -630,6 +634,16 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     sent[c->name()] = stats.value("bytes_sent", 0);
     received[c->name()] = stats.value("bytes_received", 0);
     if (stats.value("role", "") == "worker") {
+      const std::string& wr = job.RegionOfWorker(stats.value("id", 0)).name;
+      const json links_from = stats.value("links_from_servers", json::object());
+      for (auto& [sr, e] : links_from.items()) {
+        auto& [rtt, mbit, n, link_samples] = passive[{sr, wr}];
+        double r = e.value("min_rtt_ms", 0.0);
+        rtt = n == 0 ? r : std::min(rtt, r);
+        mbit += e.value("mbit", 0.0);
+        link_samples += e.value("samples", uint64_t{0});
+        ++n;
+      }
       samples += stats.value("samples", int64_t{0});
       worker_steps += stats.value("steps", int64_t{0});
       push_bytes += stats.value("bytes_sent", int64_t{0});
@@ -678,24 +692,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["faults_injected"] = faults;
   summary["processes"] = procs;
   summary["staleness_bound"] = job.training.staleness_bound;
-  // Passive link estimates from the workers' own pull replies, per (server
-  // region -> worker region): the mean over the region's workers of each
-  // one's reply throughput (one flow's share of the path) and the least RTT.
-  std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
-  for (auto& c : children) {
-    if (c->name().rfind("worker-", 0) != 0) continue;
-    json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
-    if (!stats.is_object() || !stats.contains("links_from_servers")) continue;
-    const std::string& wr = job.RegionOfWorker(std::stoi(c->name().substr(7))).name;
-    for (auto& [sr, e] : stats["links_from_servers"].items()) {
-      auto& [rtt, mbit, n, samples] = passive[{sr, wr}];
-      double r = e.value("min_rtt_ms", 0.0);
-      rtt = n == 0 ? r : std::min(rtt, r);
-      mbit += e.value("mbit", 0.0);
-      samples += e.value("samples", uint64_t{0});
-      ++n;
-    }
-  }
   json passive_links = json::array();
   for (const auto& [pair, v] : passive) {
     const auto& [rtt, mbit, n, samples] = v;

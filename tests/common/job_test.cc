@@ -170,5 +170,20 @@ wan:
   }
 }
 
+TEST(JobTest, PipelineDepthNeedsTheStalenessBoundAndPrefetch) {
+  auto ok = ParseJob(kMinimal, "t", {"training.staleness_bound=3", "training.pipeline_depth=4"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->training.pipeline_depth, 4);
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{"training.pipeline_depth=0"},
+        {"training.pipeline_depth=17", "training.staleness_bound=inf"},
+        {"training.pipeline_depth=2", "training.staleness_bound=0"},
+        {"training.pipeline_depth=2", "training.staleness_bound=2", "training.prefetch=false"}}) {
+    auto r = ParseJob(kMinimal, "t", bad);
+    ASSERT_FALSE(r.ok()) << bad[0];
+    EXPECT_NE(r.status().message().find("training.pipeline_depth"), std::string::npos) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace geodesic

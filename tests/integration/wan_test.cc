@@ -94,6 +94,20 @@ TEST(WanLaunchTest, TrafficCrossesEmulatedLinksAndCutsStallThenHeal) {
   EXPECT_GT(s["wall_seconds"].get<double>(), 2.0);
   // The worker cut off said whom it waited for.
   EXPECT_NE(testing::ReadText(dir / "run/logs/worker-2.log").find("waiting"), std::string::npos);
+  // The workers estimated every path from their own pull replies: a
+  // cross-region path's least reply time is at least the link's round trip.
+  // (No throughput samples are required: replies of one size give the
+  // estimator nothing to tell serialization from latency; docs/wan.md.)
+  int cross = 0;
+  for (const auto& p : s["passive_links"]) {
+    if (p["from"] == p["to"]) continue;
+    ++cross;
+    double rtt = 0;
+    for (const auto& l : s["links"])
+      if (l["from"] == p["to"] && l["to"] == p["from"]) rtt = 2 * l["delay_ms"].get<double>();
+    EXPECT_GT(p["min_rtt_ms"].get<double>(), 0.9 * rtt) << p.dump();
+  }
+  EXPECT_EQ(cross, 6) << s["passive_links"].dump();
   // The coordinator planned with the declared links and reported its prediction.
   ASSERT_TRUE(s.contains("plan")) << s.dump(2);
   EXPECT_GT(s["plan"]["predicted_step_ms"].get<double>(), 20);
