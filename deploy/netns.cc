@@ -1,7 +1,6 @@
 #include "deploy/netns.h"
 
-#include <fcntl.h>
-#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -9,8 +8,10 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "common/files.h"
+#include "deploy/process.h"
 
 #ifndef GEODESIC_NETNS_SCRIPT
 #define GEODESIC_NETNS_SCRIPT "deploy/netns/netns.sh"
@@ -18,8 +19,6 @@
 #ifndef GEODESIC_NFQ_DELAY
 #define GEODESIC_NFQ_DELAY ""
 #endif
-
-extern char** environ;
 
 namespace geodesic::deploy {
 namespace {
@@ -39,56 +38,6 @@ std::string FindProgram(const std::string& name) {
   return "";
 }
 
-// Runs argv (argv[0] an absolute path) with `extra_env` added, in its own
-// process group (a terminal's Ctrl-C must not stop it half way), and
-// returns its exit code and combined output.
-StatusOr<std::pair<int, std::string>> Run(const std::vector<std::string>& argv,
-                                          const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env_store(extra_env);
-  for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
-  std::vector<char*> envp, args;
-  for (auto& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_store(argv);
-  for (auto& a : argv_store) args.push_back(a.data());
-  args.push_back(nullptr);
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return Unavailable(std::string("pipe: ") + std::strerror(errno));
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return Unavailable(std::string("fork: ") + std::strerror(errno));
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(fds[1], STDOUT_FILENO);
-    ::dup2(fds[1], STDERR_FILENO);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
-    ::execve(args[0], args.data(), envp.data());
-    const char msg[] = "exec failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = ::read(fds[0], buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return std::make_pair(code, out);
-}
-
 int RegionIndex(const JobSpec& job, const std::string& region) {
   for (size_t i = 0; i < job.regions.size(); ++i)
     if (job.regions[i].name == region) return static_cast<int>(i);
@@ -99,6 +48,9 @@ std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;
 }
+
+// netns.sh's steps are quick (tens of ms each); a stuck one is a bug.
+constexpr auto kScriptTimeout = std::chrono::seconds(120);
 
 }  // namespace
 
@@ -144,27 +96,41 @@ StatusOr<std::unique_ptr<NetnsWan>> NetnsWan::Up(const JobSpec& job, const std::
                                "' must be letters, digits, '-', '_' or '.' (it names a network namespace)");
 
   GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/netns.conf", NetnsConfig(job), /*durable=*/false));
-  std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip));
+  std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip, run_dir));
   GD_RETURN_IF_ERROR(wan->Script({"up", run_dir}));
   wan->up_ = true;
   return wan;
 }
 
 Status NetnsWan::Script(const std::vector<std::string>& args) const {
-  std::vector<std::string> argv = {FindProgram("bash"), options_.script};
-  if (argv[0].empty()) return FailedPrecondition("bash not found");
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<std::string> env;
+  // As a child process of its own (its own process group: a terminal's
+  // Ctrl-C must not stop it half way), logged to run_dir/logs/netns-ACTION.log.
+  std::vector<std::string> argv = {FindProgram("env")};
+  if (argv[0].empty()) return FailedPrecondition("env not found");
   if (!options_.delayer.empty() && ::access(options_.delayer.c_str(), X_OK) == 0)
-    env.push_back("GD_NFQ_DELAY=" + options_.delayer);
-  GD_ASSIGN_OR_RETURN(auto result, Run(argv, env));
-  if (result.first != 0) {
+    argv.push_back("GD_NFQ_DELAY=" + options_.delayer);
+  argv.push_back(FindProgram("bash"));
+  if (argv.back().empty()) return FailedPrecondition("bash not found");
+  argv.push_back(options_.script);
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child script("netns.sh", argv, run_dir_ + "/logs/netns-" + args.at(0) + ".log");
+  GD_RETURN_IF_ERROR(script.Start());
+  const auto deadline = std::chrono::steady_clock::now() + kScriptTimeout;
+  while (!script.Poll()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      script.Signal(SIGKILL);
+      while (!script.Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return DeadlineExceeded("netns.sh " + args.at(0) + " did not finish in 120 s; see " + script.log_file());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!script.exit()->ok()) {
     std::string cmd;
     for (const auto& a : args) cmd += " " + a;
-    std::string text = Trim(result.second);
+    std::string text = Trim(script.LogTail(20));
     // The script's own message ("netns.sh: ...") says what failed.
-    if (result.first == 1 && text.find("netns.sh: ") != std::string::npos) return FailedPrecondition(text);
-    return Unavailable("netns.sh" + cmd + " failed (exit " + std::to_string(result.first) + "): " + text);
+    if (script.exit()->code == 1 && text.find("netns.sh: ") != std::string::npos) return FailedPrecondition(text);
+    return Unavailable("netns.sh" + cmd + " failed (" + script.exit()->Describe() + "): " + text);
   }
   return Status::Ok();
 }

@@ -59,13 +59,14 @@ class NetnsWan {
   ~NetnsWan();
 
  private:
-  NetnsWan(JobSpec job, NetnsOptions options, std::string ip)
-      : job_(std::move(job)), options_(std::move(options)), ip_(std::move(ip)) {}
+  NetnsWan(JobSpec job, NetnsOptions options, std::string ip, std::string run_dir)
+      : job_(std::move(job)), options_(std::move(options)), ip_(std::move(ip)), run_dir_(std::move(run_dir)) {}
   Status Script(const std::vector<std::string>& args) const;
 
   JobSpec job_;
   NetnsOptions options_;
-  std::string ip_;  // absolute path of `ip`
+  std::string ip_;       // absolute path of `ip`
+  std::string run_dir_;  // netns.sh's logs go to its logs/
   bool up_ = false;
 };
 
