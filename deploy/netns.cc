@@ -95,6 +95,7 @@ StatusOr<std::unique_ptr<NetnsWan>> NetnsWan::Up(const JobSpec& job, const std::
         return InvalidArgument("wan.emulation: netns: region name '" + r.name +
                                "' must be letters, digits, '-', '_' or '.' (it names a network namespace)");
 
+  GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/logs"));  // netns.sh's output (Script)
   GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/netns.conf", NetnsConfig(job), /*durable=*/false));
   std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip, run_dir));
   GD_RETURN_IF_ERROR(wan->Script({"up", run_dir}));
