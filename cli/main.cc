@@ -12,9 +12,11 @@
 #include <zmq.hpp>
 
 #include "bench/bench.h"
+#include "common/files.h"
 #include "common/job.h"
 #include "common/log.h"
 #include "deploy/launcher.h"
+#include "server/checkpoint.h"
 #include "server/coordinator.h"
 #include "server/server.h"
 #include "wan/planner.h"
@@ -25,8 +27,10 @@
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<uint64_t> g_checkpoint_requests{0};
 
 void OnSignal(int) { g_stop.store(true); }
+void OnCheckpointSignal(int) { g_checkpoint_requests.fetch_add(1); }
 
 void InstallSignalHandlers() {
   struct sigaction sa {};
@@ -35,6 +39,9 @@ void InstallSignalHandlers() {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // Servers write a checkpoint on SIGUSR1 (`geodesic checkpoint RUN_DIR`).
+  sa.sa_handler = OnCheckpointSignal;
+  sigaction(SIGUSR1, &sa, nullptr);
 }
 
 int Fail(const geodesic::Status& s) {
@@ -109,6 +116,9 @@ int main(int argc, char** argv) {
   c_cmd->add_option("--endpoint-file", coord.endpoint_file, "write the bound endpoint here");
   c_cmd->add_option("--stats-file", coord.stats_file, "write stats JSON here");
   c_cmd->add_flag("--no-evaluator", no_evaluator, "do not wait for an evaluator before ending the job");
+  std::string coord_resume;
+  c_cmd->add_option("--resume", coord_resume, "start workers at the clocks of this resume plan (JSON)")
+      ->check(CLI::ExistingFile);
 
   // server
   JobFlags server_job;
@@ -119,6 +129,9 @@ int main(int argc, char** argv) {
   s_cmd->add_option("--coordinator", srv.coordinator, "coordinator endpoint")->required();
   s_cmd->add_option("--bind", srv.bind, "endpoint to bind (default: the region's host, free port)");
   s_cmd->add_option("--stats-file", srv.stats_file, "write stats JSON here");
+  s_cmd->add_option("--checkpoint-dir", srv.checkpoint_dir, "write checkpoints under this directory");
+  s_cmd->add_option("--resume", srv.resume_file, "load the shard from this resume plan (JSON) before serving")
+      ->check(CLI::ExistingFile);
 
   // worker
   JobFlags worker_job;
@@ -143,7 +156,11 @@ int main(int argc, char** argv) {
   // launch
   deploy::LaunchOptions launch;
   auto* l_cmd = app.add_subcommand("launch", "run a whole job on this machine: coordinator, servers, workers");
-  l_cmd->add_option("job", launch.job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
+  auto* job_arg = l_cmd->add_option("job", launch.job_file, "job file (YAML)")->check(CLI::ExistingFile);
+  l_cmd
+      ->add_option("--resume", launch.resume_dir,
+                   "continue the stopped job in this run directory from its checkpoints (job file optional)")
+      ->check(CLI::ExistingDirectory);
   l_cmd->add_option("--set", launch.overrides, "override a job-file key, e.g. training.staleness_bound=0");
   l_cmd->add_option("--summary", launch.summary_file, "write the job summary JSON here");
   l_cmd->add_option("--run-dir", launch.run_dir, "directory for logs, stats and snapshots (default runs/<job>-<time>)");
@@ -177,6 +194,9 @@ int main(int argc, char** argv) {
 
   // status
   std::string status_run_dir;
+  std::string ckpt_run_dir;
+  auto* ck_cmd = app.add_subcommand("checkpoint", "ask every server of a running job to write a checkpoint now");
+  ck_cmd->add_option("run_dir", ckpt_run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
   auto* st_cmd = app.add_subcommand("status", "print a running job's status (from its run directory) as JSON");
   st_cmd->add_option("run_dir", status_run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
 
@@ -255,6 +275,13 @@ int main(int argc, char** argv) {
     if (!job.ok()) return Fail(job.status());
     coord.coordinator = server::CoordinatorOptions::FromJob(*job);
     coord.coordinator.expect_evaluator = !no_evaluator;
+    if (!coord_resume.empty()) {
+      auto text = ReadFile(coord_resume);
+      auto plan =
+          text.ok() ? server::ResumePlan::FromJson(*text, coord_resume) : StatusOr<server::ResumePlan>(text.status());
+      if (!plan.ok()) return Fail(plan.status());
+      coord.coordinator.worker_start_clocks = plan->worker_clocks;
+    }
     zmq::context_t ctx(1);
     server::Coordinator c(coord, ctx, RealClock::Get());
     Status s = c.Run(&g_stop);
@@ -268,6 +295,7 @@ int main(int argc, char** argv) {
       return Fail(InvalidArgument("--id " + std::to_string(srv.id) + " but the job has " +
                                   std::to_string(job->NumServers()) + " servers"));
     srv.job = *job;
+    srv.checkpoint_requests = &g_checkpoint_requests;
     if (srv.bind.empty()) srv.bind = "tcp://" + job->RegionOfServer(srv.id).host + ":*";
     zmq::context_t ctx(1);
     server::Server server(srv, ctx, RealClock::Get());
@@ -297,9 +325,17 @@ int main(int argc, char** argv) {
   }
   if (l_cmd->parsed()) {
     SetLogPrefix("launch");
+    if (job_arg->count() == 0 && launch.resume_dir.empty())
+      return Fail(InvalidArgument("launch needs a job file (or --resume RUN_DIR)"));
     auto r = deploy::Launch(launch, &g_stop);
     if (!r.ok()) return Fail(r.status());
     return *r;
+  }
+  if (ck_cmd->parsed()) {
+    auto asked = deploy::RequestCheckpoint(ckpt_run_dir);
+    if (!asked.ok()) return Fail(asked.status());
+    std::cout << "asked " << *asked << " server(s) for a checkpoint; see " << ckpt_run_dir << "/checkpoints\n";
+    return 0;
   }
   if (wn_cmd->parsed()) {
     Status s = deploy::ControlLink(wan_run_dir, wan_action, wan_a, wan_b);

@@ -37,6 +37,17 @@ Status WriteFileAtomic(const std::string& path, const std::string& contents, boo
     ::unlink(tmp.c_str());
     return Unavailable("cannot rename " + tmp + " to " + path + ": " + err);
   }
+  if (durable) {
+    // The rename itself is durable only once the directory is.
+    std::string dir = std::filesystem::path(path).parent_path().string();
+    int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || ::fsync(dfd) != 0) {
+      std::string err = std::strerror(errno);
+      if (dfd >= 0) ::close(dfd);
+      return Unavailable("cannot flush directory of " + path + ": " + err);
+    }
+    ::close(dfd);
+  }
   return Status::Ok();
 }
 

@@ -416,6 +416,17 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(e.test_samples >= 0, &errors, "eval.test_samples", "must be >= 0");
   }
   {
+    MapReader r(top.child("checkpoint"), "checkpoint", &errors);
+    auto& c = job.checkpoint;
+    r.Get("every_clocks", &c.every_clocks);
+    r.Get("keep", &c.keep);
+    r.Get("on_stop", &c.on_stop);
+    r.Finish();
+    Check(c.every_clocks >= 0, &errors, "checkpoint.every_clocks", "must be >= 0 (0: no periodic checkpoints)");
+    Check(c.keep >= 2 && c.keep <= 1000, &errors, "checkpoint.keep",
+          "must be in [2, 1000] (the previous checkpoint is the fallback for a corrupt newest one)");
+  }
+  {
     MapReader r(top.child("compression"), "compression", &errors);
     auto& c = job.compression;
     r.Get("push", &c.push);
@@ -655,6 +666,11 @@ std::string JobToYaml(const JobSpec& job) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+  out << YAML::EndMap;
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "every_clocks" << YAML::Value << job.checkpoint.every_clocks;
+  out << YAML::Key << "keep" << YAML::Value << job.checkpoint.keep;
+  out << YAML::Key << "on_stop" << YAML::Value << job.checkpoint.on_stop;
   out << YAML::EndMap;
   out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "snapshot_every_s" << YAML::Value << job.eval.snapshot_every_s;

@@ -141,6 +141,15 @@ struct EvalSpec {
   int64_t test_samples = 0;       // 0: the whole 10k test set
 };
 
+// Server shard checkpoints (server/checkpoint.h, docs/reliability.md). The
+// launcher keeps them in <run_dir>/checkpoints; `geodesic launch --resume`
+// continues from them.
+struct CheckpointSpec {
+  int64_t every_clocks = 200;  // a checkpoint each time the shard's clock passes a multiple of this; 0: off
+  int keep = 3;                // files kept per shard (at least 2, so a corrupt newest one has a fallback)
+  bool on_stop = true;         // also when the shard is stopped (Ctrl-C, SIGTERM) and when the job ends
+};
+
 struct JobSpec {
   std::string name = "job";
   uint64_t seed = 1;
@@ -153,6 +162,7 @@ struct JobSpec {
   WireSpec wire;
   MembershipSpec membership;
   EvalSpec eval;
+  CheckpointSpec checkpoint;
   CompressionSpec compression;
   WanSpec wan;
 

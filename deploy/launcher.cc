@@ -26,6 +26,7 @@
 #include "deploy/emulated_wan.h"
 #include "deploy/netns.h"
 #include "deploy/process.h"
+#include "server/checkpoint.h"
 #include "wan/message.h"
 
 namespace geodesic::deploy {
@@ -267,8 +268,26 @@ Status ControlLink(const std::string& run_dir, const std::string& action, const 
                          action + " " + a + " " + b + "\n", /*durable=*/false);
 }
 
+StatusOr<int> RequestCheckpoint(const std::string& run_dir) {
+  GD_ASSIGN_OR_RETURN(std::string text, ReadFile(run_dir + "/pids.json"));
+  json pids;
+  try {
+    pids = json::parse(text);
+  } catch (const std::exception& e) {
+    return InvalidArgument(run_dir + "/pids.json: " + e.what());
+  }
+  int asked = 0;
+  for (auto& [name, pid] : pids.items())
+    if (name.rfind("server-", 0) == 0 && pid.is_number_integer() && ::kill(pid.get<pid_t>(), SIGUSR1) == 0) ++asked;
+  if (asked == 0) return NotFound("no running server of the job in " + run_dir);
+  return asked;
+}
+
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
-  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
+  const bool resuming = !options.resume_dir.empty();
+  const std::string job_file =
+      options.job_file.empty() && resuming ? options.resume_dir + "/job.yaml" : options.job_file;
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
   // Codec names are checked before anything starts.
@@ -283,7 +302,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     }
     for (const auto& [where, name] : names) {
       auto spec = compression::ParseCodecSpec(name);
-      if (!spec.ok()) return InvalidArgument(options.job_file + ": " + where + ": " + spec.status().message());
+      if (!spec.ok()) return InvalidArgument(job_file + ": " + where + ": " + spec.status().message());
     }
   }
   if (job.model.name != "synthetic") {
@@ -295,8 +314,23 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                         " is missing; install it with `apt-get install dataset-fashion-mnist` (or set data.path)");
     }
   }
-  std::string run_dir = options.run_dir.empty() ? "runs/" + job.name + "-" + Timestamp() : options.run_dir;
+  std::string run_dir = resuming                  ? options.resume_dir
+                        : options.run_dir.empty() ? "runs/" + job.name + "-" + Timestamp()
+                                                  : options.run_dir;
+  const std::string checkpoint_dir = run_dir + "/checkpoints";
+  std::optional<server::ResumePlan> resume;
+  if (resuming) {
+    GD_ASSIGN_OR_RETURN(resume, server::PlanResume(checkpoint_dir, job.name, job.NumServers(), job.NumWorkers(),
+                                                   job.training.staleness_bound));
+  } else if (std::filesystem::exists(checkpoint_dir) && !std::filesystem::is_empty(checkpoint_dir)) {
+    // Never overwrite another run's checkpoints.
+    return FailedPrecondition(run_dir +
+                              " holds the checkpoints of an earlier run; continue it with `geodesic launch "
+                              "--resume " +
+                              run_dir + "` or choose another --run-dir");
+  }
   for (const char* sub : {"", "/logs", "/stats", "/snapshots"}) GD_RETURN_IF_ERROR(MakeDirs(run_dir + sub));
+  if (resume) GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/resume.json", resume->ToJson()));
   std::filesystem::remove_all(run_dir + "/wan-control");
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/snapshots")) std::filesystem::remove(e.path());
   std::filesystem::remove(run_dir + "/coordinator.endpoint");
@@ -325,6 +359,17 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
                                                                    : std::to_string(job.training.staleness_bound)) +
                "; logs in " + run_dir + "/logs");
+  if (resume) {
+    std::string clocks;
+    for (size_t i = 0; i < resume->clocks.size(); ++i)
+      clocks +=
+          (i ? ", " : "") + std::string("server ") + std::to_string(i) + " at " + std::to_string(resume->clocks[i]);
+    progress.Say("geodesic: resuming from checkpoints (" + clocks + "); workers start at clock " +
+                 std::to_string(resume->clock) +
+                 (resume->refused.empty() ? std::string()
+                                          : "; passed over " + std::to_string(resume->refused.size()) +
+                                                " bad file(s): " + resume->refused.front()));
+  }
 
   // Emulated WAN links: fixed ports, routes through the links, probes.
   std::unique_ptr<EmulatedWan> wan;
@@ -386,12 +431,13 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 
   const auto launch_start = std::chrono::steady_clock::now();
   const std::string endpoint_file = run_dir + "/coordinator.endpoint";
-  GD_RETURN_IF_ERROR(
-      start_child("coordinator",
-                  {"coordinator", "--job", job_path, "--bind",
-                   wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
-                   endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"},
-                  job.CoordinatorRegion().name));
+  GD_RETURN_IF_ERROR(start_child(
+      "coordinator",
+      append({"coordinator", "--job", job_path, "--bind",
+              wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
+              endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"},
+             resume ? std::vector<std::string>{"--resume", run_dir + "/resume.json"} : std::vector<std::string>{}),
+      job.CoordinatorRegion().name));
   std::string endpoint;
   for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
     auto text = ReadFile(endpoint_file);
@@ -409,6 +455,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     std::vector<std::string> args = {"server", "--job",           job_path,
                                      "--id",   std::to_string(i), "--coordinator",
                                      endpoint, "--stats-file",    run_dir + "/stats/" + name + ".json"};
+    args = append(args, {"--checkpoint-dir", checkpoint_dir});
+    if (resume) args = append(args, {"--resume", run_dir + "/resume.json"});
     if (wan) args = append(append(args, {"--bind", wan->server_bind(i)}), routes_for(job.RegionOfServer(i).name));
     GD_RETURN_IF_ERROR(start_child(name, args, job.RegionOfServer(i).name));
   }

@@ -28,6 +28,9 @@ struct LaunchOptions {
   // Partitions on emulated links, "A:B@SECONDS+DURATION": cut regions A and
   // B apart after that much training, heal DURATION seconds later.
   std::vector<std::string> cuts;
+  // Continue the stopped job in this run directory from its checkpoints
+  // (its job.yaml unless job_file is given); see docs/reliability.md.
+  std::string resume_dir;
   bool quiet = false;  // no live progress
   std::string binary;  // the geodesic binary to run (default: this one)
 };
@@ -40,6 +43,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 // Cuts (or heals) the emulated link between two regions of the job running
 // in `run_dir`; its launcher applies it within a tenth of a second.
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b);
+
+// Asks every server of the job running in `run_dir` (on this machine) to
+// write a checkpoint now (SIGUSR1); returns how many were asked.
+StatusOr<int> RequestCheckpoint(const std::string& run_dir);
 
 // Asks the coordinator recorded in `run_dir` for the job's status, as JSON.
 StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms);

@@ -97,6 +97,8 @@ CoordinatorState::CoordinatorState(CoordinatorOptions options, const Clock* cloc
     if (i < static_cast<int>(options_.server_regions.size())) servers_[i].region = options_.server_regions[i];
   for (int i = 0; i < options_.num_workers; ++i)
     if (i < static_cast<int>(options_.worker_regions.size())) workers_[i].region = options_.worker_regions[i];
+  for (int i = 0; i < options_.num_workers && i < static_cast<int>(options_.worker_start_clocks.size()); ++i)
+    workers_[i].clock = options_.worker_start_clocks[i];
 }
 
 CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) {

@@ -42,6 +42,9 @@ struct CoordinatorOptions {
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
   std::function<ShardMap(const ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
+  // A resumed job: the clock each worker starts at (from its ResumePlan);
+  // empty: every worker starts at 0.
+  std::vector<int64_t> worker_start_clocks;
 
   static CoordinatorOptions FromJob(const JobSpec& job);
 };

@@ -15,6 +15,7 @@ class Sgd final : public ChunkOptimizer {
       : lr_(static_cast<float>(spec.lr)),
         momentum_(static_cast<float>(spec.momentum)),
         wd_(static_cast<float>(spec.weight_decay)),
+        n_(n),
         buf_(spec.momentum > 0 ? n : 0, 0.0f) {}
 
   void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
@@ -58,9 +59,21 @@ class Sgd final : public ChunkOptimizer {
   }
   bool ScalesGradientForStaleness() const override { return true; }
   size_t StateSize() const override { return buf_.size() + acc_.size(); }
+  State Save() const override { return {{pushes_in_clock_}, {buf_, acc_}}; }
+  bool Load(const State& s) override {
+    // acc_ is empty until the first asynchronous push with momentum, or n long.
+    if (s.counters.size() != 1 || s.arrays.size() != 2 || s.arrays[0].size() != buf_.size() ||
+        (!s.arrays[1].empty() && s.arrays[1].size() != n_) || s.counters[0] < 0)
+      return false;
+    pushes_in_clock_ = static_cast<int>(s.counters[0]);
+    buf_ = s.arrays[0];
+    acc_ = s.arrays[1];
+    return true;
+  }
 
  private:
   float lr_, momentum_, wd_;
+  size_t n_;
   std::vector<float> buf_;
   std::vector<float> acc_;  // async: this clock's gradients so far
   int pushes_in_clock_ = 0;
@@ -99,6 +112,16 @@ class Adam final : public ChunkOptimizer {
   }
   bool ScalesGradientForStaleness() const override { return false; }
   size_t StateSize() const override { return m_.size() + v_.size(); }
+  State Save() const override { return {{t_}, {m_, v_}}; }
+  bool Load(const State& s) override {
+    if (s.counters.size() != 1 || s.arrays.size() != 2 || s.arrays[0].size() != m_.size() ||
+        s.arrays[1].size() != v_.size() || s.counters[0] < 0)
+      return false;
+    t_ = s.counters[0];
+    m_ = s.arrays[0];
+    v_ = s.arrays[1];
+    return true;
+  }
 
  private:
   OptimizerSpec spec_;

@@ -12,8 +12,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/job.h"
 
@@ -43,6 +45,18 @@ class ChunkOptimizer {
   virtual bool ScalesGradientForStaleness() const = 0;
   // Optimizer state as flat arrays, for checkpoints and tests.
   virtual size_t StateSize() const = 0;
+
+  // Everything a resumed optimizer needs to continue bit for bit: counters
+  // (Adam's step, SGD's pushes in the current clock) and float arrays
+  // (momentum, moments), in an order fixed by the optimizer.
+  struct State {
+    std::vector<int64_t> counters;
+    std::vector<std::vector<float>> arrays;
+  };
+  virtual State Save() const = 0;
+  // Restores a Save() of the same optimizer over the same chunk size; false
+  // (and nothing changed) when the counts or sizes do not fit.
+  virtual bool Load(const State& state) = 0;
 };
 
 std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n);

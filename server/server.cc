@@ -1,12 +1,14 @@
 #include "server/server.h"
 
 #include <algorithm>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/files.h"
 #include "common/log.h"
 #include "compression/codec.h"
+#include "server/checkpoint.h"
 
 namespace geodesic::server {
 
@@ -411,6 +413,10 @@ void Server::WriteStats() const {
     for (const auto& [k, v] : shard_->staleness().NonZero()) h[std::to_string(k)] = v;
     j["staleness_histogram"] = h;
   }
+  j["checkpoints_written"] = checkpoints_written_;
+  j["last_checkpoint_clock"] = last_checkpoint_clock_;
+  j["last_checkpoint_ms"] = last_checkpoint_ms_;
+  if (!last_checkpoint_error_.empty()) j["checkpoint_error"] = last_checkpoint_error_;
   Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
@@ -418,6 +424,73 @@ void Server::WriteStats() const {
 const compression::CodecSpec& Server::PullCodecFor(int worker) const {
   auto it = pull_codecs_.find(worker);
   return it == pull_codecs_.end() ? fp32_ : it->second;
+}
+
+Status Server::Resume() {
+  GD_ASSIGN_OR_RETURN(std::string text, ReadFile(options_.resume_file));
+  GD_ASSIGN_OR_RETURN(ResumePlan plan, ResumePlan::FromJson(text, options_.resume_file));
+  if (plan.worker_clocks.size() != static_cast<size_t>(num_workers_))
+    return FailedPrecondition(options_.resume_file + ": plan for " + std::to_string(plan.worker_clocks.size()) +
+                              " workers; this job has " + std::to_string(num_workers_));
+  size_t took = 0;
+  for (const std::string& path : plan.files) {
+    GD_ASSIGN_OR_RETURN(wire::ShardCheckpoint ck, LoadCheckpoint(path));
+    if (ck.job() != options_.job.name)
+      return FailedPrecondition(path + ": checkpoint of job '" + ck.job() + "', not '" + options_.job.name + "'");
+    GD_ASSIGN_OR_RETURN(size_t n, shard_->Restore(ck));
+    took += n;
+  }
+  if (!shard_->AllInitialized())
+    return FailedPrecondition("resume: the checkpoints in " + options_.resume_file + " hold only " +
+                              std::to_string(took) + " of the " + std::to_string(shard_->owned().size()) +
+                              " chunks this shard owns (did the model or wire.chunk_bytes change?)");
+  // Workers start at the plan's clocks; a chunk here may already hold later
+  // pushes of theirs (asynchronous checkpoints), which count as finished.
+  clocks_ = ClockTable(options_.job.training.staleness_bound);
+  std::vector<int> all;
+  for (int w = 0; w < num_workers_; ++w) all.push_back(w);
+  clocks_.SetLive(all, plan.worker_clocks);
+  for (int w = 0; w < num_workers_; ++w)
+    if (shard_->CompletedClock(w) >= 0) clocks_.Finished(w, shard_->CompletedClock(w));
+  last_min_clock_ = clocks_.MinClock();
+  int64_t every = options_.job.checkpoint.every_clocks;
+  int64_t at = shard_->CheckpointClock(last_min_clock_);
+  next_checkpoint_clock_ = every > 0 ? (at / every + 1) * every : 0;
+  GD_LOG(INFO) << "resumed " << took << " chunks at clock " << at << " from " << plan.files.size()
+               << " checkpoint file(s); workers start at clock " << plan.clock;
+  return Status::Ok();
+}
+
+void Server::MaybeCheckpoint(const char* reason) {
+  if (options_.checkpoint_dir.empty() || !shard_ || !shard_->AllInitialized()) return;
+  const CheckpointSpec& spec = options_.job.checkpoint;
+  int64_t min_clock = clocks_.MinClock();
+  if (min_clock != ClockTable::kNoWorkers) last_min_clock_ = min_clock;
+  const int64_t clock = shard_->CheckpointClock(last_min_clock_);
+  if (!reason && options_.checkpoint_requests && options_.checkpoint_requests->load() != seen_checkpoint_requests_) {
+    seen_checkpoint_requests_ = options_.checkpoint_requests->load();
+    reason = "request";
+  }
+  if (!reason && spec.every_clocks > 0 && clock >= next_checkpoint_clock_ && clock > 0) reason = "periodic";
+  if (!reason || ((!std::strcmp(reason, "stop") || !std::strcmp(reason, "final")) && !spec.on_stop)) return;
+  if (spec.every_clocks > 0) next_checkpoint_clock_ = (clock / spec.every_clocks + 1) * spec.every_clocks;
+  TimePoint t0 = clock_->Now();
+  wire::ShardCheckpoint ck = shard_->ToCheckpoint(last_min_clock_);
+  ck.set_job(options_.job.name);
+  ck.set_reason(reason);
+  ck.set_unix_seconds(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  auto path = WriteCheckpoint(options_.checkpoint_dir, ck, spec.keep);
+  last_checkpoint_ms_ = 1e3 * Seconds(clock_->Now() - t0);
+  if (!path.ok()) {
+    // Training goes on; the previous checkpoints stay as they were.
+    last_checkpoint_error_ = path.status().message();
+    GD_LOG(ERROR) << "checkpoint at clock " << clock << " failed: " << path.status();
+    return;
+  }
+  ++checkpoints_written_;
+  last_checkpoint_clock_ = clock;
+  GD_LOG(INFO) << "checkpoint (" << reason << ") at clock " << clock << ": " << *path << " in " << last_checkpoint_ms_
+               << " ms";
 }
 
 Status Server::Run(const std::atomic<bool>* stop) {
@@ -460,6 +533,9 @@ Status Server::Run(const std::atomic<bool>* stop) {
   std::vector<int> all;
   for (int w = 0; w < num_workers_; ++w) all.push_back(w);
   clocks_.SetLive(all, std::vector<int64_t>(all.size(), assignment.start_clock()));
+  next_checkpoint_clock_ = options_.job.checkpoint.every_clocks;
+  if (!options_.resume_file.empty()) GD_RETURN_IF_ERROR(Resume());
+  if (options_.checkpoint_requests) seen_checkpoint_requests_ = options_.checkpoint_requests->load();
 
   PublishProgress();
   member_->Start([this](wire::Heartbeat* hb) {
@@ -505,6 +581,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
     ServeHeldPulls();
     ReportHeldPulls();
     PublishProgress();
+    MaybeCheckpoint();
     TimePoint now = clock_->Now();
     if (now - last_stats > std::chrono::seconds(2)) {
       WriteStats();
@@ -518,9 +595,11 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (member_->view().job_finished) {
       GD_LOG(INFO) << "job finished; " << shard_->updates_applied() << " updates applied, staleness mean "
                    << shard_->staleness().Mean() << " max " << shard_->staleness().max();
+      MaybeCheckpoint("final");
       break;
     }
   }
+  if (stop->load()) MaybeCheckpoint("stop");
   member_->Stop(true);
   WriteStats();
   return Status::Ok();

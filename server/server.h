@@ -35,6 +35,13 @@ struct ServerProcessOptions {
   std::string bind;         // e.g. tcp://127.0.0.1:* (a free port)
   std::string coordinator;  // coordinator endpoint
   std::string stats_file;   // if set, stats JSON is written here periodically and at exit
+  // Checkpoints (server/checkpoint.h) go under this directory; empty: none.
+  std::string checkpoint_dir;
+  // A resume plan (ResumePlan JSON): the shard loads its chunks from the
+  // plan's files before serving, and its workers start at the plan's clocks.
+  std::string resume_file;
+  // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
+  const std::atomic<uint64_t>* checkpoint_requests = nullptr;
 };
 
 class Server {
@@ -81,6 +88,11 @@ class Server {
   void ReportHeldPulls();
   void WriteStats() const;
   void PublishProgress();
+  // Loads the resume plan's checkpoints into shard_ and seeds the clocks.
+  Status Resume();
+  // Writes a checkpoint when the clock passed the next multiple of
+  // checkpoint.every_clocks, or one was requested, or `reason` is given.
+  void MaybeCheckpoint(const char* reason = nullptr);
 
   ServerProcessOptions options_;
   const Clock* clock_;
@@ -105,6 +117,13 @@ class Server {
   compression::CodecSpec fp32_;
   PullCompressor pulls_{ChunkLayout(), 0};
   std::string reported_error_;
+  int64_t next_checkpoint_clock_ = 0;
+  int64_t last_min_clock_ = 0;  // the slowest live worker's clock when one was last live
+  uint64_t seen_checkpoint_requests_ = 0;
+  uint64_t checkpoints_written_ = 0;
+  int64_t last_checkpoint_clock_ = -1;
+  double last_checkpoint_ms_ = 0;
+  std::string last_checkpoint_error_;
 };
 
 }  // namespace geodesic::server

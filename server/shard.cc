@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/log.h"
 
@@ -62,6 +63,7 @@ ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id,
   if (clock <= c.last_clock[worker]) {
     ++duplicates_;
     out.result = wire::DUPLICATE;
+    out.clock_completed = MarkReceived(worker, clock, id);
     return out;
   }
   c.last_clock[worker] = clock;
@@ -71,14 +73,7 @@ ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id,
       ++dropped_;
       out.result = wire::STALE_DROPPED;
     } else {
-      Round& r = c.rounds[clock];
-      if (r.sum.empty()) {
-        r.sum.assign(grad, grad + c.size);
-      } else {
-        float* s = r.sum.data();
-        for (uint64_t i = 0; i < c.size; ++i) s[i] += grad[i];
-      }
-      r.contributors.emplace_back(worker, base_version);
+      c.rounds[clock].contributions.push_back({worker, base_version, std::vector<float>(grad, grad + c.size)});
     }
   } else {
     int64_t tau = c.version >= base_version ? static_cast<int64_t>(c.version - base_version) : 0;
@@ -90,12 +85,21 @@ ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id,
     out.staleness = tau;
   }
 
-  size_t& received = pending_[{worker, clock}];
-  if (++received == chunks_.size()) {
-    pending_.erase({worker, clock});
-    out.clock_completed = true;
-  }
+  out.clock_completed = MarkReceived(worker, clock, id);
   return out;
+}
+
+bool ShardState::MarkReceived(int worker, int64_t clock, uint32_t id) {
+  if (completed_.size() <= static_cast<size_t>(worker)) completed_.resize(worker + 1, -1);
+  if (clock <= completed_[worker]) return false;
+  std::vector<uint32_t>& got = pending_[{worker, clock}];
+  if (std::find(got.begin(), got.end(), id) == got.end()) got.push_back(id);
+  if (got.size() < chunks_.size()) return false;
+  pending_.erase({worker, clock});
+  // Clocks complete in order on one shard (a worker pushes clock c + 1 only
+  // after c's pushes were sent), but never move this backwards.
+  completed_[worker] = std::max(completed_[worker], clock);
+  return true;
 }
 
 bool ShardState::Skip(int worker, int64_t clock) {
@@ -112,6 +116,8 @@ bool ShardState::Skip(int worker, int64_t clock) {
     return false;
   }
   pending_.erase({worker, clock});
+  if (completed_.size() <= static_cast<size_t>(worker)) completed_.resize(worker + 1, -1);
+  completed_[worker] = std::max(completed_[worker], clock);
   return true;
 }
 
@@ -125,12 +131,20 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       // A round closes once every live worker has finished its clock; with no
       // live worker left, whatever arrived is applied.
       if (min_clock != ClockTable::kNoWorkers && min_clock <= it->first) break;
-      Round& r = it->second;
-      float scale = 1.0f / static_cast<float>(r.contributors.size());
-      for (const auto& [w, base] : r.contributors)
-        staleness_.Add(c.version >= base ? static_cast<int64_t>(c.version - base) : 0);
+      std::vector<Contribution>& parts = it->second.contributions;
+      std::sort(parts.begin(), parts.end(),
+                [](const Contribution& a, const Contribution& b) { return a.worker < b.worker; });
+      std::vector<float>& sum = parts.front().grad;
+      for (size_t k = 1; k < parts.size(); ++k) {
+        const float* g = parts[k].grad.data();
+        float* s = sum.data();
+        for (uint64_t i = 0; i < c.size; ++i) s[i] += g[i];
+      }
+      float scale = 1.0f / static_cast<float>(parts.size());
+      for (const Contribution& p : parts)
+        staleness_.Add(c.version >= p.base_version ? static_cast<int64_t>(c.version - p.base_version) : 0);
       float lr = static_cast<float>(LearningRateFactor(options_.optimizer, it->first, options_.total_clocks));
-      Apply(c, r.sum.data(), scale, lr, 0);
+      Apply(c, sum.data(), scale, lr, 0);
       c.closed_through = it->first;
       c.rounds.erase(it);
       ++applied;
@@ -149,6 +163,108 @@ bool ShardState::HasOpenRounds() const {
   for (const Chunk& c : chunks_)
     if (!c.rounds.empty()) return true;
   return false;
+}
+
+int64_t ShardState::CompletedClock(int worker) const {
+  if (worker < 0 || static_cast<size_t>(worker) >= completed_.size()) return -1;
+  return completed_[worker];
+}
+
+int64_t ShardState::CheckpointClock(int64_t min_live_clock) const {
+  if (options_.staleness_bound != 0) return min_live_clock == ClockTable::kNoWorkers ? 0 : min_live_clock;
+  int64_t clock = std::numeric_limits<int64_t>::max();
+  for (const Chunk& c : chunks_) clock = std::min(clock, c.closed_through + 1);
+  return chunks_.empty() ? 0 : clock;
+}
+
+wire::ShardCheckpoint ShardState::ToCheckpoint(int64_t min_live_clock) const {
+  wire::ShardCheckpoint ck;
+  ck.set_shard_id(options_.shard_id);
+  ck.set_clock(CheckpointClock(min_live_clock));
+  ck.set_optimizer(options_.optimizer.name);
+  ck.set_staleness_bound(options_.staleness_bound);
+  ck.set_num_params(layout_.num_params());
+  ck.set_chunk_elems(layout_.chunk_elems());
+  ck.set_updates_applied(updates_applied_);
+  const bool bsp = options_.staleness_bound == 0;
+  for (const Chunk& c : chunks_) {
+    if (!c.initialized) continue;  // nothing to save yet; a resume initializes it again
+    auto* out = ck.add_chunks();
+    out->set_chunk_id(c.id);
+    out->set_num_elems(c.size);
+    out->set_version(c.version);
+    out->set_closed_through(c.closed_through);
+    // BSP: pushes held in open rounds are not saved, so the chunk has taken
+    // exactly the clocks through closed_through from every worker.
+    for (int64_t lc : c.last_clock) out->add_last_clock(bsp ? std::min(lc, c.closed_through) : lc);
+    out->set_params(reinterpret_cast<const char*>(c.params.get()), c.size * sizeof(float));
+    ChunkOptimizer::State st = c.optimizer->Save();
+    for (int64_t v : st.counters) out->add_optimizer_counters(v);
+    for (const auto& a : st.arrays) out->add_optimizer_arrays(reinterpret_cast<const char*>(a.data()), a.size() * 4);
+  }
+  return ck;
+}
+
+StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
+  if (ck.num_params() != layout_.num_params() || ck.chunk_elems() != layout_.chunk_elems())
+    return FailedPrecondition("checkpoint of shard " + std::to_string(ck.shard_id()) + " is of a model with " +
+                              std::to_string(ck.num_params()) + " parameters in chunks of " +
+                              std::to_string(ck.chunk_elems()) + "; this job has " +
+                              std::to_string(layout_.num_params()) + " in chunks of " +
+                              std::to_string(layout_.chunk_elems()));
+  if (ck.optimizer() != options_.optimizer.name)
+    return FailedPrecondition("checkpoint of shard " + std::to_string(ck.shard_id()) + " holds " + ck.optimizer() +
+                              " state; this job runs " + options_.optimizer.name);
+  // Check every owned chunk first, so that a bad one changes nothing.
+  std::vector<std::pair<const wire::ChunkCheckpoint*, ChunkOptimizer::State>> take;
+  for (const auto& in : ck.chunks()) {
+    if (!Owns(in.chunk_id())) continue;
+    const Chunk& c = chunk(in.chunk_id());
+    std::string where =
+        "checkpoint of shard " + std::to_string(ck.shard_id()) + ", chunk " + std::to_string(in.chunk_id());
+    if (in.num_elems() != c.size || in.params().size() != c.size * sizeof(float))
+      return DataLoss(where + ": " + std::to_string(in.params().size()) + " bytes of values, expected " +
+                      std::to_string(c.size * sizeof(float)));
+    ChunkOptimizer::State st;
+    st.counters.assign(in.optimizer_counters().begin(), in.optimizer_counters().end());
+    for (const std::string& a : in.optimizer_arrays()) {
+      if (a.size() % sizeof(float) != 0)
+        return DataLoss(where + ": optimizer array of " + std::to_string(a.size()) + " bytes is not float32");
+      std::vector<float> v(a.size() / sizeof(float));
+      std::memcpy(v.data(), a.data(), a.size());
+      st.arrays.push_back(std::move(v));
+    }
+    auto probe = MakeChunkOptimizer(options_.optimizer, c.size);
+    if (!probe->Load(st))
+      return DataLoss(where + ": optimizer state does not fit a " + options_.optimizer.name + " optimizer of " +
+                      std::to_string(c.size) + " values");
+    take.emplace_back(&in, std::move(st));
+  }
+  for (auto& [in, st] : take) {
+    Chunk& c = chunk(in->chunk_id());
+    c.params = std::shared_ptr<float[]>(new float[c.size]);
+    std::memcpy(c.params.get(), in->params().data(), c.size * sizeof(float));
+    if (!c.initialized) --uninitialized_;
+    c.initialized = true;
+    c.version = in->version();
+    c.closed_through = in->closed_through();
+    c.rounds.clear();
+    c.last_clock.assign(in->last_clock().begin(), in->last_clock().end());
+    GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
+  }
+  // Each worker has completed, here, the clocks every owned chunk has taken.
+  completed_.clear();
+  pending_.clear();
+  if (AllInitialized()) {
+    size_t workers = 0;
+    for (const Chunk& c : chunks_) workers = std::max(workers, c.last_clock.size());
+    completed_.assign(workers, std::numeric_limits<int64_t>::max());
+    for (const Chunk& c : chunks_)
+      for (size_t w = 0; w < workers; ++w)
+        completed_[w] = std::min(completed_[w], w < c.last_clock.size() ? c.last_clock[w] : -1);
+  }
+  if (ck.shard_id() == options_.shard_id) updates_applied_ = ck.updates_applied();
+  return take.size();
 }
 
 ShardState::Snapshot ShardState::Read(uint32_t id) const {

@@ -10,7 +10,18 @@
 // finished that clock: exactly synchronous SGD.
 //
 // Idempotence. A push is identified by (worker, clock, chunk); one that was
-// already taken is answered DUPLICATE and changes nothing.
+// already taken is answered DUPLICATE and changes nothing. A duplicate still
+// counts toward completing its clock here, so that a worker resumed from a
+// checkpoint that holds part of its push completes that clock.
+//
+// Determinism. A BSP round keeps each worker's gradient and sums them in
+// worker order when it closes, so the result does not depend on the order
+// in which pushes arrived: a run is reproducible bit for bit from its seed,
+// which is what lets a resumed job match an uninterrupted one.
+//
+// Checkpoints. ToCheckpoint() captures the chunks, optimizer state,
+// versions and clocks (server/checkpoint.h writes and reads the file);
+// Restore() loads them into a fresh ShardState before it serves.
 //
 // Buffers. Each chunk's parameters live in a reference-counted buffer. A
 // pull reply sends that buffer zero-copy; an update writes into a fresh
@@ -27,6 +38,8 @@
 
 #include "common/histogram.h"
 #include "common/job.h"
+#include "common/status.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "server/consistency.h"
@@ -89,15 +102,34 @@ class ShardState {
   // BSP: whether some chunk still has a round waiting for live workers.
   bool HasOpenRounds() const;
 
+  // The clock a checkpoint written now stands for (proto/checkpoint.proto):
+  // BSP, the lowest round not yet applied on every chunk; asynchronous,
+  // `min_live_clock` (the slowest live worker's finished clocks).
+  int64_t CheckpointClock(int64_t min_live_clock) const;
+  // The shard's state as a checkpoint (job, reason and time are the
+  // caller's). BSP: open rounds are left out and last_clock says so.
+  wire::ShardCheckpoint ToCheckpoint(int64_t min_live_clock) const;
+  // Takes the chunks this shard owns from `ckpt` (which may hold others):
+  // values, optimizer state, version and clocks. Refuses chunks of another
+  // size or optimizer state that does not fit, changing nothing then.
+  // Returns how many chunks it took.
+  StatusOr<size_t> Restore(const wire::ShardCheckpoint& ckpt);
+  // Newest clock of `worker` that every chunk here has taken (-1 if none).
+  int64_t CompletedClock(int worker) const;
+
   const IntHistogram& staleness() const { return staleness_; }
   uint64_t updates_applied() const { return updates_applied_; }
   uint64_t duplicates() const { return duplicates_; }
   uint64_t dropped() const { return dropped_; }
 
  private:
+  struct Contribution {
+    int worker = 0;
+    uint64_t base_version = 0;
+    std::vector<float> grad;
+  };
   struct Round {
-    std::vector<float> sum;
-    std::vector<std::pair<int, uint64_t>> contributors;  // worker, base version
+    std::vector<Contribution> contributions;  // summed in worker order on close
   };
   struct Chunk {
     uint32_t id = 0;
@@ -122,7 +154,12 @@ class ShardState {
   std::vector<int32_t> index_;  // chunk id -> position in chunks_, -1 if not owned
   std::vector<Chunk> chunks_;
   size_t uninitialized_ = 0;
-  std::map<std::pair<int, int64_t>, size_t> pending_;  // (worker, clock) -> chunks received
+  // Marks a chunk of (worker, clock) as received; true when that completes
+  // the clock here.
+  bool MarkReceived(int worker, int64_t clock, uint32_t chunk);
+
+  std::map<std::pair<int, int64_t>, std::vector<uint32_t>> pending_;  // (worker, clock) -> chunks received
+  std::vector<int64_t> completed_;  // per worker: newest clock completed here, -1 if none
   IntHistogram staleness_;
   uint64_t updates_applied_ = 0, duplicates_ = 0, dropped_ = 0;
 };

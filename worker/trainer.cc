@@ -139,6 +139,10 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   };
 
   int64_t c = assignment.start_clock();
+  // A worker that starts later than clock 0 (a resumed job, a rejoin) takes
+  // up its data order where step c would have it, as an uninterrupted run.
+  if (sampler)
+    for (int64_t k = 0; k < c; ++k) sampler->Next();
   GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));  // we hold no copy yet
   GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
   (void)first;
@@ -206,8 +210,12 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     torch::Tensor grad = model->NewGradBuffer();
     bool usable = true;
     if (synthetic) {
-      if (synthetic_grads.empty())
+      if (synthetic_grads.empty()) {
+        // Each worker its own gradients (seeded by job and worker), so that
+        // sums over workers depend on their order as real ones do.
+        torch::manual_seed(SamplerSeed(job.seed, options.id));
         for (int k = 0; k < 4; ++k) synthetic_grads.push_back(torch::randn({n}) * 1e-3);
+      }
       grad.copy_(synthetic_grads[c % synthetic_grads.size()]);
     } else {
       const std::vector<int64_t>& idx = sampler->Next();

@@ -185,5 +185,25 @@ TEST(JobTest, PipelineDepthNeedsTheStalenessBoundAndPrefetch) {
   }
 }
 
+TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
+  auto ok = ParseJob(kMinimal, "t", {"checkpoint.every_clocks=50", "checkpoint.keep=4", "checkpoint.on_stop=false"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->checkpoint.every_clocks, 50);
+  EXPECT_EQ(ok->checkpoint.keep, 4);
+  EXPECT_FALSE(ok->checkpoint.on_stop);
+  auto back = ParseJob(JobToYaml(*ok), "yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->checkpoint.every_clocks, 50);
+  EXPECT_EQ(back->checkpoint.keep, 4);
+  EXPECT_FALSE(back->checkpoint.on_stop);
+  for (auto [bad, key] : {std::pair<const char*, const char*>{"checkpoint.keep=1", "checkpoint.keep"},
+                          {"checkpoint.every_clocks=-5", "checkpoint.every_clocks"},
+                          {"checkpoint.every=5", "checkpoint.every"}}) {
+    auto r = ParseJob(kMinimal, "t", {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace geodesic

@@ -1,0 +1,177 @@
+// Checkpoints and `geodesic launch --resume`, end to end: a job stopped with
+// Ctrl-C and resumed ends with the same parameters, to the last bit, as the
+// same job run without a stop (BSP, same seed and steps), including when its
+// newest checkpoint is damaged and the previous one must be used.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/checkpoint.h"
+#include "tests/integration/harness.h"
+
+namespace geodesic {
+namespace {
+
+using testing::RunGeodesic;
+using testing::TempDir;
+
+const char* kSyntheticBsp = R"(
+name: resume
+seed: 5
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 2}
+model: {name: synthetic, synthetic_params: 50000}
+training: {steps: 300, staleness_bound: 0}
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9, schedule: cosine}
+wire: {chunk_bytes: 16384}
+membership: {heartbeat_ms: 100, lease_ms: 1000}
+checkpoint: {every_clocks: 20, keep: 3}
+)";
+
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+int64_t NewestClock(const std::string& ckpt_dir, int server) {
+  auto files = server::ListCheckpoints(ckpt_dir, server);
+  return files.empty() ? -1 : files.front().clock;
+}
+
+// Runs the job uninterrupted into `run`; returns its final parameters.
+std::string Uninterrupted(const TempDir& dir, const std::string& job, const std::vector<std::string>& sets) {
+  std::vector<std::string> args = {"launch", job, "--run-dir", dir / "straight", "--quiet"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  auto r = RunGeodesic(args, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // The job's end wrote a final checkpoint of each shard.
+  EXPECT_GE(NewestClock(dir / "straight/checkpoints", 0), 0);
+  return ReadBytes(dir / "straight/final_params.bin");
+}
+
+// Starts the job, stops it with SIGINT once server 0 checkpointed at
+// `stop_after` or later, and returns the launcher's output.
+void StartAndInterrupt(const TempDir& dir, const std::string& job, const std::vector<std::string>& sets,
+                       int64_t stop_after) {
+  std::vector<std::string> args = {"launch", job, "--run-dir", dir / "stopped", "--quiet"};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  testing::Process launch(args, dir / "stopped.log");
+  for (int i = 0; i < 1200 && NewestClock(dir / "stopped/checkpoints", 0) < stop_after; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GE(NewestClock(dir / "stopped/checkpoints", 0), stop_after) << testing::ReadText(dir / "stopped.log");
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(60), 130) << testing::ReadText(dir / "stopped.log");
+  auto s = testing::ReadJson(dir / "stopped/summary.json");
+  EXPECT_EQ(s["status"], "interrupted");
+}
+
+TEST(ResumeTest, InterruptedBspJobResumesToTheSameBits) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  const std::string expected = Uninterrupted(dir, dir / "job.yaml", {});
+  ASSERT_EQ(expected.size(), 50000u * 4);
+
+  StartAndInterrupt(dir, dir / "job.yaml", {}, 60);
+  ASSERT_FALSE(std::filesystem::exists(dir / "stopped/final_params.bin"));
+  // Launching a fresh job into the run directory would overwrite its checkpoints: refused.
+  auto again = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "stopped", "--quiet"}, 60);
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_NE(again.output.find("--resume"), std::string::npos) << again.output;
+
+  auto r = RunGeodesic({"launch", "--resume", dir / "stopped", "--quiet"}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto plan = testing::ReadJson(dir / "stopped/resume.json");
+  ASSERT_TRUE(plan.is_object());
+  const int64_t from = plan["clock"].get<int64_t>();
+  EXPECT_GE(from, 60);
+  EXPECT_LT(from, 300);
+  auto s = testing::ReadJson(dir / "stopped/summary.json");
+  EXPECT_EQ(s["status"], "finished");
+  // The resumed workers ran only the steps after the checkpoint.
+  EXPECT_EQ(s["step_time_breakdown"]["worker-0"]["steps"].get<int64_t>(), 300 - from);
+  const std::string got = ReadBytes(dir / "stopped/final_params.bin");
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected) << "the resumed job's parameters differ from the uninterrupted run's";
+}
+
+TEST(ResumeTest, ACorruptNewestCheckpointFallsBackToThePreviousOne) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  const std::vector<std::string> sets = {"training.steps=200"};
+  const std::string expected = Uninterrupted(dir, dir / "job.yaml", sets);
+  StartAndInterrupt(dir, dir / "job.yaml", sets, 60);
+
+  // Damage server 1's newest checkpoint: one flipped byte in the middle.
+  auto files = server::ListCheckpoints(dir / "stopped/checkpoints", 1);
+  ASSERT_GE(files.size(), 2u);
+  std::string bytes = ReadBytes(files[0].path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  std::ofstream(files[0].path, std::ios::binary | std::ios::trunc) << bytes;
+
+  auto r = RunGeodesic({"launch", "--resume", dir / "stopped"}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("digest mismatch"), std::string::npos) << r.output;
+  auto plan = testing::ReadJson(dir / "stopped/resume.json");
+  EXPECT_LT(plan["clock"].get<int64_t>(), files[0].clock);
+  EXPECT_EQ(plan["refused"].size(), 1u);
+  EXPECT_TRUE(ReadBytes(dir / "stopped/final_params.bin") == expected);
+}
+
+TEST(ResumeTest, NothingToResumeIsAClearError) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "run");
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  testing::WriteText(dir / "run/job.yaml", kSyntheticBsp);
+  auto r = RunGeodesic({"launch", "--resume", dir / "run", "--quiet"}, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("no usable checkpoint of server 0"), std::string::npos) << r.output;
+  auto none = RunGeodesic({"launch", "--quiet"}, 60);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("needs a job file"), std::string::npos) << none.output;
+}
+
+TEST(ResumeTest, CheckpointOnRequest) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  testing::Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=1000000",
+                           "--set", "checkpoint.every_clocks=0", "--quiet"},
+                          dir / "launch.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 60)) << testing::ReadText(dir / "launch.log");
+  EXPECT_EQ(NewestClock(dir / "run/checkpoints", 0), -1);  // periodic checkpoints are off
+  auto r = RunGeodesic({"checkpoint", dir / "run"}, 30);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("asked 2 server(s)"), std::string::npos) << r.output;
+  for (int i = 0; i < 200 && (NewestClock(dir / "run/checkpoints", 0) < 0 || NewestClock(dir / "run/checkpoints", 1) < 0);
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GE(NewestClock(dir / "run/checkpoints", 0), 0);
+  EXPECT_GE(NewestClock(dir / "run/checkpoints", 1), 0);
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(60), 130);
+}
+
+// The same with the CNN on Fashion-MNIST: data order, momentum and the
+// learning-rate schedule all have to pick up where they stopped (slow: two
+// training runs).
+TEST(TrainingResumeTest, ResumedCnnJobMatchesTheUninterruptedOneToTheBit) {
+  TempDir dir;
+  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
+  const std::vector<std::string> sets = {"training.steps=90",       "training.staleness_bound=0",
+                                         "checkpoint.every_clocks=15", "eval.test_samples=500",
+                                         "optimizer.schedule=cosine",  "seed=11"};
+  const std::string expected = Uninterrupted(dir, example, sets);
+  StartAndInterrupt(dir, example, sets, 30);
+  auto r = RunGeodesic({"launch", "--resume", dir / "stopped", "--quiet"}, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto plan = testing::ReadJson(dir / "stopped/resume.json");
+  EXPECT_GE(plan["clock"].get<int64_t>(), 30);
+  EXPECT_LT(plan["clock"].get<int64_t>(), 90);
+  const std::string got = ReadBytes(dir / "stopped/final_params.bin");
+  ASSERT_FALSE(got.empty());
+  EXPECT_TRUE(got == expected) << "the resumed CNN's parameters differ from the uninterrupted run's";
+}
+
+}  // namespace
+}  // namespace geodesic
