@@ -207,6 +207,7 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
     mo.model.set_num_params(static_cast<uint64_t>(floats));
     mo.model.set_layout_digest(1);
     mo.timing = job.membership;
+    mo.max_message_bytes = job.wire.max_message_bytes;
     server::MemberClient member(ctx, mo, &counters, RealClock::Get());
     GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
     member.Start(nullptr);

@@ -95,8 +95,10 @@ std::string Timestamp() {
 // A DEALER that asks the coordinator for StatusReply.
 class StatusProbe {
  public:
-  StatusProbe(zmq::context_t& ctx, const std::string& job, const std::string& endpoint)
-      : socket_(ctx, zmq::socket_type::dealer, wan::SocketOptions{.job = job, .role = wire::CLIENT, .id = 0},
+  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint)
+      : socket_(ctx, zmq::socket_type::dealer,
+                wan::SocketOptions{
+                    .job = job.name, .role = wire::CLIENT, .id = 0, .max_message_bytes = job.wire.max_message_bytes},
                 &counters_) {
     (void)socket_.Connect(endpoint);
   }
@@ -485,7 +487,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/pids.json", pids.dump(2), /*durable=*/false));
   }
   zmq::context_t ctx(1);
-  StatusProbe probe(ctx, job.name, endpoint);
+  StatusProbe probe(ctx, job, endpoint);
   std::optional<wire::StatusReply> last_status;
   std::string outcome = "finished";
   std::string failure;
@@ -810,7 +812,7 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   GD_ASSIGN_OR_RETURN(std::string endpoint, ReadFile(run_dir + "/coordinator.endpoint"));
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
   zmq::context_t ctx(1);
-  StatusProbe probe(ctx, job.name, endpoint);
+  StatusProbe probe(ctx, job, endpoint);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto st = probe.Poll()) {

@@ -39,8 +39,20 @@ wire::ShardMap ShardMap::ToWire() const {
   return w;
 }
 
+Status CheckLayout(uint64_t num_params, uint64_t chunk_elems) {
+  if (num_params == 0) return InvalidArgument("a model of 0 parameters");
+  if (chunk_elems == 0) return InvalidArgument("chunks of 0 values");
+  const uint64_t chunks = num_params / chunk_elems + (num_params % chunk_elems != 0);
+  if (chunks > kMaxChunks)
+    return InvalidArgument(std::to_string(num_params) + " parameters in chunks of " + std::to_string(chunk_elems) +
+                           " values make " + std::to_string(chunks) + " chunks, more than the " +
+                           std::to_string(kMaxChunks) + " allowed");
+  return Status::Ok();
+}
+
 StatusOr<ShardMap> ShardMap::FromWire(const wire::ShardMap& w, int num_servers) {
   if (w.chunk_elems() == 0) return InvalidArgument("shard map has chunk_elems 0");
+  GD_RETURN_IF_ERROR(CheckLayout(w.num_params(), w.chunk_elems()).Annotate("shard map"));
   ShardMap m;
   m.layout = ChunkLayout(w.num_params(), w.chunk_elems());
   if (static_cast<uint64_t>(w.owner_size()) != m.layout.num_chunks())

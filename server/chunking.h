@@ -50,6 +50,15 @@ struct ShardMap {
   static StatusOr<ShardMap> FromWire(const wire::ShardMap& w, int num_servers);
 };
 
+// The most chunks a layout may have. It bounds what a model signature or a
+// shard map from the wire can make a process allocate (a few bytes per
+// chunk in the shard map and the per-chunk bookkeeping): 2^24 chunks of the
+// default 64 KiB are 1 TiB of parameters.
+inline constexpr uint64_t kMaxChunks = uint64_t{1} << 24;
+// InvalidArgument unless `num_params` (at least 1) values in chunks of
+// `chunk_elems` (at least 1) make at most kMaxChunks chunks.
+Status CheckLayout(uint64_t num_params, uint64_t chunk_elems);
+
 // Chunk size for a job: the configured bytes, rounded down to whole floats.
 uint64_t ChunkElemsFor(int64_t chunk_bytes);
 

@@ -51,6 +51,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.chunk_bytes = job.wire.chunk_bytes;
   o.staleness_bound = job.training.staleness_bound;
   o.membership = job.membership;
+  o.max_message_bytes = job.wire.max_message_bytes;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
   if (!job.wan.links.empty()) {
@@ -191,6 +192,8 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (role == wire::WORKER) {
     const auto& sig = req.model();
     if (sig.num_params() == 0) return InvalidArgument("worker registration without a model signature");
+    GD_RETURN_IF_ERROR(CheckLayout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes))
+                           .Annotate("worker " + std::to_string(id) + "'s model (" + sig.name() + ")"));
     if (!model_) {
       model_ = sig;
       ChunkLayout layout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes));
@@ -348,13 +351,52 @@ wire::StatusReply CoordinatorState::Status() const {
   return r;
 }
 
+std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, bool* refused) {
+  *refused = false;
+  wire::Header reply;
+  switch (h.body_case()) {
+    case wire::Header::kRegisterRequest: {
+      auto r = Register(h.sender_role(), h.sender_id(), h.register_request());
+      if (!r.ok()) {
+        GD_LOG(WARNING) << "refused registration: " << r.status();
+        *refused = true;
+        reply.mutable_error_reply()->set_code(wan::ToWire(r.status().code()));
+        reply.mutable_error_reply()->set_message(r.status().message());
+      } else {
+        *reply.mutable_register_reply() = *r;
+      }
+      return reply;
+    }
+    case wire::Header::kHeartbeat:
+      *reply.mutable_heartbeat_reply() = Heartbeat(h.sender_role(), h.sender_id(), h.heartbeat());
+      return reply;
+    case wire::Header::kLeaveRequest:
+      Leave(h.sender_role(), h.sender_id());
+      GD_LOG(INFO) << RoleName(h.sender_role()) << " " << h.sender_id() << " left";
+      return std::nullopt;  // no reply: the member is gone
+    case wire::Header::kStatusRequest:
+      *reply.mutable_status_reply() = Status();
+      return reply;
+    default:
+      *refused = true;
+      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id() << ": not a coordinator request";
+      reply.mutable_error_reply()->set_code(wire::INVALID_ARGUMENT);
+      reply.mutable_error_reply()->set_message("the coordinator does not serve " + wan::BodyName(h));
+      return reply;
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
       socket_(ctx, zmq::socket_type::router,
-              wan::SocketOptions{.job = options_.coordinator.job_name, .role = wire::COORDINATOR, .id = 0}, &counters_),
+              wan::SocketOptions{.job = options_.coordinator.job_name,
+                                 .role = wire::COORDINATOR,
+                                 .id = 0,
+                                 .max_message_bytes = options_.coordinator.max_message_bytes},
+              &counters_),
       state_(options_.coordinator, clock) {}
 
 void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
@@ -364,40 +406,10 @@ void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
 }
 
 void Coordinator::Handle(wan::Message& m) {
-  const wire::Header& h = m.header;
-  wire::Header reply;
-  switch (h.body_case()) {
-    case wire::Header::kRegisterRequest: {
-      auto r = state_.Register(h.sender_role(), h.sender_id(), h.register_request());
-      if (!r.ok()) {
-        GD_LOG(WARNING) << "refused registration: " << r.status();
-        reply.mutable_error_reply()->set_code(wan::ToWire(r.status().code()));
-        reply.mutable_error_reply()->set_message(r.status().message());
-      } else {
-        *reply.mutable_register_reply() = *r;
-      }
-      break;
-    }
-    case wire::Header::kHeartbeat:
-      *reply.mutable_heartbeat_reply() = state_.Heartbeat(h.sender_role(), h.sender_id(), h.heartbeat());
-      break;
-    case wire::Header::kLeaveRequest:
-      state_.Leave(h.sender_role(), h.sender_id());
-      GD_LOG(INFO) << (h.sender_role() == wire::SERVER   ? "server "
-                       : h.sender_role() == wire::WORKER ? "worker "
-                                                         : "evaluator ")
-                   << h.sender_id() << " left";
-      return;  // no reply: the member is gone
-    case wire::Header::kStatusRequest:
-      *reply.mutable_status_reply() = state_.Status();
-      break;
-    default:
-      counters_.messages_refused++;
-      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id() << ": not a coordinator request";
-      reply.mutable_error_reply()->set_code(wire::INVALID_ARGUMENT);
-      reply.mutable_error_reply()->set_message("the coordinator does not serve " + wan::BodyName(h));
-  }
-  Reply(m, std::move(reply));
+  bool refused = false;
+  std::optional<wire::Header> reply = state_.Answer(m.header, &refused);
+  if (refused) counters_.messages_refused++;
+  if (reply) Reply(m, std::move(*reply));
 }
 
 void Coordinator::WriteStats() const {

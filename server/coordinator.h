@@ -36,6 +36,7 @@ struct CoordinatorOptions {
   int64_t staleness_bound = 2;
   bool expect_evaluator = true;  // the job ends only after an evaluator has read the final model
   MembershipSpec membership;
+  int64_t max_message_bytes = 256 << 20;    // wire.max_message_bytes: larger requests are refused unread
   std::vector<std::string> server_regions;  // per server id (may be empty)
   std::vector<std::string> worker_regions;  // per worker id (may be empty)
   // Places the chunks once the model is known; unset: PlaceChunks (bytes-
@@ -56,6 +57,12 @@ class CoordinatorState {
   StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request);
   wire::HeartbeatReply Heartbeat(wire::Role role, int id, const wire::Heartbeat& heartbeat);
   void Leave(wire::Role role, int id);
+  // Answers one request that passed the framing checks (wan::DecodeFrames),
+  // by its body: the reply to send, or nullopt for none (a LeaveRequest).
+  // A request the coordinator does not serve or refuses is answered with an
+  // ErrorReply and sets `*refused`. Coordinator::Run feeds every received
+  // message here; tests/fuzz/fuzz_coordinator.cc feeds arbitrary bytes.
+  std::optional<wire::Header> Answer(const wire::Header& request, bool* refused);
   // Ends every lease not renewed within lease_ms; returns a log line per death.
   std::vector<std::string> ExpireLeases();
 

@@ -12,7 +12,11 @@ MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, wan::Traf
     : options_(std::move(options)),
       clock_(clock),
       socket_(ctx, zmq::socket_type::dealer,
-              wan::SocketOptions{.job = options_.job, .role = options_.role, .id = options_.id}, counters) {}
+              wan::SocketOptions{.job = options_.job,
+                                 .role = options_.role,
+                                 .id = options_.id,
+                                 .max_message_bytes = options_.max_message_bytes},
+              counters) {}
 
 MemberClient::~MemberClient() { Stop(true); }
 

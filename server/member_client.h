@@ -35,6 +35,7 @@ struct MemberOptions {
   std::string region;
   wire::ModelSignature model;  // workers and the evaluator
   MembershipSpec timing;
+  int64_t max_message_bytes = 256 << 20;  // wire.max_message_bytes: larger replies are refused unread
 };
 
 struct MembershipView {

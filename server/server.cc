@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "common/files.h"
 #include "common/log.h"
@@ -39,75 +38,12 @@ void Server::Refuse(const wan::Message& m, const std::string& reason, const Stat
   (void)socket_.Send(std::move(reply), {}, m.peer);
 }
 
-Status Server::ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                              bool finite, std::string* reason, std::vector<const float*>* values) {
-  values->clear();
-  if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
-    *reason = "frame_count";
-    return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
-                           " payload frames");
-  }
-  std::set<uint32_t> seen;
-  for (int i = 0; i < chunks.size(); ++i) {
-    const wire::ChunkData& c = chunks[i];
-    if (c.chunk_id() >= shard_->layout().num_chunks()) {
-      *reason = "chunk_out_of_range";
-      return OutOfRange("chunk " + std::to_string(c.chunk_id()) + " does not exist (the model has " +
-                        std::to_string(shard_->layout().num_chunks()) + " chunks)");
-    }
-    if (!shard_->Owns(c.chunk_id())) {
-      *reason = "chunk_not_owned";
-      return OutOfRange("chunk " + std::to_string(c.chunk_id()) + " is not owned by server " +
-                        std::to_string(options_.id));
-    }
-    if (!seen.insert(c.chunk_id()).second) {
-      *reason = "duplicate_chunk";
-      return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " appears twice");
-    }
-    uint64_t expected = shard_->layout().Size(c.chunk_id());
-    if (c.num_elems() != expected) {
-      *reason = "wrong_shape";
-      return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " has " + std::to_string(expected) +
-                             " values, message says " + std::to_string(c.num_elems()));
-    }
-    if (c.delta()) {
-      *reason = "bad_payload";
-      return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + ": only pull replies carry deltas");
-    }
-    const compression::PayloadInfo info = compression::PayloadInfo::FromWire(c);
-    const zmq::message_t& frame = m.frames[i];
-    Status s = compression::CheckPayloadSize(info, c.num_elems(), frame.size());
-    if (!s.ok()) {
-      *reason = compression::MaxEncodedBytes(info, c.num_elems()) == 0 ? "unknown_codec" : "bad_payload_size";
-      return s.Annotate("chunk " + std::to_string(c.chunk_id()));
-    }
-    if (decoded_.size() <= static_cast<size_t>(i)) decoded_.resize(i + 1);
-    const float* v = nullptr;
-    if (info.codec == wire::FP32 && !info.zstd) {
-      v = m.FrameFloats(i, &decoded_[i]);  // in place unless misaligned
-      if (finite) {
-        size_t first = 0;
-        size_t bad = compression::CountNonFinite(v, c.num_elems(), &first);
-        if (bad) {
-          *reason = "non_finite";
-          return InvalidArgument("chunk " + std::to_string(c.chunk_id()) + " holds " + std::to_string(bad) +
-                                 " non-finite values (first at index " + std::to_string(first) + ": " +
-                                 std::to_string(v[first]) + ")");
-        }
-      }
-    } else {
-      // Decoding validates everything, finite values included.
-      decoded_[i].resize(c.num_elems());
-      s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
-      if (!s.ok()) {
-        *reason = s.message().find("finite") != std::string::npos ? "non_finite" : "bad_payload";
-        return s.Annotate("chunk " + std::to_string(c.chunk_id()) + " (" + compression::CodecName(info.codec) + ")");
-      }
-      v = decoded_[i].data();
-    }
-    values->push_back(v);
-  }
-  return Status::Ok();
+ShardContext Server::Context() {
+  return ShardContext{.shard = shard_.get(),
+                      .clocks = &clocks_,
+                      .server_id = options_.id,
+                      .num_workers = num_workers_,
+                      .decoder = &decoder_};
 }
 
 void Server::Handle(wan::Message& m) {
@@ -125,125 +61,39 @@ void Server::Handle(wan::Message& m) {
 }
 
 void Server::HandleInit(wan::Message& m) {
-  const auto& req = m.header.init_request();
-  if (m.header.sender_role() != wire::WORKER)
-    return Refuse(m, "bad_sender", InvalidArgument("only workers send initial values"));
-  std::string reason;
-  std::vector<const float*> values;
-  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason, &values);
-  if (!s.ok()) return Refuse(m, reason, s);
-  wire::Header reply;
-  reply.set_request_id(m.header.request_id());
-  auto* ack = reply.mutable_init_ack();
-  for (int i = 0; i < req.chunks_size(); ++i) {
-    bool took = shard_->Init(req.chunks(i).chunk_id(), values[i]);
-    if (took)
-      ack->set_accepted_chunks(ack->accepted_chunks() + 1);
-    else
-      ack->set_ignored_chunks(ack->ignored_chunks() + 1);
-  }
-  if (ack->accepted_chunks() && shard_->AllInitialized())
+  Handled h = ApplyInit(Context(), m);
+  if (!h.status.ok()) return Refuse(m, h.reason, h.status);
+  if (h.reply.init_ack().accepted_chunks() && shard_->AllInitialized())
     GD_LOG(INFO) << "all " << shard_->owned().size() << " chunks initialized (by worker " << m.header.sender_id()
                  << ")";
-  (void)socket_.Send(std::move(reply), {}, m.peer);
+  (void)socket_.Send(std::move(h.reply), {}, m.peer);
   ServeHeldPulls();
 }
 
 void Server::HandlePush(wan::Message& m) {
+  Handled h = ApplyPush(Context(), m);
+  if (!h.status.ok()) return Refuse(m, h.reason, h.status);
   const auto& req = m.header.push_request();
-  int worker = m.header.sender_id();
-  if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= num_workers_)
-    return Refuse(m, "bad_sender", InvalidArgument("pushes come from workers 0.." + std::to_string(num_workers_ - 1)));
-  if (req.clock() < 0) return Refuse(m, "bad_clock", InvalidArgument("negative clock"));
-  if (req.skipped()) {
-    if (!m.frames.empty() || req.chunks_size() != 0)
-      return Refuse(m, "frame_count", InvalidArgument("a skipped push carries no chunks"));
-    wire::Header reply;
-    reply.set_request_id(m.header.request_id());
-    reply.mutable_push_ack()->set_clock(req.clock());
-    bool completed = shard_->Skip(worker, req.clock());
-    reply.mutable_push_ack()->set_result(completed ? wire::APPLIED : wire::DUPLICATE);
-    if (completed) {
-      GD_LOG(WARNING) << "worker " << worker << " skipped clock " << req.clock() << " (no usable gradient)";
-      clocks_.Finished(worker, req.clock());
-      shard_->CloseRounds(clocks_);
-    }
-    (void)socket_.Send(std::move(reply), {}, m.peer);
-    if (completed) ServeHeldPulls();
-    return;
-  }
-  std::string reason;
-  std::vector<const float*> values;
-  Status s = ValidateChunks(m, req.chunks(), /*finite=*/true, &reason, &values);
-  if (!s.ok())
-    return Refuse(m, reason,
-                  s.Annotate("push of worker " + std::to_string(worker) + " at clock " + std::to_string(req.clock())));
-  for (const auto& c : req.chunks())
-    if (!shard_->IsInitialized(c.chunk_id()))
-      return Refuse(m, "not_initialized",
-                    FailedPrecondition("chunk " + std::to_string(c.chunk_id()) + " has no initial value yet"));
-
-  wire::Header reply;
-  reply.set_request_id(m.header.request_id());
-  auto* ack = reply.mutable_push_ack();
-  ack->set_clock(req.clock());
-  bool completed = false;
-  for (int i = 0; i < req.chunks_size(); ++i) {
-    const auto& c = req.chunks(i);
-    auto out = shard_->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i],
-                            static_cast<int>(clocks_.live().size()));
-    switch (out.result) {
-      case wire::APPLIED:
-        ack->set_applied_chunks(ack->applied_chunks() + 1);
-        break;
-      case wire::DUPLICATE:
-        ack->set_duplicate_chunks(ack->duplicate_chunks() + 1);
-        break;
-      default:
-        ack->set_dropped_chunks(ack->dropped_chunks() + 1);
-        break;
-    }
-    if (out.staleness >= 0) ack->add_staleness(out.staleness);
-    completed |= out.clock_completed;
-  }
-  ack->set_result(ack->applied_chunks()     ? wire::APPLIED
-                  : ack->duplicate_chunks() ? wire::DUPLICATE
-                                            : wire::STALE_DROPPED);
-  if (completed) {
-    clocks_.Finished(worker, req.clock());
-    shard_->CloseRounds(clocks_);
-  }
+  if (req.skipped() && h.completed)
+    GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
   // Acknowledge after the update took effect (applied, or held in its round).
-  (void)socket_.Send(std::move(reply), {}, m.peer);
-  ServeHeldPulls();
+  (void)socket_.Send(std::move(h.reply), {}, m.peer);
+  if (!req.skipped() || h.completed) ServeHeldPulls();
 }
 
 void Server::HandlePull(wan::Message& m) {
   const auto& req = m.header.pull_request();
-  wire::Role role = m.header.sender_role();
-  if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT)
-    return Refuse(m, "bad_sender", InvalidArgument("pulls come from workers, the evaluator or tools"));
-  if (req.final() && role == wire::WORKER)
-    return Refuse(m, "bad_sender", InvalidArgument("workers may not skip the staleness bound"));
-  if (!m.frames.empty()) return Refuse(m, "frame_count", InvalidArgument("a pull request carries no payload"));
   HeldPull p;
+  std::string reason;
+  Status s = ValidatePull(*shard_, options_.id, m, &reason, &p.chunks);
+  if (!s.ok()) return Refuse(m, reason, s);
+  const wire::Role role = m.header.sender_role();
   p.peer = m.peer;
   p.request_id = m.header.request_id();
   p.sender_id = m.header.sender_id();
   p.role = role;
   p.clock = req.final() ? -1 : req.clock();
   p.since = clock_->Now();
-  std::set<uint32_t> seen;
-  for (uint32_t c : req.chunk_ids()) {
-    if (c >= shard_->layout().num_chunks() || !shard_->Owns(c))
-      return Refuse(
-          m, "chunk_out_of_range",
-          OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(options_.id)));
-    if (!seen.insert(c).second)
-      return Refuse(m, "duplicate_chunk", InvalidArgument("chunk " + std::to_string(c) + " asked twice"));
-    p.chunks.push_back(c);
-  }
-  if (p.chunks.empty()) p.chunks = shard_->owned();
   p.wait_for_own_push = req.wait_for_own_push() && role == wire::WORKER && !req.final();
   p.full = req.full() || req.final();
   p.hold_until = p.since + std::chrono::microseconds(std::min<uint64_t>(req.max_hold_us(), 60'000'000));
@@ -513,6 +363,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
   mo.endpoint = socket_.endpoint();
   mo.region = options_.job.RegionOfServer(options_.id).name;
   mo.timing = options_.job.membership;
+  mo.max_message_bytes = options_.job.wire.max_message_bytes;
   member_ = std::make_unique<MemberClient>(ctx_, mo, &counters_, clock_);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
   GD_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));

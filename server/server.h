@@ -24,6 +24,7 @@
 #include "compression/codec.h"
 #include "server/member_client.h"
 #include "server/pull_compressor.h"
+#include "server/requests.h"
 #include "server/shard.h"
 #include "wan/message.h"
 
@@ -72,11 +73,7 @@ class Server {
   void HandlePush(wan::Message& m);
   void HandleInit(wan::Message& m);
   void Refuse(const wan::Message& m, const std::string& reason, const Status& status);
-  // Checks chunk descriptors against the frames and the shard: ids owned and
-  // unique, codec known, sizes exact, values finite (if `finite`).
-  // On success `values` holds each chunk's values (decoded if needed).
-  Status ValidateChunks(const wan::Message& m, const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                        bool finite, std::string* reason, std::vector<const float*>* values);
+  ShardContext Context();
   const compression::CodecSpec& PullCodecFor(int worker) const;
   // Whether the bound and initialization allow the read at all.
   bool BoundAllows(const HeldPull& p) const;
@@ -111,8 +108,7 @@ class Server {
   std::atomic<uint64_t> pub_updates_{0}, pub_dropped_{0}, pub_refused_{0}, pub_held_{0};
   std::atomic<double> pub_stale_mean_{0};
   std::atomic<int64_t> pub_stale_max_{0};
-  std::vector<std::vector<float>> decoded_;  // per chunk of the message being handled
-  std::vector<uint8_t> zstd_scratch_;
+  RequestDecoder decoder_;
   std::map<int, compression::CodecSpec> pull_codecs_;  // by worker
   compression::CodecSpec fp32_;
   PullCompressor pulls_{ChunkLayout(), 0};

@@ -137,26 +137,31 @@ std::optional<Incoming> Socket::Receive() {
     return in;
   }
 
+  Incoming in = DecodeFrames(std::move(parts), is_router_, options_);
+  counters_->bytes_received += in.message.wire_bytes;
+  counters_->messages_received++;
+  if (!in.status.ok()) counters_->messages_refused++;
+  return in;
+}
+
+Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const SocketOptions& options) {
   Incoming in;
   Message& m = in.message;
   size_t first = 0;
-  if (is_router_) {
+  if (router && !parts.empty()) {
     m.peer = parts[0].to_string();
     first = 1;
   }
   for (size_t i = first; i < parts.size(); ++i) m.wire_bytes += parts[i].size();
-  counters_->bytes_received += m.wire_bytes;
-  counters_->messages_received++;
 
-  auto refuse = [&](Status s) -> std::optional<Incoming> {
-    counters_->messages_refused++;
+  auto refuse = [&](Status s) {
     in.status = std::move(s);
     return std::move(in);
   };
   if (parts.size() <= first) return refuse(InvalidArgument("malformed message: no header frame"));
-  if (static_cast<int64_t>(m.wire_bytes) > options_.max_message_bytes)
+  if (static_cast<int64_t>(m.wire_bytes) > options.max_message_bytes)
     return refuse(InvalidArgument("message of " + std::to_string(m.wire_bytes) + " bytes exceeds the limit of " +
-                                  std::to_string(options_.max_message_bytes)));
+                                  std::to_string(options.max_message_bytes)));
   const zmq::message_t& head = parts[first];
   if (head.size() > static_cast<size_t>(INT32_MAX) ||
       !m.header.ParseFromArray(head.data(), static_cast<int>(head.size())))
@@ -164,8 +169,8 @@ std::optional<Incoming> Socket::Receive() {
   if (m.header.protocol() != kProtocolVersion)
     return refuse(InvalidArgument("protocol version " + std::to_string(m.header.protocol()) + " is not ours (" +
                                   std::to_string(kProtocolVersion) + ")"));
-  if (!options_.job.empty() && m.header.job() != options_.job)
-    return refuse(InvalidArgument("message for job '" + m.header.job() + "', this is job '" + options_.job + "'"));
+  if (!options.job.empty() && m.header.job() != options.job)
+    return refuse(InvalidArgument("message for job '" + m.header.job() + "', this is job '" + options.job + "'"));
   size_t payload_frames = parts.size() - first - 1;
   if (m.header.payload_frames() != payload_frames)
     return refuse(InvalidArgument("header declares " + std::to_string(m.header.payload_frames()) + " payload frames, " +

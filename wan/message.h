@@ -107,6 +107,17 @@ class Socket {
   std::string endpoint_;
 };
 
+// The framing checks of Socket::Receive, on bytes (no socket; the fuzz
+// target tests/fuzz/fuzz_frames.cc calls it directly). `parts` is one
+// multipart message as read, the routing id first when `router`. Refuses
+// (status InvalidArgument, with whatever could be read, e.g. the header for
+// an ErrorReply): no header frame, more than options.max_message_bytes
+// (ZeroMQ's ZMQ_MAXMSGSIZE refuses those before reading; this is the same
+// limit for the whole frame set), a header that does not parse, another
+// protocol version or job, a payload_frames count that differs from the
+// frames that came, and a header without a known body.
+Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const SocketOptions& options);
+
 wire::ErrorCode ToWire(Code code);
 Code FromWire(wire::ErrorCode code);
 

@@ -251,7 +251,16 @@ Status PsClient::Decode(PendingPull& p, const wire::ChunkData& d, const zmq::mes
       p.resync.push_back(c);
       return Status::Ok();
     }
-    GD_RETURN_IF_ERROR(compression::DecodeAdd(info, frame.data(), frame.size(), d.num_elems(), out, &zstd_scratch_));
+    // Decoded aside first: a change that would make our copy non-finite
+    // (finite values can still overflow when added) is refused whole.
+    scratch_.resize(d.num_elems());
+    GD_RETURN_IF_ERROR(
+        compression::Decode(info, frame.data(), frame.size(), d.num_elems(), scratch_.data(), &zstd_scratch_));
+    for (uint64_t i = 0; i < d.num_elems(); ++i)
+      if (!std::isfinite(out[i] + scratch_[i]))
+        return InvalidArgument("chunk " + std::to_string(c) + ": the change from the server makes value " +
+                               std::to_string(i) + " non-finite");
+    for (uint64_t i = 0; i < d.num_elems(); ++i) out[i] += scratch_[i];
     copy_seq_[c] = static_cast<int64_t>(d.base_seq()) + 1;
   } else {
     GD_RETURN_IF_ERROR(compression::Decode(info, frame.data(), frame.size(), d.num_elems(), out, &zstd_scratch_));
@@ -425,6 +434,10 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
       GD_RETURN_IF_ERROR(compression::CheckPayloadSize(d.codec(), d.num_elems(), frame.size()));
       if (d.codec() != wire::FP32 || d.zstd() || d.delta())
         return InvalidArgument("zero-copy pulls need plain fp32 values");
+      uint64_t first = 0;
+      if (size_t bad = compression::CountNonFinite(static_cast<const float*>(frame.data()), d.num_elems(), &first))
+        return InvalidArgument("server sent chunk " + std::to_string(d.chunk_id()) + " with " + std::to_string(bad) +
+                               " non-finite values (first at index " + std::to_string(first) + ")");
       versions_[d.chunk_id()] = d.version();
       borrowed->push_back(PulledChunk{d.chunk_id(), d.version(), std::move(frame)});
     }

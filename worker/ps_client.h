@@ -134,6 +134,13 @@ class PsClient {
   const compression::ErrorFeedback& error_feedback() const { return feedback_; }
   uint64_t chunks_dropped() const { return chunks_dropped_; }
 
+  // Takes one message from shard index `shard` (position in the shard map's
+  // server list) that passed the framing checks: what Poll does with each
+  // arrival. Public so that tests/fuzz/fuzz_ps_client.cc can feed replies
+  // without a server. A malformed reply fails the pull it answers (WaitPull
+  // returns the error) and never writes outside the pull's buffer.
+  void OnMessage(int shard, wan::Message& m);
+
  private:
   struct Shard {
     int id = 0;
@@ -179,7 +186,6 @@ class PsClient {
 
   // Receives and dispatches whatever waits, blocking up to `timeout_ms`.
   void Poll(int timeout_ms);
-  void OnMessage(int shard, wan::Message& m);
   Status SendPullRequest(PendingPull& p, size_t shard, bool final);
   // For lossy pushes: applies error feedback to every lossy chunk of `grad`
   // (into corrected_all_) and picks the top-k threshold across them.

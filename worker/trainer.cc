@@ -40,6 +40,7 @@ server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int 
   mo.region = role == wire::WORKER ? job.RegionOfWorker(id).name : job.CoordinatorRegion().name;
   mo.model = sig;
   mo.timing = job.membership;
+  mo.max_message_bytes = job.wire.max_message_bytes;
   return mo;
 }
 

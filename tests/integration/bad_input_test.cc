@@ -23,7 +23,7 @@ name: badinput
 regions:
   local: {servers: 1, workers: 1}
 model: {name: synthetic, synthetic_params: 1000}
-wire: {chunk_bytes: 1024}
+wire: {chunk_bytes: 1024, max_message_bytes: 1048576}
 membership: {heartbeat_ms: 100, lease_ms: 60000, rpc_timeout_s: 10}
 )";
 
@@ -250,6 +250,63 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
     EXPECT_GE(reasons.value(r, 0), 1) << r << " in " << reasons.dump();
   EXPECT_EQ(stats.value("messages_refused", 0), 15);
   EXPECT_EQ(stats.value("duplicates", 0), 1);
+}
+
+long RssKiB(pid_t pid) {
+  std::string status = testing::ReadText("/proc/" + std::to_string(pid) + "/status");
+  auto at = status.find("VmRSS:");
+  return at == std::string::npos ? -1 : std::stol(status.substr(at + 6));
+}
+
+// A raw DEALER sends messages over wire.max_message_bytes (1 MiB here):
+// ZeroMQ drops the connection before reading them, so the receiver's memory
+// does not grow, nothing is handled, and it keeps answering everyone else.
+TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
+  const std::string big(32 << 20, 'x');
+  const std::string server_endpoint = assignment_.servers(0).endpoint();
+  using Target = std::pair<const std::string*, pid_t>;
+  for (const Target& target : {Target{&server_endpoint, server_->pid()}, Target{&endpoint_, coordinator_->pid()}}) {
+    const long rss_before = RssKiB(target.second);
+    ASSERT_GT(rss_before, 0);
+    for (int i = 0; i < 8; ++i) {
+      zmq::socket_t raw(ctx_, zmq::socket_type::dealer);
+      raw.set(zmq::sockopt::linger, 2000);
+      raw.connect(*target.first);
+      wire::Header h;
+      h.set_protocol(wan::kProtocolVersion);
+      h.set_job("badinput");
+      h.set_sender_role(wire::WORKER);
+      h.set_payload_frames(1);
+      h.mutable_status_request();
+      zmq::message_t head(h.SerializeAsString()), payload(big.data(), big.size());
+      ASSERT_TRUE(raw.send(head, zmq::send_flags::sndmore));
+      ASSERT_TRUE(raw.send(payload, zmq::send_flags::none));
+      raw.close();  // waits (linger) while ZeroMQ pushes the bytes
+    }
+    const long rss_after = RssKiB(target.second);
+    // 256 MiB were offered; a receiver that read them would have grown by at least 32 MiB.
+    EXPECT_LT(rss_after - rss_before, 16 << 10) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+  }
+  // Both still serve: the coordinator answers a status request, the shard a pull.
+  wan::Socket status(ctx_, zmq::socket_type::dealer,
+                     wan::SocketOptions{.job = "badinput", .role = wire::CLIENT, .id = 0}, &counters_);
+  ASSERT_TRUE(status.Connect(endpoint_).ok());
+  wire::Header req;
+  req.mutable_status_request();
+  ASSERT_TRUE(status.Send(req, {}).ok());
+  ASSERT_TRUE(status.WaitReadable(5000));
+  auto reply = status.Receive();
+  ASSERT_TRUE(reply && reply->status.ok());
+  EXPECT_TRUE(reply->message.header.has_status_reply());
+  std::vector<float> init(256, 0.25f);
+  wire::Header ih;
+  auto* d = ih.mutable_init_request()->add_chunks();
+  d->set_chunk_id(0);
+  d->set_codec(wire::FP32);
+  d->set_num_elems(256);
+  ASSERT_TRUE(socket_->Send(ih, {wan::CopyPayload(init.data(), 1024)}).ok());
+  EXPECT_TRUE(Await().has_init_ack());
+  EXPECT_EQ(PullChunk0(), init);
 }
 
 TEST_F(BadInputTest, MessageForAnotherJobIsRefused) {

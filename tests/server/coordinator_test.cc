@@ -156,5 +156,31 @@ TEST_F(CoordinatorTest, SecondProcessClaimingALiveIdIsRefused) {
   EXPECT_EQ(state_.Register(wire::WORKER, 0, r).status().code(), Code::kAlreadyExists);
 }
 
+// Regression: a model signature of 2^60 parameters made
+// the coordinator allocate a shard map of that many chunks.
+TEST_F(CoordinatorTest, HugeModelIsRefusedNotAllocated) {
+  auto r = state_.Register(wire::WORKER, 0, WorkerReq(uint64_t{1} << 60));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("chunks"), std::string::npos) << r.status();
+  EXPECT_FALSE(state_.shard_map().has_value());
+  EXPECT_TRUE(state_.Register(wire::WORKER, 0, WorkerReq()).ok());
+}
+
+TEST_F(CoordinatorTest, AnswerRefusesWhatItDoesNotServe) {
+  wire::Header h;
+  h.set_sender_role(wire::WORKER);
+  h.mutable_push_request();
+  bool refused = false;
+  auto reply = state_.Answer(h, &refused);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_TRUE(refused);
+  EXPECT_NE(reply->error_reply().message().find("does not serve push_request"), std::string::npos);
+  wire::Header leave;
+  leave.mutable_leave_request();
+  EXPECT_FALSE(state_.Answer(leave, &refused).has_value());
+  EXPECT_FALSE(refused);
+}
+
 }  // namespace
 }  // namespace geodesic::server

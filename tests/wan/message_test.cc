@@ -216,5 +216,31 @@ TEST(RoutesTest, ParsesAndRewritesOnlyRoutedEndpoints) {
   EXPECT_FALSE(ParseRoutes({"tcp://a:1=tcp://b:2", "tcp://a:1=tcp://c:3"}).ok());  // routed twice
 }
 
+std::vector<zmq::message_t> Frames(const wire::Header& h, size_t payload_bytes) {
+  std::vector<zmq::message_t> parts;
+  parts.emplace_back(h.SerializeAsString());
+  if (payload_bytes) parts.emplace_back(payload_bytes);
+  return parts;
+}
+
+TEST(DecodeFramesTest, ChecksFramingOnBytes) {
+  wire::Header h;
+  h.set_protocol(kProtocolVersion);
+  h.set_job("job");
+  h.set_payload_frames(1);
+  h.mutable_push_request();
+  SocketOptions o = Opts(wire::SERVER, 0);
+  o.max_message_bytes = 4096;
+  Incoming ok = DecodeFrames(Frames(h, 1024), false, o);
+  ASSERT_TRUE(ok.status.ok()) << ok.status;
+  EXPECT_EQ(ok.message.frames.size(), 1u);
+  Incoming big = DecodeFrames(Frames(h, 8192), false, o);
+  EXPECT_NE(big.status.message().find("exceeds the limit of 4096"), std::string::npos) << big.status;
+  EXPECT_FALSE(DecodeFrames({}, true, o).status.ok());
+  h.set_payload_frames(2);
+  EXPECT_NE(DecodeFrames(Frames(h, 16), false, o).status.message().find("declares 2 payload frames"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace geodesic::wan

@@ -1,0 +1,211 @@
+#include "server/requests.h"
+
+#include <cmath>
+#include <set>
+
+#include "compression/codec.h"
+
+namespace geodesic::server {
+namespace {
+
+// Values that are not finite or beyond kMaxValueMagnitude: how many, and
+// the first one's index.
+size_t CountUnusable(const float* v, uint64_t n, uint64_t* first) {
+  size_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    // Written so that NaN fails too, in one vectorizable pass.
+    const bool ok = std::fabs(v[i]) <= kMaxValueMagnitude;
+    if (!ok && bad++ == 0) *first = i;
+  }
+  return bad;
+}
+
+Handled Refused(std::string reason, Status status) {
+  Handled h;
+  h.reason = std::move(reason);
+  h.status = std::move(status);
+  return h;
+}
+
+}  // namespace
+
+Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const wan::Message& m,
+                                      const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
+                                      std::string* reason, std::vector<const float*>* values) {
+  values->clear();
+  if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
+    *reason = "frame_count";
+    return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
+                           " payload frames");
+  }
+  std::set<uint32_t> seen;
+  for (int i = 0; i < chunks.size(); ++i) {
+    const wire::ChunkData& c = chunks[i];
+    const std::string name = "chunk " + std::to_string(c.chunk_id());
+    if (c.chunk_id() >= shard.layout().num_chunks()) {
+      *reason = "chunk_out_of_range";
+      return OutOfRange(name + " does not exist (the model has " + std::to_string(shard.layout().num_chunks()) +
+                        " chunks)");
+    }
+    if (!shard.Owns(c.chunk_id())) {
+      *reason = "chunk_not_owned";
+      return OutOfRange(name + " is not owned by server " + std::to_string(server_id));
+    }
+    if (!seen.insert(c.chunk_id()).second) {
+      *reason = "duplicate_chunk";
+      return InvalidArgument(name + " appears twice");
+    }
+    uint64_t expected = shard.layout().Size(c.chunk_id());
+    if (c.num_elems() != expected) {
+      *reason = "wrong_shape";
+      return InvalidArgument(name + " has " + std::to_string(expected) + " values, message says " +
+                             std::to_string(c.num_elems()));
+    }
+    if (c.delta()) {
+      *reason = "bad_payload";
+      return InvalidArgument(name + ": only pull replies carry deltas");
+    }
+    const compression::PayloadInfo info = compression::PayloadInfo::FromWire(c);
+    const zmq::message_t& frame = m.frames[i];
+    Status s = compression::CheckPayloadSize(info, c.num_elems(), frame.size());
+    if (!s.ok()) {
+      *reason = compression::MaxEncodedBytes(info, c.num_elems()) == 0 ? "unknown_codec" : "bad_payload_size";
+      return s.Annotate(name);
+    }
+    if (decoded_.size() <= static_cast<size_t>(i)) decoded_.resize(i + 1);
+    const float* v = nullptr;
+    if (info.codec == wire::FP32 && !info.zstd) {
+      v = m.FrameFloats(i, &decoded_[i]);  // in place unless misaligned
+    } else {
+      // Decoding validates the payload, finite values included.
+      decoded_[i].resize(c.num_elems());
+      s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
+      if (!s.ok()) {
+        *reason = s.message().find("finite") != std::string::npos ? "non_finite" : "bad_payload";
+        return s.Annotate(name + " (" + compression::CodecName(info.codec) + ")");
+      }
+      v = decoded_[i].data();
+    }
+    uint64_t first = 0;
+    if (size_t bad = CountUnusable(v, c.num_elems(), &first)) {
+      const bool finite = std::isfinite(v[first]);
+      *reason = finite ? "value_too_large" : "non_finite";
+      return InvalidArgument(name + " holds " + std::to_string(bad) +
+                             (finite ? " values beyond +-1e18" : " non-finite or too large values") +
+                             " (first at index " + std::to_string(first) + ": " + std::to_string(v[first]) + ")");
+    }
+    values->push_back(v);
+  }
+  return Status::Ok();
+}
+
+Handled ApplyInit(const ShardContext& ctx, const wan::Message& m) {
+  const auto& req = m.header.init_request();
+  if (m.header.sender_role() != wire::WORKER)
+    return Refused("bad_sender", InvalidArgument("only workers send initial values"));
+  Handled h;
+  std::vector<const float*> values;
+  h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
+  if (!h.status.ok()) return h;
+  h.reply.set_request_id(m.header.request_id());
+  auto* ack = h.reply.mutable_init_ack();
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    if (ctx.shard->Init(req.chunks(i).chunk_id(), values[i]))
+      ack->set_accepted_chunks(ack->accepted_chunks() + 1);
+    else
+      ack->set_ignored_chunks(ack->ignored_chunks() + 1);
+  }
+  return h;
+}
+
+Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
+  const auto& req = m.header.push_request();
+  const int worker = m.header.sender_id();
+  if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= ctx.num_workers)
+    return Refused("bad_sender",
+                   InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
+  if (req.clock() < 0) return Refused("bad_clock", InvalidArgument("negative clock"));
+  if (req.clock() >= kMaxClock)
+    return Refused("bad_clock", InvalidArgument("clock " + std::to_string(req.clock()) + " is beyond any job"));
+  Handled h;
+  h.reply.set_request_id(m.header.request_id());
+  auto* ack = h.reply.mutable_push_ack();
+  ack->set_clock(req.clock());
+  if (req.skipped()) {
+    if (!m.frames.empty() || req.chunks_size() != 0)
+      return Refused("frame_count", InvalidArgument("a skipped push carries no chunks"));
+    h.completed = ctx.shard->Skip(worker, req.clock());
+    ack->set_result(h.completed ? wire::APPLIED : wire::DUPLICATE);
+  } else {
+    std::vector<const float*> values;
+    h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
+    if (!h.status.ok()) {
+      h.status = h.status.Annotate("push of worker " + std::to_string(worker) + " at clock " +
+                                   std::to_string(req.clock()));
+      return h;
+    }
+    for (const auto& c : req.chunks())
+      if (!ctx.shard->IsInitialized(c.chunk_id()))
+        return Refused("not_initialized",
+                       FailedPrecondition("chunk " + std::to_string(c.chunk_id()) + " has no initial value yet"));
+    for (int i = 0; i < req.chunks_size(); ++i) {
+      const auto& c = req.chunks(i);
+      auto out = ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i],
+                                 static_cast<int>(ctx.clocks->live().size()));
+      switch (out.result) {
+        case wire::APPLIED:
+          ack->set_applied_chunks(ack->applied_chunks() + 1);
+          break;
+        case wire::DUPLICATE:
+          ack->set_duplicate_chunks(ack->duplicate_chunks() + 1);
+          break;
+        default:
+          ack->set_dropped_chunks(ack->dropped_chunks() + 1);
+          break;
+      }
+      if (out.staleness >= 0) ack->add_staleness(out.staleness);
+      h.completed |= out.clock_completed;
+    }
+    ack->set_result(ack->applied_chunks()     ? wire::APPLIED
+                    : ack->duplicate_chunks() ? wire::DUPLICATE
+                                              : wire::STALE_DROPPED);
+  }
+  if (h.completed) {
+    ctx.clocks->Finished(worker, req.clock());
+    ctx.shard->CloseRounds(*ctx.clocks);
+  }
+  return h;
+}
+
+Status ValidatePull(const ShardState& shard, int server_id, const wan::Message& m, std::string* reason,
+                    std::vector<uint32_t>* chunks) {
+  const auto& req = m.header.pull_request();
+  const wire::Role role = m.header.sender_role();
+  chunks->clear();
+  *reason = "bad_sender";
+  if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT)
+    return InvalidArgument("pulls come from workers, the evaluator or tools");
+  if (req.final() && role == wire::WORKER) return InvalidArgument("workers may not skip the staleness bound");
+  *reason = "bad_clock";
+  if (!req.final() && (req.clock() < 0 || req.clock() >= kMaxClock))
+    return InvalidArgument("pull at clock " + std::to_string(req.clock()) + " (a clock is 0 or more, below 2^48)");
+  *reason = "frame_count";
+  if (!m.frames.empty()) return InvalidArgument("a pull request carries no payload");
+  std::set<uint32_t> seen;
+  for (uint32_t c : req.chunk_ids()) {
+    if (c >= shard.layout().num_chunks() || !shard.Owns(c)) {
+      *reason = "chunk_out_of_range";
+      return OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(server_id));
+    }
+    if (!seen.insert(c).second) {
+      *reason = "duplicate_chunk";
+      return InvalidArgument("chunk " + std::to_string(c) + " asked twice");
+    }
+    chunks->push_back(c);
+  }
+  if (chunks->empty()) *chunks = shard.owned();
+  reason->clear();
+  return Status::Ok();
+}
+
+}  // namespace geodesic::server

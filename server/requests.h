@@ -1,0 +1,83 @@
+// The shard's request handling without a socket: the checks of pushes,
+// pulls and initial values against a ShardState (see "Validation" in
+// docs/wire.md) and the application of those that pass. Server runs them
+// behind its ROUTER socket; tests/fuzz/fuzz_shard.cc feeds them arbitrary
+// bytes. A request that fails a check is refused whole: nothing of it
+// reaches the ShardState. Not synchronized: the thread that owns the
+// ShardState calls these.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "proto/geodesic.pb.h"
+#include "server/consistency.h"
+#include "server/shard.h"
+#include "wan/message.h"
+
+namespace geodesic::server {
+
+// Gradients and initial values beyond this magnitude are refused
+// ("value_too_large"). It keeps every optimizer step finite: with momentum
+// below 1 and lr below 1000 (the job file's limits) parameters would need
+// more than 10^10 steps to overflow float, and Adam's squared gradients
+// stay below FLT_MAX. Real gradients this large mean a diverged worker.
+inline constexpr float kMaxValueMagnitude = 1e18f;
+// Clocks at or above this are refused ("bad_clock"): far beyond any job,
+// and clock + 1 never overflows.
+inline constexpr int64_t kMaxClock = int64_t{1} << 48;
+
+// What a check found wrong: `reason` is the key counted in the shard's
+// refused_by_reason stats ("chunk_not_owned", "non_finite", ...).
+struct Refusal {
+  std::string reason;
+  Status status;
+};
+
+class RequestDecoder {
+ public:
+  // Checks `chunks` against the frames of `m` and the shard: one descriptor
+  // per frame, ids owned and unique, the chunk's element count, no deltas,
+  // a known codec with a payload of the right size, values finite and
+  // within kMaxValueMagnitude. On success `values` holds each chunk's
+  // values (in the frame for aligned fp32, else decoded into this object's
+  // buffers, valid until the next call).
+  Status ValidateChunks(const ShardState& shard, int server_id, const wan::Message& m,
+                        const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, std::string* reason,
+                        std::vector<const float*>* values);
+
+ private:
+  std::vector<std::vector<float>> decoded_;  // per chunk of the message being checked
+  std::vector<uint8_t> zstd_scratch_;
+};
+
+// What the shard needs to check and apply a request.
+struct ShardContext {
+  ShardState* shard = nullptr;
+  ClockTable* clocks = nullptr;
+  int server_id = 0;
+  int num_workers = 0;
+  RequestDecoder* decoder = nullptr;
+};
+
+// The outcome of an init or push: refused (status not OK, `reason` set,
+// nothing applied) or taken, with the acknowledgement to send.
+struct Handled {
+  Status status;
+  std::string reason;
+  wire::Header reply;      // the ack, request id set
+  bool completed = false;  // a worker's clock completed here (held pulls may be served)
+};
+
+Handled ApplyInit(const ShardContext& ctx, const wan::Message& m);
+Handled ApplyPush(const ShardContext& ctx, const wan::Message& m);
+
+// Checks a pull request: sender role, a non-negative clock below kMaxClock,
+// no payload, chunk ids owned and unique. On success `chunks` holds the
+// chunks to read (every owned one when the request names none).
+Status ValidatePull(const ShardState& shard, int server_id, const wan::Message& m, std::string* reason,
+                    std::vector<uint32_t>* chunks);
+
+}  // namespace geodesic::server

@@ -1,0 +1,89 @@
+// libFuzzer target: a worker's handling of what servers send back
+// (worker::PsClient::OnMessage, then WaitPull): pull replies of every
+// codec, zstd-compressed or not, full values or changes (delta against
+// base_seq) decoded into the worker's parameter buffer or handed over
+// zero-copy; push and init acks; error replies. Two shards of 5 chunks over
+// 37 values; the client's DEALERs connect to inproc endpoints nobody binds,
+// so requests queue and no server is needed. Input: records, 0 = a reply
+// from shard (next byte % 2) (fuzz_input.h), 1 = RequestPull (a byte:
+// clock % 4, 4 = final, 8 = full), 2 = WaitPull (a byte: clock, final,
+// 16 = zero-copy), 3 = PushSkipped. WaitPull never blocks (stop is set).
+// Invariants: writes stay inside the parameter buffer (ASan); a pull that
+// completes leaves every parameter finite; borrowed chunks are whole and
+// finite; errors carry messages.
+#include <cmath>
+
+#include "server/chunking.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "worker/ps_client.h"
+
+using namespace geodesic;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // A context per input: its destructor waits until ZeroMQ has really
+  // closed the client's sockets (closing is asynchronous; a shared context
+  // ran out of file descriptors after a few hundred inputs).
+  zmq::context_t ctx(1);
+  fuzz::QuietLogs();
+  fuzz::Reader in(data, size);
+  const server::ShardMap map = server::PlaceChunks(server::ChunkLayout(37, 8), 2);
+  wire::RegisterReply assignment;
+  *assignment.mutable_shard_map() = map.ToWire();
+  for (int s = 0; s < 2; ++s) {
+    auto* server = assignment.add_servers();
+    server->set_id(s);
+    server->set_endpoint("inproc://fuzz-ps-client-" + std::to_string(s));
+    server->set_region("r");
+  }
+  worker::PsClientOptions options;
+  options.job = "job";
+  wan::TrafficCounters counters;
+  FakeClock clock;
+  worker::PsClient client(ctx, options, assignment, &counters, &clock);
+  if (!client.Connect().ok()) fuzz::Fail("inproc connect failed");
+  const wan::SocketOptions framing{.job = "job", .role = wire::WORKER, .id = 0, .max_message_bytes = 1 << 20};
+  std::vector<float> params(client.num_params(), 0.0f);
+  std::atomic<bool> stop{true};
+
+  for (int records = 0; !in.done() && records < 64; ++records) {
+    switch (in.Byte() % 4) {
+      case 0: {
+        const int shard = in.Byte() % 2;
+        wan::Incoming got = wan::DecodeFrames(in.Parts(), /*router=*/false, framing);
+        if (got.status.ok()) client.OnMessage(shard, got.message);
+        break;
+      }
+      case 1: {
+        const uint8_t b = in.Byte();
+        Status s = client.RequestPull(b % 4, worker::PullOptions{.final = (b & 4) != 0, .full = (b & 8) != 0});
+        if (!s.ok()) fuzz::Fail("RequestPull failed", s);
+        break;
+      }
+      case 2: {
+        const uint8_t b = in.Byte();
+        std::vector<worker::PulledChunk> borrowed;
+        const bool zero_copy = b & 16;
+        auto t = client.WaitPull(b % 4, (b & 4) != 0, zero_copy ? nullptr : params.data(), &stop, {},
+                                 zero_copy ? &borrowed : nullptr);
+        if (!t.ok()) {
+          fuzz::CheckRefusal(t.status(), "WaitPull");
+          break;
+        }
+        for (float v : params)
+          if (!std::isfinite(v)) fuzz::Fail("a completed pull left a non-finite parameter");
+        for (const auto& c : borrowed) {
+          if (c.frame.size() != map.layout.Size(c.chunk_id) * sizeof(float)) fuzz::Fail("a borrowed chunk of the wrong size");
+          for (uint64_t i = 0; i < map.layout.Size(c.chunk_id); ++i)
+            if (!std::isfinite(c.values()[i])) fuzz::Fail("a borrowed chunk holds a non-finite value");
+        }
+        break;
+      }
+      default: {
+        Status s = client.PushSkipped(in.Byte() % 4);
+        if (!s.ok()) fuzz::Fail("PushSkipped failed", s);
+        break;
+      }
+    }
+  }
+  return 0;
+}
