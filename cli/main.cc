@@ -132,6 +132,8 @@ int main(int argc, char** argv) {
   s_cmd->add_option("--checkpoint-dir", srv.checkpoint_dir, "write checkpoints under this directory");
   s_cmd->add_option("--resume", srv.resume_file, "load the shard from this resume plan (JSON) before serving")
       ->check(CLI::ExistingFile);
+  s_cmd->add_flag("--recover", srv.recover,
+                  "restarted after a crash: load this shard's newest checkpoint from --checkpoint-dir");
 
   // worker
   JobFlags worker_job;

@@ -402,14 +402,22 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   };
 
   std::vector<std::unique_ptr<Child>> children;
-  auto start_child = [&](const std::string& name, std::vector<std::string> args, const std::string& region) -> Status {
+  // How each child was started (its arguments and region), for restarts.
+  std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_as;
+  auto make_child = [&](const std::string& name, std::vector<std::string> args, const std::string& region,
+                        const std::string& log) -> StatusOr<std::unique_ptr<Child>> {
     args.insert(args.begin(), exe);
     if (netns) {
       auto prefix = netns->CommandPrefix(region);  // ip netns exec gd-<region>
       args.insert(args.begin(), prefix.begin(), prefix.end());
     }
-    auto c = std::make_unique<Child>(name, std::move(args), run_dir + "/logs/" + name + ".log");
+    auto c = std::make_unique<Child>(name, std::move(args), run_dir + "/logs/" + log + ".log");
     GD_RETURN_IF_ERROR(c->Start().Annotate("starting " + name));
+    return c;
+  };
+  auto start_child = [&](const std::string& name, std::vector<std::string> args, const std::string& region) -> Status {
+    started_as[name] = {args, region};
+    GD_ASSIGN_OR_RETURN(auto c, make_child(name, std::move(args), region, name));
     children.push_back(std::move(c));
     return Status::Ok();
   };
@@ -492,6 +500,16 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::string outcome = "finished";
   std::string failure;
   json faults = json::array();
+  // Shards restarted in place, and how long until each applied updates again.
+  constexpr int kMaxServerRestarts = 3;
+  std::map<std::string, int> restarts;
+  json recoveries = json::array();
+  struct Recovering {
+    size_t index = 0;  // into recoveries
+    std::chrono::steady_clock::time_point restarted{};
+    int64_t baseline = -1;  // updates_applied when first seen live again
+  };
+  std::map<std::string, Recovering> recovering;
   json link_events = json::array();
   double rate = 0;
   int64_t prev_samples = -1;
@@ -532,6 +550,44 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         } else {
           evaluator_done_at = std::chrono::steady_clock::now();
         }
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxServerRestarts) {
+        // A shard that dies is restarted in place from its newest checkpoint,
+        // on the endpoint it held, so that workers reconnect by themselves.
+        const int id = std::stoi(n.substr(7));
+        std::string endpoint = wan ? wan->server_bind(id) : "";
+        if (last_status)
+          for (const auto& sv : last_status->servers())
+            if (sv.id() == id) endpoint = sv.endpoint();
+        auto [args, region] = started_as[n];
+        double t = training_started_at
+                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+                       : 0.0;
+        if (endpoint.empty()) {
+          outcome = "failed";
+          failure = n + " " + e.Describe() + " before its endpoint was known";
+          progress.Say("geodesic: " + failure);
+          continue;
+        }
+        if (!wan) args.insert(args.end(), {"--bind", endpoint});
+        args.push_back("--recover");
+        int k = ++restarts[n];
+        auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
+        if (!fresh.ok()) {
+          outcome = "failed";
+          failure = n + " " + e.Describe() + " and could not be restarted: " + fresh.status().message();
+          progress.Say("geodesic: " + failure);
+          continue;
+        }
+        progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
+                     " s of training; restarted from its newest checkpoint on " + endpoint);
+        recoveries.push_back({{"target", n},
+                              {"exit", e.Describe()},
+                              {"died_at_training_seconds", t},
+                              {"restart", k},
+                              {"log", (*fresh)->log_file()}});
+        recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
+        for (auto& slot : children)
+          if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
       } else if (!evaluator_done_at) {
         if (e.ok()) {
           // A clean exit means it saw the job finish; the evaluator, which
@@ -577,6 +633,26 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       } else if (prev_samples < 0) {
         prev_samples = samples;
         prev_t = t;
+      }
+      for (auto it = recovering.begin(); it != recovering.end();) {
+        const int id = std::stoi(it->first.substr(7));
+        bool back = false;
+        for (const auto& sv : st->servers()) {
+          if (sv.id() != id || !sv.live()) continue;
+          auto applied = static_cast<int64_t>(sv.progress().updates_applied());
+          // The first sightings may still be the dead process's last report;
+          // the restarted one starts from its checkpoint's (lower) count.
+          if (it->second.baseline < 0 || applied < it->second.baseline) {
+            it->second.baseline = applied;
+          } else if (applied > it->second.baseline) {
+            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.restarted).count();
+            recoveries[it->second.index]["seconds_to_first_update"] = s;
+            progress.Say("geodesic: " + it->first + " applies updates again, " + Fmt("%.1f", s) +
+                         " s after its restart");
+            back = true;
+          }
+        }
+        it = back ? recovering.erase(it) : std::next(it);
       }
       if (st->training_started()) {
         if (!announced_training) {
@@ -740,6 +816,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["step_time_breakdown"] = breakdown;
   summary["messages_refused"] = refused;
   summary["faults_injected"] = faults;
+  summary["recoveries"] = recoveries;
   summary["processes"] = procs;
   summary["staleness_bound"] = job.training.staleness_bound;
   json passive_links = json::array();

@@ -78,8 +78,7 @@ std::vector<CheckpointFile> ListCheckpoints(const std::string& dir, int shard) {
     long long clock = 0;
     char tail = 0;
     // ckpt-<digits>.bin exactly; temporary files and strays are ignored.
-    if (name.size() != 21 || std::sscanf(name.c_str(), "ckpt-%12lld.bi%c", &clock, &tail) != 2 || tail != 'n')
-      continue;
+    if (name.size() != 21 || std::sscanf(name.c_str(), "ckpt-%12lld.bi%c", &clock, &tail) != 2 || tail != 'n') continue;
     out.push_back({e.path().string(), clock});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.clock > b.clock; });
@@ -123,6 +122,34 @@ StatusOr<ResumePlan> ResumePlan::FromJson(const std::string& text, const std::st
   }
 }
 
+namespace {
+
+// Loads `f` and checks it belongs to `job` and says what its name says.
+StatusOr<wire::ShardCheckpoint> LoadListed(const CheckpointFile& f, const std::string& job, int shard) {
+  auto ck = LoadCheckpoint(f.path);
+  if (ck.ok() && ck->job() != job)
+    return FailedPrecondition(f.path + ": checkpoint of job '" + ck->job() + "', not '" + job + "'");
+  if (ck.ok() && (ck->shard_id() != shard || ck->clock() != f.clock))
+    return DataLoss(f.path + ": holds shard " + std::to_string(ck->shard_id()) + " at clock " +
+                    std::to_string(ck->clock()) + ", not what its name says");
+  return ck;
+}
+
+}  // namespace
+
+StatusOr<std::pair<std::string, wire::ShardCheckpoint>> NewestValidCheckpoint(const std::string& dir,
+                                                                              const std::string& job, int shard,
+                                                                              std::vector<std::string>* refused) {
+  for (const CheckpointFile& f : ListCheckpoints(dir, shard)) {
+    auto ck = LoadListed(f, job, shard);
+    if (ck.ok()) return std::make_pair(f.path, std::move(*ck));
+    GD_LOG(WARNING) << "passing over " << ck.status();
+    refused->push_back(ck.status().message());
+  }
+  return NotFound("no usable checkpoint of server " + std::to_string(shard) + " under " + dir +
+                  (refused->empty() ? std::string() : " (refused: " + refused->back() + ")"));
+}
+
 StatusOr<ResumePlan> PlanResume(const std::string& dir, const std::string& job, int num_servers, int num_workers,
                                 int64_t staleness_bound) {
   ResumePlan plan;
@@ -130,12 +157,7 @@ StatusOr<ResumePlan> PlanResume(const std::string& dir, const std::string& job, 
   std::vector<std::vector<std::pair<CheckpointFile, wire::ShardCheckpoint>>> valid(num_servers);
   for (int s = 0; s < num_servers; ++s) {
     for (const CheckpointFile& f : ListCheckpoints(dir, s)) {
-      auto ck = LoadCheckpoint(f.path);
-      if (ck.ok() && ck->job() != job)
-        ck = FailedPrecondition(f.path + ": checkpoint of job '" + ck->job() + "', not '" + job + "'");
-      else if (ck.ok() && (ck->shard_id() != s || ck->clock() != f.clock))
-        ck = DataLoss(f.path + ": holds shard " + std::to_string(ck->shard_id()) + " at clock " +
-                      std::to_string(ck->clock()) + ", not what its name says");
+      auto ck = LoadListed(f, job, s);
       if (!ck.ok()) {
         plan.refused.push_back(ck.status().message());
         GD_LOG(WARNING) << "passing over " << ck.status();
@@ -153,12 +175,14 @@ StatusOr<ResumePlan> PlanResume(const std::string& dir, const std::string& job, 
   if (staleness_bound == 0) {
     // The newest clock every shard has.
     int64_t common = -1;
-    for (const auto& [f, ck] : valid[0]) {
+    for (const auto& candidate : valid[0]) {
+      const int64_t clock = candidate.first.clock;
       bool everywhere = true;
       for (int s = 1; s < num_servers && everywhere; ++s)
-        everywhere = std::any_of(valid[s].begin(), valid[s].end(), [&](const auto& v) { return v.first.clock == f.clock; });
+        everywhere =
+            std::any_of(valid[s].begin(), valid[s].end(), [clock](const auto& v) { return v.first.clock == clock; });
       if (everywhere) {
-        common = f.clock;
+        common = clock;
         break;
       }
     }

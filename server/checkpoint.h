@@ -41,14 +41,20 @@ struct CheckpointFile {
 // A shard's checkpoint files, newest clock first (names only; not read).
 std::vector<CheckpointFile> ListCheckpoints(const std::string& dir, int shard);
 
+// The newest checkpoint of `shard` under `dir` that loads and belongs to
+// `job`; files passed over are added to `refused` ("path: reason").
+StatusOr<std::pair<std::string, wire::ShardCheckpoint>> NewestValidCheckpoint(const std::string& dir,
+                                                                              const std::string& job, int shard,
+                                                                              std::vector<std::string>* refused);
+
 // What a resumed job loads: one checkpoint file per shard, and the clock
 // each worker starts at.
 struct ResumePlan {
-  std::vector<std::string> files;        // per shard id
-  std::vector<int64_t> clocks;           // the chosen file's clock, per shard
-  std::vector<int64_t> worker_clocks;    // start clock per worker id
-  std::vector<std::string> refused;      // "path: reason" of files passed over
-  int64_t clock = 0;                     // BSP: the common clock; async: the lowest shard clock
+  std::vector<std::string> files;      // per shard id
+  std::vector<int64_t> clocks;         // the chosen file's clock, per shard
+  std::vector<int64_t> worker_clocks;  // start clock per worker id
+  std::vector<std::string> refused;    // "path: reason" of files passed over
+  int64_t clock = 0;                   // BSP: the common clock; async: the lowest shard clock
 
   std::string ToJson() const;
   static StatusOr<ResumePlan> FromJson(const std::string& text, const std::string& name);

@@ -179,7 +179,11 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     return OutOfRange(std::string(RoleName(role)) + " id " + std::to_string(id) + " is not part of this job (" +
                       std::to_string(options_.num_servers) + " servers, " + std::to_string(options_.num_workers) +
                       " workers)");
-  if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid())
+  // A server restarted in place binds the endpoint its predecessor held,
+  // which only one process can hold: the old one is gone, whatever its
+  // lease says.
+  const bool takeover = role == wire::SERVER && !req.endpoint().empty() && req.endpoint() == m->endpoint;
+  if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid() && !takeover)
     return ::geodesic::Status(Code::kAlreadyExists, std::string(RoleName(role)) + " " + std::to_string(id) +
                                                         " is already held by pid " + std::to_string(m->pid));
   if (role == wire::SERVER) {

@@ -122,8 +122,7 @@ Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
   if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= ctx.num_workers)
-    return Refused("bad_sender",
-                   InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
+    return Refused("bad_sender", InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
   if (req.clock() < 0) return Refused("bad_clock", InvalidArgument("negative clock"));
   if (req.clock() >= kMaxClock)
     return Refused("bad_clock", InvalidArgument("clock " + std::to_string(req.clock()) + " is beyond any job"));
@@ -140,8 +139,8 @@ Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
     std::vector<const float*> values;
     h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
     if (!h.status.ok()) {
-      h.status = h.status.Annotate("push of worker " + std::to_string(worker) + " at clock " +
-                                   std::to_string(req.clock()));
+      h.status =
+          h.status.Annotate("push of worker " + std::to_string(worker) + " at clock " + std::to_string(req.clock()));
       return h;
     }
     for (const auto& c : req.chunks())

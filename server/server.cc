@@ -207,6 +207,16 @@ void Server::SyncMembership() {
   seen_replies_ = r;
   MembershipView v = member_->view();
   if (!v.valid) return;
+  if (clocks_from_coordinator_) {
+    // Recovering: every worker is where the coordinator last saw it, or
+    // further if this shard's checkpoint says so.
+    clocks_from_coordinator_ = false;
+    clocks_ = ClockTable(options_.job.training.staleness_bound);
+    clocks_.SetLive(v.live, v.clocks);
+    for (int w = 0; w < num_workers_; ++w)
+      if (shard_->CompletedClock(w) >= 0) clocks_.Finished(w, shard_->CompletedClock(w));
+    GD_LOG(INFO) << "clocks from the coordinator: slowest live worker at " << clocks_.MinClock();
+  }
   clocks_.SetLive(v.live, v.clocks);
   if (shard_->CloseRounds(clocks_) > 0 || !held_.empty()) ServeHeldPulls();
 }
@@ -311,6 +321,24 @@ Status Server::Resume() {
   return Status::Ok();
 }
 
+Status Server::Recover() {
+  std::vector<std::string> refused;
+  GD_ASSIGN_OR_RETURN(auto found,
+                      NewestValidCheckpoint(options_.checkpoint_dir, options_.job.name, options_.id, &refused));
+  GD_ASSIGN_OR_RETURN(size_t took, shard_->Restore(found.second));
+  if (!shard_->AllInitialized())
+    return FailedPrecondition("recover: " + found.first + " holds only " + std::to_string(took) + " of the " +
+                              std::to_string(shard_->owned().size()) + " chunks this shard owns");
+  // The workers went on without us: their clocks come from the coordinator
+  // (the first membership view), not from the checkpoint.
+  clocks_from_coordinator_ = true;
+  int64_t every = options_.job.checkpoint.every_clocks;
+  next_checkpoint_clock_ = every > 0 ? (found.second.clock() / every + 1) * every : 0;
+  GD_LOG(WARNING) << "recovered " << took << " chunks from " << found.first << " (clock " << found.second.clock()
+                  << ", " << found.second.updates_applied() << " updates); updates acknowledged after it are lost";
+  return Status::Ok();
+}
+
 void Server::MaybeCheckpoint(const char* reason) {
   if (options_.checkpoint_dir.empty() || !shard_ || !shard_->AllInitialized()) return;
   const CheckpointSpec& spec = options_.job.checkpoint;
@@ -322,6 +350,9 @@ void Server::MaybeCheckpoint(const char* reason) {
     reason = "request";
   }
   if (!reason && spec.every_clocks > 0 && clock >= next_checkpoint_clock_ && clock > 0) reason = "periodic";
+  // The first one, as soon as every chunk has a value: a shard that dies
+  // before its first periodic checkpoint can still restart in place.
+  if (!reason && !restored_ && checkpoints_written_ == 0) reason = "initial";
   if (!reason || ((!std::strcmp(reason, "stop") || !std::strcmp(reason, "final")) && !spec.on_stop)) return;
   if (spec.every_clocks > 0) next_checkpoint_clock_ = (clock / spec.every_clocks + 1) * spec.every_clocks;
   TimePoint t0 = clock_->Now();
@@ -386,6 +417,8 @@ Status Server::Run(const std::atomic<bool>* stop) {
   clocks_.SetLive(all, std::vector<int64_t>(all.size(), assignment.start_clock()));
   next_checkpoint_clock_ = options_.job.checkpoint.every_clocks;
   if (!options_.resume_file.empty()) GD_RETURN_IF_ERROR(Resume());
+  if (options_.recover) GD_RETURN_IF_ERROR(Recover());
+  restored_ = !options_.resume_file.empty() || options_.recover;
   if (options_.checkpoint_requests) seen_checkpoint_requests_ = options_.checkpoint_requests->load();
 
   PublishProgress();

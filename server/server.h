@@ -41,6 +41,10 @@ struct ServerProcessOptions {
   // A resume plan (ResumePlan JSON): the shard loads its chunks from the
   // plan's files before serving, and its workers start at the plan's clocks.
   std::string resume_file;
+  // Restarted in place after a crash: load this shard's newest valid
+  // checkpoint under checkpoint_dir and take the workers' clocks from the
+  // coordinator (updates acknowledged after that checkpoint are lost).
+  bool recover = false;
   // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
   const std::atomic<uint64_t>* checkpoint_requests = nullptr;
 };
@@ -87,6 +91,8 @@ class Server {
   void PublishProgress();
   // Loads the resume plan's checkpoints into shard_ and seeds the clocks.
   Status Resume();
+  // Loads this shard's newest valid checkpoint (options_.recover).
+  Status Recover();
   // Writes a checkpoint when the clock passed the next multiple of
   // checkpoint.every_clocks, or one was requested, or `reason` is given.
   void MaybeCheckpoint(const char* reason = nullptr);
@@ -114,6 +120,9 @@ class Server {
   PullCompressor pulls_{ChunkLayout(), 0};
   std::string reported_error_;
   int64_t next_checkpoint_clock_ = 0;
+  bool clocks_from_coordinator_ = false;
+  bool restored_ = false;  // started from a checkpoint (no initial checkpoint then)  // recovering: seed clocks_ from
+                           // the first membership view
   int64_t last_min_clock_ = 0;  // the slowest live worker's clock when one was last live
   uint64_t seen_checkpoint_requests_ = 0;
   uint64_t checkpoints_written_ = 0;

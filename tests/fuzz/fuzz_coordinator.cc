@@ -43,7 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       continue;
     }
     if (refused != reply->has_error_reply()) fuzz::Fail("refused without an ErrorReply, or the reverse");
-    if (reply->has_error_reply() && reply->error_reply().message().empty()) fuzz::Fail("an ErrorReply without a message");
+    if (reply->has_error_reply() && reply->error_reply().message().empty())
+      fuzz::Fail("an ErrorReply without a message");
     if (reply->has_register_reply() && reply->register_reply().ready()) {
       auto map = ShardMap::FromWire(reply->register_reply().shard_map(), o.num_servers);
       if (!map.ok()) fuzz::Fail("the coordinator handed out a shard map members refuse", map.status());

@@ -72,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         for (float v : params)
           if (!std::isfinite(v)) fuzz::Fail("a completed pull left a non-finite parameter");
         for (const auto& c : borrowed) {
-          if (c.frame.size() != map.layout.Size(c.chunk_id) * sizeof(float)) fuzz::Fail("a borrowed chunk of the wrong size");
+          if (c.frame.size() != map.layout.Size(c.chunk_id) * sizeof(float))
+            fuzz::Fail("a borrowed chunk of the wrong size");
           for (uint64_t i = 0; i < map.layout.Size(c.chunk_id); ++i)
             if (!std::isfinite(c.values()[i])) fuzz::Fail("a borrowed chunk holds a non-finite value");
         }

@@ -84,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ClockTable clocks(so.staleness_bound);
   clocks.SetLive({0, 1}, {0, 0});
   RequestDecoder decoder;
-  const ShardContext ctx{.shard = &shard, .clocks = &clocks, .server_id = 0, .num_workers = kWorkers, .decoder = &decoder};
+  const ShardContext ctx{
+      .shard = &shard, .clocks = &clocks, .server_id = 0, .num_workers = kWorkers, .decoder = &decoder};
   const wan::SocketOptions framing{.job = "job", .role = wire::SERVER, .id = 0, .max_message_bytes = 1 << 20};
 
   for (int records = 0; !in.done() && records < 64; ++records) {

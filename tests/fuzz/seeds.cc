@@ -68,8 +68,8 @@ Bytes Encode(const std::string& codec, uint32_t chunk, uint64_t n, float scale, 
 
 void Write(const std::string& dir, const std::string& name, const Bytes& b) {
   std::filesystem::create_directories(dir);
-  std::ofstream(dir + "/" + name, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
-                                                         static_cast<std::streamsize>(b.size()));
+  std::ofstream(dir + "/" + name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 // The shard of fuzz_shard.cc with setup byte `setup`: init, pushes of both

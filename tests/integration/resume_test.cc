@@ -4,6 +4,7 @@
 // newest checkpoint is damaged and the previous one must be used.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -143,8 +144,8 @@ TEST(ResumeTest, CheckpointOnRequest) {
   auto r = RunGeodesic({"checkpoint", dir / "run"}, 30);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("asked 2 server(s)"), std::string::npos) << r.output;
-  for (int i = 0; i < 200 && (NewestClock(dir / "run/checkpoints", 0) < 0 || NewestClock(dir / "run/checkpoints", 1) < 0);
-       ++i)
+  for (int i = 0;
+       i < 200 && (NewestClock(dir / "run/checkpoints", 0) < 0 || NewestClock(dir / "run/checkpoints", 1) < 0); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_GE(NewestClock(dir / "run/checkpoints", 0), 0);
   EXPECT_GE(NewestClock(dir / "run/checkpoints", 1), 0);
@@ -152,13 +153,45 @@ TEST(ResumeTest, CheckpointOnRequest) {
   EXPECT_EQ(launch.Wait(60), 130);
 }
 
+// A server shard killed with SIGKILL is restarted in place from its newest
+// checkpoint; the workers wait, resend and continue, and the job finishes.
+void ExpectShardRestartFinishes(int64_t bound) {
+  SCOPED_TRACE("staleness bound " + std::to_string(bound));
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=4000", "--set",
+                        "training.staleness_bound=" + std::to_string(bound), "--kill", "server:1@1.5", "--quiet"},
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(s["status"], "finished");
+  ASSERT_EQ(s["recoveries"].size(), 1u) << s["recoveries"].dump();
+  const auto& rec = s["recoveries"][0];
+  EXPECT_EQ(rec["target"], "server-1");
+  EXPECT_EQ(rec["exit"], "killed by SIGKILL");
+  ASSERT_TRUE(rec.contains("seconds_to_first_update")) << rec.dump();
+  EXPECT_LT(rec["seconds_to_first_update"].get<double>(), 30);
+  const std::string log = testing::ReadText(rec["log"].get<std::string>());
+  EXPECT_NE(log.find("recovered"), std::string::npos) << log;
+  // Every worker ran every step, and the final parameters are finite.
+  for (const char* w : {"worker-0", "worker-1", "worker-2"})
+    EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 4000) << w;
+  const std::string params = ReadBytes(dir / "run/final_params.bin");
+  ASSERT_EQ(params.size(), 50000u * 4);
+  const float* p = reinterpret_cast<const float*>(params.data());
+  for (size_t i = 0; i < 50000; ++i) ASSERT_TRUE(std::isfinite(p[i])) << i;
+}
+
+TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointBsp) { ExpectShardRestartFinishes(0); }
+TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointAsync) { ExpectShardRestartFinishes(2); }
+
 // The same with the CNN on Fashion-MNIST: data order, momentum and the
 // learning-rate schedule all have to pick up where they stopped (slow: two
 // training runs).
 TEST(TrainingResumeTest, ResumedCnnJobMatchesTheUninterruptedOneToTheBit) {
   TempDir dir;
   const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
-  const std::vector<std::string> sets = {"training.steps=90",       "training.staleness_bound=0",
+  const std::vector<std::string> sets = {"training.steps=90",          "training.staleness_bound=0",
                                          "checkpoint.every_clocks=15", "eval.test_samples=500",
                                          "optimizer.schedule=cosine",  "seed=11"};
   const std::string expected = Uninterrupted(dir, example, sets);
