@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
       ->default_val("tcp://127.0.0.1:*");
   c_cmd->add_option("--endpoint-file", coord.endpoint_file, "write the bound endpoint here");
   c_cmd->add_option("--stats-file", coord.stats_file, "write stats JSON here");
+  c_cmd->add_option("--state-file", coord.state_file,
+                    "keep the coordinator's state here; continue from it if it exists (a restart)");
   c_cmd->add_flag("--no-evaluator", no_evaluator, "do not wait for an evaluator before ending the job");
   std::string coord_resume;
   c_cmd->add_option("--resume", coord_resume, "start workers at the clocks of this resume plan (JSON)")

@@ -112,8 +112,8 @@ class StatusProbe {
       }
     }
     auto now = std::chrono::steady_clock::now();
-    // One request every half second at most; a lost one is re-asked after 3 s.
-    if ((!outstanding_ && now - sent_ > std::chrono::milliseconds(500)) || now - sent_ > std::chrono::seconds(3)) {
+    // One request every half second at most; a lost one is re-asked after 1 s.
+    if ((!outstanding_ && now - sent_ > std::chrono::milliseconds(500)) || now - sent_ > std::chrono::seconds(1)) {
       wire::Header h;
       h.mutable_status_request();
       if (socket_.Send(h, {}).ok()) {
@@ -336,6 +336,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::filesystem::remove_all(run_dir + "/wan-control");
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/snapshots")) std::filesystem::remove(e.path());
   std::filesystem::remove(run_dir + "/coordinator.endpoint");
+  std::filesystem::remove(run_dir + "/coordinator.state");  // a new run starts a new rendezvous
   std::filesystem::remove(run_dir + "/result.json");
   std::filesystem::remove(run_dir + "/final_params.bin");
   // Kernel-emulated links (wan.emulation: netns): a network namespace per
@@ -445,7 +446,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       "coordinator",
       append({"coordinator", "--job", job_path, "--bind",
               wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
-              endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json"},
+              endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json", "--state-file",
+              run_dir + "/coordinator.state"},
              resume ? std::vector<std::string>{"--resume", run_dir + "/resume.json"} : std::vector<std::string>{}),
       job.CoordinatorRegion().name));
   std::string endpoint;
@@ -501,7 +503,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::string failure;
   json faults = json::array();
   // Shards restarted in place, and how long until each applied updates again.
-  constexpr int kMaxServerRestarts = 3;
+  constexpr int kMaxRestarts = 3;
   std::map<std::string, int> restarts;
   json recoveries = json::array();
   struct Recovering {
@@ -550,7 +552,35 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         } else {
           evaluator_done_at = std::chrono::steady_clock::now();
         }
-      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxServerRestarts) {
+      } else if (!evaluator_done_at && !e.ok() && n == "coordinator" && restarts[n] < kMaxRestarts) {
+        // The coordinator restarts in place from its saved state; members
+        // reconnect to the same endpoint and carry on. Training does not
+        // need it in the meantime, only membership changes do.
+        auto [args, region] = started_as[n];
+        for (size_t i = 0; i + 1 < args.size(); ++i)
+          if (args[i] == "--bind") args[i + 1] = endpoint;
+        double t = training_started_at
+                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+                       : 0.0;
+        int k = ++restarts[n];
+        auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
+        if (!fresh.ok()) {
+          outcome = "failed";
+          failure = n + " " + e.Describe() + " and could not be restarted: " + fresh.status().message();
+          progress.Say("geodesic: " + failure);
+          continue;
+        }
+        progress.Say("geodesic: the coordinator " + e.Describe() + " after " + Fmt("%.1f", t) +
+                     " s of training; restarted from its saved state on " + endpoint);
+        recoveries.push_back({{"target", n},
+                              {"exit", e.Describe()},
+                              {"died_at_training_seconds", t},
+                              {"restart", k},
+                              {"log", (*fresh)->log_file()}});
+        recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
+        for (auto& slot : children)
+          if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxRestarts) {
         // A shard that dies is restarted in place from its newest checkpoint,
         // on the endpoint it held, so that workers reconnect by themselves.
         const int id = std::stoi(n.substr(7));
@@ -635,6 +665,17 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         prev_t = t;
       }
       for (auto it = recovering.begin(); it != recovering.end();) {
+        if (it->first == "coordinator") {
+          // Answered by the restarted process (its uptime says so).
+          double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.restarted).count();
+          bool back = st->uptime_seconds() <= since + 0.5;
+          if (back) {
+            recoveries[it->second.index]["seconds_to_first_status"] = since;
+            progress.Say("geodesic: the coordinator answers again, " + Fmt("%.1f", since) + " s after its restart");
+          }
+          it = back ? recovering.erase(it) : std::next(it);
+          continue;
+        }
         const int id = std::stoi(it->first.substr(7));
         bool back = false;
         for (const auto& sv : st->servers()) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -325,6 +326,91 @@ double CoordinatorState::training_seconds() const {
   return Seconds(end - started_at_);
 }
 
+namespace {
+
+wire::MemberSnapshot SaveMember(const auto& m) {
+  wire::MemberSnapshot s;
+  s.set_registered(m.registered);
+  s.set_done(m.done);
+  s.set_left(m.left);
+  s.set_died(m.died);
+  s.set_clock(m.clock);
+  s.set_pid(m.pid);
+  s.set_endpoint(m.endpoint);
+  s.set_region(m.region);
+  return s;
+}
+
+void RestoreMember(const wire::MemberSnapshot& s, TimePoint now, auto* m) {
+  m->registered = s.registered();
+  m->done = s.done();
+  m->left = s.left();
+  m->died = s.died();
+  m->clock = s.clock();
+  m->pid = s.pid();
+  m->endpoint = s.endpoint();
+  if (!s.region().empty()) m->region = s.region();
+  // Whoever was there gets a lease's time to heartbeat again.
+  m->live = m->registered && !m->left && !m->died && !m->done;
+  m->last_seen = now;
+}
+
+}  // namespace
+
+wire::CoordinatorSnapshot CoordinatorState::Save() const {
+  wire::CoordinatorSnapshot s;
+  s.set_job(options_.job_name);
+  s.set_started(started_);
+  s.set_training_seconds(training_seconds());
+  if (last_worker_end_) {
+    s.set_workers_ended(true);
+    s.set_workers_ended_at(Seconds(*last_worker_end_ - started_at_));
+  }
+  if (model_) *s.mutable_model() = *model_;
+  if (shard_map_) *s.mutable_shard_map() = shard_map_->ToWire();
+  s.set_membership_epoch(epoch_);
+  for (const Member& m : servers_) *s.add_servers() = SaveMember(m);
+  for (const Member& m : workers_) *s.add_workers() = SaveMember(m);
+  *s.mutable_evaluator() = SaveMember(evaluator_);
+  s.set_evaluator_seen(evaluator_seen_);
+  s.set_plan_note(plan_note_);
+  s.set_planned_step_ms(planned_step_ms_);
+  return s;
+}
+
+::geodesic::Status CoordinatorState::Restore(const wire::CoordinatorSnapshot& s) {
+  if (s.job() != options_.job_name)
+    return FailedPrecondition("coordinator state of job '" + s.job() + "', not '" + options_.job_name + "'");
+  if (s.servers_size() != options_.num_servers || s.workers_size() != options_.num_workers)
+    return FailedPrecondition("coordinator state for " + std::to_string(s.servers_size()) + " servers and " +
+                              std::to_string(s.workers_size()) + " workers; this job has " +
+                              std::to_string(options_.num_servers) + " and " + std::to_string(options_.num_workers));
+  std::optional<ShardMap> map;
+  if (s.has_shard_map()) {
+    auto m = ShardMap::FromWire(s.shard_map(), options_.num_servers);
+    if (!m.ok()) return m.status().Annotate("coordinator state");
+    map = *m;
+  }
+  const TimePoint now = clock_->Now();
+  started_ = s.started();
+  started_at_ = now - std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s.training_seconds()));
+  last_worker_end_.reset();
+  if (s.workers_ended())
+    last_worker_end_ =
+        started_at_ + std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s.workers_ended_at()));
+  model_.reset();
+  if (s.has_model()) model_ = s.model();
+  shard_map_ = map;
+  epoch_ = s.membership_epoch() + 1;  // the live set may differ from what was saved
+  for (int i = 0; i < options_.num_servers; ++i) RestoreMember(s.servers(i), now, &servers_[i]);
+  for (int i = 0; i < options_.num_workers; ++i) RestoreMember(s.workers(i), now, &workers_[i]);
+  RestoreMember(s.evaluator(), now, &evaluator_);
+  evaluator_seen_ = s.evaluator_seen();
+  plan_note_ = s.plan_note();
+  planned_step_ms_ = s.planned_step_ms();
+  return ::geodesic::Status::Ok();
+}
+
 wire::StatusReply CoordinatorState::Status() const {
   wire::StatusReply r;
   r.set_uptime_seconds(Seconds(clock_->Now() - created_));
@@ -434,7 +520,39 @@ void Coordinator::WriteStats() const {
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 
+void Coordinator::SaveState(bool now) {
+  if (options_.state_file.empty()) return;
+  TimePoint t = clock_->Now();
+  if (!now && t - saved_at_ < std::chrono::milliseconds(200)) return;
+  wire::CoordinatorSnapshot snap = state_.Save();
+  snap.clear_training_seconds();  // changes all the time; not worth a write by itself
+  std::string bytes = snap.SerializeAsString();
+  if (bytes == saved_state_) return;
+  snap.set_training_seconds(state_.training_seconds());
+  Status s = WriteFileAtomic(options_.state_file, snap.SerializeAsString(), /*durable=*/false);
+  if (!s.ok()) {
+    GD_LOG(WARNING) << "saving the coordinator's state: " << s;
+    return;
+  }
+  saved_state_ = std::move(bytes);
+  saved_at_ = t;
+}
+
 Status Coordinator::Run(const std::atomic<bool>* stop) {
+  if (!options_.state_file.empty() && std::filesystem::exists(options_.state_file)) {
+    GD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(options_.state_file));
+    wire::CoordinatorSnapshot snap;
+    if (!snap.ParseFromString(bytes))
+      return DataLoss(options_.state_file + ": the coordinator's saved state does not parse");
+    GD_RETURN_IF_ERROR(state_.Restore(snap).Annotate(options_.state_file));
+    int live = 0;
+    for (const auto& w : snap.workers()) live += w.registered() && !w.done() && !w.died() && !w.left();
+    GD_LOG(WARNING) << "restarted: continuing the job from " << options_.state_file << " ("
+                    << (snap.started() ? "training for " + std::to_string(snap.training_seconds()) + " s, "
+                                       : std::string("in the rendezvous, "))
+                    << live << " workers live); members have " << options_.coordinator.membership.lease_ms
+                    << " ms to heartbeat again";
+  }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << " for " << options_.coordinator.num_servers
                << " servers and " << options_.coordinator.num_workers << " workers";
@@ -457,6 +575,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
       }
     }
     for (const auto& line : state_.ExpireLeases()) GD_LOG(WARNING) << line;
+    SaveState(false);
     if (!state_.started() && rendezvous.Due())
       GD_LOG(INFO) << "start-up: waiting " << static_cast<int>(rendezvous.ElapsedSeconds()) << " s for "
                    << state_.WaitingFor() << " to register";
@@ -483,6 +602,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
         break;
     }
   }
+  SaveState(true);
   WriteStats();
   return Status::Ok();
 }

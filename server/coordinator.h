@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/job.h"
 #include "common/status.h"
+#include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "wan/message.h"
@@ -78,6 +79,13 @@ class CoordinatorState {
   double planned_step_ms() const { return planned_step_ms_; }
   uint64_t membership_epoch() const { return epoch_; }
 
+  // The state a restarted coordinator needs (proto/checkpoint.proto).
+  wire::CoordinatorSnapshot Save() const;
+  // Takes over a saved state: members keep their registration, clocks and
+  // endings; those that were live get a fresh lease to heartbeat again.
+  // Refuses a snapshot of another job or shape, changing nothing.
+  ::geodesic::Status Restore(const wire::CoordinatorSnapshot& snapshot);
+
  private:
   struct Member {
     bool registered = false;  // ever registered
@@ -120,6 +128,9 @@ struct CoordinatorProcessOptions {
   std::string bind = "tcp://127.0.0.1:*";
   std::string endpoint_file;  // if set, the bound endpoint is written here (atomically)
   std::string stats_file;     // if set, stats JSON is written here periodically and at exit
+  // The coordinator's state is kept here (rewritten when it changes); if the
+  // file exists at start-up, a restarted coordinator continues from it.
+  std::string state_file;
 };
 
 class Coordinator {
@@ -132,8 +143,13 @@ class Coordinator {
   void Handle(wan::Message& m);
   void Reply(const wan::Message& request, wire::Header reply);
   void WriteStats() const;
+  // Rewrites the state file if the state changed (at most every 200 ms
+  // unless `now`).
+  void SaveState(bool now);
 
   CoordinatorProcessOptions options_;
+  std::string saved_state_;
+  TimePoint saved_at_{};
   const Clock* clock_;
   wan::TrafficCounters counters_;
   wan::Socket socket_;

@@ -182,6 +182,27 @@ void ExpectShardRestartFinishes(int64_t bound) {
   for (size_t i = 0; i < 50000; ++i) ASSERT_TRUE(std::isfinite(p[i])) << i;
 }
 
+// A coordinator killed with SIGKILL is restarted from its saved state; the
+// members reconnect and the job finishes with every step run.
+TEST(ResumeTest, AKilledCoordinatorRestartsFromItsSavedState) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=4000", "--set",
+                        "training.staleness_bound=1", "--kill", "coordinator:0@1.5", "--quiet"},
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(s["status"], "finished");
+  ASSERT_EQ(s["recoveries"].size(), 1u) << s["recoveries"].dump();
+  EXPECT_EQ(s["recoveries"][0]["target"], "coordinator");
+  ASSERT_TRUE(s["recoveries"][0].contains("seconds_to_first_status")) << s["recoveries"].dump();
+  EXPECT_NE(testing::ReadText(s["recoveries"][0]["log"].get<std::string>()).find("continuing the job from"),
+            std::string::npos);
+  for (const char* w : {"worker-0", "worker-1", "worker-2"})
+    EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 4000) << w;
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/final_params.bin"));
+}
+
 TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointBsp) { ExpectShardRestartFinishes(0); }
 TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointAsync) { ExpectShardRestartFinishes(2); }
 

@@ -101,6 +101,59 @@ TEST_F(CoordinatorTest, ExpiredLeaseLeavesTheLiveSet) {
   EXPECT_EQ(state_.Heartbeat(wire::WORKER, 0, hb).live_workers_size(), 2);
 }
 
+// A restarted coordinator continues from its saved state: same shard map,
+// clocks and endings; members that were live keep a lease; the rendezvous
+// is not run again.
+TEST_F(CoordinatorTest, RestoredStateContinuesTheJob) {
+  StartAll();
+  wire::Heartbeat hb;
+  hb.set_clock(7);
+  state_.Heartbeat(wire::WORKER, 0, hb);
+  wire::Heartbeat done;
+  done.set_clock(9);
+  done.set_done(true);
+  state_.Heartbeat(wire::WORKER, 1, done);
+  clock_.Advance(Millis(2500));
+  const wire::CoordinatorSnapshot snap = state_.Save();
+
+  FakeClock later;
+  later.Advance(Millis(100000));
+  CoordinatorState restored(Options(2, 2), &later);
+  ASSERT_TRUE(restored.Restore(snap).ok());
+  EXPECT_TRUE(restored.started());
+  ASSERT_TRUE(restored.shard_map());
+  EXPECT_EQ(restored.shard_map()->owner, state_.shard_map()->owner);
+  EXPECT_NEAR(restored.training_seconds(), state_.training_seconds(), 1e-6);
+  EXPECT_GT(restored.membership_epoch(), state_.membership_epoch());
+  // Worker 0 is live at its clock without registering again; worker 1 stays done.
+  auto r = restored.Heartbeat(wire::WORKER, 0, hb);
+  EXPECT_TRUE(r.known());
+  ASSERT_EQ(r.live_workers_size(), 1);
+  EXPECT_EQ(r.live_worker_clocks(0), 7);
+  EXPECT_EQ(r.done_workers(), 1);
+  EXPECT_TRUE(restored.Heartbeat(wire::SERVER, 1, wire::Heartbeat()).known());
+  // A worker registering again gets the same map and its own clock.
+  auto again = restored.Register(wire::WORKER, 0, WorkerReq());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->ready());
+  EXPECT_EQ(again->start_clock(), 7);
+  // Members silent for a lease after the restart are dead, as usual.
+  later.Advance(Millis(1500));
+  restored.Heartbeat(wire::WORKER, 0, hb);
+  auto deaths = restored.ExpireLeases();
+  EXPECT_EQ(deaths.size(), 2u);  // the two servers
+
+  // Another job's or shape's state is refused and changes nothing.
+  CoordinatorState other(Options(3, 2), &later);
+  EXPECT_EQ(other.Restore(snap).code(), Code::kFailedPrecondition);
+  EXPECT_FALSE(other.started());
+  wire::CoordinatorSnapshot wrong = snap;
+  wrong.set_job("other");
+  CoordinatorState fresh(Options(2, 2), &later);
+  EXPECT_EQ(fresh.Restore(wrong).code(), Code::kFailedPrecondition);
+  EXPECT_FALSE(fresh.started());
+}
+
 TEST_F(CoordinatorTest, JobFinishesWhenWorkersAreDoneOrDeadAndTheEvaluatorLeft) {
   StartAll();
   wire::RegisterRequest ev = WorkerReq();
