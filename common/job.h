@@ -141,6 +141,17 @@ struct EvalSpec {
   int64_t test_samples = 0;       // 0: the whole 10k test set
 };
 
+// Transport security (docs/security.md). `none`: plaintext, anyone who can
+// reach a port can join. `curve`: every connection runs CurveZMQ and joining
+// needs a token signed with the job's secret.
+struct SecuritySpec {
+  std::string mode = "none";  // none | curve
+  // The job's secret (>= 32 bytes, mode 0600). Empty: `geodesic launch`
+  // creates one in the run directory; other commands then need --secret-file.
+  std::string secret_file;
+  int64_t token_ttl_s = 86400;  // lifetime of the tokens the launcher mints; must cover the whole job
+};
+
 struct JobSpec {
   std::string name = "job";
   uint64_t seed = 1;
@@ -155,6 +166,7 @@ struct JobSpec {
   EvalSpec eval;
   CompressionSpec compression;
   WanSpec wan;
+  SecuritySpec security;
 
   int NumServers() const;
   int NumWorkers() const;
