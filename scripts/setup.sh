@@ -12,6 +12,7 @@ PACKAGES=(
   # libraries (DESIGN.md lists why each is there)
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev libzstd-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev libasio-dev
+  libssl-dev
   # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
   libopenblas0-pthread
   # plots of benchmark results (bench/plot_*.py)

@@ -101,8 +101,8 @@ StatusOr<std::string> LoadSecret(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return NotFound("cannot read the job secret '" + path + "'");
   if (st.st_mode & 077)
-    return FailedPrecondition("the job secret '" + path +
-                              "' may be read or written by other users; run: chmod 600 " + path);
+    return FailedPrecondition("the job secret '" + path + "' may be read or written by other users; run: chmod 600 " +
+                              path);
   GD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
   std::string secret = b == std::string::npos ? "" : text.substr(b, e - b + 1);
@@ -280,7 +280,7 @@ void ZapHandler::Loop() {
         GD_LOG(WARNING) << "refused a connection from " << (parts.size() > 3 ? parts[3].to_string() : "?") << " ("
                         << (key.empty() ? mechanism + " without a CURVE key" : "CURVE key " + key + " not authorized")
                         << ")";
-      std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "not authorized",
+      std::vector<std::string> reply = {"1.0",         request_id, ok ? "200" : "400", ok ? "OK" : "not authorized",
                                         ok ? key : "", ""};
       for (size_t i = 0; i < reply.size(); ++i)
         socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);

@@ -91,8 +91,8 @@ struct MemberCredentials {
 // plaintext. A ROUTER with keys is a CURVE server (ZAP domain "geodesic");
 // a DEALER with keys is a CURVE client and needs `server_key`.
 struct CurveSocket {
-  CurveKeyPair keys;
-  std::string server_key;  // clients: the public key of the socket they connect to
+  CurveKeyPair keys = {};
+  std::string server_key = {};  // clients: the public key of the socket they connect to
   bool enabled() const { return !keys.secret_key.empty(); }
 };
 // Applies `curve` to a socket before it binds or connects.

@@ -109,10 +109,11 @@ class ZapTest : public ::testing::Test {
     server_keys_ = GenerateCurveKeyPair().value();
     zap_ = std::make_unique<ZapHandler>(server_ctx_, /*admit_any=*/false);
     ASSERT_TRUE(zap_->Start().ok());
-    router_ = std::make_unique<Socket>(server_ctx_, zmq::socket_type::router,
-                                       SocketOptions{.job = "z", .role = wire::SERVER, .id = 0,
-                                                     .curve = CurveSocket{.keys = server_keys_, .server_key = {}}},
-                                       &counters_);
+    router_ = std::make_unique<Socket>(
+        server_ctx_, zmq::socket_type::router,
+        SocketOptions{
+            .job = "z", .role = wire::SERVER, .id = 0, .curve = CurveSocket{.keys = server_keys_, .server_key = {}}},
+        &counters_);
     ASSERT_TRUE(router_->Bind("tcp://127.0.0.1:*").ok());
   }
 
