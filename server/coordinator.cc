@@ -167,10 +167,48 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
     s->set_region(servers_[i].region);
   }
   if (role == wire::WORKER) r.set_start_clock(std::max(m.clock, 0L));
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    r.mutable_servers(i)->set_curve_public_key(servers_[i].key);
   return r;
 }
 
-StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id, const wire::RegisterRequest& req) {
+std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) const {
+  if (!secure() || !started_ || (role != wire::WORKER && role != wire::EVALUATOR)) return "";
+  std::vector<int> behind;
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    if (servers_[i].live && servers_[i].keys_installed < m.key_epoch) behind.push_back(i);
+  if (behind.empty()) return "";
+  return std::string(behind.size() == 1 ? "server " : "servers ") + IdList(behind) + " to authorize " + RoleName(role) +
+         " " + std::to_string(id) + "'s key (at its next heartbeat)";
+}
+
+::geodesic::Status CoordinatorState::CheckKey(wire::Role role, int id, const std::string& peer_key) const {
+  if (!secure()) return ::geodesic::Status::Ok();
+  const Member* m = Find(role, id);
+  if (!m || m->key.empty()) return ::geodesic::Status::Ok();
+  if (peer_key != m->key)
+    return PermissionDenied(std::string("request as ") + RoleName(role) + " " + std::to_string(id) +
+                            " came with another CURVE key than the one it registered with");
+  return ::geodesic::Status::Ok();
+}
+
+bool CoordinatorState::IsMemberKey(const std::string& peer_key) const {
+  if (peer_key.empty()) return false;
+  for (const auto* group : {&servers_, &workers_})
+    for (const auto& m : *group)
+      if (m.key == peer_key) return true;
+  return evaluator_.key == peer_key;
+}
+
+StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id, const wire::RegisterRequest& req,
+                                                         const std::string& peer_key) {
+  if (secure()) {
+    // Before anything else, so that a refused registration changes nothing.
+    if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
+    auto claims =
+        wan::VerifyToken(options_.secret, req.token(), options_.job_name, RoleName(role), id, options_.unix_now());
+    if (!claims.ok()) return claims.status();
+  }
   Member* m = Find(role, id);
   if (!m)
     return OutOfRange(std::string(RoleName(role)) + " id " + std::to_string(id) + " is not part of this job (" +
@@ -212,11 +250,26 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   m->died = false;
   m->pid = req.pid();
   m->last_seen = clock_->Now();
+  if (secure() && m->key != peer_key) {
+    m->key = peer_key;
+    if (role == wire::WORKER || role == wire::EVALUATOR) m->key_epoch = ++keys_epoch_;
+  }
   if (!req.region().empty()) m->region = req.region();
   if (role == wire::EVALUATOR) evaluator_seen_ = true;
   if (role == wire::WORKER && !was_live) ++epoch_;
   MaybeStart();
-  return Assignment(role, *m);
+  wire::RegisterReply reply = Assignment(role, *m);
+  if (std::string wait = KeyWait(role, id, *m); !wait.empty()) {
+    wire::RegisterReply not_yet;
+    not_yet.set_ready(false);
+    not_yet.set_waiting_for(wait);
+    not_yet.set_heartbeat_ms(reply.heartbeat_ms());
+    not_yet.set_lease_ms(reply.lease_ms());
+    not_yet.set_membership_epoch(reply.membership_epoch());
+    not_yet.set_num_workers(reply.num_workers());
+    return not_yet;
+  }
+  return reply;
 }
 
 wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const wire::Heartbeat& hb) {
@@ -237,6 +290,15 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     }
   }
   if (role == wire::SERVER && hb.has_server()) m->server = hb.server();
+  if (role == wire::SERVER && secure()) {
+    m->keys_installed = std::max(m->keys_installed, hb.keys_epoch());
+    if (hb.keys_epoch() < keys_epoch_) {
+      r.set_keys_epoch(keys_epoch_);
+      for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+        if (!workers_[i].key.empty()) r.add_authorized_keys(workers_[i].key), r.add_authorized_ids(i);
+      if (!evaluator_.key.empty()) r.add_authorized_keys(evaluator_.key), r.add_authorized_ids(-1);
+    }
+  }
   r.set_membership_epoch(epoch_);
   int done = 0, dead = 0;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
@@ -351,8 +413,13 @@ wire::StatusReply CoordinatorState::Status() const {
 Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
+      ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
-              wan::SocketOptions{.job = options_.coordinator.job_name, .role = wire::COORDINATOR, .id = 0}, &counters_),
+              wan::SocketOptions{.job = options_.coordinator.job_name,
+                                 .role = wire::COORDINATOR,
+                                 .id = 0,
+                                 .curve = wan::CurveSocket{.keys = options_.keys, .server_key = {}}},
+              &counters_),
       state_(options_.coordinator, clock) {}
 
 void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
@@ -364,13 +431,25 @@ void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
 void Coordinator::Handle(wan::Message& m) {
   const wire::Header& h = m.header;
   wire::Header reply;
+  auto refuse = [&](const ::geodesic::Status& s) {
+    counters_.messages_refused++;
+    GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << RoleName(h.sender_role()) << " " << h.sender_id()
+                    << ": " << s;
+    reply.mutable_error_reply()->set_code(wan::ToWire(s.code()));
+    reply.mutable_error_reply()->set_message(s.message());
+  };
+  if (h.body_case() == wire::Header::kHeartbeat || h.body_case() == wire::Header::kLeaveRequest) {
+    if (::geodesic::Status s = state_.CheckKey(h.sender_role(), h.sender_id(), m.peer_key); !s.ok()) {
+      refuse(s);
+      Reply(m, std::move(reply));
+      return;
+    }
+  }
   switch (h.body_case()) {
     case wire::Header::kRegisterRequest: {
-      auto r = state_.Register(h.sender_role(), h.sender_id(), h.register_request());
+      auto r = state_.Register(h.sender_role(), h.sender_id(), h.register_request(), m.peer_key);
       if (!r.ok()) {
-        GD_LOG(WARNING) << "refused registration: " << r.status();
-        reply.mutable_error_reply()->set_code(wan::ToWire(r.status().code()));
-        reply.mutable_error_reply()->set_message(r.status().message());
+        refuse(r.status());
       } else {
         *reply.mutable_register_reply() = *r;
       }
@@ -386,9 +465,21 @@ void Coordinator::Handle(wan::Message& m) {
                                                          : "evaluator ")
                    << h.sender_id() << " left";
       return;  // no reply: the member is gone
-    case wire::Header::kStatusRequest:
+    case wire::Header::kStatusRequest: {
+      if (state_.secure() && !state_.IsMemberKey(m.peer_key)) {
+        const auto& o = state_.options();
+        auto claims =
+            m.peer_key.empty()
+                ? StatusOr<wan::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
+                : wan::VerifyToken(o.secret, h.status_request().token(), o.job_name, "client", 0, o.unix_now());
+        if (!claims.ok()) {
+          refuse(claims.status());
+          break;
+        }
+      }
       *reply.mutable_status_reply() = state_.Status();
       break;
+    }
     default:
       counters_.messages_refused++;
       GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id() << ": not a coordinator request";
@@ -417,6 +508,12 @@ void Coordinator::WriteStats() const {
 }
 
 Status Coordinator::Run(const std::atomic<bool>* stop) {
+  if (!options_.keys.secret_key.empty()) {
+    if (options_.coordinator.secret.empty()) return FailedPrecondition("a secured coordinator needs the job secret");
+    zap_ = std::make_unique<wan::ZapHandler>(ctx_, /*admit_any=*/true);
+    GD_RETURN_IF_ERROR(zap_->Start());
+    if (!options_.key_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.key_file, options_.keys.public_key));
+  }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << " for " << options_.coordinator.num_servers
                << " servers and " << options_.coordinator.num_workers << " workers";

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "wan/message.h"
+#include "wan/security.h"
 
 namespace geodesic::server {
 
@@ -42,6 +44,10 @@ struct CoordinatorOptions {
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
   std::function<ShardMap(const ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
+  // Secured jobs (security.mode curve): the job secret that join tokens are
+  // checked against. Empty: plaintext, no tokens, no keys.
+  std::string secret;
+  std::function<int64_t()> unix_now = wan::UnixNow;  // token expiry clock
 
   static CoordinatorOptions FromJob(const JobSpec& job);
 };
@@ -50,7 +56,18 @@ class CoordinatorState {
  public:
   CoordinatorState(CoordinatorOptions options, const Clock* clock);
 
-  StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request);
+  // `peer_key`: the CURVE key the request arrived with (secured jobs). A
+  // refused registration (bad token, no key, wrong model...) changes nothing.
+  StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request,
+                                         const std::string& peer_key = "");
+  // Secured jobs: PermissionDenied unless `peer_key` is the key (role, id)
+  // registered with. A member with no key bound passes (it is unknown, and
+  // is told to register, which needs a token). Always OK in plaintext jobs.
+  ::geodesic::Status CheckKey(wire::Role role, int id, const std::string& peer_key) const;
+  // Secured jobs: whether `peer_key` belongs to a registered member.
+  bool IsMemberKey(const std::string& peer_key) const;
+  bool secure() const { return !options_.secret.empty(); }
+  const CoordinatorOptions& options() const { return options_; }
   wire::HeartbeatReply Heartbeat(wire::Role role, int id, const wire::Heartbeat& heartbeat);
   void Leave(wire::Role role, int id);
   // Ends every lease not renewed within lease_ms; returns a log line per death.
@@ -81,7 +98,13 @@ class CoordinatorState {
     std::string endpoint, region;
     wire::WorkerProgress worker;
     wire::ServerProgress server;
+    std::string key;              // secured jobs: CURVE public key bound at registration
+    uint64_t key_epoch = 0;       // workers, evaluator: keys_epoch_ when `key` was bound
+    uint64_t keys_installed = 0;  // servers: the keys epoch the shard reports installed
   };
+  // Why a worker or the evaluator may not start yet in a secured job (a
+  // live shard has not installed its key), or empty.
+  std::string KeyWait(wire::Role role, int id, const Member& m) const;
   Member* Find(wire::Role role, int id);
   const Member* Find(wire::Role role, int id) const;
   int64_t MinLiveClock() const;
@@ -103,6 +126,7 @@ class CoordinatorState {
   TimePoint started_at_{};
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;
+  uint64_t keys_epoch_ = 0;  // bumped when a worker's or the evaluator's key changes
 };
 
 struct CoordinatorProcessOptions {
@@ -110,6 +134,10 @@ struct CoordinatorProcessOptions {
   std::string bind = "tcp://127.0.0.1:*";
   std::string endpoint_file;  // if set, the bound endpoint is written here (atomically)
   std::string stats_file;     // if set, stats JSON is written here periodically and at exit
+  // Secured jobs: the coordinator's CURVE keypair; its public key is written
+  // to `key_file` (if set) next to the endpoint, for members to connect with.
+  wan::CurveKeyPair keys;
+  std::string key_file;
 };
 
 class Coordinator {
@@ -125,7 +153,9 @@ class Coordinator {
 
   CoordinatorProcessOptions options_;
   const Clock* clock_;
+  zmq::context_t& ctx_;
   wan::TrafficCounters counters_;
+  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
   wan::Socket socket_;
   CoordinatorState state_;
 };

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,9 +33,10 @@ namespace geodesic::server {
 struct ServerProcessOptions {
   JobSpec job;
   int id = 0;
-  std::string bind;         // e.g. tcp://127.0.0.1:* (a free port)
-  std::string coordinator;  // coordinator endpoint
-  std::string stats_file;   // if set, stats JSON is written here periodically and at exit
+  std::string bind;                    // e.g. tcp://127.0.0.1:* (a free port)
+  std::string coordinator;             // coordinator endpoint
+  std::string stats_file;              // if set, stats JSON is written here periodically and at exit
+  wan::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
 };
 
 class Server {
@@ -81,12 +83,19 @@ class Server {
   void ReportHeldPulls();
   void WriteStats() const;
   void PublishProgress();
+  // Secured jobs: installs the coordinator's list of authorized client keys
+  // (heartbeat thread), and checks a message's key against its sender.
+  void Authorize(const wire::HeartbeatReply& r);
+  Status CheckSender(const wan::Message& m) const;
 
   ServerProcessOptions options_;
   const Clock* clock_;
   zmq::context_t& ctx_;
   wan::TrafficCounters counters_;
+  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
   wan::Socket socket_;
+  mutable std::mutex keys_mu_;
+  std::map<std::string, int> key_owner_;  // guarded by keys_mu_: key -> worker id (-1: evaluator)
   std::unique_ptr<MemberClient> member_;
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;

@@ -118,14 +118,14 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(wan::CreateSecretFile(secret_file_).ok());
     secret_ = wan::LoadSecret(secret_file_).value();
     testing::WriteText(dir_ / "job.yaml", JobYaml(secure(), secret_file_));
-    std::vector<std::string> cargs = {"coordinator", "--job", dir_ / "job.yaml", "--endpoint-file", dir_ / "coord",
-                                      "--no-evaluator"};
+    std::vector<std::string> cargs = {"coordinator",     "--job",        dir_ / "job.yaml",
+                                      "--endpoint-file", dir_ / "coord", "--no-evaluator"};
     if (secure()) cargs.insert(cargs.end(), {"--key-file", dir_ / "coord.key"});
     coordinator_ = std::make_unique<Process>(cargs, dir_ / "coordinator.log");
     ASSERT_TRUE(testing::WaitForFile(dir_ / "coord", 20)) << testing::ReadText(dir_ / "coordinator.log");
     endpoint_ = testing::ReadText(dir_ / "coord");
-    std::vector<std::string> sargs = {"server", "--job", dir_ / "job.yaml", "--id", "0", "--coordinator", endpoint_,
-                                      "--stats-file", dir_ / "server.json"};
+    std::vector<std::string> sargs = {"server",  "--job",        dir_ / "job.yaml",   "--id", "0", "--coordinator",
+                                      endpoint_, "--stats-file", dir_ / "server.json"};
     if (secure()) {
       coordinator_key_ = testing::ReadText(dir_ / "coord.key");
       testing::WriteText(dir_ / "server.token", Token("server", 0, wan::UnixNow() + 600));
@@ -134,17 +134,7 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     server_ = std::make_unique<Process>(sargs, dir_ / "server.log");
 
     keys_ = wan::GenerateCurveKeyPair().value();
-    server::MemberOptions mo;
-    mo.job = "secjob";
-    mo.role = wire::WORKER;
-    mo.id = 0;
-    mo.coordinator = endpoint_;
-    mo.model.set_name("synthetic");
-    mo.model.set_num_params(1000);
-    mo.model.set_layout_digest(1);
-    mo.timing.heartbeat_ms = 100;
-    mo.timing.lease_ms = 60000;
-    mo.timing.rendezvous_timeout_s = 20;
+    server::MemberOptions mo = testing::TestWorker("secjob", endpoint_, 1000);
     if (secure()) {
       mo.curve = {.keys = keys_, .server_key = coordinator_key_};
       mo.token = Token("worker", 0, wan::UnixNow() + 600);
@@ -156,7 +146,9 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     member_->Start(nullptr);
     ASSERT_EQ(assignment_.servers_size(), 1);
     server_endpoint_ = assignment_.servers(0).endpoint();
-    if (secure()) ASSERT_TRUE(wan::IsCurveKey(assignment_.servers(0).curve_public_key()));
+    if (secure()) {
+      ASSERT_TRUE(wan::IsCurveKey(assignment_.servers(0).curve_public_key()));
+    }
     worker_ = Dealer(server_endpoint_, wire::WORKER, 0, MyCurve(assignment_.servers(0).curve_public_key()));
   }
 
@@ -164,8 +156,12 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     member_.reset();
     if (server_) server_->Signal(SIGTERM);
     if (coordinator_) coordinator_->Signal(SIGTERM);
-    if (server_) EXPECT_EQ(server_->Wait(10), 0) << testing::ReadText(dir_ / "server.log");
-    if (coordinator_) EXPECT_EQ(coordinator_->Wait(10), 0);
+    if (server_) {
+      EXPECT_EQ(server_->Wait(10), 0) << testing::ReadText(dir_ / "server.log");
+    }
+    if (coordinator_) {
+      EXPECT_EQ(coordinator_->Wait(10), 0);
+    }
   }
 
   std::string Token(const std::string& role, int id, int64_t expiry) {
@@ -195,15 +191,20 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     }
     return std::nullopt;
   }
-  static wire::Header Init() {
+  // Gives the shard its initial values (0.5 everywhere) as the proper worker.
+  void InitShard() {
+    std::vector<float> init(1000, 0.5f);
+    std::vector<wan::Payload> payloads;
     wire::Header h;
     for (uint32_t c = 0; c < 4; ++c) {
       auto* d = h.mutable_init_request()->add_chunks();
       d->set_chunk_id(c);
       d->set_codec(wire::FP32);
       d->set_num_elems(c < 3 ? 256 : 232);
+      payloads.push_back(wan::CopyPayload(init.data() + 256 * c, d->num_elems() * 4));
     }
-    return h;
+    auto ack = Ask(*worker_, h, payloads);
+    ASSERT_TRUE(ack && ack->has_init_ack());
   }
   static wire::Header Push(int64_t clock) {
     wire::Header h;
@@ -263,11 +264,7 @@ std::vector<float> Pattern() {
 }
 
 TEST_P(SecurityTest, CapturedTrafficHasPlaintextGradientsOnlyWithoutSecurity) {
-  std::vector<float> init(1000, 0.5f);
-  std::vector<wan::Payload> ip;
-  for (uint32_t c = 0; c < 4; ++c) ip.push_back(wan::CopyPayload(init.data() + 256 * c, (c < 3 ? 256 : 232) * 4));
-  auto ack = Ask(*worker_, Init(), ip);
-  ASSERT_TRUE(ack && ack->has_init_ack());
+  ASSERT_NO_FATAL_FAILURE(InitShard());
 
   RecordingRelay relay(std::stoi(server_endpoint_.substr(server_endpoint_.rfind(':') + 1)));
   auto tapped = Dealer(relay.endpoint(), wire::WORKER, 0, MyCurve(assignment_.servers(0).curve_public_key()));
@@ -288,11 +285,7 @@ INSTANTIATE_TEST_SUITE_P(PlainAndCurve, SecurityTest, ::testing::Values(false, t
 class SecuredJobTest : public SecurityTest {};
 
 TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
-  std::vector<float> init(1000, 0.5f);
-  std::vector<wan::Payload> ip;
-  for (uint32_t c = 0; c < 4; ++c) ip.push_back(wan::CopyPayload(init.data() + 256 * c, (c < 3 ? 256 : 232) * 4));
-  auto ack = Ask(*worker_, Init(), ip);
-  ASSERT_TRUE(ack && ack->has_init_ack());
+  ASSERT_NO_FATAL_FAILURE(InitShard());
   auto [before, version_before] = ReadChunk0();
   ASSERT_EQ(before.size(), 256u);
   wire::StatusReply status_before = Status();
@@ -345,8 +338,8 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   expect_error(reg(Token("server", 0, wan::UnixNow() + 600)), wire::UNAUTHENTICATED, "for role server");
   expect_error(reg(""), wire::UNAUTHENTICATED, "no join token");
   std::string other_secret(64, 'q');
-  expect_error(reg(wan::MintToken(other_secret, {.job = "secjob", .role = "worker", .id = 0,
-                                                 .expiry_unix = wan::UnixNow() + 600})
+  expect_error(reg(wan::MintToken(other_secret,
+                                  {.job = "secjob", .role = "worker", .id = 0, .expiry_unix = wan::UnixNow() + 600})
                        .value()),
                wire::UNAUTHENTICATED, "signature does not match");
   wire::Header hb;
@@ -402,7 +395,7 @@ TEST(SecureLaunchTest, SyntheticJobOverEmulatedLinksFinishes) {
                             << testing::ReadText(dir / "run/logs/coordinator.log");
   EXPECT_NE(r.output.find("all processes joined; training"), std::string::npos) << r.output;
   auto summary = testing::ReadJson(dir / "run/summary.json");
-  EXPECT_EQ(summary["outcome"], "finished") << summary.dump(2);
+  EXPECT_EQ(summary["status"], "finished") << summary.dump(2);
   struct stat st {};
   ASSERT_EQ(::stat((dir / "run/secret").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600);
