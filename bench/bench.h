@@ -12,6 +12,7 @@ namespace geodesic::bench {
 
 struct BenchOptions {
   bool json = false;
+  bool curve = false;  // transport: also a CurveZMQ shard, measured in the same rounds
   std::vector<int> sizes_mb{1, 16, 64};
   double seconds = 3.0;
   int processes = 2;

@@ -29,6 +29,7 @@
 #include "deploy/process.h"
 #include "server/member_client.h"
 #include "wan/message.h"
+#include "wan/security.h"
 #include "worker/ps_client.h"
 
 namespace geodesic::bench {
@@ -95,6 +96,98 @@ struct Cluster {
   }
 };
 
+// One shard of a one-shard job, with this process as worker 0 (plaintext, or
+// CurveZMQ when the job says so: the coordinator and shard get the secret
+// and tokens as the launcher gives them).
+struct Rig {
+  Cluster cluster;
+  wan::TrafficCounters counters;
+  std::unique_ptr<server::MemberClient> member;
+  std::unique_ptr<worker::PsClient> ps;
+  std::shared_ptr<float[]> params, grad;
+  std::vector<worker::PulledChunk> pulled;
+  int64_t clock = 0;
+
+  Status Start(const std::string& exe, const std::string& dir, const JobSpec& job, zmq::context_t& ctx, int64_t floats,
+               const std::atomic<bool>* stop) {
+    GD_RETURN_IF_ERROR(MakeDirs(dir));
+    const std::string job_path = dir + "/job.yaml";
+    GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
+    const bool secure = job.security.mode == "curve";
+    std::string secret;
+    if (secure) {
+      GD_ASSIGN_OR_RETURN(secret, wan::LoadSecret(job.security.secret_file));
+    }
+    auto token = [&](const std::string& role) {
+      return wan::MintToken(secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = wan::UnixNow() + 86400});
+    };
+    std::filesystem::remove(dir + "/coord");
+    std::vector<std::string> cargs = {
+        exe, "coordinator", "--job", job_path, "--endpoint-file", dir + "/coord", "--no-evaluator"};
+    if (secure) cargs.insert(cargs.end(), {"--key-file", dir + "/coord.key"});
+    cluster.coordinator = std::make_unique<deploy::Child>("coordinator", cargs, dir + "/coordinator.log");
+    GD_RETURN_IF_ERROR(cluster.coordinator->Start());
+    std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
+    if (coord.empty()) return Unavailable("the coordinator did not start; see " + dir + "/coordinator.log");
+    std::vector<std::string> sargs = {exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord};
+    server::MemberOptions mo;
+    wan::CurveKeyPair keys;
+    if (secure) {
+      GD_ASSIGN_OR_RETURN(std::string server_token, token("server"));
+      GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/server.token", server_token, false, 0600));
+      sargs.insert(sargs.end(), {"--coordinator-key-file", dir + "/coord.key", "--token-file", dir + "/server.token"});
+      GD_ASSIGN_OR_RETURN(keys, wan::GenerateCurveKeyPair());
+      GD_ASSIGN_OR_RETURN(std::string coord_key, ReadFile(dir + "/coord.key"));
+      mo.curve = {.keys = keys, .server_key = coord_key};
+      GD_ASSIGN_OR_RETURN(mo.token, token("worker"));
+    }
+    cluster.server = std::make_unique<deploy::Child>("server", sargs, dir + "/server.log");
+    GD_RETURN_IF_ERROR(cluster.server->Start());
+    mo.job = job.name;
+    mo.role = wire::WORKER;
+    mo.id = 0;
+    mo.coordinator = coord;
+    mo.model.set_name("synthetic");
+    mo.model.set_num_params(static_cast<uint64_t>(floats));
+    mo.model.set_layout_digest(1);
+    mo.timing = job.membership;
+    mo.max_message_bytes = job.wire.max_message_bytes;
+    member = std::make_unique<server::MemberClient>(ctx, mo, &counters, RealClock::Get());
+    GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member->Join(stop));
+    member->Start(nullptr);
+    worker::PsClientOptions po;
+    po.job = job.name;
+    po.id = 0;
+    po.wire = job.wire;
+    po.timing = job.membership;
+    po.curve_keys = keys;
+    ps = std::make_unique<worker::PsClient>(ctx, po, assignment, &counters, RealClock::Get());
+    GD_RETURN_IF_ERROR(ps->Connect());
+    params = std::shared_ptr<float[]>(new float[floats]);
+    grad = std::shared_ptr<float[]>(new float[floats]);
+    std::fill(params.get(), params.get() + floats, 0.5f);
+    std::fill(grad.get(), grad.get() + floats, 1e-4f);
+    return ps->Init(params.get(), stop);
+  }
+
+  // One round: the pull goes first and the shard answers each chunk as soon
+  // as our push has been applied to it, as a training worker's prefetch does.
+  Status Round(const std::atomic<bool>* stop) {
+    GD_RETURN_IF_ERROR(ps->RequestPull(clock + 1, {.after_own_push = true, .max_hold_s = 30}));
+    GD_RETURN_IF_ERROR(ps->Push(clock, grad.get(), std::shared_ptr<const void>(grad, grad.get())));
+    // Read the pulled values in place, as the raw peer's bytes are.
+    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps->WaitPull(clock + 1, false, nullptr, stop, {}, &pulled));
+    (void)t;
+    GD_ASSIGN_OR_RETURN(double w, ps->WaitAcks(0, stop));
+    (void)w;
+    ++clock;
+    return Status::Ok();
+  }
+
+  ~Rig() {
+    if (member) member->Stop(true);
+  }
+};
 }  // namespace
 
 Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop) {
@@ -182,99 +275,67 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
                                                      "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
     GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_path, options.overrides));
     GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));  // the shard reads the same overrides
-    Cluster cluster;
-    std::filesystem::remove(dir + "/coord");
-    cluster.coordinator =
-        std::make_unique<deploy::Child>("coordinator",
-                                        std::vector<std::string>{exe, "coordinator", "--job", job_path,
-                                                                 "--endpoint-file", dir + "/coord", "--no-evaluator"},
-                                        dir + "/coordinator.log");
-    GD_RETURN_IF_ERROR(cluster.coordinator->Start());
-    std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
-    if (coord.empty()) return Unavailable("the coordinator did not start");
-    cluster.server = std::make_unique<deploy::Child>(
-        "server", std::vector<std::string>{exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord},
-        dir + "/server.log");
-    GD_RETURN_IF_ERROR(cluster.server->Start());
-
-    wan::TrafficCounters counters;
-    server::MemberOptions mo;
-    mo.job = job.name;
-    mo.role = wire::WORKER;
-    mo.id = 0;
-    mo.coordinator = coord;
-    mo.model.set_name("synthetic");
-    mo.model.set_num_params(static_cast<uint64_t>(floats));
-    mo.model.set_layout_digest(1);
-    mo.timing = job.membership;
-    mo.max_message_bytes = job.wire.max_message_bytes;
-    server::MemberClient member(ctx, mo, &counters, RealClock::Get());
-    GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
-    member.Start(nullptr);
-    worker::PsClientOptions po;
-    po.job = job.name;
-    po.id = 0;
-    po.wire = job.wire;
-    po.timing = job.membership;
-    worker::PsClient ps(ctx, po, assignment, &counters, RealClock::Get());
-    GD_RETURN_IF_ERROR(ps.Connect());
-    auto params = std::shared_ptr<float[]>(new float[floats]);
-    auto grad = std::shared_ptr<float[]>(new float[floats]);
-    std::fill(params.get(), params.get() + floats, 0.5f);
-    std::fill(grad.get(), grad.get() + floats, 1e-4f);
-    GD_RETURN_IF_ERROR(ps.Init(params.get(), stop));
+    std::vector<std::unique_ptr<Rig>> rigs;
+    rigs.push_back(std::make_unique<Rig>());
+    GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/plain", job, ctx, floats, stop));
+    if (options.curve) {
+      // The same job with security.mode curve, in its own coordinator and
+      // shard, measured in the same rounds.
+      JobSpec secured = job;
+      secured.name = job.name + "-curve";
+      secured.security.mode = "curve";
+      secured.security.secret_file = dir + "/secret";
+      if (!std::filesystem::exists(secured.security.secret_file))
+        GD_RETURN_IF_ERROR(wan::CreateSecretFile(secured.security.secret_file));
+      rigs.push_back(std::make_unique<Rig>());
+      GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/curve", secured, ctx, floats, stop));
+    }
     RawClient raw(ctx, sink_endpoint, bytes, kChunkBytes);
-
-    int64_t clock = 0;
-    std::vector<worker::PulledChunk> pulled;
-    auto geodesic_round = [&]() -> Status {
-      // The pull goes first and the shard answers each chunk as soon as our
-      // push has been applied to it, as a training worker's prefetch does.
-      GD_RETURN_IF_ERROR(ps.RequestPull(clock + 1, {.after_own_push = true, .max_hold_s = 30}));
-      GD_RETURN_IF_ERROR(ps.Push(clock, grad.get(), std::shared_ptr<const void>(grad, grad.get())));
-      // Read the pulled values in place, as the raw peer's bytes are.
-      GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps.WaitPull(clock + 1, false, nullptr, stop, {}, &pulled));
-      (void)t;
-      GD_ASSIGN_OR_RETURN(double w, ps.WaitAcks(0, stop));
-      (void)w;
-      ++clock;
-      return Status::Ok();
-    };
-    // Warm up both paths (page faults, TCP windows).
+    // Warm up every path (page faults, TCP windows).
     for (int i = 0; i < 2; ++i) {
-      GD_RETURN_IF_ERROR(geodesic_round());
+      for (auto& rig : rigs) GD_RETURN_IF_ERROR(rig->Round(stop));
       raw.Round();
     }
-    std::vector<double> ours, theirs;
+    std::vector<double> theirs;
+    std::vector<std::vector<double>> ours(rigs.size());
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * options.seconds);
-    while ((std::chrono::steady_clock::now() < deadline || ours.size() < 5) && ours.size() < 2000) {
+    while ((std::chrono::steady_clock::now() < deadline || theirs.size() < 5) && theirs.size() < 2000) {
       if (stop->load()) return Cancelled("interrupted");
       auto t0 = std::chrono::steady_clock::now();
       raw.Round();
-      auto t1 = std::chrono::steady_clock::now();
-      GD_RETURN_IF_ERROR(geodesic_round());
-      auto t2 = std::chrono::steady_clock::now();
-      theirs.push_back(std::chrono::duration<double>(t1 - t0).count());
-      ours.push_back(std::chrono::duration<double>(t2 - t1).count());
+      theirs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      for (size_t i = 0; i < rigs.size(); ++i) {
+        auto t1 = std::chrono::steady_clock::now();
+        GD_RETURN_IF_ERROR(rigs[i]->Round(stop));
+        ours[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+      }
     }
     double moved = 2.0 * static_cast<double>(bytes);
-    double g = moved / Median(ours) / 1e9, r = moved / Median(theirs) / 1e9;
-    records.push_back({{"bytes", bytes},
-                       {"geodesic_gbps", g},
-                       {"raw_zmq_gbps", r},
-                       {"ratio", g / r},
-                       {"rounds", ours.size()},
-                       {"chunk_bytes", kChunkBytes}});
-    if (ps.pushes_refused()) return Internal("the shard refused bench pushes; see " + dir + "/server.log");
-    member.Stop(true);
+    double g = moved / Median(ours[0]) / 1e9, r = moved / Median(theirs) / 1e9;
+    json rec = {{"bytes", bytes}, {"geodesic_gbps", g},      {"raw_zmq_gbps", r},
+                {"ratio", g / r}, {"rounds", theirs.size()}, {"chunk_bytes", kChunkBytes}};
+    if (options.curve) {
+      double c = moved / Median(ours[1]) / 1e9;
+      rec["curve_gbps"] = c;
+      rec["curve_vs_plain"] = c / g;
+    }
+    records.push_back(rec);
+    for (auto& rig : rigs)
+      if (rig->ps->pushes_refused()) return Internal("the shard refused bench pushes; see " + dir + "/*/server.log");
   }
   if (options.json) {
     std::cout << records.dump(2) << std::endl;
   } else {
-    std::printf("%10s %16s %16s %8s\n", "size", "geodesic GB/s", "raw ZeroMQ GB/s", "ratio");
-    for (const auto& r : records)
-      std::printf("%7lld MB %16.2f %16.2f %8.2f\n", static_cast<long long>(r["bytes"].get<int64_t>() >> 20),
+    std::printf("%10s %16s %16s %8s", "size", "geodesic GB/s", "raw ZeroMQ GB/s", "ratio");
+    if (options.curve) std::printf(" %14s %14s", "curve GB/s", "curve/plain");
+    std::printf("\n");
+    for (const auto& r : records) {
+      std::printf("%7lld MB %16.2f %16.2f %8.2f", static_cast<long long>(r["bytes"].get<int64_t>() >> 20),
                   r["geodesic_gbps"].get<double>(), r["raw_zmq_gbps"].get<double>(), r["ratio"].get<double>());
+      if (options.curve)
+        std::printf(" %14.3f %14.3f", r["curve_gbps"].get<double>(), r["curve_vs_plain"].get<double>());
+      std::printf("\n");
+    }
     std::printf("GB/s = 10^9 payload bytes per second, push + pull (both directions) through one shard on loopback.\n");
   }
   return Status::Ok();

@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
 #include <iostream>
 #include <zmq.hpp>
 
@@ -21,6 +23,7 @@
 #include "server/server.h"
 #include "wan/planner.h"
 #include "wan/routes.h"
+#include "wan/security.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -65,6 +68,57 @@ struct JobFlags {
                     "cross-region traffic through emulated links this way; repeatable)");
   }
 };
+
+// Credentials of a member (server, worker, evaluator) in a secured job: a
+// fresh keypair, the coordinator's public key, and the join token, which
+// comes from a file or the environment, never from argv (`ps` shows argv).
+struct MemberSecurityFlags {
+  std::string coordinator_key_file;
+  std::string token_file;
+  void Add(CLI::App* app) {
+    app->add_option("--coordinator-key-file", coordinator_key_file,
+                    "secured jobs: file with the coordinator's CURVE public key (the launcher writes "
+                    "RUN_DIR/coordinator.key)");
+    app->add_option("--token-file", token_file,
+                    "secured jobs: file with this member's join token (`geodesic token`); default: the "
+                    "GEODESIC_TOKEN environment variable");
+  }
+};
+
+geodesic::StatusOr<geodesic::wan::MemberCredentials> MemberCredentials(const geodesic::JobSpec& job,
+                                                                       const MemberSecurityFlags& f) {
+  using namespace geodesic;
+  wan::MemberCredentials c;
+  if (job.security.mode != "curve") return c;
+  GD_ASSIGN_OR_RETURN(c.keys, wan::GenerateCurveKeyPair());
+  if (f.coordinator_key_file.empty())
+    return InvalidArgument("security.mode is curve: --coordinator-key-file is required");
+  GD_ASSIGN_OR_RETURN(std::string key, ReadFile(f.coordinator_key_file));
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  if (!wan::IsCurveKey(key))
+    return InvalidArgument("--coordinator-key-file " + f.coordinator_key_file +
+                           ": not a CURVE public key (40 Z85 characters)");
+  c.coordinator_key = key;
+  if (!f.token_file.empty()) {
+    GD_ASSIGN_OR_RETURN(c.token, ReadFile(f.token_file));
+  } else if (const char* env = std::getenv("GEODESIC_TOKEN")) {
+    c.token = env;
+  }
+  while (!c.token.empty() && std::isspace(static_cast<unsigned char>(c.token.back()))) c.token.pop_back();
+  if (c.token.empty())
+    return InvalidArgument(
+        "security.mode is curve: this member needs a join token (--token-file, or GEODESIC_TOKEN; mint one with "
+        "`geodesic token`)");
+  return c;
+}
+
+// The job secret: --secret-file, else the job's security.secret_file.
+geodesic::StatusOr<std::string> JobSecret(const geodesic::JobSpec& job, const std::string& flag) {
+  std::string path = flag.empty() ? job.security.secret_file : flag;
+  if (path.empty())
+    return geodesic::InvalidArgument("security.mode is curve: give --secret-file or set security.secret_file");
+  return geodesic::wan::LoadSecret(path);
+}
 
 struct PlanFlags {
   std::string job_file;
@@ -121,6 +175,11 @@ int main(int argc, char** argv) {
   std::string coord_resume;
   c_cmd->add_option("--resume", coord_resume, "start workers at the clocks of this resume plan (JSON)")
       ->check(CLI::ExistingFile);
+  std::string coord_secret_file;
+  c_cmd->add_option("--secret-file", coord_secret_file,
+                    "secured jobs: the job secret that join tokens are checked against (default: "
+                    "security.secret_file)");
+  c_cmd->add_option("--key-file", coord.key_file, "secured jobs: write the coordinator's CURVE public key here");
 
   // server
   JobFlags server_job;
@@ -136,6 +195,8 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   s_cmd->add_flag("--recover", srv.recover,
                   "restarted after a crash: load this shard's newest checkpoint from --checkpoint-dir");
+  MemberSecurityFlags server_sec;
+  server_sec.Add(s_cmd);
 
   // worker
   JobFlags worker_job;
@@ -146,6 +207,8 @@ int main(int argc, char** argv) {
   w_cmd->add_option("--coordinator", wrk.coordinator, "coordinator endpoint")->required();
   w_cmd->add_option("--stats-file", wrk.stats_file, "write stats JSON here");
   w_cmd->add_option("--snapshot-dir", wrk.snapshot_dir, "worker 0: save parameter snapshots here");
+  MemberSecurityFlags worker_sec;
+  worker_sec.Add(w_cmd);
 
   // eval
   JobFlags eval_job;
@@ -156,6 +219,23 @@ int main(int argc, char** argv) {
   e_cmd->add_option("--snapshot-dir", ev.snapshot_dir, "where worker 0 saved snapshots");
   e_cmd->add_option("--result-file", ev.result_file, "write the result JSON here")->required();
   e_cmd->add_option("--dump-params", ev.dump_params, "also write the final parameters as raw float32");
+  MemberSecurityFlags eval_sec;
+  eval_sec.Add(e_cmd);
+
+  // token
+  std::string token_job, token_role, token_secret;
+  int token_id = -1;
+  int64_t token_ttl = 0;
+  auto* tk_cmd = app.add_subcommand("token", "print a join token for a secured job (security.mode: curve)");
+  tk_cmd->add_option("--job", token_job, "job file (YAML)")->required()->check(CLI::ExistingFile);
+  tk_cmd->add_option("--role", token_role, "server | worker | evaluator | client")
+      ->required()
+      ->check(CLI::IsMember({"server", "worker", "evaluator", "client"}));
+  tk_cmd->add_option("--id", token_id, "bind the token to this id of the role (default: any id)")
+      ->check(CLI::Range(0, 1 << 20));
+  tk_cmd->add_option("--ttl", token_ttl, "seconds the token stays valid (default: security.token_ttl_s)")
+      ->check(CLI::Range(int64_t{1}, int64_t{366} * 86400));
+  tk_cmd->add_option("--secret-file", token_secret, "the job secret (default: security.secret_file)");
 
   // launch
   deploy::LaunchOptions launch;
@@ -213,6 +293,8 @@ int main(int argc, char** argv) {
   b_cmd->require_subcommand(1);
   auto* bt_cmd = b_cmd->add_subcommand("transport", "push+pull goodput through one shard vs raw ZeroMQ");
   bt_cmd->add_flag("--json", bt_opts.json, "print JSON records");
+  bt_cmd->add_flag("--curve", bt_opts.curve,
+                   "also run a shard of the same job with security.mode curve, side by side in the same rounds");
   // Vector defaults are set where they are used, not with default_val: with
   // LibTorch's headers in this file CLI11 prints them in a form it cannot read back.
   bt_cmd->add_option("--sizes-mb", bt_opts.sizes_mb, "payload sizes in MB (default 1 16 64)");
@@ -286,6 +368,14 @@ int main(int argc, char** argv) {
       if (!plan.ok()) return Fail(plan.status());
       coord.coordinator.worker_start_clocks = plan->worker_clocks;
     }
+    if (job->security.mode == "curve") {
+      auto secret = JobSecret(*job, coord_secret_file);
+      if (!secret.ok()) return Fail(secret.status());
+      coord.coordinator.secret = *secret;
+      auto keys = wan::GenerateCurveKeyPair();
+      if (!keys.ok()) return Fail(keys.status());
+      coord.keys = *keys;
+    }
     zmq::context_t ctx(1);
     server::Coordinator c(coord, ctx, RealClock::Get());
     Status s = c.Run(&g_stop);
@@ -300,6 +390,9 @@ int main(int argc, char** argv) {
                                   std::to_string(job->NumServers()) + " servers"));
     srv.job = *job;
     srv.checkpoint_requests = &g_checkpoint_requests;
+    auto cred = MemberCredentials(*job, server_sec);
+    if (!cred.ok()) return Fail(cred.status());
+    srv.credentials = *cred;
     if (srv.bind.empty()) srv.bind = "tcp://" + job->RegionOfServer(srv.id).host + ":*";
     zmq::context_t ctx(1);
     server::Server server(srv, ctx, RealClock::Get());
@@ -314,6 +407,9 @@ int main(int argc, char** argv) {
       return Fail(InvalidArgument("--id " + std::to_string(wrk.id) + " but the job has " +
                                   std::to_string(job->NumWorkers()) + " workers"));
     wrk.job = *job;
+    auto cred = MemberCredentials(*job, worker_sec);
+    if (!cred.ok()) return Fail(cred.status());
+    wrk.credentials = *cred;
     zmq::context_t ctx(1);
     Status s = worker::RunWorker(wrk, ctx, &g_stop);
     return s.ok() ? 0 : Fail(s);
@@ -323,6 +419,9 @@ int main(int argc, char** argv) {
     auto job = load(eval_job);
     if (!job.ok()) return Fail(job.status());
     ev.job = *job;
+    auto cred = MemberCredentials(*job, eval_sec);
+    if (!cred.ok()) return Fail(cred.status());
+    ev.credentials = *cred;
     zmq::context_t ctx(1);
     Status s = worker::RunEvaluator(ev, ctx, &g_stop);
     return s.ok() ? 0 : Fail(s);
@@ -344,6 +443,22 @@ int main(int argc, char** argv) {
   if (wn_cmd->parsed()) {
     Status s = deploy::ControlLink(wan_run_dir, wan_action, wan_a, wan_b);
     return s.ok() ? 0 : Fail(s);
+  }
+  if (tk_cmd->parsed()) {
+    auto job = LoadJobFile(token_job);
+    if (!job.ok()) return Fail(job.status());
+    if (job->security.mode != "curve")
+      return Fail(InvalidArgument(token_job + ": security.mode is " + job->security.mode + "; tokens need curve"));
+    auto secret = JobSecret(*job, token_secret);
+    if (!secret.ok()) return Fail(secret.status());
+    auto token = wan::MintToken(
+        *secret, {.job = job->name,
+                  .role = token_role,
+                  .id = token_id,
+                  .expiry_unix = wan::UnixNow() + (token_ttl > 0 ? token_ttl : job->security.token_ttl_s)});
+    if (!token.ok()) return Fail(token.status());
+    std::cout << *token << std::endl;
+    return 0;
   }
   if (p_cmd->parsed()) {
     if (compute_opt->count() > 0) plan_flags.options.compute_ms = compute_ms;

@@ -11,9 +11,9 @@
 
 namespace geodesic {
 
-Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable) {
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable, int mode) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return Unavailable("cannot create " + tmp + ": " + std::strerror(errno));
   size_t off = 0;
   while (off < contents.size()) {

@@ -11,7 +11,9 @@ namespace geodesic {
 // directory, fsync (if `durable`), rename. Readers see the old file or the
 // new one, never a mix; with `durable`, a crash leaves one of them intact.
 // Progress files that are rewritten every few seconds skip the fsync.
-Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable = true);
+// `mode` is the new file's permission bits (0600 for secrets: the file is
+// created with them, so no other user can open it in between).
+Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable = true, int mode = 0644);
 
 StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -404,6 +404,18 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(m.report_after_s > 0, &errors, "membership.report_after_s", "must be > 0");
   }
   {
+    MapReader r(top.child("security"), "security", &errors);
+    auto& s = job.security;
+    r.Get("mode", &s.mode);
+    r.Get("secret_file", &s.secret_file);
+    r.Get("token_ttl_s", &s.token_ttl_s);
+    r.Finish();
+    Check(s.mode == "none" || s.mode == "curve", &errors, "security.mode", "use none or curve");
+    Check(s.token_ttl_s >= 10 && s.token_ttl_s <= 366LL * 86400, &errors, "security.token_ttl_s",
+          "must be in [10, 31622400] seconds");
+    Check(s.secret_file.empty() || s.mode == "curve", &errors, "security.secret_file", "needs security.mode: curve");
+  }
+  {
     MapReader r(top.child("eval"), "eval", &errors);
     auto& e = job.eval;
     r.Get("snapshot_every_s", &e.snapshot_every_s);
@@ -671,6 +683,11 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "every_clocks" << YAML::Value << job.checkpoint.every_clocks;
   out << YAML::Key << "keep" << YAML::Value << job.checkpoint.keep;
   out << YAML::Key << "on_stop" << YAML::Value << job.checkpoint.on_stop;
+  out << YAML::EndMap;
+  out << YAML::Key << "security" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mode" << YAML::Value << job.security.mode;
+  out << YAML::Key << "secret_file" << YAML::Value << job.security.secret_file;
+  out << YAML::Key << "token_ttl_s" << YAML::Value << job.security.token_ttl_s;
   out << YAML::EndMap;
   out << YAML::Key << "eval" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "snapshot_every_s" << YAML::Value << job.eval.snapshot_every_s;

@@ -150,6 +150,17 @@ struct CheckpointSpec {
   bool on_stop = true;         // also when the shard is stopped (Ctrl-C, SIGTERM) and when the job ends
 };
 
+// Transport security (docs/security.md). `none`: plaintext, anyone who can
+// reach a port can join. `curve`: every connection runs CurveZMQ and joining
+// needs a token signed with the job's secret.
+struct SecuritySpec {
+  std::string mode = "none";  // none | curve
+  // The job's secret (>= 32 bytes, mode 0600). Empty: `geodesic launch`
+  // creates one in the run directory; other commands then need --secret-file.
+  std::string secret_file;
+  int64_t token_ttl_s = 86400;  // lifetime of the tokens the launcher mints; must cover the whole job
+};
+
 struct JobSpec {
   std::string name = "job";
   uint64_t seed = 1;
@@ -165,6 +176,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   CompressionSpec compression;
   WanSpec wan;
+  SecuritySpec security;
 
   int NumServers() const;
   int NumWorkers() const;

@@ -26,6 +26,10 @@ const char* CodeName(Code code) {
       return "Cancelled";
     case Code::kInternal:
       return "Internal";
+    case Code::kUnauthenticated:
+      return "Unauthenticated";
+    case Code::kPermissionDenied:
+      return "PermissionDenied";
   }
   return "Unknown";
 }

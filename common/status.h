@@ -26,6 +26,8 @@ enum class Code {
   kDataLoss,            // stored or received bytes are corrupt
   kCancelled,           // the caller asked to stop
   kInternal,            // a library failed in a way we did not expect
+  kUnauthenticated,     // no valid credentials: a missing, forged, expired or misdirected join token
+  kPermissionDenied,    // authenticated, but not allowed to do this (e.g. a key not bound to the sender)
 };
 
 const char* CodeName(Code code);
@@ -60,6 +62,8 @@ inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded,
 inline Status DataLoss(std::string m) { return {Code::kDataLoss, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+inline Status Unauthenticated(std::string m) { return {Code::kUnauthenticated, std::move(m)}; }
+inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 
 // Holds either a T or a non-OK Status.
 template <typename T>

@@ -28,6 +28,7 @@
 #include "deploy/process.h"
 #include "server/checkpoint.h"
 #include "wan/message.h"
+#include "wan/security.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -83,6 +84,23 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
   return out;
 }
 
+// A status client's CURVE settings and `client` token in a secured job
+// (nothing in a plaintext one).
+StatusOr<std::pair<wan::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
+                                                                 const std::string& key_file, int64_t ttl_s = 0) {
+  if (job.security.mode != "curve") return std::pair<wan::CurveSocket, std::string>{};
+  wan::CurveSocket curve;
+  GD_ASSIGN_OR_RETURN(curve.keys, wan::GenerateCurveKeyPair());
+  GD_ASSIGN_OR_RETURN(curve.server_key, ReadFile(key_file));
+  GD_ASSIGN_OR_RETURN(
+      std::string token,
+      wan::MintToken(secret, {.job = job.name,
+                              .role = "client",
+                              .id = -1,
+                              .expiry_unix = wan::UnixNow() + (ttl_s > 0 ? ttl_s : job.security.token_ttl_s)}));
+  return std::pair{curve, token};
+}
+
 std::string Timestamp() {
   std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -92,15 +110,22 @@ std::string Timestamp() {
   return buf;
 }
 
-// A DEALER that asks the coordinator for StatusReply.
+// A DEALER that asks the coordinator for StatusReply. Secured jobs: it
+// connects as a CURVE client and sends a `client` join token.
 class StatusProbe {
  public:
-  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint)
+  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint, const wan::CurveSocket& curve = {},
+              std::string token = "")
       : socket_(ctx, zmq::socket_type::dealer,
-                wan::SocketOptions{
-                    .job = job.name, .role = wire::CLIENT, .id = 0, .max_message_bytes = job.wire.max_message_bytes},
-                &counters_) {
-    (void)socket_.Connect(endpoint);
+                wan::SocketOptions{.job = job.name,
+                                   .role = wire::CLIENT,
+                                   .id = 0,
+                                   .max_message_bytes = job.wire.max_message_bytes,
+                                   .curve = curve},
+                &counters_),
+        token_(std::move(token)) {
+    Status s = socket_.Connect(endpoint);
+    if (!s.ok()) GD_LOG(WARNING) << "status probe: " << s;
   }
   // Sends a request if none is outstanding and returns the newest reply, if any.
   std::optional<wire::StatusReply> Poll() {
@@ -115,7 +140,7 @@ class StatusProbe {
     // One request every half second at most; a lost one is re-asked after 1 s.
     if ((!outstanding_ && now - sent_ > std::chrono::milliseconds(500)) || now - sent_ > std::chrono::seconds(1)) {
       wire::Header h;
-      h.mutable_status_request();
+      h.mutable_status_request()->set_token(token_);
       if (socket_.Send(h, {}).ok()) {
         outstanding_ = true;
         sent_ = now;
@@ -128,6 +153,7 @@ class StatusProbe {
  private:
   wan::TrafficCounters counters_;
   wan::Socket socket_;
+  std::string token_;
   bool outstanding_ = false;
   std::chrono::steady_clock::time_point sent_{};
 };
@@ -351,6 +377,36 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const std::string job_path = run_dir + "/job.yaml";
   GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
   const std::string exe = options.binary.empty() ? SelfBinary() : options.binary;
+
+  // Security (security.mode curve; docs/security.md): the job secret (made
+  // here, mode 0600, unless the job names one), and a token per member in a
+  // 0600 file that its command line names (a token in argv would show in ps).
+  const bool secure = job.security.mode == "curve";
+  const std::string key_path = run_dir + "/coordinator.key";
+  std::filesystem::remove(key_path);
+  std::string secret_path, secret;
+  if (secure) {
+    GD_RETURN_IF_ERROR(wan::RequireCurve());
+    secret_path = job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file;
+    if (job.security.secret_file.empty() && !std::filesystem::exists(secret_path))
+      GD_RETURN_IF_ERROR(wan::CreateSecretFile(secret_path));
+    GD_ASSIGN_OR_RETURN(secret, wan::LoadSecret(secret_path));
+    GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/tokens"));
+    std::filesystem::permissions(run_dir + "/tokens", std::filesystem::perms::owner_all);
+  }
+  // The flags that give member `name` its token and the coordinator's key.
+  auto security_args = [&](const std::string& name, const std::string& role,
+                           int id) -> StatusOr<std::vector<std::string>> {
+    if (!secure) return std::vector<std::string>{};
+    GD_ASSIGN_OR_RETURN(
+        std::string token,
+        wan::MintToken(
+            secret,
+            {.job = job.name, .role = role, .id = id, .expiry_unix = wan::UnixNow() + job.security.token_ttl_s}));
+    std::string file = run_dir + "/tokens/" + name + ".token";
+    GD_RETURN_IF_ERROR(WriteFileAtomic(file, token + "\n", /*durable=*/false, 0600));
+    return std::vector<std::string>{"--coordinator-key-file", key_path, "--token-file", file};
+  };
   // Workers share cores: one BLAS thread each (DESIGN.md, measured).
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   ::setenv("OMP_NUM_THREADS", "1", 1);
@@ -442,14 +498,21 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 
   const auto launch_start = std::chrono::steady_clock::now();
   const std::string endpoint_file = run_dir + "/coordinator.endpoint";
-  GD_RETURN_IF_ERROR(start_child(
+  std::vector<std::string> coordinator_args = {
       "coordinator",
-      append({"coordinator", "--job", job_path, "--bind",
-              wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*", "--endpoint-file",
-              endpoint_file, "--stats-file", run_dir + "/stats/coordinator.json", "--state-file",
-              run_dir + "/coordinator.state"},
-             resume ? std::vector<std::string>{"--resume", run_dir + "/resume.json"} : std::vector<std::string>{}),
-      job.CoordinatorRegion().name));
+      "--job",
+      job_path,
+      "--bind",
+      wan ? wan->coordinator_bind() : "tcp://" + job.CoordinatorRegion().host + ":*",
+      "--endpoint-file",
+      endpoint_file,
+      "--stats-file",
+      run_dir + "/stats/coordinator.json",
+      "--state-file",
+      run_dir + "/coordinator.state"};
+  if (secure) coordinator_args = append(coordinator_args, {"--secret-file", secret_path, "--key-file", key_path});
+  if (resume) coordinator_args = append(coordinator_args, {"--resume", run_dir + "/resume.json"});
+  GD_RETURN_IF_ERROR(start_child("coordinator", coordinator_args, job.CoordinatorRegion().name));
   std::string endpoint;
   for (int i = 0; i < 1500 && endpoint.empty(); ++i) {
     auto text = ReadFile(endpoint_file);
@@ -470,7 +533,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     args = append(args, {"--checkpoint-dir", checkpoint_dir});
     if (resume) args = append(args, {"--resume", run_dir + "/resume.json"});
     if (wan) args = append(append(args, {"--bind", wan->server_bind(i)}), routes_for(job.RegionOfServer(i).name));
-    GD_RETURN_IF_ERROR(start_child(name, args, job.RegionOfServer(i).name));
+    GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "server", i));
+    GD_RETURN_IF_ERROR(start_child(name, append(args, sec), job.RegionOfServer(i).name));
   }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);
@@ -481,14 +545,18 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       args.push_back("--snapshot-dir");
       args.push_back(run_dir + "/snapshots");
     }
+    GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "worker", i));
+    args = append(args, sec);
     GD_RETURN_IF_ERROR(
         start_child(name, append(args, routes_for(job.RegionOfWorker(i).name)), job.RegionOfWorker(i).name));
   }
+  GD_ASSIGN_OR_RETURN(auto eval_sec, security_args("evaluator", "evaluator", 0));
   GD_RETURN_IF_ERROR(start_child(
       "evaluator",
-      append({"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
-              "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"},
-             routes_for(job.CoordinatorRegion().name)),
+      append(append({"eval", "--job", job_path, "--coordinator", endpoint, "--snapshot-dir", run_dir + "/snapshots",
+                     "--result-file", run_dir + "/result.json", "--dump-params", run_dir + "/final_params.bin"},
+                    routes_for(job.CoordinatorRegion().name)),
+             eval_sec),
       job.CoordinatorRegion().name));
 
   {
@@ -497,7 +565,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/pids.json", pids.dump(2), /*durable=*/false));
   }
   zmq::context_t ctx(1);
-  StatusProbe probe(ctx, job, endpoint);
+  GD_ASSIGN_OR_RETURN(auto probe_security, ProbeSecurity(job, secret, key_path));
+  StatusProbe probe(ctx, job, endpoint, probe_security.first, probe_security.second);
   std::optional<wire::StatusReply> last_status;
   std::string outcome = "finished";
   std::string failure;
@@ -552,10 +621,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         } else {
           evaluator_done_at = std::chrono::steady_clock::now();
         }
-      } else if (!evaluator_done_at && !e.ok() && n == "coordinator" && restarts[n] < kMaxRestarts) {
+      } else if (!evaluator_done_at && !e.ok() && n == "coordinator" && restarts[n] < kMaxRestarts && !secure) {
         // The coordinator restarts in place from its saved state; members
         // reconnect to the same endpoint and carry on. Training does not
-        // need it in the meantime, only membership changes do.
+        // need it in the meantime, only membership changes do. Not in
+        // secured jobs: a new coordinator process has a new CURVE key and
+        // none of the members' keys (docs/reliability.md).
         auto [args, region] = started_as[n];
         for (size_t i = 0; i + 1 < args.size(); ++i)
           if (args[i] == "--bind") args[i + 1] = endpoint;
@@ -929,8 +1000,15 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   GD_ASSIGN_OR_RETURN(std::string endpoint, ReadFile(run_dir + "/coordinator.endpoint"));
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
+  std::string secret;
+  if (job.security.mode == "curve") {
+    // Whoever may read the job's secret may ask; a client token lives a minute.
+    GD_ASSIGN_OR_RETURN(
+        secret, wan::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file));
+  }
+  GD_ASSIGN_OR_RETURN(auto security, ProbeSecurity(job, secret, run_dir + "/coordinator.key", 60));
   zmq::context_t ctx(1);
-  StatusProbe probe(ctx, job, endpoint);
+  StatusProbe probe(ctx, job, endpoint, security.first, security.second);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto st = probe.Poll()) {

@@ -171,10 +171,48 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
     s->set_region(servers_[i].region);
   }
   if (role == wire::WORKER) r.set_start_clock(std::max(m.clock, 0L));
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    r.mutable_servers(i)->set_curve_public_key(servers_[i].key);
   return r;
 }
 
-StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id, const wire::RegisterRequest& req) {
+std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) const {
+  if (!secure() || !started_ || (role != wire::WORKER && role != wire::EVALUATOR)) return "";
+  std::vector<int> behind;
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    if (servers_[i].live && servers_[i].keys_installed < m.key_epoch) behind.push_back(i);
+  if (behind.empty()) return "";
+  return std::string(behind.size() == 1 ? "server " : "servers ") + IdList(behind) + " to authorize " + RoleName(role) +
+         " " + std::to_string(id) + "'s key (at its next heartbeat)";
+}
+
+::geodesic::Status CoordinatorState::CheckKey(wire::Role role, int id, const std::string& peer_key) const {
+  if (!secure()) return ::geodesic::Status::Ok();
+  const Member* m = Find(role, id);
+  if (!m || m->key.empty()) return ::geodesic::Status::Ok();
+  if (peer_key != m->key)
+    return PermissionDenied(std::string("request as ") + RoleName(role) + " " + std::to_string(id) +
+                            " came with another CURVE key than the one it registered with");
+  return ::geodesic::Status::Ok();
+}
+
+bool CoordinatorState::IsMemberKey(const std::string& peer_key) const {
+  if (peer_key.empty()) return false;
+  for (const auto* group : {&servers_, &workers_})
+    for (const auto& m : *group)
+      if (m.key == peer_key) return true;
+  return evaluator_.key == peer_key;
+}
+
+StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id, const wire::RegisterRequest& req,
+                                                         const std::string& peer_key) {
+  if (secure()) {
+    // Before anything else, so that a refused registration changes nothing.
+    if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
+    auto claims =
+        wan::VerifyToken(options_.secret, req.token(), options_.job_name, RoleName(role), id, options_.unix_now());
+    if (!claims.ok()) return claims.status();
+  }
   Member* m = Find(role, id);
   if (!m)
     return OutOfRange(std::string(RoleName(role)) + " id " + std::to_string(id) + " is not part of this job (" +
@@ -222,11 +260,26 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   m->died = false;
   m->pid = req.pid();
   m->last_seen = clock_->Now();
+  if (secure() && m->key != peer_key) {
+    m->key = peer_key;
+    if (role == wire::WORKER || role == wire::EVALUATOR) m->key_epoch = ++keys_epoch_;
+  }
   if (!req.region().empty()) m->region = req.region();
   if (role == wire::EVALUATOR) evaluator_seen_ = true;
   if (role == wire::WORKER && !was_live) ++epoch_;
   MaybeStart();
-  return Assignment(role, *m);
+  wire::RegisterReply reply = Assignment(role, *m);
+  if (std::string wait = KeyWait(role, id, *m); !wait.empty()) {
+    wire::RegisterReply not_yet;
+    not_yet.set_ready(false);
+    not_yet.set_waiting_for(wait);
+    not_yet.set_heartbeat_ms(reply.heartbeat_ms());
+    not_yet.set_lease_ms(reply.lease_ms());
+    not_yet.set_membership_epoch(reply.membership_epoch());
+    not_yet.set_num_workers(reply.num_workers());
+    return not_yet;
+  }
+  return reply;
 }
 
 wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const wire::Heartbeat& hb) {
@@ -247,6 +300,15 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     }
   }
   if (role == wire::SERVER && hb.has_server()) m->server = hb.server();
+  if (role == wire::SERVER && secure()) {
+    m->keys_installed = std::max(m->keys_installed, hb.keys_epoch());
+    if (hb.keys_epoch() < keys_epoch_) {
+      r.set_keys_epoch(keys_epoch_);
+      for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+        if (!workers_[i].key.empty()) r.add_authorized_keys(workers_[i].key), r.add_authorized_ids(i);
+      if (!evaluator_.key.empty()) r.add_authorized_keys(evaluator_.key), r.add_authorized_ids(-1);
+    }
+  }
   r.set_membership_epoch(epoch_);
   int done = 0, dead = 0;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
@@ -441,20 +503,26 @@ wire::StatusReply CoordinatorState::Status() const {
   return r;
 }
 
-std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, bool* refused) {
+std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, const std::string& peer_key,
+                                                     bool* refused) {
   *refused = false;
   wire::Header reply;
+  auto refuse = [&](const ::geodesic::Status& s) {
+    *refused = true;
+    GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << RoleName(h.sender_role()) << " " << h.sender_id()
+                    << ": " << s;
+    reply.mutable_error_reply()->set_code(wan::ToWire(s.code()));
+    reply.mutable_error_reply()->set_message(s.message());
+    return reply;
+  };
+  if (h.body_case() == wire::Header::kHeartbeat || h.body_case() == wire::Header::kLeaveRequest) {
+    if (::geodesic::Status s = CheckKey(h.sender_role(), h.sender_id(), peer_key); !s.ok()) return refuse(s);
+  }
   switch (h.body_case()) {
     case wire::Header::kRegisterRequest: {
-      auto r = Register(h.sender_role(), h.sender_id(), h.register_request());
-      if (!r.ok()) {
-        GD_LOG(WARNING) << "refused registration: " << r.status();
-        *refused = true;
-        reply.mutable_error_reply()->set_code(wan::ToWire(r.status().code()));
-        reply.mutable_error_reply()->set_message(r.status().message());
-      } else {
-        *reply.mutable_register_reply() = *r;
-      }
+      auto r = Register(h.sender_role(), h.sender_id(), h.register_request(), peer_key);
+      if (!r.ok()) return refuse(r.status());
+      *reply.mutable_register_reply() = *r;
       return reply;
     }
     case wire::Header::kHeartbeat:
@@ -464,15 +532,19 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, bool
       Leave(h.sender_role(), h.sender_id());
       GD_LOG(INFO) << RoleName(h.sender_role()) << " " << h.sender_id() << " left";
       return std::nullopt;  // no reply: the member is gone
-    case wire::Header::kStatusRequest:
+    case wire::Header::kStatusRequest: {
+      if (secure() && !IsMemberKey(peer_key)) {
+        auto claims = peer_key.empty()
+                          ? StatusOr<wan::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
+                          : wan::VerifyToken(options_.secret, h.status_request().token(), options_.job_name, "client",
+                                             0, options_.unix_now());
+        if (!claims.ok()) return refuse(claims.status());
+      }
       *reply.mutable_status_reply() = Status();
       return reply;
+    }
     default:
-      *refused = true;
-      GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << h.sender_id() << ": not a coordinator request";
-      reply.mutable_error_reply()->set_code(wire::INVALID_ARGUMENT);
-      reply.mutable_error_reply()->set_message("the coordinator does not serve " + wan::BodyName(h));
-      return reply;
+      return refuse(InvalidArgument("the coordinator does not serve " + wan::BodyName(h)));
   }
 }
 
@@ -481,11 +553,13 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, bool
 Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
+      ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
               wan::SocketOptions{.job = options_.coordinator.job_name,
                                  .role = wire::COORDINATOR,
                                  .id = 0,
-                                 .max_message_bytes = options_.coordinator.max_message_bytes},
+                                 .max_message_bytes = options_.coordinator.max_message_bytes,
+                                 .curve = wan::CurveSocket{.keys = options_.keys, .server_key = {}}},
               &counters_),
       state_(options_.coordinator, clock) {}
 
@@ -497,7 +571,7 @@ void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
 
 void Coordinator::Handle(wan::Message& m) {
   bool refused = false;
-  std::optional<wire::Header> reply = state_.Answer(m.header, &refused);
+  std::optional<wire::Header> reply = state_.Answer(m.header, m.peer_key, &refused);
   if (refused) counters_.messages_refused++;
   if (reply) Reply(m, std::move(*reply));
 }
@@ -552,6 +626,12 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
                                        : std::string("in the rendezvous, "))
                     << live << " workers live); members have " << options_.coordinator.membership.lease_ms
                     << " ms to heartbeat again";
+  }
+  if (!options_.keys.secret_key.empty()) {
+    if (options_.coordinator.secret.empty()) return FailedPrecondition("a secured coordinator needs the job secret");
+    zap_ = std::make_unique<wan::ZapHandler>(ctx_, /*admit_any=*/true);
+    GD_RETURN_IF_ERROR(zap_->Start());
+    if (!options_.key_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.key_file, options_.keys.public_key));
   }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << " for " << options_.coordinator.num_servers

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "wan/message.h"
+#include "wan/security.h"
 
 namespace geodesic::server {
 
@@ -47,6 +49,10 @@ struct CoordinatorOptions {
   // A resumed job: the clock each worker starts at (from its ResumePlan);
   // empty: every worker starts at 0.
   std::vector<int64_t> worker_start_clocks;
+  // Secured jobs (security.mode curve): the job secret that join tokens are
+  // checked against. Empty: plaintext, no tokens, no keys.
+  std::string secret;
+  std::function<int64_t()> unix_now = wan::UnixNow;  // token expiry clock
 
   static CoordinatorOptions FromJob(const JobSpec& job);
 };
@@ -55,15 +61,28 @@ class CoordinatorState {
  public:
   CoordinatorState(CoordinatorOptions options, const Clock* clock);
 
-  StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request);
+  // `peer_key`: the CURVE key the request arrived with (secured jobs). A
+  // refused registration (bad token, no key, wrong model...) changes nothing.
+  StatusOr<wire::RegisterReply> Register(wire::Role role, int id, const wire::RegisterRequest& request,
+                                         const std::string& peer_key = "");
+  // Secured jobs: PermissionDenied unless `peer_key` is the key (role, id)
+  // registered with. A member with no key bound passes (it is unknown, and
+  // is told to register, which needs a token). Always OK in plaintext jobs.
+  ::geodesic::Status CheckKey(wire::Role role, int id, const std::string& peer_key) const;
+  // Secured jobs: whether `peer_key` belongs to a registered member.
+  bool IsMemberKey(const std::string& peer_key) const;
+  bool secure() const { return !options_.secret.empty(); }
+  const CoordinatorOptions& options() const { return options_; }
   wire::HeartbeatReply Heartbeat(wire::Role role, int id, const wire::Heartbeat& heartbeat);
   void Leave(wire::Role role, int id);
   // Answers one request that passed the framing checks (wan::DecodeFrames),
   // by its body: the reply to send, or nullopt for none (a LeaveRequest).
   // A request the coordinator does not serve or refuses is answered with an
-  // ErrorReply and sets `*refused`. Coordinator::Run feeds every received
-  // message here; tests/fuzz/fuzz_coordinator.cc feeds arbitrary bytes.
-  std::optional<wire::Header> Answer(const wire::Header& request, bool* refused);
+  // ErrorReply and sets `*refused`. `peer_key`: the CURVE key the request
+  // arrived with (secured jobs; empty otherwise). Coordinator::Run feeds
+  // every received message here; tests/fuzz/fuzz_coordinator.cc feeds
+  // arbitrary bytes.
+  std::optional<wire::Header> Answer(const wire::Header& request, const std::string& peer_key, bool* refused);
   // Ends every lease not renewed within lease_ms; returns a log line per death.
   std::vector<std::string> ExpireLeases();
 
@@ -99,7 +118,13 @@ class CoordinatorState {
     std::string endpoint, region;
     wire::WorkerProgress worker;
     wire::ServerProgress server;
+    std::string key;              // secured jobs: CURVE public key bound at registration
+    uint64_t key_epoch = 0;       // workers, evaluator: keys_epoch_ when `key` was bound
+    uint64_t keys_installed = 0;  // servers: the keys epoch the shard reports installed
   };
+  // Why a worker or the evaluator may not start yet in a secured job (a
+  // live shard has not installed its key), or empty.
+  std::string KeyWait(wire::Role role, int id, const Member& m) const;
   Member* Find(wire::Role role, int id);
   const Member* Find(wire::Role role, int id) const;
   int64_t MinLiveClock() const;
@@ -121,6 +146,7 @@ class CoordinatorState {
   TimePoint started_at_{};
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;
+  uint64_t keys_epoch_ = 0;  // bumped when a worker's or the evaluator's key changes
 };
 
 struct CoordinatorProcessOptions {
@@ -131,6 +157,10 @@ struct CoordinatorProcessOptions {
   // The coordinator's state is kept here (rewritten when it changes); if the
   // file exists at start-up, a restarted coordinator continues from it.
   std::string state_file;
+  // Secured jobs: the coordinator's CURVE keypair; its public key is written
+  // to `key_file` (if set) next to the endpoint, for members to connect with.
+  wan::CurveKeyPair keys;
+  std::string key_file;
 };
 
 class Coordinator {
@@ -151,7 +181,9 @@ class Coordinator {
   std::string saved_state_;
   TimePoint saved_at_{};
   const Clock* clock_;
+  zmq::context_t& ctx_;
   wan::TrafficCounters counters_;
+  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
   wan::Socket socket_;
   CoordinatorState state_;
 };

@@ -15,7 +15,8 @@ MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, wan::Traf
               wan::SocketOptions{.job = options_.job,
                                  .role = options_.role,
                                  .id = options_.id,
-                                 .max_message_bytes = options_.max_message_bytes},
+                                 .max_message_bytes = options_.max_message_bytes,
+                                 .curve = options_.curve},
               counters) {}
 
 MemberClient::~MemberClient() { Stop(true); }
@@ -27,6 +28,7 @@ wire::Header MemberClient::RegisterHeader() const {
   r->set_region(options_.region);
   r->set_pid(::getpid());
   *r->mutable_model() = options_.model;
+  r->set_token(options_.token);
   return h;
 }
 
@@ -111,6 +113,7 @@ void MemberClient::Loop() {
         wire::Header h;
         auto* hb = h.mutable_heartbeat();
         if (fill_) fill_(hb);
+        hb->set_keys_epoch(keys_installed_);
         h.set_request_id(next_request_++);
         Status s = socket_.Send(h, {});
         if (!s.ok()) GD_LOG(WARNING) << "heartbeat: " << s;
@@ -142,6 +145,11 @@ void MemberClient::Loop() {
         if (h.has_register_reply()) continue;  // answer to a re-registration
         if (!h.has_heartbeat_reply()) continue;
         const auto& r = h.heartbeat_reply();
+        if (options_.authorize && r.keys_epoch() > keys_installed_) {
+          options_.authorize(r);
+          keys_installed_ = r.keys_epoch();
+          next = clock_->Now();  // tell the coordinator now: workers wait for it
+        }
         if (!r.known()) {
           GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
           wire::Header reg = RegisterHeader();

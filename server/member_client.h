@@ -36,6 +36,14 @@ struct MemberOptions {
   wire::ModelSignature model;  // workers and the evaluator
   MembershipSpec timing;
   int64_t max_message_bytes = 256 << 20;  // wire.max_message_bytes: larger replies are refused unread
+  // Secured jobs: this process's keypair, the coordinator's public key as
+  // `curve.server_key`, and the join token sent with every registration.
+  wan::CurveSocket curve;
+  std::string token;
+  // Servers in secured jobs: installs the client keys the coordinator lists
+  // (HeartbeatReply.authorized_keys/_ids; runs on the heartbeat thread, so it
+  // must be thread-safe). The installed epoch goes back in heartbeats.
+  std::function<void(const wire::HeartbeatReply&)> authorize;
 };
 
 struct MembershipView {
@@ -89,6 +97,7 @@ class MemberClient {
   TimePoint last_reply_{};  // guarded by mu_
   Status error_;            // guarded by mu_
   uint64_t next_request_ = 1;
+  uint64_t keys_installed_ = 0;  // heartbeat thread only
 };
 
 }  // namespace geodesic::server

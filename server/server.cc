@@ -19,7 +19,8 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
               wan::SocketOptions{.job = options_.job.name,
                                  .role = wire::SERVER,
                                  .id = options_.id,
-                                 .max_message_bytes = options_.job.wire.max_message_bytes},
+                                 .max_message_bytes = options_.job.wire.max_message_bytes,
+                                 .curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
               &counters_),
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()) {}
@@ -46,7 +47,30 @@ ShardContext Server::Context() {
                       .decoder = &decoder_};
 }
 
+void Server::Authorize(const wire::HeartbeatReply& r) {
+  std::map<std::string, int> owners;
+  for (int i = 0; i < r.authorized_keys_size() && i < r.authorized_ids_size(); ++i)
+    owners[r.authorized_keys(i)] = r.authorized_ids(i);
+  zap_->SetAllowed({r.authorized_keys().begin(), r.authorized_keys().end()});
+  std::lock_guard<std::mutex> lock(keys_mu_);
+  key_owner_ = std::move(owners);
+}
+
+Status Server::CheckSender(const wan::Message& m) const {
+  if (!options_.credentials.enabled()) return Status::Ok();
+  // The ZAP handler admitted the connection; here the key must also be the
+  // sender's own, so that one worker cannot push or pull as another.
+  std::lock_guard<std::mutex> lock(keys_mu_);
+  auto it = key_owner_.find(m.peer_key);
+  if (it == key_owner_.end()) return PermissionDenied("the connection's CURVE key is not authorized here");
+  int want = m.header.sender_role() == wire::EVALUATOR ? -1 : m.header.sender_id();
+  if ((m.header.sender_role() != wire::WORKER && m.header.sender_role() != wire::EVALUATOR) || it->second != want)
+    return PermissionDenied("the connection's CURVE key is not the sender's");
+  return Status::Ok();
+}
+
 void Server::Handle(wan::Message& m) {
+  if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
   switch (m.header.body_case()) {
     case wire::Header::kPullRequest:
       return HandlePull(m);
@@ -384,8 +408,12 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (!spec.ok()) return spec.status().Annotate("compression (pull codec for worker " + std::to_string(w) + ")");
     pull_codecs_[w] = *spec;
   }
+  if (options_.credentials.enabled()) {
+    zap_ = std::make_unique<wan::ZapHandler>(ctx_, /*admit_any=*/false);
+    GD_RETURN_IF_ERROR(zap_->Start());
+  }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
-  GD_LOG(INFO) << "listening on " << socket_.endpoint();
+  GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "");
   MemberOptions mo;
   mo.job = options_.job.name;
   mo.role = wire::SERVER;
@@ -395,6 +423,11 @@ Status Server::Run(const std::atomic<bool>* stop) {
   mo.region = options_.job.RegionOfServer(options_.id).name;
   mo.timing = options_.job.membership;
   mo.max_message_bytes = options_.job.wire.max_message_bytes;
+  if (options_.credentials.enabled()) {
+    mo.curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = options_.credentials.coordinator_key};
+    mo.token = options_.credentials.token;
+    mo.authorize = [this](const wire::HeartbeatReply& r) { Authorize(r); };
+  }
   member_ = std::make_unique<MemberClient>(ctx_, mo, &counters_, clock_);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
   GD_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));

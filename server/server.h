@@ -13,6 +13,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,7 @@ struct ServerProcessOptions {
   bool recover = false;
   // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
   const std::atomic<uint64_t>* checkpoint_requests = nullptr;
+  wan::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
 };
 
 class Server {
@@ -96,12 +98,19 @@ class Server {
   // Writes a checkpoint when the clock passed the next multiple of
   // checkpoint.every_clocks, or one was requested, or `reason` is given.
   void MaybeCheckpoint(const char* reason = nullptr);
+  // Secured jobs: installs the coordinator's list of authorized client keys
+  // (heartbeat thread), and checks a message's key against its sender.
+  void Authorize(const wire::HeartbeatReply& r);
+  Status CheckSender(const wan::Message& m) const;
 
   ServerProcessOptions options_;
   const Clock* clock_;
   zmq::context_t& ctx_;
   wan::TrafficCounters counters_;
+  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
   wan::Socket socket_;
+  mutable std::mutex keys_mu_;
+  std::map<std::string, int> key_owner_;  // guarded by keys_mu_: key -> worker id (-1: evaluator)
   std::unique_ptr<MemberClient> member_;
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;

@@ -41,9 +41,11 @@ Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options
   socket_.set(zmq::sockopt::rcvhwm, options_.high_water_mark);
   socket_.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
   if (is_router_) socket_.set(zmq::sockopt::router_mandatory, 1);
+  setup_ = ApplyCurve(socket_, options_.curve, is_router_);
 }
 
 Status Socket::Bind(const std::string& endpoint) {
+  GD_RETURN_IF_ERROR(setup_);
   try {
     socket_.bind(endpoint);
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
@@ -54,6 +56,7 @@ Status Socket::Bind(const std::string& endpoint) {
 }
 
 Status Socket::Connect(const std::string& endpoint) {
+  GD_RETURN_IF_ERROR(setup_);
   try {
     // The peer stays addressed by its own endpoint (logs, shard map); the
     // bytes may go through an emulated link (wan/routes.h).
@@ -162,7 +165,12 @@ Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const Sock
   if (static_cast<int64_t>(m.wire_bytes) > options.max_message_bytes)
     return refuse(InvalidArgument("message of " + std::to_string(m.wire_bytes) + " bytes exceeds the limit of " +
                                   std::to_string(options.max_message_bytes)));
-  const zmq::message_t& head = parts[first];
+  zmq::message_t& head = parts[first];
+  if (options.curve.enabled() && router) {
+    // The key the peer proved in its CurveZMQ handshake (set by our ZAP handler).
+    const char* user = zmq_msg_gets(head.handle(), "User-Id");
+    if (user) m.peer_key = user;
+  }
   if (head.size() > static_cast<size_t>(INT32_MAX) ||
       !m.header.ParseFromArray(head.data(), static_cast<int>(head.size())))
     return refuse(InvalidArgument("malformed header frame (" + std::to_string(head.size()) + " bytes)"));
@@ -195,7 +203,7 @@ bool Socket::WaitReadable(int timeout_ms) {
 wire::ErrorCode ToWire(Code code) { return static_cast<wire::ErrorCode>(static_cast<int>(code)); }
 Code FromWire(wire::ErrorCode code) {
   int c = static_cast<int>(code);
-  if (c < 0 || c > static_cast<int>(Code::kInternal)) return Code::kInternal;
+  if (c < 0 || c > static_cast<int>(Code::kPermissionDenied)) return Code::kInternal;
   return static_cast<Code>(c);
 }
 

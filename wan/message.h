@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "proto/geodesic.pb.h"
+#include "wan/security.h"
 
 namespace geodesic::wan {
 
@@ -40,6 +41,9 @@ struct Message {
   Message& operator=(Message&&) = default;
 
   std::string peer;  // ROUTER sockets: the sender's routing id; empty on DEALER
+  // CURVE server sockets: the sender's public key (Z85) as the ZAP handler
+  // admitted it; empty on plaintext sockets and if no handler vouched for it.
+  std::string peer_key;
   wire::Header header;
   std::vector<zmq::message_t> frames;  // payload frames, in header order
   size_t wire_bytes = 0;               // header + payload bytes as received
@@ -73,6 +77,9 @@ struct SocketOptions {
   int64_t max_message_bytes = 256 << 20;  // larger inbound messages are refused unread
   int send_timeout_ms = 5000;             // a send that cannot queue by then fails as Unavailable
   int high_water_mark = 10000;            // messages queued per peer before sends block
+  // CurveZMQ (security.mode curve): a ROUTER becomes a CURVE server, a
+  // DEALER a CURVE client of `curve.server_key`. Default: plaintext.
+  CurveSocket curve = {};
 };
 
 class Socket {
@@ -105,6 +112,7 @@ class Socket {
   SocketOptions options_;
   TrafficCounters* counters_;
   std::string endpoint_;
+  Status setup_;  // a failure applying the options, reported by Bind/Connect
 };
 
 // The framing checks of Socket::Receive, on bytes (no socket; the fuzz

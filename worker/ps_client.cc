@@ -23,6 +23,7 @@ PsClient::PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::Reg
     shard.id = s.id();
     shard.endpoint = s.endpoint();
     shard.region = s.region();
+    shard.curve_key = s.curve_public_key();
     shard.chunks = map_.ChunksOf(s.id());
     shards_.push_back(std::move(shard));
   }
@@ -41,7 +42,8 @@ Status PsClient::Connect() {
     wan::SocketOptions so{.job = options_.job,
                           .role = options_.role,
                           .id = options_.id,
-                          .max_message_bytes = options_.wire.max_message_bytes};
+                          .max_message_bytes = options_.wire.max_message_bytes,
+                          .curve = wan::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
     s.socket = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
     GD_RETURN_IF_ERROR(s.socket->Connect(s.endpoint));
   }

@@ -50,6 +50,9 @@ struct PsClientOptions {
   int64_t sparsity_warmup_steps = 0;  // see CompressionSpec
   uint64_t seed = 1;                  // stochastic rounding and random-k
   double retry_after_s = 5.0;         // resend a request unanswered this long
+  // Secured jobs: this process's keypair; each shard's public key comes
+  // from the assignment (ServerInfo.curve_public_key). Empty: plaintext.
+  wan::CurveKeyPair curve_keys;
 };
 
 struct PullOptions {
@@ -147,6 +150,7 @@ class PsClient {
     std::string endpoint;
     std::vector<uint32_t> chunks;
     std::unique_ptr<wan::Socket> socket;
+    std::string curve_key;  // the shard's CURVE public key (secured jobs)
     std::string region;
     compression::CodecSpec push;                    // fp32 unless the job says otherwise
     std::unique_ptr<compression::Encoder> encoder;  // for lossy or zstd pushes

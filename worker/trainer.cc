@@ -31,7 +31,7 @@ struct Progress {
 };
 
 server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
-                                       const wire::ModelSignature& sig) {
+                                       const wire::ModelSignature& sig, const wan::MemberCredentials& credentials) {
   server::MemberOptions mo;
   mo.job = job.name;
   mo.role = role;
@@ -41,6 +41,10 @@ server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int 
   mo.model = sig;
   mo.timing = job.membership;
   mo.max_message_bytes = job.wire.max_message_bytes;
+  if (credentials.enabled()) {
+    mo.curve = wan::CurveSocket{.keys = credentials.keys, .server_key = credentials.coordinator_key};
+    mo.token = credentials.token;
+  }
   return mo;
 }
 
@@ -107,9 +111,13 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
 
   wan::TrafficCounters counters;
   server::MemberClient member(
-      ctx, MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator, model->signature()), &counters, clock);
+      ctx,
+      MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator, model->signature(), options.credentials),
+      &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
-  PsClient ps(ctx, PsOptionsFor(job, wire::WORKER, options.id), assignment, &counters, clock);
+  PsClientOptions po = PsOptionsFor(job, wire::WORKER, options.id);
+  po.curve_keys = options.credentials.keys;
+  PsClient ps(ctx, po, assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());
   if (ps.num_params() != static_cast<uint64_t>(n))
     return FailedPrecondition("shard map has " + std::to_string(ps.num_params()) + " parameters, model has " +
@@ -326,11 +334,14 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
                         " is missing; install it with `apt-get install dataset-fashion-mnist`");
   }
   wan::TrafficCounters counters;
-  server::MemberClient member(ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature()),
-                              &counters, clock);
+  server::MemberClient member(
+      ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature(), options.credentials),
+      &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
   member.Start(nullptr);
-  PsClient ps(ctx, PsOptionsFor(job, wire::EVALUATOR, 0), assignment, &counters, clock);
+  PsClientOptions po = PsOptionsFor(job, wire::EVALUATOR, 0);
+  po.curve_keys = options.credentials.keys;
+  PsClient ps(ctx, po, assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());
 
   // Wait, without a deadline (training takes as long as it takes), until

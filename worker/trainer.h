@@ -19,6 +19,7 @@
 
 #include "common/job.h"
 #include "common/status.h"
+#include "wan/security.h"
 
 namespace geodesic::worker {
 
@@ -26,8 +27,9 @@ struct WorkerProcessOptions {
   JobSpec job;
   int id = 0;
   std::string coordinator;
-  std::string stats_file;    // stats JSON, written periodically and at exit
-  std::string snapshot_dir;  // worker 0: where parameter snapshots go (empty: none)
+  std::string stats_file;              // stats JSON, written periodically and at exit
+  std::string snapshot_dir;            // worker 0: where parameter snapshots go (empty: none)
+  wan::MemberCredentials credentials;  // secured jobs
 };
 
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
@@ -35,9 +37,10 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
 struct EvaluatorOptions {
   JobSpec job;
   std::string coordinator;
-  std::string snapshot_dir;  // snapshots written by worker 0
-  std::string result_file;   // result JSON
-  std::string dump_params;   // if set, the final parameters as raw float32
+  std::string snapshot_dir;            // snapshots written by worker 0
+  std::string result_file;             // result JSON
+  std::string dump_params;             // if set, the final parameters as raw float32
+  wan::MemberCredentials credentials;  // secured jobs
 };
 
 Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);

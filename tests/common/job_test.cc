@@ -205,5 +205,33 @@ TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
   }
 }
 
+TEST(JobTest, SecuritySectionDefaultsParsesAndNamesBadKeys) {
+  auto plain = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->security.mode, "none");
+  EXPECT_EQ(plain->security.token_ttl_s, 86400);
+
+  auto curve =
+      ParseJob(kMinimal, "t", {"security.mode=curve", "security.secret_file=/tmp/s", "security.token_ttl_s=60"});
+  ASSERT_TRUE(curve.ok()) << curve.status();
+  EXPECT_EQ(curve->security.mode, "curve");
+  EXPECT_EQ(curve->security.secret_file, "/tmp/s");
+  EXPECT_EQ(curve->security.token_ttl_s, 60);
+  auto again = ParseJob(JobToYaml(*curve), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*curve));
+
+  for (auto [override, what] : std::vector<std::pair<std::string, std::string>>{
+           {"security.mode=tls", "security.mode: use none or curve"},
+           {"security.token_ttl_s=1", "security.token_ttl_s: must be in"},
+           {"security.token_ttl_s=soon", "security.token_ttl_s"},
+           {"security.secret_file=/tmp/s", "security.secret_file: needs security.mode: curve"},
+           {"security.secret=abc", "security.secret: unknown key"}}) {
+    auto bad = ParseJob(kMinimal, "t", {override});
+    ASSERT_FALSE(bad.ok()) << override;
+    EXPECT_NE(bad.status().message().find(what), std::string::npos) << override << ": " << bad.status();
+  }
+}
+
 }  // namespace
 }  // namespace geodesic

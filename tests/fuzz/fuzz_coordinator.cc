@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!got.status.ok()) continue;
     const wire::Header& h = got.message.header;
     bool refused = false;
-    std::optional<wire::Header> reply = state.Answer(h, &refused);
+    std::optional<wire::Header> reply = state.Answer(h, "", &refused);
     if (!reply) {
       if (h.body_case() != wire::Header::kLeaveRequest) fuzz::Fail("a request left unanswered");
       continue;

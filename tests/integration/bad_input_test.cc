@@ -41,17 +41,7 @@ class BadInputTest : public ::testing::Test {
         std::vector<std::string>{"server", "--job", dir_ / "job.yaml", "--id", "0", "--coordinator", endpoint_,
                                  "--stats-file", dir_ / "server.json"},
         dir_ / "server.log");
-    server::MemberOptions mo;
-    mo.job = "badinput";
-    mo.role = wire::WORKER;
-    mo.id = 0;
-    mo.coordinator = endpoint_;
-    mo.model.set_name("synthetic");
-    mo.model.set_num_params(1000);
-    mo.model.set_layout_digest(1);
-    mo.timing.heartbeat_ms = 100;
-    mo.timing.lease_ms = 60000;
-    mo.timing.rendezvous_timeout_s = 20;
+    server::MemberOptions mo = testing::TestWorker("badinput", endpoint_, 1000);
     member_ = std::make_unique<server::MemberClient>(ctx_, mo, &counters_, RealClock::Get());
     auto joined = member_->Join(&stop_);
     ASSERT_TRUE(joined.ok()) << joined.status() << "\n" << testing::ReadText(dir_ / "server.log");

@@ -131,4 +131,19 @@ bool WaitForFile(const std::string& path, double timeout_s) {
   return false;
 }
 
+server::MemberOptions TestWorker(const std::string& job, const std::string& coordinator, uint64_t num_params) {
+  server::MemberOptions mo;
+  mo.job = job;
+  mo.role = wire::WORKER;
+  mo.id = 0;
+  mo.coordinator = coordinator;
+  mo.model.set_name("synthetic");
+  mo.model.set_num_params(num_params);
+  mo.model.set_layout_digest(1);
+  mo.timing.heartbeat_ms = 100;
+  mo.timing.lease_ms = 60000;
+  mo.timing.rendezvous_timeout_s = 20;
+  return mo;
+}
+
 }  // namespace geodesic::testing

@@ -225,14 +225,75 @@ TEST_F(CoordinatorTest, AnswerRefusesWhatItDoesNotServe) {
   h.set_sender_role(wire::WORKER);
   h.mutable_push_request();
   bool refused = false;
-  auto reply = state_.Answer(h, &refused);
+  auto reply = state_.Answer(h, "", &refused);
   ASSERT_TRUE(reply.has_value());
   EXPECT_TRUE(refused);
   EXPECT_NE(reply->error_reply().message().find("does not serve push_request"), std::string::npos);
   wire::Header leave;
   leave.mutable_leave_request();
-  EXPECT_FALSE(state_.Answer(leave, &refused).has_value());
+  EXPECT_FALSE(state_.Answer(leave, "", &refused).has_value());
   EXPECT_FALSE(refused);
+}
+
+// Secured jobs: registration needs a token; a refusal changes nothing; a
+// member's key is bound and checked; workers wait until every live shard
+// installed their key.
+TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
+  FakeClock clock;
+  CoordinatorOptions o = Options(1, 1);
+  o.secret = std::string(64, 'k');
+  int64_t now = 1000;
+  o.unix_now = [&now] { return now; };
+  CoordinatorState state(o, &clock);
+  auto token = [&](const std::string& role, int id, int64_t expiry) {
+    return wan::MintToken(o.secret, {.job = "t", .role = role, .id = id, .expiry_unix = expiry}).value();
+  };
+  const std::string kServerKey(40, 'S'), kWorkerKey(40, 'W'), kOtherKey(40, 'X');
+
+  wire::RegisterRequest sreq = ServerReq("tcp://a:1");
+  auto r = state.Register(wire::SERVER, 0, sreq, kServerKey);
+  EXPECT_EQ(r.status().code(), Code::kUnauthenticated);
+  sreq.set_token(token("server", 0, 2000));
+  EXPECT_EQ(state.Register(wire::SERVER, 0, sreq, "").status().code(), Code::kPermissionDenied);
+  ASSERT_TRUE(state.Register(wire::SERVER, 0, sreq, kServerKey).ok());
+
+  wire::RegisterRequest wreq = WorkerReq();
+  for (const std::string& bad : {token("worker", 0, 1000), token("worker", 1, 2000), token("evaluator", 0, 2000),
+                                 token("server", 0, 2000) + "x"}) {
+    wreq.set_token(bad);
+    auto refused = state.Register(wire::WORKER, 0, wreq, kWorkerKey);
+    EXPECT_EQ(refused.status().code(), Code::kUnauthenticated) << bad;
+    EXPECT_FALSE(state.shard_map().has_value()) << "a refused worker fixed the model";
+    EXPECT_EQ(state.WaitingFor(), "worker 0");
+    EXPECT_FALSE(state.IsMemberKey(kWorkerKey));
+  }
+  wreq.set_token(token("worker", 0, 2000));
+  r = state.Register(wire::WORKER, 0, wreq, kWorkerKey);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(state.started());
+  // The shard has not installed the worker's key yet: not ready, and why.
+  EXPECT_FALSE(r->ready());
+  EXPECT_NE(r->waiting_for().find("server 0 to authorize worker 0's key"), std::string::npos) << r->waiting_for();
+  wire::Heartbeat hb;
+  auto hr = state.Heartbeat(wire::SERVER, 0, hb);
+  ASSERT_EQ(hr.authorized_keys_size(), 1);
+  EXPECT_EQ(hr.authorized_keys(0), kWorkerKey);
+  EXPECT_EQ(hr.authorized_ids(0), 0);
+  hb.set_keys_epoch(hr.keys_epoch());
+  hr = state.Heartbeat(wire::SERVER, 0, hb);
+  EXPECT_EQ(hr.authorized_keys_size(), 0);  // up to date: no list
+  r = state.Register(wire::WORKER, 0, wreq, kWorkerKey);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ready());
+  EXPECT_EQ(r->servers(0).curve_public_key(), kServerKey);
+
+  // Requests as worker 0 must come with worker 0's key.
+  EXPECT_TRUE(state.CheckKey(wire::WORKER, 0, kWorkerKey).ok());
+  EXPECT_EQ(state.CheckKey(wire::WORKER, 0, kOtherKey).code(), Code::kPermissionDenied);
+  EXPECT_EQ(state.CheckKey(wire::SERVER, 0, kWorkerKey).code(), Code::kPermissionDenied);
+  // Expired by now: re-registering needs a fresh token.
+  now = 5000;
+  EXPECT_EQ(state.Register(wire::WORKER, 0, wreq, kWorkerKey).status().code(), Code::kUnauthenticated);
 }
 
 }  // namespace

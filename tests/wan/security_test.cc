@@ -1,0 +1,177 @@
+#include "wan/security.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "wan/message.h"
+
+namespace geodesic::wan {
+namespace {
+
+const std::string kSecret(64, 's');
+
+TokenClaims Claims(const std::string& role, int id, int64_t expiry) {
+  return {.job = "jobA", .role = role, .id = id, .expiry_unix = expiry};
+}
+
+TEST(TokenTest, MintedTokenVerifiesForItsJobRoleAndId) {
+  auto t = MintToken(kSecret, Claims("worker", 3, 1000));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->rfind("gdt1.jobA.worker.3.1000.", 0), 0u) << *t;
+  auto c = VerifyToken(kSecret, *t, "jobA", "worker", 3, 999);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->id, 3);
+  EXPECT_EQ(c->expiry_unix, 1000);
+  // "*" admits any id of the role.
+  auto any = MintToken(kSecret, Claims("worker", -1, 1000));
+  ASSERT_TRUE(any.ok());
+  EXPECT_TRUE(VerifyToken(kSecret, *any, "jobA", "worker", 17, 999).ok());
+}
+
+TEST(TokenTest, RefusalsSayWhy) {
+  std::string t = MintToken(kSecret, Claims("worker", 3, 1000)).value();
+  auto expect_refused = [](const StatusOr<TokenClaims>& r, const std::string& why) {
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_EQ(r.status().code(), Code::kUnauthenticated);
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status();
+  };
+  expect_refused(VerifyToken(kSecret, t, "jobA", "worker", 3, 1000), "expired");
+  expect_refused(VerifyToken(kSecret, t, "jobA", "server", 3, 10), "for role worker, not server");
+  expect_refused(VerifyToken(kSecret, t, "jobA", "worker", 2, 10), "for worker 3, not worker 2");
+  expect_refused(VerifyToken(kSecret, t, "jobB", "worker", 3, 10), "for job 'jobA'");
+  expect_refused(VerifyToken(std::string(64, 'x'), t, "jobA", "worker", 3, 10), "signature does not match");
+  expect_refused(VerifyToken(kSecret, "", "jobA", "worker", 3, 10), "no join token");
+  expect_refused(VerifyToken(kSecret, "hello", "jobA", "worker", 3, 10), "malformed");
+  expect_refused(VerifyToken(kSecret, t + "00", "jobA", "worker", 3, 10), "malformed");
+  // Forgeries: a later expiry, another id, or a flipped MAC digit.
+  std::string later = t;
+  later.replace(later.find(".1000."), 6, ".9000.");
+  expect_refused(VerifyToken(kSecret, later, "jobA", "worker", 3, 2000), "signature does not match");
+  std::string other = t;
+  other.replace(other.find(".3."), 3, ".2.");
+  expect_refused(VerifyToken(kSecret, other, "jobA", "worker", 2, 10), "signature does not match");
+  std::string flipped = t;
+  flipped.back() = flipped.back() == '0' ? '1' : '0';
+  expect_refused(VerifyToken(kSecret, flipped, "jobA", "worker", 3, 10), "signature does not match");
+}
+
+TEST(TokenTest, MintRefusesWhatCannotBeSigned) {
+  EXPECT_FALSE(MintToken("short", Claims("worker", 0, 10)).ok());
+  EXPECT_FALSE(MintToken(kSecret, Claims("admin", 0, 10)).ok());
+  EXPECT_FALSE(MintToken(kSecret, {.job = "a.b", .role = "worker", .id = 0, .expiry_unix = 10}).ok());
+  EXPECT_FALSE(MintToken(kSecret, Claims("worker", 0, 0)).ok());
+}
+
+TEST(SecretTest, CreatedWithMode0600AndNeverOverwritten) {
+  std::string dir = ::testing::TempDir() + "/secret_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/secret";
+  ASSERT_TRUE(CreateSecretFile(path).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  auto s = LoadSecret(path);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->size(), 64u);
+  EXPECT_EQ(CreateSecretFile(path).code(), Code::kAlreadyExists);
+  EXPECT_EQ(*LoadSecret(path), *s);
+
+  ::chmod(path.c_str(), 0644);
+  auto open = LoadSecret(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status();
+  std::ofstream(dir + "/short") << "abc\n";
+  ::chmod((dir + "/short").c_str(), 0600);
+  EXPECT_EQ(LoadSecret(dir + "/short").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(LoadSecret(dir + "/missing").status().code(), Code::kNotFound);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CurveKeyTest, KeypairsAreZ85AndDistinct) {
+  ASSERT_TRUE(RequireCurve().ok());
+  auto a = GenerateCurveKeyPair(), b = GenerateCurveKeyPair();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(IsCurveKey(a->public_key));
+  EXPECT_TRUE(IsCurveKey(a->secret_key));
+  EXPECT_NE(a->public_key, b->public_key);
+  EXPECT_FALSE(IsCurveKey("short"));
+  EXPECT_FALSE(IsCurveKey(std::string(40, ' ')));
+}
+
+// A CURVE ROUTER behind a ZapHandler with an allow-list; clients in another
+// context. Only the listed key gets an answer, and its messages carry that key.
+class ZapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_keys_ = GenerateCurveKeyPair().value();
+    zap_ = std::make_unique<ZapHandler>(server_ctx_, /*admit_any=*/false);
+    ASSERT_TRUE(zap_->Start().ok());
+    router_ = std::make_unique<Socket>(
+        server_ctx_, zmq::socket_type::router,
+        SocketOptions{
+            .job = "z", .role = wire::SERVER, .id = 0, .curve = CurveSocket{.keys = server_keys_, .server_key = {}}},
+        &counters_);
+    ASSERT_TRUE(router_->Bind("tcp://127.0.0.1:*").ok());
+  }
+
+  // Sends a status request from a fresh DEALER; returns whether the router
+  // got it (and answers it) within `ms`, and with which key.
+  bool Exchange(const CurveSocket& curve, std::string* key_seen, int ms = 700) {
+    Socket client(client_ctx_, zmq::socket_type::dealer,
+                  SocketOptions{.job = "z", .role = wire::CLIENT, .id = 0, .curve = curve}, &counters_);
+    EXPECT_TRUE(client.Connect(router_->endpoint()).ok());
+    wire::Header h;
+    h.mutable_status_request();
+    EXPECT_TRUE(client.Send(h, {}).ok());
+    for (int waited = 0; waited < ms; waited += 10) {
+      if (router_->WaitReadable(10)) {
+        auto in = router_->Receive();
+        if (!in || !in->status.ok()) continue;
+        *key_seen = in->message.peer_key;
+        wire::Header reply;
+        reply.mutable_status_reply();
+        EXPECT_TRUE(router_->Send(reply, {}, in->message.peer).ok());
+        for (int i = 0; i < 100; ++i)
+          if (client.WaitReadable(10) && client.Receive()) return true;
+        return false;
+      }
+    }
+    return false;
+  }
+
+  zmq::context_t server_ctx_{1}, client_ctx_{1};
+  TrafficCounters counters_;
+  CurveKeyPair server_keys_;
+  std::unique_ptr<ZapHandler> zap_;
+  std::unique_ptr<Socket> router_;
+};
+
+TEST_F(ZapTest, AdmitsListedKeysOnlyAndTagsTheirMessages) {
+  CurveKeyPair good = GenerateCurveKeyPair().value(), bad = GenerateCurveKeyPair().value();
+  zap_->SetAllowed({good.public_key, "not a key"});
+  EXPECT_TRUE(zap_->Allowed(good.public_key));
+  std::string seen;
+  EXPECT_TRUE(Exchange({.keys = good, .server_key = server_keys_.public_key}, &seen));
+  EXPECT_EQ(seen, good.public_key);
+  seen.clear();
+  EXPECT_FALSE(Exchange({.keys = bad, .server_key = server_keys_.public_key}, &seen));
+  EXPECT_GE(zap_->refused(), 1u);
+  // A client that trusts another server key: the handshake fails.
+  EXPECT_FALSE(Exchange({.keys = good, .server_key = bad.public_key}, &seen));
+  // Plaintext: no mechanism match, nothing arrives.
+  EXPECT_FALSE(Exchange({}, &seen));
+  // Lifting the key out of the list refuses new connections with it.
+  zap_->SetAllowed({});
+  EXPECT_FALSE(Exchange({.keys = good, .server_key = server_keys_.public_key}, &seen));
+}
+
+TEST_F(ZapTest, SecondHandlerInOneContextFails) {
+  ZapHandler second(server_ctx_, true);
+  EXPECT_EQ(second.Start().code(), Code::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace geodesic::wan
