@@ -254,6 +254,8 @@ int main(int argc, char** argv) {
   l_cmd->add_option("--cut", launch.cuts,
                     "partition on emulated links: cut regions A and B apart after SECONDS of training for "
                     "DURATION seconds: A:B@SECONDS+DURATION, e.g. us:asia@10+5 (repeatable)");
+  l_cmd->add_flag("--restart-workers", launch.restart_workers,
+                  "restart a worker that dies; it rejoins at the live workers' clock (default: go on without it)");
   l_cmd->add_flag("--quiet", launch.quiet, "no live progress line");
 
   // wan

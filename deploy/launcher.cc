@@ -609,7 +609,30 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       const ExitInfo& e = *c->exit();
       const std::string& n = c->name();
       if (n.rfind("worker-", 0) == 0) {
-        if (!e.ok()) {
+        if (!e.ok() && options.restart_workers && e.signal && restarts[n] < kMaxRestarts && !evaluator_done_at) {
+          auto [args, region] = started_as[n];
+          double t =
+              training_started_at
+                  ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+                  : 0.0;
+          int k = ++restarts[n];
+          auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
+          if (!fresh.ok()) {
+            progress.Say("geodesic: " + n + " " + e.Describe() + " and could not be restarted (" +
+                         fresh.status().message() + "); the job continues without it");
+            continue;
+          }
+          progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
+                       " s of training; restarted, it rejoins at the live workers' clock");
+          recoveries.push_back({{"target", n},
+                                {"exit", e.Describe()},
+                                {"died_at_training_seconds", t},
+                                {"restart", k},
+                                {"log", (*fresh)->log_file()}});
+          recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
+          for (auto& slot : children)
+            if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
+        } else if (!e.ok()) {
           progress.Say("geodesic: " + n + " " + e.Describe() + "; the job continues without it" +
                        (e.signal ? "" : "; its log ends:\n" + c->LogTail(8)));
         }
@@ -735,34 +758,40 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         prev_samples = samples;
         prev_t = t;
       }
+      // A restarted process is back once a counter of its own moves: the
+      // first sightings may still be the dead process's last report, and
+      // the new one starts lower (a shard from its checkpoint's count, a
+      // worker from zero steps), so wait for a rise above the lowest seen.
       for (auto it = recovering.begin(); it != recovering.end();) {
-        if (it->first == "coordinator") {
-          // Answered by the restarted process (its uptime says so).
-          double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.restarted).count();
-          bool back = st->uptime_seconds() <= since + 0.5;
-          if (back) {
-            recoveries[it->second.index]["seconds_to_first_status"] = since;
-            progress.Say("geodesic: the coordinator answers again, " + Fmt("%.1f", since) + " s after its restart");
-          }
-          it = back ? recovering.erase(it) : std::next(it);
-          continue;
+        const std::string& n = it->first;
+        const double since =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.restarted).count();
+        std::optional<int64_t> counter;
+        const char* key = "seconds_to_first_update";
+        const char* what = " applies updates again, ";
+        if (n == "coordinator") {
+          // Its uptime says whether the restarted process answered.
+          key = "seconds_to_first_status";
+          what = " answers again, ";
+          it->second.baseline = 0;
+          if (st->uptime_seconds() <= since + 0.5) counter = 1;
+        } else if (n.rfind("worker-", 0) == 0) {
+          key = "seconds_to_first_step";
+          what = " trains again, ";
+          for (const auto& w : st->workers())
+            if (w.id() == std::stoi(n.substr(7)) && w.live()) counter = w.progress().steps();
+        } else {
+          for (const auto& sv : st->servers())
+            if (sv.id() == std::stoi(n.substr(7)) && sv.live())
+              counter = static_cast<int64_t>(sv.progress().updates_applied());
         }
-        const int id = std::stoi(it->first.substr(7));
         bool back = false;
-        for (const auto& sv : st->servers()) {
-          if (sv.id() != id || !sv.live()) continue;
-          auto applied = static_cast<int64_t>(sv.progress().updates_applied());
-          // The first sightings may still be the dead process's last report;
-          // the restarted one starts from its checkpoint's (lower) count.
-          if (it->second.baseline < 0 || applied < it->second.baseline) {
-            it->second.baseline = applied;
-          } else if (applied > it->second.baseline) {
-            double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second.restarted).count();
-            recoveries[it->second.index]["seconds_to_first_update"] = s;
-            progress.Say("geodesic: " + it->first + " applies updates again, " + Fmt("%.1f", s) +
-                         " s after its restart");
-            back = true;
-          }
+        if (counter && (it->second.baseline < 0 || *counter < it->second.baseline)) {
+          it->second.baseline = *counter;
+        } else if (counter && *counter > it->second.baseline) {
+          recoveries[it->second.index][key] = since;
+          progress.Say("geodesic: " + n + what + Fmt("%.1f", since) + " s after its restart");
+          back = true;
         }
         it = back ? recovering.erase(it) : std::next(it);
       }

@@ -31,6 +31,10 @@ struct LaunchOptions {
   // Continue the stopped job in this run directory from its checkpoints
   // (its job.yaml unless job_file is given); see docs/reliability.md.
   std::string resume_dir;
+  // Churn: a worker that dies (killed by a signal) is started again, up to
+  // 3 times; it rejoins at the live workers' clock with the current model.
+  // Off: the job continues without it.
+  bool restart_workers = false;
   bool quiet = false;  // no live progress
   std::string binary;  // the geodesic binary to run (default: this one)
 };

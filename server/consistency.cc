@@ -5,14 +5,19 @@
 namespace geodesic::server {
 
 void ClockTable::SetLive(const std::vector<int>& live, const std::vector<int64_t>& known_clocks) {
+  std::vector<int> before = live_;
   live_ = live;
   std::sort(live_.begin(), live_.end());
   for (size_t i = 0; i < live.size(); ++i) {
     int64_t seed = i < known_clocks.size() ? known_clocks[i] : 0;
-    // Only a worker never heard from is seeded: the coordinator's clock can
-    // run ahead of the pushes this shard has received, and trusting it would
-    // close a BSP round before that worker's gradient arrived.
-    clock_.emplace(live[i], seed);
+    // A live worker's clock here moves only with its pushes: the
+    // coordinator's can run ahead of the pushes this shard has received,
+    // and trusting it would close a BSP round before that worker's gradient
+    // arrived. A worker never heard from, or one coming back into the live
+    // set (it died and rejoined), starts where the coordinator started it;
+    // it pushes nothing older.
+    auto [it, fresh] = clock_.emplace(live[i], seed);
+    if (!fresh && !std::binary_search(before.begin(), before.end(), live[i])) it->second = std::max(it->second, seed);
   }
 }
 

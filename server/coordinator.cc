@@ -253,7 +253,11 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     }
   }
   bool was_live = m->live;
-  if (!m->registered && role == wire::WORKER && started_) m->clock = MinLiveClock();  // late joiner
+  // A late joiner, or a worker coming back after its lease ran out, starts
+  // at the live workers' current clock with the current model; the clocks
+  // it missed are history (BSP closed them without it).
+  if (role == wire::WORKER && started_ && (!m->registered || (!m->live && !m->done)))
+    m->clock = std::max(m->clock, MinLiveClock());
   m->registered = true;
   m->live = true;
   m->left = false;

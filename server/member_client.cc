@@ -60,6 +60,13 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
         continue;
       }
       const wire::Header& h = in->message.header;
+      if (h.has_error_reply() && wan::FromWire(h.error_reply().code()) == Code::kAlreadyExists) {
+        // Our predecessor (we are its restart) still holds the lease: it
+        // runs out within lease_ms, then we are admitted.
+        waiting_for = "the previous holder's lease to run out (" + h.error_reply().message() + ")";
+        last_send = clock_->Now() - std::chrono::milliseconds(800);
+        continue;
+      }
       if (h.has_error_reply())
         return Status(wan::FromWire(h.error_reply().code()),
                       "coordinator refused registration: " + h.error_reply().message());

@@ -204,6 +204,33 @@ TEST(ResumeTest, AKilledCoordinatorRestartsFromItsSavedState) {
   EXPECT_TRUE(std::filesystem::exists(dir / "run/final_params.bin"));
 }
 
+// Churn: with --restart-workers a killed worker is started again and
+// rejoins at the live workers' clock with the current model; BSP does not
+// wait for the clocks it missed, and the job finishes.
+TEST(ResumeTest, AKilledWorkerRejoinsAtTheCurrentClock) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticBsp);
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=4000", "--kill",
+                        "worker:1@1.5", "--restart-workers", "--quiet"},
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(s["status"], "finished");
+  ASSERT_EQ(s["recoveries"].size(), 1u) << s["recoveries"].dump();
+  const auto& rec = s["recoveries"][0];
+  EXPECT_EQ(rec["target"], "worker-1");
+  ASSERT_TRUE(rec.contains("seconds_to_first_step")) << rec.dump();
+  // The others ran every step; the restarted worker ran fewer (it skipped
+  // the clocks it missed) but more than none, and finished.
+  EXPECT_EQ(s["step_time_breakdown"]["worker-0"]["steps"].get<int64_t>(), 4000);
+  EXPECT_EQ(s["step_time_breakdown"]["worker-2"]["steps"].get<int64_t>(), 4000);
+  const int64_t rejoined = s["step_time_breakdown"]["worker-1"]["steps"].get<int64_t>();
+  EXPECT_GT(rejoined, 0);
+  EXPECT_LT(rejoined, 4000);
+  const std::string log = testing::ReadText(rec["log"].get<std::string>());
+  EXPECT_NE(log.find("done:"), std::string::npos) << log;
+}
+
 TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointBsp) { ExpectShardRestartFinishes(0); }
 TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointAsync) { ExpectShardRestartFinishes(2); }
 

@@ -63,5 +63,22 @@ TEST(ClockTableTest, HugeBoundIsFullyAsynchronousWithoutOverflow) {
   EXPECT_TRUE(none.CanRead(100));  // no live workers: nothing to wait for
 }
 
+// A worker that left the live set and comes back (it died and rejoined)
+// starts where the coordinator started it; a live worker's clock moves only
+// with its own pushes, whatever the coordinator says.
+TEST(ClockTableTest, AWorkerComingBackTakesTheCoordinatorsClock) {
+  ClockTable t(0);
+  t.SetLive({0, 1}, {0, 0});
+  t.Finished(0, 9);
+  t.Finished(1, 4);
+  t.SetLive({0}, {10});         // worker 1's lease ran out
+  t.SetLive({0, 1}, {10, 10});  // it rejoined at the live clock
+  EXPECT_EQ(t.ClockOf(1), 10);
+  EXPECT_TRUE(t.CanRead(10));
+  t.SetLive({0, 1}, {25, 25});  // both live: the coordinator's clock is not trusted
+  EXPECT_EQ(t.ClockOf(0), 10);
+  EXPECT_EQ(t.ClockOf(1), 10);
+}
+
 }  // namespace
 }  // namespace geodesic::server
