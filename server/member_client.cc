@@ -149,7 +149,11 @@ void MemberClient::Loop() {
           error_ = Status(wan::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
           continue;
         }
-        if (h.has_register_reply()) continue;  // answer to a re-registration
+        if (h.has_register_reply()) {  // answer to a re-registration
+          if (h.register_reply().ready() && options_.role == wire::WORKER)
+            rejoin_clock_ = h.register_reply().start_clock();
+          continue;
+        }
         if (!h.has_heartbeat_reply()) continue;
         const auto& r = h.heartbeat_reply();
         if (options_.authorize && r.keys_epoch() > keys_installed_) {
@@ -158,10 +162,15 @@ void MemberClient::Loop() {
           next = clock_->Now();  // tell the coordinator now: workers wait for it
         }
         if (!r.known()) {
-          GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
-          wire::Header reg = RegisterHeader();
-          reg.set_request_id(next_request_++);
-          (void)socket_.Send(reg, {});
+          // Heartbeats queued during a partition all come back unknown at
+          // once: register again once per lease period, not once per reply.
+          if (clock_->Now() - last_register_ > Millis(options_.timing.lease_ms / 2)) {
+            last_register_ = clock_->Now();
+            GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
+            wire::Header reg = RegisterHeader();
+            reg.set_request_id(next_request_++);
+            (void)socket_.Send(reg, {});
+          }
           continue;
         }
         {

@@ -79,6 +79,10 @@ class MemberClient {
   uint64_t replies() const { return replies_.load(); }
   // Set if the coordinator refused us after Join (e.g. on re-registration).
   Status error() const;
+  // Workers: the start clock of the newest re-registration after a lost
+  // lease (the live workers' clock, which may be ahead of ours), once; -1
+  // if none since the last call.
+  int64_t TakeRejoinClock() { return rejoin_clock_.exchange(-1); }
 
  private:
   void Loop();
@@ -92,6 +96,8 @@ class MemberClient {
   std::atomic<bool> stop_{false};
   std::atomic<bool> leave_{true};
   std::atomic<uint64_t> replies_{0};
+  std::atomic<int64_t> rejoin_clock_{-1};
+  TimePoint last_register_{};  // heartbeat thread: the last re-registration sent
   mutable std::mutex mu_;
   MembershipView view_;     // guarded by mu_
   TimePoint last_reply_{};  // guarded by mu_

@@ -109,6 +109,9 @@ class PsClient {
   // proto/geodesic.proto) a fast network gives fresh reads and a slow one
   // overlaps the transfer with the compute.
   Status RequestPull(int64_t clock, const PullOptions& options = {});
+  // Forgets every pull in flight (their late replies are ignored): for a
+  // worker that jumps ahead to the live clock after rejoining.
+  void DropPulls() { pulls_.clear(); }
   // Feeds the expected compute time of one step (an average) to prefetch holds.
   void NoteComputeSeconds(double seconds);
   double rtt_seconds() const { return rtt_ema_; }

@@ -162,6 +162,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   TimePoint last_snapshot = start - std::chrono::hours(1);
   double compute_s = 0, comm_s = 0, wait_s = 0, loss_ema = -1, acc_ema = -1;
   int64_t samples = 0, skipped = 0;
+  int64_t jumped = 0;  // clocks skipped to catch up after a rejoin
   std::vector<torch::Tensor> synthetic_grads;
   auto save_snapshot = [&](int64_t step) {
     if (options.id != 0 || options.snapshot_dir.empty() || synthetic) return;
@@ -179,7 +180,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["bytes_received"] = counters.bytes_received.load();
     j["messages_sent"] = counters.messages_sent.load();
     j["messages_received"] = counters.messages_received.load();
-    j["steps"] = c - assignment.start_clock();
+    j["steps"] = c - assignment.start_clock() - jumped;
+    j["clocks_skipped_on_rejoin"] = jumped;
     j["samples"] = samples;
     j["skipped_steps"] = skipped;
     j["pushes_refused"] = ps.pushes_refused();
@@ -205,6 +207,29 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
   for (; c < steps; ++c) {
     if (stop->load()) break;
+    // Cut off for longer than our lease (a partition), we were dropped from
+    // the live set and registered again: the others went on, so skip to
+    // their clock with the current model instead of making them wait while
+    // we compute the clocks they already closed.
+    if (int64_t rejoin = member.TakeRejoinClock(); rejoin > c + 1 && rejoin < steps) {
+      GD_LOG(WARNING) << "rejoined after losing our lease; skipping clocks " << c << ".." << rejoin - 1
+                      << " to the live workers' clock " << rejoin;
+      GD_ASSIGN_OR_RETURN(double drained, ps.WaitAcks(0, stop));
+      comm_s += drained;
+      ps.DropPulls();
+      if (sampler)
+        for (int64_t k = c; k < rejoin; ++k) sampler->Next();
+      jumped += rejoin - c;
+      c = rejoin;
+      GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));
+      GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
+      comm_s += t.wait_seconds;
+      for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
+      {
+        std::lock_guard<std::mutex> lock(progress.mu);
+        progress.clock = c;
+      }
+    }
     const bool more = c + 1 < steps;
     // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
     if (depth == 1 && more && job.training.prefetch)
@@ -271,7 +296,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       std::lock_guard<std::mutex> lock(progress.mu);
       progress.clock = c + 1;
       auto& p = progress.p;
-      p.set_steps(c + 1 - assignment.start_clock());
+      p.set_steps(c + 1 - assignment.start_clock() - jumped);
       p.set_samples(samples);
       p.set_loss(loss_ema);
       p.set_train_accuracy(acc_ema);
@@ -307,8 +332,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     progress.p.set_comm_seconds(comm_s);
   }
   write_stats(true);
-  GD_LOG(INFO) << "done: " << (c - assignment.start_clock()) << " steps, " << samples << " samples in " << seconds
-               << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s << " s)";
+  GD_LOG(INFO) << "done: " << (c - assignment.start_clock() - jumped) << " steps, " << samples << " samples in "
+               << seconds << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
+               << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member.replies();
   WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));

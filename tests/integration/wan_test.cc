@@ -136,5 +136,90 @@ TEST(WanLaunchTest, BadPartitionsAndRoutesAreClearErrors) {
   EXPECT_NE(route.output.find("--route 'tcp://127.0.0.1:5=nonsense'"), std::string::npos) << route.output;
 }
 
+// A partition that cuts region c (workers only) off from the rest: the
+// others stall no longer than the lease, keep training while c is cut off,
+// and when the link heals c's worker registers again and skips to the live
+// clock instead of making everyone wait while it catches up step by step.
+const char* kPartitionJob = R"(
+name: partition
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+  c: {servers: 0, workers: 1}
+model: {name: synthetic, synthetic_params: 20000}
+training: {steps: 100000, staleness_bound: 0}
+membership: {heartbeat_ms: 100, lease_ms: 1000, report_after_s: 1}
+wan:
+  emulation: proxy
+  probe: false
+  links:
+    - {regions: [a, b], rtt_ms: 2}
+    - {regions: [a, c], rtt_ms: 2}
+    - {regions: [b, c], rtt_ms: 2}
+)";
+
+// The finished clocks of every worker, from `geodesic status`.
+std::vector<int64_t> WorkerClocks(const std::string& run_dir) {
+  auto st = RunGeodesic({"status", run_dir}, 30);
+  std::vector<int64_t> out;
+  if (st.exit_code != 0) return out;
+  auto view = nlohmann::json::parse(st.output, nullptr, false);
+  if (!view.is_object()) return out;
+  for (auto& w : view["workers"]) out.push_back(std::stoll(w.value("clock", std::string("0"))));
+  return out;
+}
+
+TEST(WanLaunchTest, APartitionedRegionStallsNobodyElseAndCatchesUpWhenHealed) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kPartitionJob);
+  // Cut c off from both other regions 1 s into training, for 5 s.
+  testing::Process launch(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--cut", "c:a@1+5", "--cut", "c:b@1+5"},
+      dir / "launch.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "run/pids.json", 60)) << testing::ReadText(dir / "launch.log");
+  // Wait until c's worker has been dropped (cut at 1 s, lease 1 s), then
+  // sample the clocks twice while it is cut off.
+  bool dropped = false;
+  for (int i = 0; i < 100 && !dropped; ++i) {
+    auto st = RunGeodesic({"status", dir / "run"}, 30);
+    auto view = nlohmann::json::parse(st.output, nullptr, false);
+    dropped = view.is_object() && view["workers"].size() == 3 && !view["workers"][2].value("live", false) &&
+              view.value("trainingStarted", false);
+    if (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(dropped) << testing::ReadText(dir / "launch.log");
+  auto first = WorkerClocks(dir / "run");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  auto second = WorkerClocks(dir / "run");
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(second.size(), 3u);
+  EXPECT_GT(second[0], first[0] + 10) << "worker 0 stalled while c was cut off";
+  EXPECT_GT(second[1], first[1] + 10) << "worker 1 stalled while c was cut off";
+  EXPECT_EQ(second[2], first[2]) << "worker 2 in c trained while cut off?";
+  // After the heal, worker 2 skips ahead to the others and the job ends.
+  bool rejoined = false;
+  for (int i = 0; i < 300 && !rejoined; ++i) {
+    rejoined =
+        testing::ReadText(dir / "run/logs/worker-2.log").find("rejoined after losing our lease") != std::string::npos;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(rejoined) << testing::ReadText(dir / "run/logs/worker-2.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  auto after = WorkerClocks(dir / "run");
+  ASSERT_EQ(after.size(), 3u);
+  // Back in step (BSP), not hundreds of clocks behind: the clocks in the
+  // status come from heartbeats (every 100 ms), so allow their lag.
+  EXPECT_LT(std::abs(after[2] - after[0]), 150) << after[0] << " vs " << after[2];
+  EXPECT_GT(after[0] - first[2], 300) << "the cut was too short to tell";
+  EXPECT_GT(after[0], second[0] + 10) << "the others stalled after the heal";
+  launch.Signal(SIGINT);
+  EXPECT_EQ(launch.Wait(60), 130) << testing::ReadText(dir / "launch.log");
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  std::vector<std::string> events;
+  for (auto& e : s["link_events"]) events.push_back(e["action"].get<std::string>());
+  EXPECT_EQ(std::count(events.begin(), events.end(), "cut"), 2) << s["link_events"].dump();
+  EXPECT_EQ(std::count(events.begin(), events.end(), "heal"), 2) << s["link_events"].dump();
+}
+
 }  // namespace
 }  // namespace geodesic
