@@ -47,6 +47,12 @@ Status Child::Start() {
     if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
     ::dup2(fd, STDOUT_FILENO);
     ::dup2(fd, STDERR_FILENO);
+    // Nothing else of the launcher's crosses into the child: an inherited
+    // socket (the link emulator's accepted connections, its listeners)
+    // would stay open in the child after the launcher closed it, and the
+    // peer would never see the close. A restarted shard's clients then
+    // wrote into a connection nobody read.
+    ::close_range(3, ~0U, 0);
     ::execv(args[0], args.data());
     const char msg[] = "exec failed\n";
     ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);

@@ -236,7 +236,14 @@ void Server::SyncMembership() {
     // further if this shard's checkpoint says so.
     clocks_from_coordinator_ = false;
     clocks_ = ClockTable(options_.job.training.staleness_bound);
-    clocks_.SetLive(v.live, v.clocks);
+    // A worker's clock at the coordinator is the step it pulled; it may
+    // already have pushed that step to our predecessor and been answered,
+    // and it will not send it again. Count that step as finished here, or a
+    // BSP shard would wait forever for it. (A push of it still on its way
+    // is then a late one: dropped under BSP, applied when asynchronous.)
+    std::vector<int64_t> seeds = v.clocks;
+    for (auto& c : seeds) ++c;
+    clocks_.SetLive(v.live, seeds);
     for (int w = 0; w < num_workers_; ++w)
       if (shard_->CompletedClock(w) >= 0) clocks_.Finished(w, shard_->CompletedClock(w));
     GD_LOG(INFO) << "clocks from the coordinator: slowest live worker at " << clocks_.MinClock();

@@ -63,7 +63,9 @@ PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
   po.id = id;
   po.wire = job.wire;
   po.timing = job.membership;
-  po.retry_after_s = std::max(5.0, 2.0 * job.membership.lease_ms / 1000.0);
+  // A shard silent for a lease has probably been restarted (its requests
+  // in flight died with it): ask again then.
+  po.retry_after_s = std::max(1.0, job.membership.lease_ms / 1000.0);
   return po;
 }
 

@@ -1,0 +1,107 @@
+// The chaos test (slow): the default job (examples/fashion_mnist.yaml, the
+// CNN on Fashion-MNIST, BSP) while a random worker, a random server shard
+// and the coordinator are killed with SIGKILL at random moments and the two
+// regions are cut apart for a while. It must still reach the job's
+// accuracy target. It prints a report: the faults, the time to recover from
+// each, updates acknowledged vs. taken where the summary has them, the
+// staleness histogram and the final accuracy; the report is also written to
+// the run directory. The moments and targets come from a seed printed at
+// the start; GEODESIC_CHAOS_SEED=N repeats a run.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <random>
+
+#include "tests/integration/harness.h"
+
+namespace geodesic {
+namespace {
+
+using testing::RunGeodesic;
+using testing::TempDir;
+
+std::string Fixed(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", v);
+  return buf;
+}
+
+TEST(TrainingChaosTest, DefaultJobReachesItsTargetThroughKillsAndAPartition) {
+  TempDir dir;
+  uint64_t seed = std::random_device{}();
+  if (const char* s = std::getenv("GEODESIC_CHAOS_SEED")) seed = std::strtoull(s, nullptr, 10);
+  std::mt19937_64 rng(seed);
+  auto pick = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  const int worker = static_cast<int>(rng() % 4), server = static_cast<int>(rng() % 2);
+  const double t_worker = pick(3, 7), t_server = pick(7, 11), t_coordinator = pick(11, 14), t_cut = pick(14, 17);
+  std::cout << "chaos seed " << seed << " (GEODESIC_CHAOS_SEED=" << seed << " repeats this run)" << std::endl;
+
+  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
+  // The default job, plus: an emulated link between its two regions (LAN
+  // speed) so that they can be cut apart, shorter leases so that faults are
+  // noticed within a second and a half, and checkpoints every 25 clocks.
+  std::vector<std::string> args = {"launch",
+                                   example,
+                                   "--run-dir",
+                                   dir / "run",
+                                   "--quiet",
+                                   "--restart-workers",
+                                   "--set",
+                                   "wan.emulation=proxy",
+                                   "--set",
+                                   "wan.links=[{regions: [us-east, eu-west], rtt_ms: 1}]",
+                                   "--set",
+                                   "wan.probe=false",
+                                   "--set",
+                                   "membership.heartbeat_ms=200",
+                                   "--set",
+                                   "membership.lease_ms=1500",
+                                   "--set",
+                                   "checkpoint.every_clocks=25",
+                                   "--kill",
+                                   "worker:" + std::to_string(worker) + "@" + Fixed(t_worker),
+                                   "--kill",
+                                   "server:" + std::to_string(server) + "@" + Fixed(t_server),
+                                   "--kill",
+                                   "coordinator:0@" + Fixed(t_coordinator),
+                                   "--cut",
+                                   "us-east:eu-west@" + Fixed(t_cut) + "+3"};
+  auto r = RunGeodesic(args, 900);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(s.is_object());
+
+  // The report.
+  nlohmann::json report;
+  report["seed"] = seed;
+  report["faults_injected"] = s["faults_injected"];
+  report["link_events"] = s["link_events"];
+  report["recoveries"] = s["recoveries"];
+  report["staleness_histogram"] = s["staleness_histogram"];
+  report["test_accuracy"] = s["test_accuracy"];
+  report["seconds_to_target"] = s["seconds_to_target"];
+  report["wall_seconds"] = s["wall_seconds"];
+  for (const char* k : {"pushes_acknowledged", "updates_taken"})
+    if (s.contains(k)) report[k] = s[k];
+  testing::WriteText(dir / "run/chaos_report.json", report.dump(2));
+  std::cout << "chaos report:\n" << report.dump(2) << std::endl;
+
+  EXPECT_EQ(s["status"], "finished");
+  // Every fault was injected and every process came back.
+  EXPECT_EQ(s["faults_injected"].size(), 3u) << s["faults_injected"].dump();
+  ASSERT_EQ(s["recoveries"].size(), 3u) << s["recoveries"].dump();
+  for (const auto& rec : s["recoveries"]) {
+    bool measured = rec.contains("seconds_to_first_step") || rec.contains("seconds_to_first_update") ||
+                    rec.contains("seconds_to_first_status");
+    EXPECT_TRUE(measured) << rec.dump();
+  }
+  EXPECT_EQ(s["link_events"].size(), 2u) << s["link_events"].dump();
+  if (s.contains("pushes_acknowledged") && s.contains("updates_taken"))
+    EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]);
+  ASSERT_TRUE(s["test_accuracy"].is_number()) << s.dump(2);
+  EXPECT_GE(s["test_accuracy"].get<double>(), s["target_accuracy"].get<double>());
+}
+
+}  // namespace
+}  // namespace geodesic
