@@ -4,6 +4,8 @@
 # under AddressSanitizer/UBSan and each decoder's libFuzzer target for a
 # bounded time (scripts/fuzz.sh; FUZZ_SECONDS per target, default 20).
 # For the fast tests alone: ctest --test-dir build -L fast
+# The full build under ASan/UBSan (scripts/sanitize.sh) is not run here: it
+# adds about 20 minutes on 2 cores (docs/wire.md, "Fuzzing and sanitizers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

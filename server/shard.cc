@@ -231,7 +231,7 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
       if (a.size() % sizeof(float) != 0)
         return DataLoss(where + ": optimizer array of " + std::to_string(a.size()) + " bytes is not float32");
       std::vector<float> v(a.size() / sizeof(float));
-      std::memcpy(v.data(), a.data(), a.size());
+      if (!a.empty()) std::memcpy(v.data(), a.data(), a.size());  // an empty vector's data() may be null
       st.arrays.push_back(std::move(v));
     }
     auto probe = MakeChunkOptimizer(options_.optimizer, c.size);

@@ -204,20 +204,23 @@ TEST(LinkEmulatorTest, ProbesMeasureTheConfiguredThreeRegionMatrix) {
       // A probe is a timing measurement: on a loaded machine (this one is
       // shared) a descheduled thread can delay several pings or the ack by
       // tens of ms, so a probe outside the tolerance is repeated, twice at most.
+      // The same delays make a disturbed probe slow, so the time bound is
+      // checked on the probe that is kept.
       auto within = [&](const LinkMeasurement& m) {
         return std::abs(m.rtt_ms - pair.rtt_ms) <= 0.1 * pair.rtt_ms && std::abs(m.mbit - pair.mbit) <= 0.1 * pair.mbit;
       };
       StatusOr<LinkMeasurement> m = Status(Code::kInternal, "not probed");
+      double probe_s = 0;
       for (int attempt = 0; attempt < 3 && !(m.ok() && within(*m)); ++attempt) {
         const auto probe_start = SteadyClock::now();
         m = ProbeLink("127.0.0.1", *route);
         ASSERT_TRUE(m.ok()) << m.status();
-        const double probe_s = SecondsSince(probe_start);
+        probe_s = SecondsSince(probe_start);
         std::printf("%-5s -> %-5s rtt %6.1f ms (configured %5.1f)  %6.1f Mbit/s (configured %5.1f)  probe %.2f s%s\n",
                     regions[from].c_str(), regions[to].c_str(), m->rtt_ms, pair.rtt_ms, m->mbit, pair.mbit, probe_s,
                     attempt > 0 ? " (repeated)" : "");
-        EXPECT_LT(probe_s, 1.2) << "one probe should take about a second at most";
       }
+      EXPECT_LT(probe_s, 1.2) << "one probe should take about a second at most";
       EXPECT_NEAR(m->rtt_ms, pair.rtt_ms, 0.1 * pair.rtt_ms) << regions[from] << " -> " << regions[to];
       EXPECT_NEAR(m->mbit, pair.mbit, 0.1 * pair.mbit) << regions[from] << " -> " << regions[to];
     }
