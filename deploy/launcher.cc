@@ -74,9 +74,12 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
     }
     int count = role == "worker"        ? job.NumWorkers()
                 : role == "server"      ? job.NumServers()
+                : role == "backup"      ? job.NumServers() * job.replication.backups
                 : role == "coordinator" ? 1
                                         : 0;
-    if (count == 0) return InvalidArgument("--kill '" + s + "': role must be worker, server or coordinator");
+    if (count == 0)
+      return InvalidArgument("--kill '" + s +
+                             "': role must be worker, server, coordinator or (replicated jobs) backup");
     if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
     k.target = role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id);
     k.after_s = after;
@@ -911,8 +914,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // Replicated jobs: each shard's last serving process is its promoted
   // backup, if any, else its primary; only those count for the shard.
   std::set<int> promoted;
-  for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
-    if (ReadJson(run_dir + "/stats/backup-" + std::to_string(i) + ".json").value("promoted", false)) promoted.insert(i);
+  for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i) {
+    json b = ReadJson(run_dir + "/stats/backup-" + std::to_string(i) + ".json");  // null if it died before writing
+    if (b.is_object() && b.value("promoted", false)) promoted.insert(i);
+  }
   auto serving = [&](const std::string& name, const json& stats) {
     const int id = stats.value("id", -1);
     return name.rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;

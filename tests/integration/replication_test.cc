@@ -92,6 +92,27 @@ TEST(ReplicationTest, AsyncFailoverLosesNothing) {
   for (size_t i = 0; i < 50000; ++i) ASSERT_TRUE(std::isfinite(v[i])) << i;
 }
 
+// A backup that dies leaves its primary to acknowledge alone (degraded)
+// after holding acks for one lease: training goes on, nothing is lost.
+TEST(ReplicationTest, DeadBackupDegradesItsPrimaryAndTrainingGoesOn) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kReplicated);
+  auto s = Launch(dir, "run", {"--set", "training.staleness_bound=2", "--kill", "backup:0@1.5"});
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "finished");
+  EXPECT_EQ(s["recoveries"].size(), 0u);
+  EXPECT_EQ(s["replication"]["promoted"].size(), 0u);
+  EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]) << s.dump();
+  for (const char* w : {"worker-0", "worker-1", "worker-2"})
+    EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 3000) << w;
+  auto stats = testing::ReadJson(dir / "run/stats/server-0.json");
+  EXPECT_EQ(stats["replication_degraded"], true) << stats.dump();
+  EXPECT_EQ(testing::ReadJson(dir / "run/stats/server-1.json")["replication_degraded"], false);
+  const std::string log = testing::ReadText(dir / "run/logs/server-0.log");
+  EXPECT_NE(log.find("replication to"), std::string::npos) << log;
+  EXPECT_NE(log.find("without a backup (degraded)"), std::string::npos) << log;
+}
+
 TEST(ReplicationTest, ReplicationWithCurveIsRefusedClearly) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kReplicated);
