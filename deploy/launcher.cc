@@ -673,10 +673,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
         for (auto& slot : children)
           if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
-      } else if (!evaluator_done_at && !e.ok() && n.rfind("backup-", 0) == 0) {
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("backup-", 0) == 0 && training_started_at) {
         // The primary goes on alone (degraded) until the job ends.
         progress.Say("geodesic: " + n + " " + e.Describe() + "; its primary continues without a backup");
-      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && job.replication.backups > 0) {
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && job.replication.backups > 0 &&
+                 training_started_at) {
         // Its backup takes over once the primary's lease expires; nothing
         // restarts. Timed from the kill (if injected) to the promoted
         // backup's first applied update.
@@ -690,7 +691,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         recoveries.push_back(
             {{"target", n}, {"exit", e.Describe()}, {"died_at_training_seconds", t}, {"failover", true}});
         recovering[n] = {recoveries.size() - 1, since, -1};
-      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxRestarts) {
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxRestarts &&
+                 job.replication.backups == 0) {
         // A shard that dies is restarted in place from its newest checkpoint,
         // on the endpoint it held, so that workers reconnect by themselves.
         const int id = std::stoi(n.substr(7));
@@ -837,9 +839,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         for (auto& c : children)
           if (c->name() == k.target && c->running()) {
             c->Signal(k.signal);
-            killed_at[k.target] = std::chrono::steady_clock::now();
-            killed_unix[k.target] =
-                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+            // A failover is timed from the first fault (a STOP, not its CONT).
+            killed_at.emplace(k.target, std::chrono::steady_clock::now());
+            killed_unix.emplace(
+                k.target, std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
             progress.Say("geodesic: fault injection: " + k.signal_name + " to " + k.target + " after " +
                          Fmt("%.1f", t) + " s of training");
             faults.push_back({{"target", k.target}, {"signal", k.signal_name}, {"at_training_seconds", t}});

@@ -314,6 +314,15 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
 
 wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const wire::Heartbeat& hb) {
   wire::HeartbeatReply r;
+  if (role == wire::SERVER && replicated() && promoted_[id]) {
+    // The old primary is alive after all (it paused, or was cut off): it
+    // renews nothing and learns that its backup serves now, so it stops.
+    r.set_known(true);
+    r.set_membership_epoch(epoch_);
+    r.set_servers_epoch(servers_epoch_);
+    AddServers(r.mutable_servers());
+    return r;
+  }
   Member* m = Find(role, id);
   if (!m || !m->live) {
     r.set_known(false);
@@ -400,7 +409,9 @@ std::vector<std::string> CoordinatorState::ExpireLeases() {
       const bool backup_was_live = backups_[i].live;
       expire(backups_[i], wire::BACKUP, i);
       if (backup_was_live && !backups_[i].live) ++servers_epoch_;  // the primary goes on alone
-      if (was_live && !servers_[i].live && backups_[i].live) {
+      // Only once training started: before that the rendezvous (which
+      // renews leases only every 200 ms) would swap members under it.
+      if (started_ && was_live && !servers_[i].live && backups_[i].live) {
         // The backup holds every update the primary acknowledged: it serves now.
         servers_[i] = backups_[i];
         backups_[i] = Member{};

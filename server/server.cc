@@ -159,6 +159,13 @@ void Server::DrainReplica() {
     }
     const wire::Header& h = in->message.header;
     if (h.has_error_reply()) {
+      if (h.error_reply().message().find("was promoted") != std::string::npos) {
+        // We were declared dead and our backup serves now: acknowledging
+        // anything more here could lose it. Workers resend to the backup.
+        fenced_ = "the backup was promoted (" + h.error_reply().message() + ")";
+        held_acks_.clear();
+        return;
+      }
       ReplicationDegraded("the backup refused an op: " + h.error_reply().message());
       return;
     }
@@ -344,6 +351,10 @@ void Server::SyncMembership() {
       if (shard_->CompletedClock(w) >= 0) clocks_.Finished(w, shard_->CompletedClock(w));
     GD_LOG(INFO) << "clocks from the coordinator: slowest live worker at " << clocks_.MinClock();
   }
+  if (replica_)
+    for (const auto& si : v.servers)
+      if (si.id() == options_.id && !si.endpoint().empty() && si.endpoint() != socket_.endpoint())
+        fenced_ = "the coordinator says shard " + std::to_string(options_.id) + " is served at " + si.endpoint();
   clocks_.SetLive(v.live, v.clocks);
   if (replica_ && !degraded_ && v.live != replicated_live_) {
     // Same live set, same rounds closed on the backup. Its ack holds nothing:
@@ -665,6 +676,14 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (!err.ok() && err.message() != reported_error_) {
       reported_error_ = err.message();
       GD_LOG(ERROR) << err;
+    }
+    if (!fenced_.empty()) {
+      // Fenced: exit without answering anything more (an error exit, so the
+      // launcher counts a failover).
+      GD_LOG(ERROR) << "stopping: " << fenced_;
+      member_->Stop(false);
+      WriteStats();
+      return FailedPrecondition("server " + std::to_string(options_.id) + " fenced: " + fenced_);
     }
     if (member_->view().job_finished) {
       GD_LOG(INFO) << "job finished; " << shard_->updates_applied() << " updates applied, staleness mean "

@@ -170,6 +170,7 @@ class Server {
   std::deque<HeldAck> held_acks_;
   std::vector<int> replicated_live_;
   bool degraded_ = false;
+  std::string fenced_;  // why this primary stopped serving: its backup was promoted
   uint64_t replicated_ops_ = 0;
   // Backup: the last op applied, requests that came before the promotion.
   uint64_t applied_seq_ = 0;

@@ -113,6 +113,25 @@ TEST(ReplicationTest, DeadBackupDegradesItsPrimaryAndTrainingGoesOn) {
   EXPECT_NE(log.find("without a backup (degraded)"), std::string::npos) << log;
 }
 
+// A primary that pauses past its lease (SIGSTOP) is replaced; when it runs
+// again it sees its shard served elsewhere and exits without acknowledging
+// anything more: still nothing lost.
+TEST(ReplicationTest, PausedPrimaryIsFencedAndLosesNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kReplicated);
+  auto s =
+      Launch(dir, "run",
+             {"--set", "training.staleness_bound=2", "--kill", "server:0@1.5:STOP", "--kill", "server:0@3.5:CONT"});
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "finished");
+  ASSERT_EQ(s["recoveries"].size(), 1u) << s["recoveries"].dump();
+  EXPECT_EQ(s["recoveries"][0]["exit"], "exited 1");
+  EXPECT_LT(s["recoveries"][0]["seconds_to_first_update"].get<double>(), 10);  // from the STOP
+  EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]) << s.dump();
+  const std::string log = testing::ReadText(dir / "run/logs/server-0.log");
+  EXPECT_NE(log.find("fenced"), std::string::npos) << log;
+}
+
 TEST(ReplicationTest, ReplicationWithCurveIsRefusedClearly) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kReplicated);

@@ -316,6 +316,15 @@ TEST(ReplicatedCoordinatorTest, RendezvousWaitsForBackupsAndPromotesOnPrimaryDea
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->ready());
   EXPECT_EQ(r->waiting_for(), "backups of servers 0,1");
+  // Before training starts nobody is promoted, whatever the leases say.
+  ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
+  clock.Advance(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
+  state.ExpireLeases();
+  EXPECT_EQ(state.promotions(), 0);
+  for (auto [role, id, ep] : {std::tuple{wire::SERVER, 0, "tcp://p:0"}, {wire::SERVER, 1, "tcp://p:1"}})
+    ASSERT_TRUE(state.Register(role, id, ServerReq(ep)).ok());
+  ASSERT_TRUE(state.Register(wire::WORKER, 0, WorkerReq()).ok());
   ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
   EXPECT_FALSE(state.Register(wire::BACKUP, 2, ServerReq("tcp://b:2")).ok());  // no such shard
   ASSERT_TRUE(state.Register(wire::BACKUP, 1, ServerReq("tcp://b:1")).ok());
@@ -351,8 +360,13 @@ TEST(ReplicatedCoordinatorTest, RendezvousWaitsForBackupsAndPromotesOnPrimaryDea
   EXPECT_EQ(w.servers(1).endpoint(), "tcp://p:1");
   hb.set_servers_epoch(state.servers_epoch());
   EXPECT_EQ(state.Heartbeat(wire::WORKER, 0, hb).servers_size(), 0);  // up to date: nothing sent
-  // The old primary, restarted, cannot take the shard back.
+  // The old primary, restarted, cannot take the shard back; alive after all
+  // (a pause), its heartbeat renews nothing and tells it who serves now.
   EXPECT_FALSE(state.Register(wire::SERVER, 0, ServerReq("tcp://p:9")).ok());
+  hb.set_servers_epoch(0);
+  wire::HeartbeatReply zombie = state.Heartbeat(wire::SERVER, 0, hb);
+  ASSERT_EQ(zombie.servers_size(), 2);
+  EXPECT_EQ(zombie.servers(0).endpoint(), "tcp://b:0");
 
   // A backup whose lease expires leaves its primary alone (degraded), not promoted.
   for (int step = 0; step < 12; ++step) {
