@@ -32,6 +32,8 @@ struct BenchOptions {
   bool resume = false;               // compression: reuse finished runs of the same configuration in --out
   std::vector<std::string> configs;  // wan: which configurations (empty: all)
   double snapshot_every_s = 2;       // wan: accuracy-curve resolution
+  int kills = 5;                     // failover: runs with a primary killed
+  int rounds = 2;                    // failover: plain/replicated throughput pairs
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ
@@ -55,6 +57,9 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
 // (default: the three-region example), emulated and probed as a launch does.
 Status RunLinksBench(const BenchOptions& options, const std::atomic<bool>* stop);
 // The raw ZeroMQ peer of the transport bench.
+// Steps/s of a synthetic job without and with shard backups, then the
+// failover time (median over `kills` SIGKILLs of a primary) and zero loss.
+Status RunFailoverBench(const BenchOptions& options, const std::atomic<bool>* stop);
 Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop);
 
 }  // namespace geodesic::bench

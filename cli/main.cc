@@ -195,6 +195,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   s_cmd->add_flag("--recover", srv.recover,
                   "restarted after a crash: load this shard's newest checkpoint from --checkpoint-dir");
+  s_cmd->add_flag("--backup", srv.backup,
+                  "be this shard's backup (replication.backups: 1): apply the primary's updates and take over "
+                  "when it dies");
   MemberSecurityFlags server_sec;
   server_sec.Add(s_cmd);
 
@@ -344,6 +347,14 @@ int main(int argc, char** argv) {
   bk_cmd->add_flag("--json", bk_opts.json, "print JSON records");
   bk_cmd->add_option("--job", bk_opts.job_file, "job file whose wan.links to emulate and probe")
       ->default_val("examples/three_regions.yaml");
+  bench::BenchOptions bf_opts;
+  auto* bf_cmd = b_cmd->add_subcommand(
+      "failover", "replicated shards: steps/s with and without backups, and failover time over several kills");
+  bf_cmd->add_flag("--json", bf_opts.json, "print JSON");
+  bf_cmd->add_option("--kills", bf_opts.kills, "runs with a primary SIGKILLed 1.5 s into training")->default_val(5);
+  bf_cmd->add_option("--rounds", bf_opts.rounds, "plain/replicated throughput pairs")->default_val(2);
+  bf_cmd->add_option("--out", bf_opts.result_file, "run directories go here")->default_val("runs/failover");
+  bf_cmd->add_option("--set", bf_opts.overrides, "override a key of every run's job");
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
   bs_cmd->add_option("--endpoint", bs_opts.endpoint)->required();
   bs_cmd->group("");
@@ -488,6 +499,8 @@ int main(int argc, char** argv) {
       s = bench::RunCompressionSweep(bw_opts, &g_stop);
     else if (bn_cmd->parsed())
       s = bench::RunWanExperiment(bn_opts, &g_stop);
+    else if (bf_cmd->parsed())
+      s = bench::RunFailoverBench(bf_opts, &g_stop);
     else if (bk_cmd->parsed())
       s = bench::RunLinksBench(bk_opts, &g_stop);
     else if (bs_cmd->parsed())

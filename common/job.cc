@@ -203,6 +203,13 @@ const RegionSpec& JobSpec::RegionOfServer(int id) const {
   return regions.back();
 }
 
+const RegionSpec& JobSpec::RegionOfBackup(int id) const {
+  const RegionSpec& primary = RegionOfServer(id);
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (&regions[i] == &primary) return regions[(i + 1) % regions.size()];
+  return primary;
+}
+
 const RegionSpec& JobSpec::RegionOfWorker(int id) const {
   for (const auto& r : regions) {
     if (id < r.workers) return r;
@@ -439,6 +446,13 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
           "must be in [2, 1000] (the previous checkpoint is the fallback for a corrupt newest one)");
   }
   {
+    MapReader r(top.child("replication"), "replication", &errors);
+    r.Get("backups", &job.replication.backups);
+    r.Finish();
+    Check(job.replication.backups == 0 || job.replication.backups == 1, &errors, "replication.backups",
+          "must be 0 (no replication) or 1 (one backup per shard)");
+  }
+  {
     MapReader r(top.child("compression"), "compression", &errors);
     auto& c = job.compression;
     r.Get("push", &c.push);
@@ -567,6 +581,8 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(job.FindRegion(job.coordinator_region), &errors, "coordinator_region",
           "'" + job.coordinator_region + "' is not a region of this job");
   }
+  Check(job.replication.backups == 0 || job.security.mode == "none", &errors, "replication.backups",
+        "replication with security.mode curve is not supported yet (backups would need the primary's key)");
   Check(ValidName(job.name), &errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
 
   if (!errors.empty()) {
@@ -683,6 +699,9 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "every_clocks" << YAML::Value << job.checkpoint.every_clocks;
   out << YAML::Key << "keep" << YAML::Value << job.checkpoint.keep;
   out << YAML::Key << "on_stop" << YAML::Value << job.checkpoint.on_stop;
+  out << YAML::EndMap;
+  out << YAML::Key << "replication" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "backups" << YAML::Value << job.replication.backups;
   out << YAML::EndMap;
   out << YAML::Key << "security" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "mode" << YAML::Value << job.security.mode;

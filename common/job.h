@@ -150,6 +150,13 @@ struct CheckpointSpec {
   bool on_stop = true;         // also when the shard is stopped (Ctrl-C, SIGTERM) and when the job ends
 };
 
+// Primary-backup replication of server shards (docs/reliability.md). With
+// one backup per shard, a push is acknowledged only once the shard's backup
+// holds it too, so losing a primary loses no acknowledged update.
+struct ReplicationSpec {
+  int backups = 0;  // 0: none; 1: one backup per shard, in the next region (file order) when there are several
+};
+
 // Transport security (docs/security.md). `none`: plaintext, anyone who can
 // reach a port can join. `curve`: every connection runs CurveZMQ and joining
 // needs a token signed with the job's secret.
@@ -174,6 +181,7 @@ struct JobSpec {
   MembershipSpec membership;
   EvalSpec eval;
   CheckpointSpec checkpoint;
+  ReplicationSpec replication;
   CompressionSpec compression;
   WanSpec wan;
   SecuritySpec security;
@@ -184,6 +192,9 @@ struct JobSpec {
   const RegionSpec& RegionOfServer(int id) const;
   const RegionSpec& RegionOfWorker(int id) const;
   const RegionSpec& CoordinatorRegion() const;
+  // Where shard `id`'s backup runs: the region after its primary's in file
+  // order (wrapping), or the primary's own when the job has one region.
+  const RegionSpec& RegionOfBackup(int id) const;
   // The region named `name`, or nullptr.
   const RegionSpec* FindRegion(const std::string& name) const;
   // The codec names for traffic between a worker in `worker_region` and a

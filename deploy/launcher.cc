@@ -14,6 +14,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <zmq.hpp>
@@ -73,9 +74,12 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
     }
     int count = role == "worker"        ? job.NumWorkers()
                 : role == "server"      ? job.NumServers()
+                : role == "backup"      ? job.NumServers() * job.replication.backups
                 : role == "coordinator" ? 1
                                         : 0;
-    if (count == 0) return InvalidArgument("--kill '" + s + "': role must be worker, server or coordinator");
+    if (count == 0)
+      return InvalidArgument("--kill '" + s +
+                             "': role must be worker, server, coordinator or (replicated jobs) backup");
     if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
     k.target = role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id);
     k.after_s = after;
@@ -536,6 +540,22 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "server", i));
     GD_RETURN_IF_ERROR(start_child(name, append(args, sec), job.RegionOfServer(i).name));
   }
+  // Replicated jobs: each shard's backup, in the next region (job.h). It
+  // binds its region's host; with emulated WAN links the primary reaches it
+  // directly (replication traffic is not shaped).
+  for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i) {
+    std::string name = "backup-" + std::to_string(i);
+    const RegionSpec& region = job.RegionOfBackup(i);
+    std::vector<std::string> args = {"server",        "--backup",
+                                     "--job",         job_path,
+                                     "--id",          std::to_string(i),
+                                     "--coordinator", endpoint,
+                                     "--stats-file",  run_dir + "/stats/" + name + ".json",
+                                     "--bind",        "tcp://" + region.host + ":*"};
+    args = append(args, {"--checkpoint-dir", checkpoint_dir});
+    if (wan) args = append(args, routes_for(region.name));
+    GD_RETURN_IF_ERROR(start_child(name, args, region.name));
+  }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);
     std::vector<std::string> args = {"worker", "--job",           job_path,
@@ -581,6 +601,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     int64_t baseline = -1;  // updates_applied when first seen live again
   };
   std::map<std::string, Recovering> recovering;
+  std::map<std::string, std::chrono::steady_clock::time_point> killed_at;  // by --kill
+  std::map<std::string, double> killed_unix;                               // the same, wall clock
   json link_events = json::array();
   double rate = 0;
   int64_t prev_samples = -1;
@@ -674,7 +696,26 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
         for (auto& slot : children)
           if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
-      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxRestarts) {
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("backup-", 0) == 0 && training_started_at) {
+        // The primary goes on alone (degraded) until the job ends.
+        progress.Say("geodesic: " + n + " " + e.Describe() + "; its primary continues without a backup");
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && job.replication.backups > 0 &&
+                 training_started_at) {
+        // Its backup takes over once the primary's lease expires; nothing
+        // restarts. Timed from the kill (if injected) to the promoted
+        // backup's first applied update.
+        double t = training_started_at
+                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+                       : 0.0;
+        auto since = std::chrono::steady_clock::now();
+        if (auto k = killed_at.find(n); k != killed_at.end()) since = k->second;
+        progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
+                     " s of training; its backup takes over");
+        recoveries.push_back(
+            {{"target", n}, {"exit", e.Describe()}, {"died_at_training_seconds", t}, {"failover", true}});
+        recovering[n] = {recoveries.size() - 1, since, -1};
+      } else if (!evaluator_done_at && !e.ok() && n.rfind("server-", 0) == 0 && restarts[n] < kMaxRestarts &&
+                 job.replication.backups == 0) {
         // A shard that dies is restarted in place from its newest checkpoint,
         // on the endpoint it held, so that workers reconnect by themselves.
         const int id = std::stoi(n.substr(7));
@@ -780,6 +821,13 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
           what = " trains again, ";
           for (const auto& w : st->workers())
             if (w.id() == std::stoi(n.substr(7)) && w.live()) counter = w.progress().steps();
+        } else if (job.replication.backups > 0) {
+          // A failover: the promoted backup says when it took over.
+          what = "'s backup applies updates, ";
+          it->second.baseline = 0;
+          for (const auto& sv : st->servers())
+            if (sv.id() == std::stoi(n.substr(7)) && sv.live() && sv.progress().promoted())
+              counter = static_cast<int64_t>(sv.progress().updates_applied() - sv.progress().updates_at_promotion());
         } else {
           for (const auto& sv : st->servers())
             if (sv.id() == std::stoi(n.substr(7)) && sv.live())
@@ -816,6 +864,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         for (auto& c : children)
           if (c->name() == k.target && c->running()) {
             c->Signal(k.signal);
+            // A failover is timed from the first fault (a STOP, not its CONT).
+            killed_at.emplace(k.target, std::chrono::steady_clock::now());
+            killed_unix.emplace(
+                k.target, std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
             progress.Say("geodesic: fault injection: " + k.signal_name + " to " + k.target + " after " +
                          Fmt("%.1f", t) + " s of training");
             faults.push_back({{"target", k.target}, {"signal", k.signal_name}, {"at_training_seconds", t}});
@@ -887,6 +939,18 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // region -> worker region): the mean over the region's workers of each
   // one's reply throughput (one flow's share of the path) and the least RTT.
   std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
+  // Replicated jobs: each shard's last serving process is its promoted
+  // backup, if any, else its primary; only those count for the shard.
+  std::set<int> promoted;
+  for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i) {
+    json b = ReadJson(run_dir + "/stats/backup-" + std::to_string(i) + ".json");  // null if it died before writing
+    if (b.is_object() && b.value("promoted", false)) promoted.insert(i);
+  }
+  auto serving = [&](const std::string& name, const json& stats) {
+    const int id = stats.value("id", -1);
+    return name.rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;
+  };
+  uint64_t pushes_acknowledged = 0, updates_taken = 0, duplicates = 0;
   for (auto& c : children) {
     json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
     json p = {{"name", c->name()}, {"pid", c->pid()}, {"log", c->log_file()}};
@@ -924,7 +988,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                               {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
                               {"steps", stats.value("steps", int64_t{0})}};
     }
-    if (stats.value("role", "") == "server") {
+    if (stats.value("role", "") == "worker") pushes_acknowledged += stats.value("chunks_acknowledged", uint64_t{0});
+    if (stats.value("role", "") == "server" && serving(c->name(), stats)) {
+      updates_taken += stats.value("updates_taken", uint64_t{0});
+      duplicates += stats.value("duplicates", uint64_t{0});
       if (stats.contains("staleness_histogram"))
         for (auto& [k, v] : stats["staleness_histogram"].items()) staleness.Add(std::stoll(k), v.get<uint64_t>());
       if (stats.contains("refused_by_reason") && !stats["refused_by_reason"].empty())
@@ -957,7 +1024,26 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["step_time_breakdown"] = breakdown;
   summary["messages_refused"] = refused;
   summary["faults_injected"] = faults;
+  // A failover's time, exactly: from the kill to the promoted backup's own
+  // record of its first update (the status probe above sees it later).
+  for (auto& rec : recoveries) {
+    if (!rec.value("failover", false)) continue;
+    const std::string target = rec["target"];
+    auto k = killed_unix.find(target);
+    json b = ReadJson(run_dir + "/stats/backup-" + target.substr(7) + ".json");
+    if (k == killed_unix.end() || !b.is_object() || !b.contains("first_update_unix")) continue;
+    if (rec.contains("seconds_to_first_update")) rec["seconds_to_first_update_seen"] = rec["seconds_to_first_update"];
+    rec["seconds_to_first_update"] = b["first_update_unix"].get<double>() - k->second;
+  }
   summary["recoveries"] = recoveries;
+  // Every pushed chunk a worker saw acknowledged (applied or duplicate),
+  // and every chunk the shards' last serving processes took: equal when no
+  // acknowledged update was lost and none was applied twice.
+  summary["pushes_acknowledged"] = pushes_acknowledged;
+  summary["updates_taken"] = updates_taken;
+  summary["duplicates_answered"] = duplicates;
+  summary["replication"] = {{"backups", job.replication.backups},
+                            {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
   summary["processes"] = procs;
   summary["staleness_bound"] = job.training.staleness_bound;
   json passive_links = json::array();

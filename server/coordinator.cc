@@ -37,6 +37,8 @@ const char* RoleName(wire::Role role) {
       return "coordinator";
     case wire::CLIENT:
       return "client";
+    case wire::BACKUP:
+      return "backup of server";
     default:
       return "member";
   }
@@ -55,6 +57,9 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.max_message_bytes = job.wire.max_message_bytes;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
+  o.backups = job.replication.backups;
+  if (o.backups)
+    for (int i = 0; i < o.num_servers; ++i) o.backup_regions.push_back(job.RegionOfBackup(i).name);
   if (!job.wan.links.empty()) {
     o.place = [job](const ChunkLayout& layout, std::string* note, double* predicted_step_ms) {
       ShardMap balanced = PlaceChunks(layout, job.NumServers());
@@ -101,6 +106,12 @@ CoordinatorState::CoordinatorState(CoordinatorOptions options, const Clock* cloc
     if (i < static_cast<int>(options_.worker_regions.size())) workers_[i].region = options_.worker_regions[i];
   for (int i = 0; i < options_.num_workers && i < static_cast<int>(options_.worker_start_clocks.size()); ++i)
     workers_[i].clock = options_.worker_start_clocks[i];
+  if (replicated()) {
+    backups_.resize(options_.num_servers);
+    promoted_.assign(options_.num_servers, false);
+    for (int i = 0; i < options_.num_servers && i < static_cast<int>(options_.backup_regions.size()); ++i)
+      backups_[i].region = options_.backup_regions[i];
+  }
 }
 
 CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) {
@@ -115,8 +126,23 @@ const CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) 
       return id >= 0 && id < static_cast<int>(workers_.size()) ? &workers_[id] : nullptr;
     case wire::EVALUATOR:
       return id == 0 ? &evaluator_ : nullptr;
+    case wire::BACKUP:
+      if (id < 0 || id >= static_cast<int>(backups_.size())) return nullptr;
+      return promoted_[id] ? &servers_[id] : &backups_[id];
     default:
       return nullptr;
+  }
+}
+
+void CoordinatorState::AddServers(google::protobuf::RepeatedPtrField<wire::ServerInfo>* out) const {
+  out->Clear();
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    auto* s = out->Add();
+    s->set_id(i);
+    s->set_endpoint(servers_[i].endpoint);
+    s->set_region(servers_[i].region);
+    s->set_curve_public_key(servers_[i].key);
+    if (replicated() && !promoted_[i] && backups_[i].live) s->set_backup_endpoint(backups_[i].endpoint);
   }
 }
 
@@ -133,8 +159,12 @@ std::string CoordinatorState::WaitingFor() const {
     if (!servers_[i].registered) s.push_back(i);
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
     if (!workers_[i].registered) w.push_back(i);
+  std::vector<int> b;
+  for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
+    if (!backups_[i].registered && !promoted_[i]) b.push_back(i);
   std::string out;
   if (!s.empty()) out += std::string(s.size() == 1 ? "server " : "servers ") + IdList(s);
+  if (!b.empty()) out += std::string(out.empty() ? "" : "; ") + "backups of servers " + IdList(b);
   if (!w.empty()) out += std::string(out.empty() ? "" : "; ") + (w.size() == 1 ? "worker " : "workers ") + IdList(w);
   if (out.empty() && !shard_map_) out = "a worker's model signature";
   return out;
@@ -146,6 +176,8 @@ void CoordinatorState::MaybeStart() {
     if (!s.registered) return;
   for (const auto& w : workers_)
     if (!w.registered) return;
+  for (const auto& b : backups_)
+    if (!b.registered) return;
   started_ = true;
   started_at_ = clock_->Now();
   ++epoch_;
@@ -164,15 +196,8 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
   }
   r.set_ready(true);
   *r.mutable_shard_map() = shard_map_->ToWire();
-  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
-    auto* s = r.add_servers();
-    s->set_id(i);
-    s->set_endpoint(servers_[i].endpoint);
-    s->set_region(servers_[i].region);
-  }
+  AddServers(r.mutable_servers());
   if (role == wire::WORKER) r.set_start_clock(std::max(m.clock, 0L));
-  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
-    r.mutable_servers(i)->set_curve_public_key(servers_[i].key);
   return r;
 }
 
@@ -225,11 +250,16 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid() && !takeover)
     return ::geodesic::Status(Code::kAlreadyExists, std::string(RoleName(role)) + " " + std::to_string(id) +
                                                         " is already held by pid " + std::to_string(m->pid));
-  if (role == wire::SERVER) {
+  if (role == wire::BACKUP && promoted_[id] && !m->live)
+    return FailedPrecondition("server " + std::to_string(id) +
+                              "'s backup was promoted and has died; the shard has no "
+                              "replica left (restarting a backup is not supported)");
+  if (role == wire::SERVER || role == wire::BACKUP) {
     if (req.endpoint().empty()) return InvalidArgument("server registration without an endpoint");
     if (started_ && m->registered && m->endpoint != req.endpoint())
-      return FailedPrecondition("server " + std::to_string(id) + " moved from " + m->endpoint + " to " +
-                                req.endpoint() + "; moving shards is not supported");
+      return FailedPrecondition(std::string(RoleName(role)) + " " + std::to_string(id) + " moved from " + m->endpoint +
+                                " to " + req.endpoint() + "; moving shards is not supported");
+    if (role == wire::BACKUP && m->endpoint != req.endpoint()) ++servers_epoch_;
     m->endpoint = req.endpoint();
   }
   if (role == wire::WORKER) {
@@ -288,6 +318,15 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
 
 wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const wire::Heartbeat& hb) {
   wire::HeartbeatReply r;
+  if (role == wire::SERVER && replicated() && promoted_[id]) {
+    // The old primary is alive after all (it paused, or was cut off): it
+    // renews nothing and learns that its backup serves now, so it stops.
+    r.set_known(true);
+    r.set_membership_epoch(epoch_);
+    r.set_servers_epoch(servers_epoch_);
+    AddServers(r.mutable_servers());
+    return r;
+  }
   Member* m = Find(role, id);
   if (!m || !m->live) {
     r.set_known(false);
@@ -303,8 +342,20 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
       NoteWorkersEnd();
     }
   }
-  if (role == wire::SERVER && hb.has_server()) m->server = hb.server();
-  if (role == wire::SERVER && secure()) {
+  const bool server = role == wire::SERVER || role == wire::BACKUP;
+  if (server && hb.has_server()) m->server = hb.server();
+  if (replicated() && server) {
+    if (hb.servers_epoch() < servers_epoch_) {
+      r.set_servers_epoch(servers_epoch_);
+      AddServers(r.mutable_servers());
+    }
+    r.set_promoted(role == wire::BACKUP && promoted_[id]);
+  }
+  if (replicated() && (role == wire::WORKER || role == wire::EVALUATOR) && hb.servers_epoch() < servers_epoch_) {
+    r.set_servers_epoch(servers_epoch_);
+    AddServers(r.mutable_servers());
+  }
+  if (server && secure()) {
     m->keys_installed = std::max(m->keys_installed, hb.keys_epoch());
     if (hb.keys_epoch() < keys_epoch_) {
       r.set_keys_epoch(keys_epoch_);
@@ -334,6 +385,7 @@ void CoordinatorState::Leave(wire::Role role, int id) {
   Member* m = Find(role, id);
   if (!m || !m->registered) return;
   if (m->live && role == wire::WORKER) ++epoch_;
+  if (m->live && role == wire::BACKUP && !promoted_[id]) ++servers_epoch_;  // the primary goes on alone
   m->live = false;
   m->left = true;
   NoteWorkersEnd();
@@ -354,7 +406,27 @@ std::vector<std::string> CoordinatorState::ExpireLeases() {
                   role == wire::WORKER && !m.done ? "; it no longer counts toward the staleness bound" : "");
     deaths.emplace_back(buf);
   };
-  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) expire(servers_[i], wire::SERVER, i);
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    const bool was_live = servers_[i].live;
+    expire(servers_[i], promoted_.empty() || !promoted_[i] ? wire::SERVER : wire::BACKUP, i);
+    if (replicated() && !promoted_[i]) {
+      const bool backup_was_live = backups_[i].live;
+      expire(backups_[i], wire::BACKUP, i);
+      if (backup_was_live && !backups_[i].live) ++servers_epoch_;  // the primary goes on alone
+      // Only once training started: before that the rendezvous (which
+      // renews leases only every 200 ms) would swap members under it.
+      if (started_ && was_live && !servers_[i].live && backups_[i].live) {
+        // The backup holds every update the primary acknowledged: it serves now.
+        servers_[i] = backups_[i];
+        backups_[i] = Member{};
+        backups_[i].region = servers_[i].region;
+        promoted_[i] = true;
+        ++promotions_;
+        ++servers_epoch_;
+        deaths.push_back("server " + std::to_string(i) + ": promoted its backup at " + servers_[i].endpoint);
+      }
+    }
+  }
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) expire(workers_[i], wire::WORKER, i);
   expire(evaluator_, wire::EVALUATOR, 0);
   NoteWorkersEnd();
@@ -380,6 +452,8 @@ bool CoordinatorState::job_finished() const {
 
 bool CoordinatorState::all_servers_left() const {
   for (const auto& s : servers_)
+    if (s.live) return false;
+  for (const auto& s : backups_)
     if (s.live) return false;
   return true;
 }
@@ -441,12 +515,19 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   s.set_evaluator_seen(evaluator_seen_);
   s.set_plan_note(plan_note_);
   s.set_planned_step_ms(planned_step_ms_);
+  for (const Member& m : backups_) *s.add_backups() = SaveMember(m);
+  for (bool p : promoted_) s.add_promoted(p);
+  s.set_servers_epoch(servers_epoch_);
+  s.set_promotions(promotions_);
   return s;
 }
 
 ::geodesic::Status CoordinatorState::Restore(const wire::CoordinatorSnapshot& s) {
   if (s.job() != options_.job_name)
     return FailedPrecondition("coordinator state of job '" + s.job() + "', not '" + options_.job_name + "'");
+  if (s.backups_size() != static_cast<int>(backups_.size()))
+    return FailedPrecondition("coordinator state with " + std::to_string(s.backups_size()) + " backups; this job has " +
+                              std::to_string(backups_.size()));
   if (s.servers_size() != options_.num_servers || s.workers_size() != options_.num_workers)
     return FailedPrecondition("coordinator state for " + std::to_string(s.servers_size()) + " servers and " +
                               std::to_string(s.workers_size()) + " workers; this job has " +
@@ -474,6 +555,14 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   evaluator_seen_ = s.evaluator_seen();
   plan_note_ = s.plan_note();
   planned_step_ms_ = s.planned_step_ms();
+  if (static_cast<size_t>(s.backups_size()) == backups_.size() && s.promoted_size() == s.backups_size()) {
+    for (int i = 0; i < s.backups_size(); ++i) {
+      RestoreMember(s.backups(i), now, &backups_[i]);
+      promoted_[i] = s.promoted(i);
+    }
+    servers_epoch_ = s.servers_epoch() + 1;  // members re-read the serving endpoints
+    promotions_ = s.promotions();
+  }
   return ::geodesic::Status::Ok();
 }
 

@@ -41,6 +41,11 @@ struct CoordinatorOptions {
   MembershipSpec membership;
   int64_t max_message_bytes = 256 << 20;    // wire.max_message_bytes: larger requests are refused unread
   std::vector<std::string> server_regions;  // per server id (may be empty)
+  // replication.backups: 1 gives every shard a backup (role BACKUP, same
+  // id); the rendezvous waits for them, and a primary whose lease expires
+  // is replaced by its live backup (docs/reliability.md).
+  int backups = 0;
+  std::vector<std::string> backup_regions;  // per server id (may be empty)
   std::vector<std::string> worker_regions;  // per worker id (may be empty)
   // Places the chunks once the model is known; unset: PlaceChunks (bytes-
   // balanced). FromJob sets the WAN planner here when the job declares links
@@ -97,6 +102,10 @@ class CoordinatorState {
   const std::string& plan_note() const { return plan_note_; }
   double planned_step_ms() const { return planned_step_ms_; }
   uint64_t membership_epoch() const { return epoch_; }
+  // Replicated jobs: bumped when a shard's serving endpoint or its backup changes.
+  uint64_t servers_epoch() const { return servers_epoch_; }
+  // Promotions so far (a primary's lease expired and its backup took over).
+  int promotions() const { return promotions_; }
 
   // The state a restarted coordinator needs (proto/checkpoint.proto).
   wire::CoordinatorSnapshot Save() const;
@@ -131,11 +140,20 @@ class CoordinatorState {
   void MaybeStart();
   void NoteWorkersEnd();
   wire::RegisterReply Assignment(wire::Role role, const Member& m) const;
+  // The shards' serving and backup endpoints (replicated jobs).
+  void AddServers(google::protobuf::RepeatedPtrField<wire::ServerInfo>* out) const;
+  bool replicated() const { return options_.backups > 0; }
 
   CoordinatorOptions options_;
   const Clock* clock_;
   TimePoint created_;
   std::vector<Member> servers_, workers_;
+  // Replicated jobs: each shard's backup, and whether it has been promoted
+  // (then servers_[i] is the former backup, and (BACKUP, i) finds it there).
+  std::vector<Member> backups_;
+  std::vector<bool> promoted_;
+  uint64_t servers_epoch_ = 1;
+  int promotions_ = 0;
   Member evaluator_;
   bool evaluator_seen_ = false;
   std::optional<wire::ModelSignature> model_;

@@ -121,6 +121,7 @@ void MemberClient::Loop() {
         auto* hb = h.mutable_heartbeat();
         if (fill_) fill_(hb);
         hb->set_keys_epoch(keys_installed_);
+        hb->set_servers_epoch(servers_epoch_);
         h.set_request_id(next_request_++);
         Status s = socket_.Send(h, {});
         if (!s.ok()) GD_LOG(WARNING) << "heartbeat: " << s;
@@ -183,6 +184,13 @@ void MemberClient::Loop() {
           view_.done = r.done_workers();
           view_.dead = r.dead_workers();
           view_.job_finished = r.job_finished();
+          view_.promoted = view_.promoted || r.promoted();
+          if (r.servers_epoch() > servers_epoch_) {
+            servers_epoch_ = r.servers_epoch();
+            view_.servers_epoch = r.servers_epoch();
+            view_.servers.assign(r.servers().begin(), r.servers().end());
+            servers_epoch_pub_ = servers_epoch_;
+          }
         }
         replies_++;
       }

@@ -55,6 +55,12 @@ struct MembershipView {
   int dead = 0;
   bool job_finished = false;
   double seconds_since_reply = 0;
+  // Replicated jobs: every shard's serving endpoint (and its backup's) as of
+  // servers_epoch (0: none received yet), and, for a backup, whether it has
+  // been promoted to serve its shard.
+  uint64_t servers_epoch = 0;
+  std::vector<wire::ServerInfo> servers;
+  bool promoted = false;
 };
 
 class MemberClient {
@@ -77,6 +83,8 @@ class MemberClient {
   MembershipView view() const;
   // Bumped whenever a heartbeat reply arrives; cheap to poll.
   uint64_t replies() const { return replies_.load(); }
+  // Replicated jobs: the view's servers_epoch; cheap to poll.
+  uint64_t servers_epoch() const { return servers_epoch_pub_.load(); }
   // Set if the coordinator refused us after Join (e.g. on re-registration).
   Status error() const;
   // Workers: the start clock of the newest re-registration after a lost
@@ -98,12 +106,14 @@ class MemberClient {
   std::atomic<uint64_t> replies_{0};
   std::atomic<int64_t> rejoin_clock_{-1};
   TimePoint last_register_{};  // heartbeat thread: the last re-registration sent
+  std::atomic<uint64_t> servers_epoch_pub_{0};
   mutable std::mutex mu_;
   MembershipView view_;     // guarded by mu_
   TimePoint last_reply_{};  // guarded by mu_
   Status error_;            // guarded by mu_
   uint64_t next_request_ = 1;
   uint64_t keys_installed_ = 0;  // heartbeat thread only
+  uint64_t servers_epoch_ = 0;   // heartbeat thread only
 };
 
 }  // namespace geodesic::server

@@ -176,6 +176,107 @@ Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
   return h;
 }
 
+wire::Header ReplicateOp(uint64_t seq, const wan::Message& taken) {
+  wire::Header h;
+  auto* r = h.mutable_replicate_request();
+  r->set_seq(seq);
+  r->set_worker(taken.header.sender_id());
+  r->set_request_id(taken.header.request_id());
+  if (taken.header.has_init_request())
+    *r->mutable_init() = taken.header.init_request();
+  else
+    *r->mutable_push() = taken.header.push_request();
+  return h;
+}
+
+wire::Header ReplicateMembership(uint64_t seq, const std::vector<int>& live, const std::vector<int64_t>& clocks) {
+  wire::Header h;
+  auto* r = h.mutable_replicate_request();
+  r->set_seq(seq);
+  auto* mem = r->mutable_membership();
+  mem->mutable_live_workers()->Add(live.begin(), live.end());
+  mem->mutable_live_worker_clocks()->Add(clocks.begin(), clocks.end());
+  return h;
+}
+
+std::vector<wan::Payload> TakeFrames(wan::Message& m) {
+  std::vector<wan::Payload> out;
+  out.reserve(m.frames.size());
+  for (auto& f : m.frames) {
+    auto owner = std::make_shared<zmq::message_t>(std::move(f));
+    out.push_back(wan::Payload{.data = owner->data(), .size = owner->size(), .owner = owner});
+  }
+  m.frames.clear();
+  return out;
+}
+
+Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Message& m) {
+  const auto& req = m.header.replicate_request();
+  if (m.header.sender_role() != wire::SERVER || m.header.sender_id() != ctx.server_id)
+    return Refused("bad_sender", PermissionDenied("only server " + std::to_string(ctx.server_id) +
+                                                  "'s primary replicates to this backup"));
+  if (req.seq() == 0) return Refused("bad_seq", InvalidArgument("replication sequence numbers start at 1"));
+  Handled h;
+  h.reply.set_request_id(m.header.request_id());
+  h.reply.mutable_replicate_ack()->set_seq(req.seq());
+  if (req.seq() <= *applied_seq) {
+    h.reply.mutable_replicate_ack()->set_seq(*applied_seq);
+    return h;  // a duplicate: already applied
+  }
+  if (req.seq() != *applied_seq + 1)
+    return Refused("replication_gap",
+                   FailedPrecondition("replication op " + std::to_string(req.seq()) + " after op " +
+                                      std::to_string(*applied_seq) + " (ops in between are missing)"));
+  switch (req.op_case()) {
+    case wire::ReplicateRequest::kInit:
+    case wire::ReplicateRequest::kPush: {
+      wan::Message inner;
+      inner.peer = m.peer;
+      inner.header.set_protocol(m.header.protocol());
+      inner.header.set_job(m.header.job());
+      inner.header.set_sender_role(wire::WORKER);
+      inner.header.set_sender_id(req.worker());
+      inner.header.set_request_id(req.request_id());
+      inner.header.set_payload_frames(m.header.payload_frames());
+      if (req.has_init())
+        *inner.header.mutable_init_request() = req.init();
+      else
+        *inner.header.mutable_push_request() = req.push();
+      inner.frames = std::move(m.frames);
+      Handled applied = req.has_init() ? ApplyInit(ctx, inner) : ApplyPush(ctx, inner);
+      m.frames = std::move(inner.frames);
+      if (!applied.status.ok()) {
+        applied.status = applied.status.Annotate("replication op " + std::to_string(req.seq()));
+        return applied;
+      }
+      h.completed = applied.completed;
+      if (req.has_push()) h.taken = applied.reply.push_ack().applied_chunks();
+      break;
+    }
+    case wire::ReplicateRequest::kMembership: {
+      const auto& mem = req.membership();
+      if (!m.frames.empty()) return Refused("frame_count", InvalidArgument("a membership op carries no frames"));
+      if (mem.live_workers_size() != mem.live_worker_clocks_size())
+        return Refused("bad_membership", InvalidArgument("live_workers and live_worker_clocks differ in length"));
+      std::vector<int> live;
+      for (int w : mem.live_workers()) {
+        if (w < 0 || w >= ctx.num_workers)
+          return Refused("bad_membership", OutOfRange("live worker " + std::to_string(w) + " is not in this job"));
+        live.push_back(w);
+      }
+      for (int64_t c : mem.live_worker_clocks())
+        if (c < 0 || c >= kMaxClock) return Refused("bad_clock", InvalidArgument("live worker clock out of range"));
+      ctx.clocks->SetLive(live, {mem.live_worker_clocks().begin(), mem.live_worker_clocks().end()});
+      h.completed = ctx.shard->CloseRounds(*ctx.clocks) > 0;
+      break;
+    }
+    default:
+      return Refused("bad_op", InvalidArgument("a replication request carries no op"));
+  }
+  *applied_seq = req.seq();
+  return h;
+}
+
 Status ValidatePull(const ShardState& shard, int server_id, const wan::Message& m, std::string* reason,
                     std::vector<uint32_t>* chunks) {
   const auto& req = m.header.pull_request();

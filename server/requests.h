@@ -69,10 +69,31 @@ struct Handled {
   std::string reason;
   wire::Header reply;      // the ack, request id set
   bool completed = false;  // a worker's clock completed here (held pulls may be served)
+  uint32_t taken = 0;      // ApplyReplicate: chunks of the replicated push applied (APPLIED) here
 };
 
 Handled ApplyInit(const ShardContext& ctx, const wan::Message& m);
 Handled ApplyPush(const ShardContext& ctx, const wan::Message& m);
+
+// Replication (replication.backups 1, docs/reliability.md).
+//
+// Primary side: the op that replays a request the primary took (an init or
+// a push, validated and applied), or a live-set change (`live`, `clocks` as
+// given to ClockTable::SetLive), as sequence number `seq`. Payload frames go
+// separately: TakeFrames(m) hands the request's frames over zero-copy.
+wire::Header ReplicateOp(uint64_t seq, const wan::Message& taken);
+wire::Header ReplicateMembership(uint64_t seq, const std::vector<int>& live, const std::vector<int64_t>& clocks);
+std::vector<wan::Payload> TakeFrames(wan::Message& m);
+
+// Backup side: checks and applies one ReplicateRequest. Refused unless it
+// comes from this shard's primary (role SERVER, id ctx.server_id), carries
+// one op, and its seq is *applied_seq + 1 ("replication_gap") or at most
+// *applied_seq (a duplicate: acknowledged, nothing applied). The op's init
+// or push goes through ApplyInit / ApplyPush as if its worker had sent it,
+// so it is validated again; a membership op installs the live set and
+// closes rounds. On success `reply` is the ReplicateAck and *applied_seq
+// advanced. Consumes m's frames.
+Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Message& m);
 
 // Checks a pull request: sender role, a non-negative clock below kMaxClock,
 // no payload, chunk ids owned and unique. On success `chunks` holds the

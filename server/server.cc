@@ -10,6 +10,13 @@
 #include "server/checkpoint.h"
 
 namespace geodesic::server {
+namespace {
+
+double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
@@ -70,7 +77,15 @@ Status Server::CheckSender(const wan::Message& m) const {
 }
 
 void Server::Handle(wan::Message& m) {
+  if (m.header.has_replicate_request()) return HandleReplicate(m);
   if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
+  if (!serving()) {
+    // A worker redirected before this backup saw its own promotion: keep the
+    // request for then (the worker would otherwise wait its retry interval).
+    if (parked_.size() >= 10000) return Refuse(m, "not_primary", Unavailable("this backup is not serving yet"));
+    parked_.push_back(std::move(m));
+    return;
+  }
   switch (m.header.body_case()) {
     case wire::Header::kPullRequest:
       return HandlePull(m);
@@ -90,7 +105,7 @@ void Server::HandleInit(wan::Message& m) {
   if (h.reply.init_ack().accepted_chunks() && shard_->AllInitialized())
     GD_LOG(INFO) << "all " << shard_->owned().size() << " chunks initialized (by worker " << m.header.sender_id()
                  << ")";
-  (void)socket_.Send(std::move(h.reply), {}, m.peer);
+  Replicate(m, std::move(h.reply));
   ServeHeldPulls();
 }
 
@@ -100,9 +115,97 @@ void Server::HandlePush(wan::Message& m) {
   const auto& req = m.header.push_request();
   if (req.skipped() && h.completed)
     GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
-  // Acknowledge after the update took effect (applied, or held in its round).
-  (void)socket_.Send(std::move(h.reply), {}, m.peer);
+  updates_taken_ += h.reply.push_ack().applied_chunks();
+  // Acknowledge after the update took effect (applied, or held in its
+  // round) here and, in a replicated job, on the backup.
+  Replicate(m, std::move(h.reply));
   if (!req.skipped() || h.completed) ServeHeldPulls();
+}
+
+void Server::Replicate(wan::Message& m, wire::Header reply) {
+  if (!replica_ || degraded_) {
+    (void)socket_.Send(std::move(reply), {}, m.peer);
+    return;
+  }
+  const uint64_t seq = ++replica_seq_;
+  wire::Header op = ReplicateOp(seq, m);
+  Status s = replica_->Send(std::move(op), TakeFrames(m));
+  if (!s.ok()) {
+    ReplicationDegraded("sending op " + std::to_string(seq) + ": " + s.message());
+    (void)socket_.Send(std::move(reply), {}, m.peer);
+    return;
+  }
+  ++replicated_ops_;
+  held_acks_.push_back(HeldAck{.seq = seq, .peer = m.peer, .reply = std::move(reply), .since = clock_->Now()});
+}
+
+void Server::ReplicationDegraded(const std::string& why) {
+  if (degraded_) return;
+  degraded_ = true;
+  GD_LOG(ERROR) << "replication to " << replica_endpoint_ << " stopped (" << why << "); acknowledging "
+                << held_acks_.size() << " held and all later updates without a backup (degraded)";
+  for (auto& a : held_acks_) (void)socket_.Send(std::move(a.reply), {}, a.peer);
+  held_acks_.clear();
+}
+
+void Server::DrainReplica() {
+  if (!replica_ || degraded_) return;
+  for (int i = 0; i < 1024; ++i) {
+    auto in = replica_->Receive();
+    if (!in) break;
+    if (!in->status.ok()) {
+      GD_LOG(WARNING) << "backup sent a message we refuse: " << in->status;
+      continue;
+    }
+    const wire::Header& h = in->message.header;
+    if (h.has_error_reply()) {
+      if (h.error_reply().message().find("was promoted") != std::string::npos) {
+        // We were declared dead and our backup serves now: acknowledging
+        // anything more here could lose it. Workers resend to the backup.
+        fenced_ = "the backup was promoted (" + h.error_reply().message() + ")";
+        held_acks_.clear();
+        return;
+      }
+      ReplicationDegraded("the backup refused an op: " + h.error_reply().message());
+      return;
+    }
+    if (!h.has_replicate_ack()) continue;
+    const uint64_t acked = h.replicate_ack().seq();
+    while (!held_acks_.empty() && held_acks_.front().seq <= acked) {
+      (void)socket_.Send(std::move(held_acks_.front().reply), {}, held_acks_.front().peer);
+      held_acks_.pop_front();
+    }
+  }
+  // A backup that stops answering must not stall training: after a lease
+  // the coordinator would have declared it dead anyway.
+  if (!held_acks_.empty() && clock_->Now() - held_acks_.front().since > Millis(options_.job.membership.lease_ms))
+    ReplicationDegraded("no acknowledgement for " + std::to_string(options_.job.membership.lease_ms) + " ms");
+}
+
+void Server::HandleReplicate(wan::Message& m) {
+  if (!options_.backup || promoted_)
+    return Refuse(
+        m, "not_backup",
+        FailedPrecondition(std::string("server ") + std::to_string(options_.id) +
+                           (promoted_ ? " was promoted and" : " is a primary and") + " takes no replication"));
+  Handled h = ApplyReplicate(Context(), &applied_seq_, m);
+  if (!h.status.ok()) return Refuse(m, h.reason, h.status);
+  updates_taken_ += h.taken;
+  (void)socket_.Send(std::move(h.reply), {}, m.peer);
+}
+
+void Server::Promote() {
+  promoted_ = true;
+  promoted_at_ = clock_->Now();
+  updates_at_promotion_ = shard_->updates_applied();
+  pub_updates_at_promotion_ = updates_at_promotion_;
+  pub_promoted_ = true;
+  GD_LOG(WARNING) << "promoted: serving shard " << options_.id << " from op " << applied_seq_ << " ("
+                  << shard_->updates_applied() << " updates, slowest live worker at clock " << clocks_.MinClock()
+                  << "); " << parked_.size() << " early request(s) to answer";
+  std::vector<wan::Message> parked = std::move(parked_);
+  parked_.clear();
+  for (auto& m : parked) Handle(m);
 }
 
 void Server::HandlePull(wan::Message& m) {
@@ -231,6 +334,13 @@ void Server::SyncMembership() {
   seen_replies_ = r;
   MembershipView v = member_->view();
   if (!v.valid) return;
+  if (!serving()) {
+    // A backup's live set comes from its primary's ops, in their order.
+    if (v.promoted)
+      Promote();
+    else
+      return;
+  }
   if (clocks_from_coordinator_) {
     // Recovering: every worker is where the coordinator last saw it, or
     // further if this shard's checkpoint says so.
@@ -248,7 +358,18 @@ void Server::SyncMembership() {
       if (shard_->CompletedClock(w) >= 0) clocks_.Finished(w, shard_->CompletedClock(w));
     GD_LOG(INFO) << "clocks from the coordinator: slowest live worker at " << clocks_.MinClock();
   }
+  if (replica_)
+    for (const auto& si : v.servers)
+      if (si.id() == options_.id && !si.endpoint().empty() && si.endpoint() != socket_.endpoint())
+        fenced_ = "the coordinator says shard " + std::to_string(options_.id) + " is served at " + si.endpoint();
   clocks_.SetLive(v.live, v.clocks);
+  if (replica_ && !degraded_ && v.live != replicated_live_) {
+    // Same live set, same rounds closed on the backup. Its ack holds nothing:
+    // a round's pushes were held until the backup took them.
+    replicated_live_ = v.live;
+    Status s = replica_->Send(ReplicateMembership(++replica_seq_, v.live, v.clocks), {});
+    if (!s.ok()) ReplicationDegraded("sending the live set: " + s.message());
+  }
   if (shard_->CloseRounds(clocks_) > 0 || !held_.empty()) ServeHeldPulls();
 }
 
@@ -289,6 +410,17 @@ void Server::WriteStats() const {
   nlohmann::json j;
   j["role"] = "server";
   j["id"] = options_.id;
+  j["backup"] = options_.backup;
+  j["promoted"] = promoted_;
+  j["serving"] = serving();
+  j["updates_taken"] = updates_taken_;
+  if (options_.backup) j["replication_ops_applied"] = applied_seq_;
+  if (replica_) {
+    j["replication_ops_sent"] = replicated_ops_;
+    j["replication_degraded"] = degraded_;
+  }
+  if (promoted_) j["updates_at_promotion"] = updates_at_promotion_;
+  if (first_update_unix_ > 0) j["first_update_unix"] = first_update_unix_;
   j["bytes_sent"] = counters_.bytes_sent.load();
   j["bytes_received"] = counters_.bytes_received.load();
   j["messages_sent"] = counters_.messages_sent.load();
@@ -371,7 +503,7 @@ Status Server::Recover() {
 }
 
 void Server::MaybeCheckpoint(const char* reason) {
-  if (options_.checkpoint_dir.empty() || !shard_ || !shard_->AllInitialized()) return;
+  if (options_.checkpoint_dir.empty() || !shard_ || !shard_->AllInitialized() || !serving()) return;
   const CheckpointSpec& spec = options_.job.checkpoint;
   int64_t min_clock = clocks_.MinClock();
   if (min_clock != ClockTable::kNoWorkers) last_min_clock_ = min_clock;
@@ -423,7 +555,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "");
   MemberOptions mo;
   mo.job = options_.job.name;
-  mo.role = wire::SERVER;
+  mo.role = options_.backup ? wire::BACKUP : wire::SERVER;
   mo.id = options_.id;
   mo.coordinator = options_.coordinator;
   mo.endpoint = socket_.endpoint();
@@ -459,6 +591,21 @@ Status Server::Run(const std::atomic<bool>* stop) {
   if (!options_.resume_file.empty()) GD_RETURN_IF_ERROR(Resume());
   if (options_.recover) GD_RETURN_IF_ERROR(Recover());
   restored_ = !options_.resume_file.empty() || options_.recover;
+  if (options_.job.replication.backups > 0 && !options_.backup) {
+    for (const auto& si : assignment.servers())
+      if (si.id() == options_.id) replica_endpoint_ = si.backup_endpoint();
+    if (replica_endpoint_.empty()) return FailedPrecondition("replicated job, but the coordinator names no backup");
+    replica_ =
+        std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
+                                      wan::SocketOptions{.job = options_.job.name,
+                                                         .role = wire::SERVER,
+                                                         .id = options_.id,
+                                                         .max_message_bytes = options_.job.wire.max_message_bytes},
+                                      &counters_);
+    GD_RETURN_IF_ERROR(replica_->Connect(replica_endpoint_));
+    GD_LOG(INFO) << "replicating to the backup at " << replica_endpoint_;
+  }
+  if (options_.backup) GD_LOG(INFO) << "backup of shard " << options_.id << ": applying the primary's ops";
   if (options_.checkpoint_requests) seen_checkpoint_requests_ = options_.checkpoint_requests->load();
 
   PublishProgress();
@@ -470,6 +617,8 @@ Status Server::Run(const std::atomic<bool>* stop) {
     p->set_held_pulls(pub_held_.load());
     p->set_staleness_mean(pub_stale_mean_.load());
     p->set_staleness_max(pub_stale_max_.load());
+    p->set_promoted(pub_promoted_.load());
+    p->set_updates_at_promotion(pub_updates_at_promotion_.load());
   });
 
   TimePoint last_stats = clock_->Now();
@@ -483,7 +632,21 @@ Status Server::Run(const std::atomic<bool>* stop) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.hold_until - clock_->Now()).count();
         wait_ms = std::clamp<int>(static_cast<int>(left) + 1, 0, wait_ms);
       }
-    if (socket_.WaitReadable(wait_ms)) {
+    bool readable = false;
+    if (replica_ && !degraded_) {
+      // Wait on both: the backup's acks release the workers' acks.
+      zmq::pollitem_t items[] = {{socket_.raw().handle(), 0, ZMQ_POLLIN, 0},
+                                 {replica_->raw().handle(), 0, ZMQ_POLLIN, 0}};
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
+      } catch (const zmq::error_t&) {
+      }
+      readable = items[0].revents & ZMQ_POLLIN;
+      DrainReplica();
+    } else {
+      readable = socket_.WaitReadable(wait_ms);
+    }
+    if (readable) {
       for (int i = 0; i < 64; ++i) {
         auto in = socket_.Receive();
         if (!in) break;
@@ -502,6 +665,11 @@ Status Server::Run(const std::atomic<bool>* stop) {
       }
     }
     SyncMembership();
+    if (promoted_ && first_update_unix_ == 0 && shard_->updates_applied() > updates_at_promotion_) {
+      first_update_unix_ = UnixSeconds();
+      GD_LOG(INFO) << "first update applied since the promotion, after "
+                   << static_cast<int>(1e3 * Seconds(clock_->Now() - promoted_at_)) << " ms";
+    }
     ServeHeldPulls();
     ReportHeldPulls();
     PublishProgress();
@@ -515,6 +683,14 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (!err.ok() && err.message() != reported_error_) {
       reported_error_ = err.message();
       GD_LOG(ERROR) << err;
+    }
+    if (!fenced_.empty()) {
+      // Fenced: exit without answering anything more (an error exit, so the
+      // launcher counts a failover).
+      GD_LOG(ERROR) << "stopping: " << fenced_;
+      member_->Stop(false);
+      WriteStats();
+      return FailedPrecondition("server " + std::to_string(options_.id) + " fenced: " + fenced_);
     }
     if (member_->view().job_finished) {
       GD_LOG(INFO) << "job finished; " << shard_->updates_applied() << " updates applied, staleness mean "

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,10 @@ struct ServerProcessOptions {
   // checkpoint under checkpoint_dir and take the workers' clocks from the
   // coordinator (updates acknowledged after that checkpoint are lost).
   bool recover = false;
+  // Replicated jobs: this process is shard `id`'s backup. It registers as
+  // (BACKUP, id), applies the primary's replication ops and serves nothing
+  // else until the coordinator promotes it (docs/reliability.md).
+  bool backup = false;
   // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
   const std::atomic<uint64_t>* checkpoint_requests = nullptr;
   wan::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
@@ -78,6 +83,17 @@ class Server {
   void HandlePull(wan::Message& m);
   void HandlePush(wan::Message& m);
   void HandleInit(wan::Message& m);
+  // Backup: one op of the primary's log.
+  void HandleReplicate(wan::Message& m);
+  // Primary: sends the taken request `m` to the backup and holds `reply`
+  // until the backup acknowledges it; without a backup, sends `reply` now.
+  void Replicate(wan::Message& m, wire::Header reply);
+  // Primary: the backup's acks (and refusals); gives up on a silent backup.
+  void DrainReplica();
+  void ReplicationDegraded(const std::string& why);
+  // Backup: takes over the shard (its clocks are the primary's last ones).
+  void Promote();
+  bool serving() const { return !options_.backup || promoted_; }
   void Refuse(const wan::Message& m, const std::string& reason, const Status& status);
   ShardContext Context();
   const compression::CodecSpec& PullCodecFor(int worker) const;
@@ -123,6 +139,8 @@ class Server {
   std::atomic<uint64_t> pub_updates_{0}, pub_dropped_{0}, pub_refused_{0}, pub_held_{0};
   std::atomic<double> pub_stale_mean_{0};
   std::atomic<int64_t> pub_stale_max_{0};
+  std::atomic<bool> pub_promoted_{false};
+  std::atomic<uint64_t> pub_updates_at_promotion_{0};
   RequestDecoder decoder_;
   std::map<int, compression::CodecSpec> pull_codecs_;  // by worker
   compression::CodecSpec fp32_;
@@ -138,6 +156,31 @@ class Server {
   int64_t last_checkpoint_clock_ = -1;
   double last_checkpoint_ms_ = 0;
   std::string last_checkpoint_error_;
+  // Replication. Primary: the DEALER to the backup, the last op sent, the
+  // workers' acks waiting for the backup's, the live set last sent.
+  struct HeldAck {
+    uint64_t seq = 0;
+    std::string peer;
+    wire::Header reply;
+    TimePoint since{};
+  };
+  std::unique_ptr<wan::Socket> replica_;
+  std::string replica_endpoint_;
+  uint64_t replica_seq_ = 0;
+  std::deque<HeldAck> held_acks_;
+  std::vector<int> replicated_live_;
+  bool degraded_ = false;
+  std::string fenced_;  // why this primary stopped serving: its backup was promoted
+  uint64_t replicated_ops_ = 0;
+  // Backup: the last op applied, requests that came before the promotion.
+  uint64_t applied_seq_ = 0;
+  bool promoted_ = false;
+  std::vector<wan::Message> parked_;
+  TimePoint promoted_at_{};
+  uint64_t updates_at_promotion_ = 0;
+  double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
+  // Chunks of pushes taken (APPLIED) here, replicated ones included.
+  uint64_t updates_taken_ = 0;
 };
 
 }  // namespace geodesic::server

@@ -39,18 +39,62 @@ Status PsClient::Connect() {
         s.encoder = std::make_unique<compression::Encoder>(
             s.push, options_.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(options_.id) * 31 + s.id);
     }
-    wan::SocketOptions so{.job = options_.job,
-                          .role = options_.role,
-                          .id = options_.id,
-                          .max_message_bytes = options_.wire.max_message_bytes,
-                          .curve = wan::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
-    s.socket = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
-    GD_RETURN_IF_ERROR(s.socket->Connect(s.endpoint));
+    GD_RETURN_IF_ERROR(ConnectShard(s));
   }
   return Status::Ok();
 }
 
+Status PsClient::ConnectShard(Shard& s) {
+  wan::SocketOptions so{.job = options_.job,
+                        .role = options_.role,
+                        .id = options_.id,
+                        .max_message_bytes = options_.wire.max_message_bytes,
+                        .curve = wan::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
+  s.socket = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
+  return s.socket->Connect(s.endpoint);
+}
+
+void PsClient::FollowRedirects() {
+  if (!options_.servers_view) return;
+  std::vector<wire::ServerInfo> servers;
+  uint64_t epoch = options_.servers_view(servers_epoch_, &servers);
+  if (epoch <= servers_epoch_) return;
+  servers_epoch_ = epoch;
+  for (const auto& info : servers) {
+    for (size_t si = 0; si < shards_.size(); ++si) {
+      Shard& s = shards_[si];
+      if (s.id != info.id() || info.endpoint().empty() || info.endpoint() == s.endpoint) continue;
+      GD_LOG(WARNING) << "server " << s.id << " moved from " << s.endpoint << " to " << info.endpoint()
+                      << " (its backup was promoted); resending what it has not answered";
+      s.endpoint = info.endpoint();
+      s.curve_key = info.curve_public_key();
+      s.min_rtt_s = -1;
+      Status st = ConnectShard(s);
+      if (!st.ok()) {
+        GD_LOG(ERROR) << "reconnecting to server " << s.id << ": " << st;
+        continue;
+      }
+      ++redirects_;
+      // The promoted backup holds every push its primary acknowledged;
+      // the others it answers as duplicates or applies now.
+      for (auto& [clock, p] : pulls_) {
+        if (p.remaining == 0) continue;
+        bool missing = false;
+        for (uint32_t c : s.chunks) missing |= !p.got[c];
+        if (missing) (void)SendPullRequest(p, si, clock < 0);
+      }
+      TimePoint now = clock_->Now();
+      for (auto& [id, push] : pushes_) {
+        if (push.shard != static_cast<int>(si)) continue;
+        (void)s.socket->Send(push.header, push.payloads);
+        push.sent = now;
+      }
+    }
+  }
+}
+
 void PsClient::Poll(int timeout_ms) {
+  FollowRedirects();
   std::vector<zmq::pollitem_t> items;
   for (auto& s : shards_) items.push_back({s.socket->raw().handle(), 0, ZMQ_POLLIN, 0});
   try {
@@ -146,6 +190,7 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
         GD_LOG(WARNING) << "server " << shards_[shard].id << " dropped " << ack.dropped_chunks()
                         << " chunk(s) of our push at clock " << ack.clock() << " (its round had closed)";
       }
+      chunks_acknowledged_ += ack.applied_chunks() + ack.duplicate_chunks();
       pushes_.erase(it);
       return;
     }

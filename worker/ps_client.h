@@ -53,6 +53,12 @@ struct PsClientOptions {
   // Secured jobs: this process's keypair; each shard's public key comes
   // from the assignment (ServerInfo.curve_public_key). Empty: plaintext.
   wan::CurveKeyPair curve_keys;
+  // Replicated jobs: where each shard is served now. Called on every poll
+  // with the epoch last seen; returns the current epoch and, when it is
+  // newer, fills `servers`. A shard whose endpoint changed (its backup was
+  // promoted) is reconnected and sent again every pull and push it has not
+  // answered. Unset: endpoints never change.
+  std::function<uint64_t(uint64_t seen, std::vector<wire::ServerInfo>* servers)> servers_view;
 };
 
 struct PullOptions {
@@ -139,6 +145,11 @@ class PsClient {
   uint64_t resyncs() const { return resyncs_; }
   const compression::ErrorFeedback& error_feedback() const { return feedback_; }
   uint64_t chunks_dropped() const { return chunks_dropped_; }
+  // Pushed chunks the shards acknowledged as taken (APPLIED or DUPLICATE),
+  // each push counted once however often it was sent.
+  uint64_t chunks_acknowledged() const { return chunks_acknowledged_; }
+  // Shards reconnected to a promoted backup.
+  uint64_t redirects() const { return redirects_; }
 
   // Takes one message from shard index `shard` (position in the shard map's
   // server list) that passed the framing checks: what Poll does with each
@@ -211,6 +222,9 @@ class PsClient {
                  std::vector<wan::Payload>* payloads) const;
   Status Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame);
   void ResendStale();
+  // Follows options_.servers_view (see there).
+  void FollowRedirects();
+  Status ConnectShard(Shard& s);
   std::string DescribeShardsMissing(const PendingPull& p) const;
 
   PsClientOptions options_;
@@ -234,7 +248,8 @@ class PsClient {
   std::map<uint64_t, int> init_acks_;       // request id -> shard, while Init waits
   std::vector<Status> init_errors_;
   uint64_t next_request_ = 1;
-  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0;
+  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, chunks_acknowledged_ = 0, redirects_ = 0;
+  uint64_t servers_epoch_ = 0;
   std::vector<float> scratch_;
   double compute_ema_ = 0;  // seconds per step, as the trainer reported
   double rtt_ema_ = -1;     // request round trip without server holds; -1 until measured

@@ -69,6 +69,16 @@ PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
   return po;
 }
 
+// Replicated jobs: shard endpoints follow the coordinator's view.
+std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(const server::MemberClient& member) {
+  return [&member](uint64_t seen, std::vector<wire::ServerInfo>* out) {
+    if (member.servers_epoch() <= seen) return seen;
+    server::MembershipView v = member.view();
+    *out = std::move(v.servers);
+    return v.servers_epoch;
+  };
+}
+
 torch::Device PickDevice(const std::string& want) {
   if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
     if (!torch::cuda::is_available())
@@ -118,6 +128,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
   PsClientOptions po = PsOptionsFor(job, wire::WORKER, options.id);
+  if (job.replication.backups > 0) po.servers_view = ServersView(member);
   po.curve_keys = options.credentials.keys;
   PsClient ps(ctx, po, assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());
@@ -187,6 +198,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["samples"] = samples;
     j["skipped_steps"] = skipped;
     j["pushes_refused"] = ps.pushes_refused();
+    j["chunks_acknowledged"] = ps.chunks_acknowledged();
+    j["redirects"] = ps.redirects();
     j["pull_resyncs"] = ps.resyncs();
     j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());
     j["training_seconds"] = Seconds(clock->Now() - start);
@@ -368,6 +381,7 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
   member.Start(nullptr);
   PsClientOptions po = PsOptionsFor(job, wire::EVALUATOR, 0);
+  if (job.replication.backups > 0) po.servers_view = ServersView(member);
   po.curve_keys = options.credentials.keys;
   PsClient ps(ctx, po, assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());

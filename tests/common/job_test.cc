@@ -205,6 +205,36 @@ TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
   }
 }
 
+TEST(JobTest, ReplicationSectionIsCheckedAndRoundTrips) {
+  auto plain = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->replication.backups, 0);
+  auto ok = ParseJob(kMinimal, "t", {"replication.backups=1"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->replication.backups, 1);
+  auto back = ParseJob(JobToYaml(*ok), "yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->replication.backups, 1);
+  for (auto [bad, key] : {std::pair<const char*, const char*>{"replication.backups=2", "replication.backups"},
+                          {"replication.backups=-1", "replication.backups"},
+                          {"replication.copies=1", "replication.copies"}}) {
+    auto r = ParseJob(kMinimal, "t", {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status();
+  }
+}
+
+TEST(JobTest, BackupsGoToTheNextRegion) {
+  auto two = ParseJob("regions:\n  a: {servers: 2, workers: 1}\n  b: {servers: 1, workers: 1}\n", "t");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->RegionOfBackup(0).name, "b");
+  EXPECT_EQ(two->RegionOfBackup(1).name, "b");
+  EXPECT_EQ(two->RegionOfBackup(2).name, "a");  // wraps around
+  auto one = ParseJob("regions:\n  a: {servers: 2, workers: 1}\n", "t");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->RegionOfBackup(1).name, "a");
+}
+
 TEST(JobTest, SecuritySectionDefaultsParsesAndNamesBadKeys) {
   auto plain = ParseJob(kMinimal, "t");
   ASSERT_TRUE(plain.ok()) << plain.status();

@@ -200,6 +200,13 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   wire::Header hb;
   hb.mutable_heartbeat();
   ExpectRefused(hb, {}, "does not serve heartbeat");
+  // Replication ops are for a shard's backup, from its primary only: a
+  // primary (or an unreplicated shard) takes none, whoever sends them.
+  wire::Header rep;
+  rep.mutable_replicate_request()->set_seq(1);
+  rep.mutable_replicate_request()->set_worker(0);
+  *rep.mutable_replicate_request()->mutable_push() = Push(0, {0}).push_request();
+  ExpectRefused(rep, {payload(good, 1024)}, "takes no replication");
 
   // Nothing of that reached the parameters.
   std::vector<float> now = PullChunk0();
@@ -234,11 +241,11 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   auto stats = testing::ReadJson(dir_ / "server.json");
   ASSERT_TRUE(stats.is_object()) << testing::ReadText(dir_ / "server.log");
   auto reasons = stats["refused_by_reason"];
-  for (const char* r :
-       {"malformed", "unknown_type", "bad_payload_size", "wrong_shape", "chunk_out_of_range", "non_finite",
-        "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock", "unsupported_type", "bad_payload"})
+  for (const char* r : {"malformed", "unknown_type", "bad_payload_size", "wrong_shape", "chunk_out_of_range",
+                        "non_finite", "unknown_codec", "frame_count", "duplicate_chunk", "bad_clock",
+                        "unsupported_type", "bad_payload", "not_backup"})
     EXPECT_GE(reasons.value(r, 0), 1) << r << " in " << reasons.dump();
-  EXPECT_EQ(stats.value("messages_refused", 0), 15);
+  EXPECT_EQ(stats.value("messages_refused", 0), 16);
   EXPECT_EQ(stats.value("duplicates", 0), 1);
 }
 

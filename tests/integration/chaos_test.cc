@@ -3,7 +3,7 @@
 // and the coordinator are killed with SIGKILL at random moments and the two
 // regions are cut apart for a while. It must still reach the job's
 // accuracy target. It prints a report: the faults, the time to recover from
-// each, updates acknowledged vs. taken where the summary has them, the
+// each, updates acknowledged vs. taken (a backup per shard: none lost), the
 // staleness histogram and the final accuracy; the report is also written to
 // the run directory. The moments and targets come from a seed printed at
 // the start; GEODESIC_CHAOS_SEED=N repeats a run.
@@ -40,33 +40,23 @@ TEST(TrainingChaosTest, DefaultJobReachesItsTargetThroughKillsAndAPartition) {
   const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
   // The default job, plus: an emulated link between its two regions (LAN
   // speed) so that they can be cut apart, shorter leases so that faults are
-  // noticed within a second and a half, and checkpoints every 25 clocks.
-  std::vector<std::string> args = {"launch",
-                                   example,
-                                   "--run-dir",
-                                   dir / "run",
-                                   "--quiet",
-                                   "--restart-workers",
-                                   "--set",
-                                   "wan.emulation=proxy",
-                                   "--set",
-                                   "wan.links=[{regions: [us-east, eu-west], rtt_ms: 1}]",
-                                   "--set",
-                                   "wan.probe=false",
-                                   "--set",
-                                   "membership.heartbeat_ms=200",
-                                   "--set",
-                                   "membership.lease_ms=1500",
-                                   "--set",
-                                   "checkpoint.every_clocks=25",
-                                   "--kill",
-                                   "worker:" + std::to_string(worker) + "@" + Fixed(t_worker),
-                                   "--kill",
-                                   "server:" + std::to_string(server) + "@" + Fixed(t_server),
-                                   "--kill",
-                                   "coordinator:0@" + Fixed(t_coordinator),
-                                   "--cut",
-                                   "us-east:eu-west@" + Fixed(t_cut) + "+3"};
+  // noticed within a second and a half, checkpoints every 25 clocks, and a
+  // backup of each shard in the other region, so that killing a shard loses
+  // nothing it acknowledged.
+  std::vector<std::string> args = {"launch",    example,
+                                   "--run-dir", dir / "run",
+                                   "--quiet",   "--restart-workers",
+                                   "--set",     "wan.emulation=proxy",
+                                   "--set",     "wan.links=[{regions: [us-east, eu-west], rtt_ms: 1}]",
+                                   "--set",     "wan.probe=false",
+                                   "--set",     "membership.heartbeat_ms=200",
+                                   "--set",     "membership.lease_ms=1500",
+                                   "--set",     "checkpoint.every_clocks=25",
+                                   "--set",     "replication.backups=1",
+                                   "--kill",    "worker:" + std::to_string(worker) + "@" + Fixed(t_worker),
+                                   "--kill",    "server:" + std::to_string(server) + "@" + Fixed(t_server),
+                                   "--kill",    "coordinator:0@" + Fixed(t_coordinator),
+                                   "--cut",     "us-east:eu-west@" + Fixed(t_cut) + "+3"};
   auto r = RunGeodesic(args, 900);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir / "run/summary.json");
@@ -82,7 +72,7 @@ TEST(TrainingChaosTest, DefaultJobReachesItsTargetThroughKillsAndAPartition) {
   report["test_accuracy"] = s["test_accuracy"];
   report["seconds_to_target"] = s["seconds_to_target"];
   report["wall_seconds"] = s["wall_seconds"];
-  for (const char* k : {"pushes_acknowledged", "updates_taken"})
+  for (const char* k : {"pushes_acknowledged", "updates_taken", "duplicates_answered", "replication"})
     if (s.contains(k)) report[k] = s[k];
   testing::WriteText(dir / "run/chaos_report.json", report.dump(2));
   std::cout << "chaos report:\n" << report.dump(2) << std::endl;
@@ -97,8 +87,13 @@ TEST(TrainingChaosTest, DefaultJobReachesItsTargetThroughKillsAndAPartition) {
     EXPECT_TRUE(measured) << rec.dump();
   }
   EXPECT_EQ(s["link_events"].size(), 2u) << s["link_events"].dump();
-  if (s.contains("pushes_acknowledged") && s.contains("updates_taken"))
-    EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]);
+  // Nothing acknowledged was lost. Workers count the pushes acknowledged to
+  // them in their stats; the killed worker's count died with it (its
+  // restart counts from zero), so the shards took more than the surviving
+  // counts say: by what the killed process pushed. Without a worker kill
+  // the two are equal (ReplicationTest.*).
+  ASSERT_TRUE(s.contains("pushes_acknowledged") && s.contains("updates_taken")) << s.dump(2);
+  EXPECT_GE(s["updates_taken"].get<uint64_t>(), s["pushes_acknowledged"].get<uint64_t>());
   ASSERT_TRUE(s["test_accuracy"].is_number()) << s.dump(2);
   EXPECT_GE(s["test_accuracy"].get<double>(), s["target_accuracy"].get<double>());
 }

@@ -298,3 +298,91 @@ TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
 
 }  // namespace
 }  // namespace geodesic::server
+
+namespace geodesic::server {
+namespace {
+
+// Replicated jobs: backups register as (BACKUP, shard id); a primary whose
+// lease expires is replaced by its live backup, and members learn the new
+// endpoint from their heartbeat replies.
+TEST(ReplicatedCoordinatorTest, RendezvousWaitsForBackupsAndPromotesOnPrimaryDeath) {
+  FakeClock clock;
+  CoordinatorOptions o = Options(2, 1);
+  o.backups = 1;
+  CoordinatorState state(o, &clock);
+  ASSERT_TRUE(state.Register(wire::SERVER, 0, ServerReq("tcp://p:0")).ok());
+  ASSERT_TRUE(state.Register(wire::SERVER, 1, ServerReq("tcp://p:1")).ok());
+  auto r = state.Register(wire::WORKER, 0, WorkerReq());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ready());
+  EXPECT_EQ(r->waiting_for(), "backups of servers 0,1");
+  // Before training starts nobody is promoted, whatever the leases say.
+  ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
+  clock.Advance(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
+  state.ExpireLeases();
+  EXPECT_EQ(state.promotions(), 0);
+  for (auto [role, id, ep] : {std::tuple{wire::SERVER, 0, "tcp://p:0"}, {wire::SERVER, 1, "tcp://p:1"}})
+    ASSERT_TRUE(state.Register(role, id, ServerReq(ep)).ok());
+  ASSERT_TRUE(state.Register(wire::WORKER, 0, WorkerReq()).ok());
+  ASSERT_TRUE(state.Register(wire::BACKUP, 0, ServerReq("tcp://b:0")).ok());
+  EXPECT_FALSE(state.Register(wire::BACKUP, 2, ServerReq("tcp://b:2")).ok());  // no such shard
+  ASSERT_TRUE(state.Register(wire::BACKUP, 1, ServerReq("tcp://b:1")).ok());
+  ASSERT_TRUE(state.started());
+  r = state.Register(wire::SERVER, 0, ServerReq("tcp://p:0"));
+  ASSERT_TRUE(r.ok() && r->ready());
+  EXPECT_EQ(r->servers(0).endpoint(), "tcp://p:0");
+  EXPECT_EQ(r->servers(0).backup_endpoint(), "tcp://b:0");  // where the primary replicates to
+
+  wire::Heartbeat hb;
+  const uint64_t epoch = state.servers_epoch();
+  // Everyone but server 0 keeps heartbeating; its lease runs out.
+  for (int step = 0; step < 12; ++step) {
+    clock.Advance(std::chrono::milliseconds(100));
+    state.Heartbeat(wire::SERVER, 1, hb);
+    state.Heartbeat(wire::BACKUP, 0, hb);
+    state.Heartbeat(wire::BACKUP, 1, hb);
+    state.Heartbeat(wire::WORKER, 0, hb);
+    state.ExpireLeases();
+  }
+  EXPECT_EQ(state.promotions(), 1);
+  EXPECT_GT(state.servers_epoch(), epoch);
+  wire::HeartbeatReply b = state.Heartbeat(wire::BACKUP, 0, hb);
+  EXPECT_TRUE(b.known());
+  EXPECT_TRUE(b.promoted());
+  EXPECT_FALSE(state.Heartbeat(wire::BACKUP, 1, hb).promoted());
+  hb.set_servers_epoch(epoch);
+  wire::HeartbeatReply w = state.Heartbeat(wire::WORKER, 0, hb);
+  EXPECT_EQ(w.servers_epoch(), state.servers_epoch());
+  ASSERT_EQ(w.servers_size(), 2);
+  EXPECT_EQ(w.servers(0).endpoint(), "tcp://b:0");  // redirected
+  EXPECT_EQ(w.servers(0).backup_endpoint(), "");    // no replica left
+  EXPECT_EQ(w.servers(1).endpoint(), "tcp://p:1");
+  hb.set_servers_epoch(state.servers_epoch());
+  EXPECT_EQ(state.Heartbeat(wire::WORKER, 0, hb).servers_size(), 0);  // up to date: nothing sent
+  // The old primary, restarted, cannot take the shard back; alive after all
+  // (a pause), its heartbeat renews nothing and tells it who serves now.
+  EXPECT_FALSE(state.Register(wire::SERVER, 0, ServerReq("tcp://p:9")).ok());
+  hb.set_servers_epoch(0);
+  wire::HeartbeatReply zombie = state.Heartbeat(wire::SERVER, 0, hb);
+  ASSERT_EQ(zombie.servers_size(), 2);
+  EXPECT_EQ(zombie.servers(0).endpoint(), "tcp://b:0");
+
+  // A backup whose lease expires leaves its primary alone (degraded), not promoted.
+  for (int step = 0; step < 12; ++step) {
+    clock.Advance(std::chrono::milliseconds(100));
+    state.Heartbeat(wire::SERVER, 1, hb);
+    state.Heartbeat(wire::BACKUP, 0, hb);
+    state.Heartbeat(wire::WORKER, 0, hb);
+    state.ExpireLeases();
+  }
+  EXPECT_EQ(state.promotions(), 1);
+  hb.set_servers_epoch(0);
+  w = state.Heartbeat(wire::SERVER, 1, hb);
+  ASSERT_EQ(w.servers_size(), 2);
+  EXPECT_EQ(w.servers(1).endpoint(), "tcp://p:1");
+  EXPECT_EQ(w.servers(1).backup_endpoint(), "");
+}
+
+}  // namespace
+}  // namespace geodesic::server
