@@ -10,7 +10,12 @@ namespace {
 // One shard owning both chunks (8 values each) of a 16-value model, two workers.
 class RequestsTest : public ::testing::Test {
  protected:
-  RequestsTest() : shard_(ShardOptions{.staleness_bound = 2}, ChunkLayout(16, 8), {0, 1}) {
+  static ShardOptions BoundTwo() {
+    ShardOptions o;
+    o.staleness_bound = 2;
+    return o;
+  }
+  RequestsTest() : shard_(BoundTwo(), ChunkLayout(16, 8), {0, 1}) {
     clocks_.SetLive({0, 1}, {0, 0});
     std::vector<float> init(8, 0.5f);
     EXPECT_TRUE(shard_.Init(0, init.data()));
