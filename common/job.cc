@@ -50,7 +50,12 @@ class MapReader {
   void Finish() {
     if (!valid_ || !node_ || !node_.IsMap()) return;
     for (const auto& kv : node_) {
-      std::string k = kv.first.as<std::string>();
+      // YAML allows any node as a key (`? [a, b] : c`); only strings name ours.
+      if (!kv.first.IsScalar()) {
+        Error(path_, "a key that is not a plain name");
+        continue;
+      }
+      std::string k = kv.first.Scalar();
       if (!seen_.count(k)) {
         std::string msg = "unknown key";
         std::string best = Closest(k);
@@ -296,7 +301,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
   } else {
     for (const auto& kv : regions) {
       RegionSpec region;
-      region.name = kv.first.as<std::string>();
+      region.name = kv.first.IsScalar() ? kv.first.Scalar() : std::string("<not a name>");
       std::string where = "regions." + region.name;
       Check(ValidName(region.name), &errors, where, "region names use letters, digits, '-' and '_'");
       MapReader r(kv.second, where, &errors);

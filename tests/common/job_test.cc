@@ -263,5 +263,17 @@ TEST(JobTest, SecuritySectionDefaultsParsesAndNamesBadKeys) {
   }
 }
 
+// Found by fuzz_job: YAML allows any node as a mapping key; one that is not
+// a plain name used to throw out of the parser (an abort in the fuzzer).
+TEST(JobTest, NonScalarKeysAreAnErrorNotACrash) {
+  for (const char* text : {"name: j\nregions: {a: {servers: 1, workers: 1}}\n? [x, y]\n: 3\n",
+                           "name: j\nregions:\n  ? {a: 1}\n  : {servers: 1, workers: 1}\n",
+                           "name: j\nregions: {a: {servers: 1, workers: 1}}\nwan: {links: [{? [r] : 1}]}\n"}) {
+    auto r = ParseJob(text, "t");
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace geodesic
