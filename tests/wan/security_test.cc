@@ -121,11 +121,14 @@ class ZapTest : public ::testing::Test {
   // got it (and answers it) within `ms`, and with which key.
   bool Exchange(const CurveSocket& curve, std::string* key_seen, int ms = 700) {
     Socket client(client_ctx_, zmq::socket_type::dealer,
-                  SocketOptions{.job = "z", .role = wire::CLIENT, .id = 0, .curve = curve}, &counters_);
+                  SocketOptions{.job = "z", .role = wire::CLIENT, .id = 0, .send_timeout_ms = ms, .curve = curve},
+                  &counters_);
     EXPECT_TRUE(client.Connect(router_->endpoint()).ok());
     wire::Header h;
     h.mutable_status_request();
-    EXPECT_TRUE(client.Send(h, {}).ok());
+    // A refused handshake may leave the DEALER no peer to queue the message
+    // for, so that the send itself times out: nothing got through either way.
+    if (!client.Send(h, {}).ok()) return false;
     for (int waited = 0; waited < ms; waited += 10) {
       if (router_->WaitReadable(10)) {
         auto in = router_->Receive();
