@@ -610,6 +610,30 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at;
   bool announced_training = false;
   std::optional<std::chrono::steady_clock::time_point> training_started_at;
+  auto training_seconds_now = [&]() {
+    return training_started_at
+               ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
+               : 0.0;
+  };
+  // Starts the dead child `dead` again with `args` in its slot, records the
+  // recovery and says so (`how` follows "NAME <exit> after T s of
+  // training"). `dead` and its exit info are gone once this returns OK.
+  auto restart = [&](Child* dead, const std::vector<std::string>& args, const std::string& region,
+                     const std::string& how) -> Status {
+    const std::string n = dead->name();
+    const std::string exit = dead->exit()->Describe();
+    const double t = training_seconds_now();
+    const int k = ++restarts[n];
+    GD_ASSIGN_OR_RETURN(auto fresh, make_child(n, args, region, n + ".restart-" + std::to_string(k)));
+    progress.Say("geodesic: " + (n == "coordinator" ? std::string("the coordinator") : n) + " " + exit + " after " +
+                 Fmt("%.1f", t) + " s of training" + how);
+    recoveries.push_back(
+        {{"target", n}, {"exit", exit}, {"died_at_training_seconds", t}, {"restart", k}, {"log", fresh->log_file()}});
+    recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
+    for (auto& slot : children)
+      if (slot.get() == dead) slot = std::move(fresh);
+    return Status::Ok();
+  };
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit;
 
   while (true) {
@@ -633,27 +657,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       if (n.rfind("worker-", 0) == 0) {
         if (!e.ok() && options.restart_workers && e.signal && restarts[n] < kMaxRestarts && !evaluator_done_at) {
           auto [args, region] = started_as[n];
-          double t =
-              training_started_at
-                  ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
-                  : 0.0;
-          int k = ++restarts[n];
-          auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
-          if (!fresh.ok()) {
-            progress.Say("geodesic: " + n + " " + e.Describe() + " and could not be restarted (" +
-                         fresh.status().message() + "); the job continues without it");
-            continue;
-          }
-          progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
-                       " s of training; restarted, it rejoins at the live workers' clock");
-          recoveries.push_back({{"target", n},
-                                {"exit", e.Describe()},
-                                {"died_at_training_seconds", t},
-                                {"restart", k},
-                                {"log", (*fresh)->log_file()}});
-          recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
-          for (auto& slot : children)
-            if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
+          const std::string what = n + " " + e.Describe();
+          Status st = restart(c, args, region, "; restarted, it rejoins at the live workers' clock");
+          if (!st.ok())
+            progress.Say("geodesic: " + what + " and could not be restarted (" + st.message() +
+                         "); the job continues without it");
         } else if (!e.ok()) {
           progress.Say("geodesic: " + n + " " + e.Describe() + "; the job continues without it" +
                        (e.signal ? "" : "; its log ends:\n" + c->LogTail(8)));
@@ -675,27 +683,13 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         auto [args, region] = started_as[n];
         for (size_t i = 0; i + 1 < args.size(); ++i)
           if (args[i] == "--bind") args[i + 1] = endpoint;
-        double t = training_started_at
-                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
-                       : 0.0;
-        int k = ++restarts[n];
-        auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
-        if (!fresh.ok()) {
+        const std::string what = n + " " + e.Describe();
+        Status st = restart(c, args, region, "; restarted from its saved state on " + endpoint);
+        if (!st.ok()) {
           outcome = "failed";
-          failure = n + " " + e.Describe() + " and could not be restarted: " + fresh.status().message();
+          failure = what + " and could not be restarted: " + st.message();
           progress.Say("geodesic: " + failure);
-          continue;
         }
-        progress.Say("geodesic: the coordinator " + e.Describe() + " after " + Fmt("%.1f", t) +
-                     " s of training; restarted from its saved state on " + endpoint);
-        recoveries.push_back({{"target", n},
-                              {"exit", e.Describe()},
-                              {"died_at_training_seconds", t},
-                              {"restart", k},
-                              {"log", (*fresh)->log_file()}});
-        recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
-        for (auto& slot : children)
-          if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
       } else if (!evaluator_done_at && !e.ok() && n.rfind("backup-", 0) == 0 && training_started_at) {
         // The primary goes on alone (degraded) until the job ends.
         progress.Say("geodesic: " + n + " " + e.Describe() + "; its primary continues without a backup");
@@ -704,9 +698,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         // Its backup takes over once the primary's lease expires; nothing
         // restarts. Timed from the kill (if injected) to the promoted
         // backup's first applied update.
-        double t = training_started_at
-                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
-                       : 0.0;
+        double t = training_seconds_now();
         auto since = std::chrono::steady_clock::now();
         if (auto k = killed_at.find(n); k != killed_at.end()) since = k->second;
         progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
@@ -724,9 +716,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
           for (const auto& sv : last_status->servers())
             if (sv.id() == id) endpoint = sv.endpoint();
         auto [args, region] = started_as[n];
-        double t = training_started_at
-                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
-                       : 0.0;
         if (endpoint.empty()) {
           outcome = "failed";
           failure = n + " " + e.Describe() + " before its endpoint was known";
@@ -735,24 +724,13 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         }
         if (!wan) args.insert(args.end(), {"--bind", endpoint});
         args.push_back("--recover");
-        int k = ++restarts[n];
-        auto fresh = make_child(n, args, region, n + ".restart-" + std::to_string(k));
-        if (!fresh.ok()) {
+        const std::string what = n + " " + e.Describe();
+        Status st = restart(c, args, region, "; restarted from its newest checkpoint on " + endpoint);
+        if (!st.ok()) {
           outcome = "failed";
-          failure = n + " " + e.Describe() + " and could not be restarted: " + fresh.status().message();
+          failure = what + " and could not be restarted: " + st.message();
           progress.Say("geodesic: " + failure);
-          continue;
         }
-        progress.Say("geodesic: " + n + " " + e.Describe() + " after " + Fmt("%.1f", t) +
-                     " s of training; restarted from its newest checkpoint on " + endpoint);
-        recoveries.push_back({{"target", n},
-                              {"exit", e.Describe()},
-                              {"died_at_training_seconds", t},
-                              {"restart", k},
-                              {"log", (*fresh)->log_file()}});
-        recovering[n] = {recoveries.size() - 1, std::chrono::steady_clock::now(), -1};
-        for (auto& slot : children)
-          if (slot.get() == c) slot = std::move(*fresh);  // `c` and `e` are gone from here on
       } else if (!evaluator_done_at) {
         if (e.ok()) {
           // A clean exit means it saw the job finish; the evaluator, which
@@ -878,9 +856,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       auto apply = [&](const std::string& action, const std::string& a, const std::string& b, const char* why) {
         Status st = netns ? (action == "cut" ? netns->Cut(a, b) : netns->Heal(a, b))
                           : (action == "cut" ? wan->Cut(a, b) : wan->Heal(a, b));
-        double t = training_started_at
-                       ? std::chrono::duration<double>(std::chrono::steady_clock::now() - *training_started_at).count()
-                       : 0.0;
+        double t = training_seconds_now();
         if (!st.ok()) {
           progress.Say("geodesic: " + action + " " + a + " " + b + ": " + st.message());
           return;
