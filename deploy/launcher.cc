@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "common/histogram.h"
 #include "common/job.h"
 #include "common/log.h"
+#include "common/push_ledger.h"
 #include "compression/codec.h"
 #include "deploy/emulated_wan.h"
 #include "deploy/netns.h"
@@ -251,6 +253,57 @@ json ReadJson(const std::string& path) {
   }
 }
 
+// Acknowledged vs. taken, per worker (docs/reliability.md): every worker
+// process's push ledger in `stats_dir` (killed ones included: the counts
+// outlive them), against `taken`, the chunks of each worker's pushes that the
+// shards' serving processes took. For a worker none of whose processes was
+// killed, taken == acknowledged exactly; a killed one's pushes in flight at
+// its death may have been taken without its knowing (acknowledged <= taken <=
+// acknowledged + in flight).
+json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>& taken) {
+  struct Totals {
+    int processes = 0;
+    PushCounts c;
+  };
+  std::map<int, Totals> by_worker;
+  json unreadable = json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(stats_dir, ec)) {
+    const std::string f = e.path().filename().string();
+    int id = -1;
+    if (e.path().extension() != ".ledger" || std::sscanf(f.c_str(), "worker-%d.", &id) != 1 || id < 0) continue;
+    auto c = PushLedger::Read(e.path().string());
+    if (!c.ok()) {
+      unreadable.push_back(c.status().message());
+      continue;
+    }
+    Totals& t = by_worker[id];
+    ++t.processes;
+    t.c.pushed += c->pushed;
+    t.c.acknowledged += c->acknowledged;
+    t.c.dropped += c->dropped;
+    t.c.refused += c->refused;
+  }
+  json workers = json::object();
+  uint64_t acknowledged = 0, in_flight = 0;
+  for (const auto& [id, t] : by_worker) {
+    auto it = taken.find(id);
+    const uint64_t tk = it == taken.end() ? 0 : it->second;
+    workers[std::to_string(id)] = {{"processes", t.processes},
+                                   {"pushed", t.c.pushed},
+                                   {"acknowledged", t.c.acknowledged},
+                                   {"dropped", t.c.dropped},
+                                   {"refused", t.c.refused},
+                                   {"in_flight_at_exit", t.c.InFlight()},
+                                   {"taken", tk}};
+    acknowledged += t.c.acknowledged;
+    in_flight += t.c.InFlight();
+  }
+  json out = {{"workers", workers}, {"acknowledged", acknowledged}, {"in_flight_at_exit", in_flight}};
+  if (!unreadable.empty()) out["unreadable_ledgers"] = unreadable;
+  return out;
+}
+
 struct Cut {
   std::string a, b;
   double after_s = 0, for_s = 0;
@@ -368,6 +421,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::filesystem::remove(run_dir + "/coordinator.endpoint");
   std::filesystem::remove(run_dir + "/coordinator.state");  // a new run starts a new rendezvous
   std::filesystem::remove(run_dir + "/result.json");
+  // Push ledgers count per process; an earlier launch's are not this one's.
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/stats"))
+    if (e.path().extension() == ".ledger") std::filesystem::remove(e.path());
   std::filesystem::remove(run_dir + "/final_params.bin");
   // Kernel-emulated links (wan.emulation: netns): a network namespace per
   // region, up before any child starts; each region's processes run inside
@@ -927,6 +983,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     return name.rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;
   };
   uint64_t pushes_acknowledged = 0, updates_taken = 0, duplicates = 0;
+  std::map<int, uint64_t> taken_by_worker;
   for (auto& c : children) {
     json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
     json p = {{"name", c->name()}, {"pid", c->pid()}, {"log", c->log_file()}};
@@ -967,6 +1024,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     if (stats.value("role", "") == "worker") pushes_acknowledged += stats.value("chunks_acknowledged", uint64_t{0});
     if (stats.value("role", "") == "server" && serving(c->name(), stats)) {
       updates_taken += stats.value("updates_taken", uint64_t{0});
+      const json by_worker = stats.value("taken_by_worker", json::object());
+      for (auto& [w, n] : by_worker.items()) taken_by_worker[std::stoi(w)] += n.get<uint64_t>();
       duplicates += stats.value("duplicates", uint64_t{0});
       if (stats.contains("staleness_histogram"))
         for (auto& [k, v] : stats["staleness_histogram"].items()) staleness.Add(std::stoll(k), v.get<uint64_t>());
@@ -1012,9 +1071,15 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     rec["seconds_to_first_update"] = b["first_update_unix"].get<double>() - k->second;
   }
   summary["recoveries"] = recoveries;
-  // Every pushed chunk a worker saw acknowledged (applied or duplicate),
-  // and every chunk the shards' last serving processes took: equal when no
-  // acknowledged update was lost and none was applied twice.
+  // Every pushed chunk a worker process saw acknowledged (applied or
+  // duplicate), from the push ledgers, which survive a killed process (the
+  // stats files do not: a restarted worker rewrites its predecessor's), and
+  // every chunk the shards' last serving processes took: equal when no
+  // acknowledged update was lost, none was applied twice, and no worker
+  // died with a push in flight (push_accounting has the difference).
+  json accounting = PushAccounting(run_dir + "/stats", taken_by_worker);
+  if (!accounting["workers"].empty()) pushes_acknowledged = accounting["acknowledged"].get<uint64_t>();
+  summary["push_accounting"] = accounting;
   summary["pushes_acknowledged"] = pushes_acknowledged;
   summary["updates_taken"] = updates_taken;
   summary["duplicates_answered"] = duplicates;

@@ -116,6 +116,7 @@ void Server::HandlePush(wan::Message& m) {
   if (req.skipped() && h.completed)
     GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
   updates_taken_ += h.reply.push_ack().applied_chunks();
+  taken_by_worker_[m.header.sender_id()] += h.reply.push_ack().applied_chunks();
   // Acknowledge after the update took effect (applied, or held in its
   // round) here and, in a replicated job, on the backup.
   Replicate(m, std::move(h.reply));
@@ -191,6 +192,7 @@ void Server::HandleReplicate(wan::Message& m) {
   Handled h = ApplyReplicate(Context(), &applied_seq_, m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
   updates_taken_ += h.taken;
+  if (m.header.replicate_request().has_push()) taken_by_worker_[m.header.replicate_request().worker()] += h.taken;
   (void)socket_.Send(std::move(h.reply), {}, m.peer);
 }
 
@@ -414,6 +416,10 @@ void Server::WriteStats() const {
   j["promoted"] = promoted_;
   j["serving"] = serving();
   j["updates_taken"] = updates_taken_;
+  nlohmann::json by_worker = nlohmann::json::object();
+  for (const auto& [w, n] : taken_by_worker_)
+    if (n) by_worker[std::to_string(w)] = n;
+  j["taken_by_worker"] = by_worker;
   if (options_.backup) j["replication_ops_applied"] = applied_seq_;
   if (replica_) {
     j["replication_ops_sent"] = replicated_ops_;

@@ -181,6 +181,7 @@ class Server {
   double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
   // Chunks of pushes taken (APPLIED) here, replicated ones included.
   uint64_t updates_taken_ = 0;
+  std::map<int, uint64_t> taken_by_worker_;  // updates_taken_ by the pushing worker
 };
 
 }  // namespace geodesic::server

@@ -191,6 +191,10 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
                         << " chunk(s) of our push at clock " << ack.clock() << " (its round had closed)";
       }
       chunks_acknowledged_ += ack.applied_chunks() + ack.duplicate_chunks();
+      if (options_.ledger) {
+        options_.ledger->AddAcknowledged(ack.applied_chunks() + ack.duplicate_chunks());
+        options_.ledger->AddDropped(ack.dropped_chunks());
+      }
       pushes_.erase(it);
       return;
     }
@@ -204,6 +208,8 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       if (auto it = pushes_.find(h.request_id()); it != pushes_.end()) {
         // The server refused the push whole; nothing of it was applied.
         ++pushes_refused_;
+        if (options_.ledger)
+          options_.ledger->AddRefused(static_cast<uint64_t>(it->second.header.push_request().chunks_size()));
         GD_LOG(ERROR) << "push at clock " << it->second.clock << " refused: " << err;
         pushes_.erase(it);
         return;
@@ -539,6 +545,9 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
       } else {
         GD_RETURN_IF_ERROR(EncodeChunks(s, clock, batch, req->mutable_chunks(), &payloads));
       }
+      // Counted before it can leave: a kill right after the send must not
+      // leave a chunk a shard took that no ledger says was pushed.
+      if (options_.ledger) options_.ledger->AddPushed(static_cast<uint64_t>(req->chunks_size()));
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads).Annotate("push to server " + std::to_string(s.id)));
       pushes_[id] = PendingPush{static_cast<int>(si), clock, std::move(h), std::move(payloads), now};
     }

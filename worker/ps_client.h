@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/job.h"
+#include "common/push_ledger.h"
 #include "common/status.h"
 #include "compression/codec.h"
 #include "proto/geodesic.pb.h"
@@ -59,6 +60,9 @@ struct PsClientOptions {
   // promoted) is reconnected and sent again every pull and push it has not
   // answered. Unset: endpoints never change.
   std::function<uint64_t(uint64_t seen, std::vector<wire::ServerInfo>* servers)> servers_view;
+  // Where to count pushed chunks and their answers so that the counts
+  // outlive this process (common/push_ledger.h). Not owned; may be null.
+  PushLedger* ledger = nullptr;
 };
 
 struct PullOptions {

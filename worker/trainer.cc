@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "common/files.h"
@@ -130,6 +131,11 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   PsClientOptions po = PsOptionsFor(job, wire::WORKER, options.id);
   if (job.replication.backups > 0) po.servers_view = ServersView(member);
   po.curve_keys = options.credentials.keys;
+  std::optional<PushLedger> ledger;
+  if (!options.stats_file.empty()) {
+    GD_ASSIGN_OR_RETURN(ledger, PushLedger::Create(PushLedgerPath(options.stats_file)));
+    po.ledger = &*ledger;
+  }
   PsClient ps(ctx, po, assignment, &counters, clock);
   GD_RETURN_IF_ERROR(ps.Connect());
   if (ps.num_params() != static_cast<uint64_t>(n))
@@ -199,6 +205,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["skipped_steps"] = skipped;
     j["pushes_refused"] = ps.pushes_refused();
     j["chunks_acknowledged"] = ps.chunks_acknowledged();
+    if (ledger) j["push_ledger"] = ledger->path();
     j["redirects"] = ps.redirects();
     j["pull_resyncs"] = ps.resyncs();
     j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());

@@ -1,6 +1,7 @@
 #include "tests/integration/harness.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -144,6 +145,34 @@ server::MemberOptions TestWorker(const std::string& job, const std::string& coor
   mo.timing.lease_ms = 60000;
   mo.timing.rendezvous_timeout_s = 20;
   return mo;
+}
+
+void ExpectEveryPushAccountedFor(const nlohmann::json& summary, const std::set<int>& killed_workers) {
+  ASSERT_TRUE(summary.contains("push_accounting")) << summary.dump(2);
+  const nlohmann::json& acc = summary["push_accounting"];
+  ASSERT_FALSE(acc["workers"].empty()) << acc.dump(2);
+  EXPECT_FALSE(acc.contains("unreadable_ledgers")) << acc.dump(2);
+  uint64_t taken = 0;
+  for (const auto& [id, w] : acc["workers"].items()) {
+    const auto pushed = w["pushed"].get<uint64_t>(), acked = w["acknowledged"].get<uint64_t>(),
+               tk = w["taken"].get<uint64_t>(), in_flight = w["in_flight_at_exit"].get<uint64_t>(),
+               answered_no = w["dropped"].get<uint64_t>() + w["refused"].get<uint64_t>();
+    taken += tk;
+    EXPECT_GT(acked, 0u) << "worker " << id << ": " << w.dump();
+    EXPECT_GE(tk, acked) << "worker " << id << " lost acknowledged updates: " << w.dump();
+    EXPECT_LE(tk, pushed - answered_no) << "worker " << id << " had more taken than it pushed: " << w.dump();
+    if (killed_workers.count(std::stoi(id))) {
+      EXPECT_LE(tk - acked, in_flight) << "worker " << id << ": " << w.dump();
+    } else {
+      EXPECT_EQ(w["processes"], 1) << "worker " << id << ": " << w.dump();
+      EXPECT_EQ(in_flight, 0u) << "worker " << id << " exited with pushes unanswered: " << w.dump();
+      EXPECT_EQ(tk, acked) << "worker " << id << ": " << w.dump();
+    }
+  }
+  EXPECT_EQ(taken, summary["updates_taken"].get<uint64_t>()) << acc.dump(2);
+  if (killed_workers.empty()) {
+    EXPECT_EQ(summary["pushes_acknowledged"], summary["updates_taken"]);
+  }
 }
 
 }  // namespace geodesic::testing

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -59,5 +60,14 @@ std::string ReadText(const std::string& path);
 nlohmann::json ReadJson(const std::string& path);
 // Polls until `path` exists (true) or timeout_s passes (false).
 bool WaitForFile(const std::string& path, double timeout_s);
+
+// Checks a launch summary's push_accounting (docs/reliability.md): every
+// worker's pushes acknowledged to any of its processes were taken by the
+// shards' serving processes (nothing acknowledged lost), and nothing beyond
+// what it pushed. For a worker none of whose processes was killed (not in
+// `killed_workers`), taken equals acknowledged exactly and nothing was in
+// flight; a killed one may have had pushes taken that it never heard back
+// about, at most what its ledger says was in flight.
+void ExpectEveryPushAccountedFor(const nlohmann::json& summary, const std::set<int>& killed_workers);
 
 }  // namespace geodesic::testing

@@ -59,6 +59,7 @@ void ExpectFailover(const nlohmann::json& s, const std::string& target) {
   // the final serving shards took, and they took nothing else.
   EXPECT_GT(s["pushes_acknowledged"].get<uint64_t>(), 0u);
   EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]) << s.dump();
+  testing::ExpectEveryPushAccountedFor(s, {});
   for (const char* w : {"worker-0", "worker-1", "worker-2"})
     EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 3000) << w;
 }
@@ -103,6 +104,7 @@ TEST(ReplicationTest, DeadBackupDegradesItsPrimaryAndTrainingGoesOn) {
   EXPECT_EQ(s["recoveries"].size(), 0u);
   EXPECT_EQ(s["replication"]["promoted"].size(), 0u);
   EXPECT_EQ(s["pushes_acknowledged"], s["updates_taken"]) << s.dump();
+  testing::ExpectEveryPushAccountedFor(s, {});
   for (const char* w : {"worker-0", "worker-1", "worker-2"})
     EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 3000) << w;
   auto stats = testing::ReadJson(dir / "run/stats/server-0.json");
