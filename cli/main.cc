@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
                     "secured jobs: the job secret that join tokens are checked against (default: "
                     "security.secret_file)");
   c_cmd->add_option("--key-file", coord.key_file, "secured jobs: write the coordinator's CURVE public key here");
+  std::string coord_keypair_file;
+  c_cmd->add_option("--keypair-file", coord_keypair_file,
+                    "secured jobs: keep the coordinator's CURVE keypair in this file (created, mode 0600, if "
+                    "missing), so that a restarted coordinator has the key its members know");
 
   // server
   JobFlags server_job;
@@ -385,7 +389,8 @@ int main(int argc, char** argv) {
       auto secret = JobSecret(*job, coord_secret_file);
       if (!secret.ok()) return Fail(secret.status());
       coord.coordinator.secret = *secret;
-      auto keys = wan::GenerateCurveKeyPair();
+      auto keys =
+          coord_keypair_file.empty() ? wan::GenerateCurveKeyPair() : wan::LoadOrCreateKeyPair(coord_keypair_file);
       if (!keys.ok()) return Fail(keys.status());
       coord.keys = *keys;
     }

@@ -57,8 +57,8 @@ StatusOr<PushCounts> PushLedger::Read(const std::string& path) {
                     std::to_string(kFileBytes) + " starting with GDLEDGR1)");
   uint64_t v[kCounters];
   std::memcpy(v, buf + sizeof(kMagic), sizeof(v));
-  return PushCounts{.pushed = v[kPushed], .acknowledged = v[kAcknowledged], .dropped = v[kDropped],
-                    .refused = v[kRefused]};
+  return PushCounts{
+      .pushed = v[kPushed], .acknowledged = v[kAcknowledged], .dropped = v[kDropped], .refused = v[kRefused]};
 }
 
 PushLedger::PushLedger(PushLedger&& other) noexcept
@@ -85,8 +85,8 @@ void PushLedger::Add(Slot s, uint64_t n) {
 
 PushCounts PushLedger::counts() const {
   auto at = [&](Slot s) { return std::atomic_ref<uint64_t>(slots_[s]).load(std::memory_order_relaxed); };
-  return PushCounts{.pushed = at(kPushed), .acknowledged = at(kAcknowledged), .dropped = at(kDropped),
-                    .refused = at(kRefused)};
+  return PushCounts{
+      .pushed = at(kPushed), .acknowledged = at(kAcknowledged), .dropped = at(kDropped), .refused = at(kRefused)};
 }
 
 }  // namespace geodesic

@@ -444,6 +444,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const bool secure = job.security.mode == "curve";
   const std::string key_path = run_dir + "/coordinator.key";
   std::filesystem::remove(key_path);
+  // Secured jobs: the coordinator's keypair, kept for its restarts (not
+  // across launches: members of a new launch learn the new key).
+  const std::string keypair_path = run_dir + "/coordinator.keypair";
+  std::filesystem::remove(keypair_path);
   std::string secret_path, secret;
   if (secure) {
     GD_RETURN_IF_ERROR(wan::RequireCurve());
@@ -570,7 +574,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       run_dir + "/stats/coordinator.json",
       "--state-file",
       run_dir + "/coordinator.state"};
-  if (secure) coordinator_args = append(coordinator_args, {"--secret-file", secret_path, "--key-file", key_path});
+  if (secure)
+    coordinator_args = append(coordinator_args,
+                              {"--secret-file", secret_path, "--key-file", key_path, "--keypair-file", keypair_path});
   if (resume) coordinator_args = append(coordinator_args, {"--resume", run_dir + "/resume.json"});
   GD_RETURN_IF_ERROR(start_child("coordinator", coordinator_args, job.CoordinatorRegion().name));
   std::string endpoint;
@@ -730,12 +736,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
         } else {
           evaluator_done_at = std::chrono::steady_clock::now();
         }
-      } else if (!evaluator_done_at && !e.ok() && n == "coordinator" && restarts[n] < kMaxRestarts && !secure) {
+      } else if (!evaluator_done_at && !e.ok() && n == "coordinator" && restarts[n] < kMaxRestarts) {
         // The coordinator restarts in place from its saved state; members
         // reconnect to the same endpoint and carry on. Training does not
-        // need it in the meantime, only membership changes do. Not in
-        // secured jobs: a new coordinator process has a new CURVE key and
-        // none of the members' keys (docs/reliability.md).
+        // need it in the meantime, only membership changes do. In secured
+        // jobs it keeps its keypair (--keypair-file) and the saved state
+        // has the members' keys (docs/security.md).
         auto [args, region] = started_as[n];
         for (size_t i = 0; i + 1 < args.size(); ++i)
           if (args[i] == "--bind") args[i + 1] = endpoint;

@@ -478,6 +478,8 @@ wire::MemberSnapshot SaveMember(const auto& m) {
   s.set_pid(m.pid);
   s.set_endpoint(m.endpoint);
   s.set_region(m.region);
+  s.set_curve_public_key(m.key);
+  s.set_key_epoch(m.key_epoch);
   return s;
 }
 
@@ -490,6 +492,9 @@ void RestoreMember(const wire::MemberSnapshot& s, TimePoint now, auto* m) {
   m->pid = s.pid();
   m->endpoint = s.endpoint();
   if (!s.region().empty()) m->region = s.region();
+  m->key = s.curve_public_key();
+  m->key_epoch = s.key_epoch();
+  m->keys_installed = 0;  // each shard reports it again with its next heartbeat
   // Whoever was there gets a lease's time to heartbeat again.
   m->live = m->registered && !m->left && !m->died && !m->done;
   m->last_seen = now;
@@ -519,6 +524,7 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   for (bool p : promoted_) s.add_promoted(p);
   s.set_servers_epoch(servers_epoch_);
   s.set_promotions(promotions_);
+  s.set_keys_epoch(keys_epoch_);
   return s;
 }
 
@@ -553,6 +559,8 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   for (int i = 0; i < options_.num_workers; ++i) RestoreMember(s.workers(i), now, &workers_[i]);
   RestoreMember(s.evaluator(), now, &evaluator_);
   evaluator_seen_ = s.evaluator_seen();
+  // Past the saved epoch, so that every shard is sent the restored list.
+  keys_epoch_ = s.keys_epoch() + 1;
   plan_note_ = s.plan_note();
   planned_step_ms_ = s.planned_step_ms();
   if (static_cast<size_t>(s.backups_size()) == backups_.size() && s.promoted_size() == s.backups_size()) {
@@ -666,6 +674,10 @@ void Coordinator::Handle(wan::Message& m) {
   bool refused = false;
   std::optional<wire::Header> reply = state_.Answer(m.header, m.peer_key, &refused);
   if (refused) counters_.messages_refused++;
+  // A key bound at registration is saved before the member learns it is
+  // in: a coordinator restarted from a state without it would let another
+  // key speak for that member.
+  if (state_.secure() && m.header.has_register_request()) SaveState(true);
   if (reply) Reply(m, std::move(*reply));
 }
 

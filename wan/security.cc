@@ -10,6 +10,7 @@
 #include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 
 #include "common/files.h"
 #include "common/log.h"
@@ -89,6 +90,29 @@ StatusOr<CurveKeyPair> GenerateCurveKeyPair() {
   if (zmq_curve_keypair(pub, sec) != 0)
     return Internal(std::string("cannot generate a CURVE keypair: ") + zmq_strerror(zmq_errno()));
   return CurveKeyPair{pub, sec};
+}
+
+StatusOr<CurveKeyPair> LoadOrCreateKeyPair(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    GD_ASSIGN_OR_RETURN(CurveKeyPair keys, GenerateCurveKeyPair());
+    GD_RETURN_IF_ERROR(WriteFileAtomic(path, keys.public_key + "\n" + keys.secret_key + "\n", /*durable=*/true, 0600));
+    return keys;
+  }
+  if (st.st_mode & 077)
+    return FailedPrecondition("the keypair file '" + path + "' may be read or written by other users; run: chmod 600 " +
+                              path);
+  GD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  std::istringstream in(text);
+  CurveKeyPair keys;
+  std::string extra;
+  if (!(in >> keys.public_key >> keys.secret_key) || (in >> extra) || !IsCurveKey(keys.public_key) ||
+      !IsCurveKey(keys.secret_key))
+    return DataLoss("'" + path + "' is not a CURVE keypair (two lines of 40 Z85 characters: public, then secret)");
+  char derived[41];
+  if (zmq_curve_public(derived, keys.secret_key.c_str()) != 0 || keys.public_key != derived)
+    return DataLoss("'" + path + "': the public key is not the secret key's");
+  return keys;
 }
 
 bool IsCurveKey(const std::string& key) {

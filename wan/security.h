@@ -43,6 +43,13 @@ struct CurveKeyPair {
 
 // A fresh keypair (libsodium's randomness, through ZeroMQ).
 StatusOr<CurveKeyPair> GenerateCurveKeyPair();
+// A keypair that outlives its process: loaded from `path` if it exists
+// (mode 0600, "PUBLIC\nSECRET\n" in Z85; refused, like the job secret, if
+// other users may read it, or with the reason if it is not a keypair),
+// else generated and written there, mode 0600, durably. A restarted
+// coordinator keeps its key this way, so that members that know it
+// reconnect (docs/security.md).
+StatusOr<CurveKeyPair> LoadOrCreateKeyPair(const std::string& path);
 // Whether `key` is 40 characters of Z85 that decode to 32 bytes.
 bool IsCurveKey(const std::string& key);
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <zmq.hpp>
@@ -423,6 +424,45 @@ TEST(SecureLaunchTest, SyntheticJobOverEmulatedLinksFinishes) {
   auto no_secret = testing::RunGeodesic({"token", "--job", dir / "job.yaml", "--role", "worker"}, 20);
   EXPECT_NE(no_secret.exit_code, 0);
   EXPECT_NE(no_secret.output.find("--secret-file"), std::string::npos) << no_secret.output;
+}
+
+// A secured job's coordinator killed with SIGKILL restarts from its saved
+// state with the keypair its members know (coordinator.keypair, 0600) and
+// the keys they registered with; a worker killed after that rejoins through
+// the restarted coordinator (a fresh key, a token check, the shards told to
+// admit the new key) and the job finishes.
+TEST(SecureLaunchTest, AKilledCoordinatorRestartsWithItsKeysAndAdmitsARejoin) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSecureLaunchJob);
+  auto r = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=600",
+                                 "--kill", "coordinator:0@1.5", "--kill", "worker:1@5", "--restart-workers", "--quiet"},
+                                180);
+  ASSERT_EQ(r.exit_code, 0) << r.output << testing::ReadText(dir / "run/logs/coordinator.log");
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(s["status"], "finished") << s.dump(2);
+  ASSERT_EQ(s["recoveries"].size(), 2u) << s["recoveries"].dump(2);
+  std::map<std::string, nlohmann::json> rec;
+  for (const auto& x : s["recoveries"]) rec[x["target"].get<std::string>()] = x;
+  ASSERT_TRUE(rec.count("coordinator") && rec.count("worker-1")) << s["recoveries"].dump(2);
+  EXPECT_TRUE(rec["coordinator"].contains("seconds_to_first_status")) << rec["coordinator"].dump();
+  EXPECT_TRUE(rec["worker-1"].contains("seconds_to_first_step")) << rec["worker-1"].dump();
+  const std::string restarted = testing::ReadText(rec["coordinator"]["log"].get<std::string>());
+  EXPECT_NE(restarted.find("continuing the job from"), std::string::npos) << restarted;
+  // Members' keys held: nobody was refused for a key or a token (the
+  // rejoining worker is told to wait while its dead predecessor's lease
+  // runs out, AlreadyExists, which is not that).
+  EXPECT_EQ(restarted.find("PermissionDenied"), std::string::npos) << restarted;
+  EXPECT_EQ(restarted.find("Unauthenticated"), std::string::npos) << restarted;
+  // The rejoined worker trained, through shards that admitted its new key.
+  EXPECT_NE(testing::ReadText(rec["worker-1"]["log"].get<std::string>()).find("done:"), std::string::npos);
+  EXPECT_GT(s["step_time_breakdown"]["worker-1"]["steps"].get<int64_t>(), 0);
+  // One keypair throughout: the published key is the kept pair's.
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "run/coordinator.keypair").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  auto kept = wan::LoadOrCreateKeyPair(dir / "run/coordinator.keypair");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(testing::ReadText(dir / "run/coordinator.key"), kept->public_key);
 }
 
 }  // namespace

@@ -294,6 +294,22 @@ TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
   // Expired by now: re-registering needs a fresh token.
   now = 5000;
   EXPECT_EQ(state.Register(wire::WORKER, 0, wreq, kWorkerKey).status().code(), Code::kUnauthenticated);
+
+  // A coordinator restarted from the saved state keeps every member's key:
+  // requests with another key are still refused, the shard is sent the
+  // authorized list again (a newer epoch than the one it has), and the
+  // worker's key does not have to be installed again.
+  CoordinatorState restored(o, &clock);
+  ASSERT_TRUE(restored.Restore(state.Save()).ok());
+  EXPECT_TRUE(restored.IsMemberKey(kWorkerKey));
+  EXPECT_TRUE(restored.IsMemberKey(kServerKey));
+  EXPECT_TRUE(restored.CheckKey(wire::WORKER, 0, kWorkerKey).ok());
+  EXPECT_EQ(restored.CheckKey(wire::WORKER, 0, kOtherKey).code(), Code::kPermissionDenied);
+  EXPECT_EQ(restored.CheckKey(wire::SERVER, 0, kOtherKey).code(), Code::kPermissionDenied);
+  hr = restored.Heartbeat(wire::SERVER, 0, hb);
+  EXPECT_GT(hr.keys_epoch(), hb.keys_epoch());
+  ASSERT_EQ(hr.authorized_keys_size(), 1);
+  EXPECT_EQ(hr.authorized_keys(0), kWorkerKey);
 }
 
 }  // namespace

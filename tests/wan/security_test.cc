@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/files.h"
 #include "wan/message.h"
 
 namespace geodesic::wan {
@@ -99,6 +100,39 @@ TEST(CurveKeyTest, KeypairsAreZ85AndDistinct) {
   EXPECT_NE(a->public_key, b->public_key);
   EXPECT_FALSE(IsCurveKey("short"));
   EXPECT_FALSE(IsCurveKey(std::string(40, ' ')));
+}
+
+TEST(CurveKeyTest, AKeptKeypairIsCreatedOnceThenLoadedAndGuarded) {
+  std::string dir = ::testing::TempDir() + "/keypair_test_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/coordinator.keypair";
+  auto made = LoadOrCreateKeyPair(path);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_TRUE(IsCurveKey(made->public_key) && IsCurveKey(made->secret_key));
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600);
+  auto again = LoadOrCreateKeyPair(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->public_key, made->public_key);
+  EXPECT_EQ(again->secret_key, made->secret_key);
+
+  ::chmod(path.c_str(), 0640);
+  auto open = LoadOrCreateKeyPair(path);
+  ASSERT_FALSE(open.ok());
+  EXPECT_NE(open.status().message().find("chmod 600"), std::string::npos) << open.status();
+  // Not a keypair, or a public key that is not the secret key's: refused,
+  // never replaced by a fresh pair (members know the old public key).
+  auto other = GenerateCurveKeyPair().value();
+  for (const std::string& text :
+       {std::string("garbage\n"), made->public_key + "\n", other.public_key + "\n" + made->secret_key + "\n"}) {
+    std::ofstream(path, std::ios::trunc) << text;
+    ::chmod(path.c_str(), 0600);
+    auto bad = LoadOrCreateKeyPair(path);
+    EXPECT_EQ(bad.status().code(), Code::kDataLoss) << text;
+    EXPECT_EQ(ReadFile(path).value(), text);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // A CURVE ROUTER behind a ZapHandler with an allow-list; clients in another
