@@ -586,8 +586,6 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(job.FindRegion(job.coordinator_region), &errors, "coordinator_region",
           "'" + job.coordinator_region + "' is not a region of this job");
   }
-  Check(job.replication.backups == 0 || job.security.mode == "none", &errors, "replication.backups",
-        "replication with security.mode curve is not supported yet (backups would need the primary's key)");
   Check(ValidName(job.name), &errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
 
   if (!errors.empty()) {

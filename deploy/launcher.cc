@@ -616,7 +616,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                                      "--bind",        "tcp://" + region.host + ":*"};
     args = append(args, {"--checkpoint-dir", checkpoint_dir});
     if (wan) args = append(args, routes_for(region.name));
-    GD_RETURN_IF_ERROR(start_child(name, args, region.name));
+    GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "server", i));  // a backup joins with its shard's token
+    GD_RETURN_IF_ERROR(start_child(name, append(args, sec), region.name));
   }
   for (int i = 0; i < job.NumWorkers(); ++i) {
     std::string name = "worker-" + std::to_string(i);

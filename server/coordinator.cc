@@ -142,7 +142,10 @@ void CoordinatorState::AddServers(google::protobuf::RepeatedPtrField<wire::Serve
     s->set_endpoint(servers_[i].endpoint);
     s->set_region(servers_[i].region);
     s->set_curve_public_key(servers_[i].key);
-    if (replicated() && !promoted_[i] && backups_[i].live) s->set_backup_endpoint(backups_[i].endpoint);
+    if (replicated() && !promoted_[i] && backups_[i].live) {
+      s->set_backup_endpoint(backups_[i].endpoint);
+      s->set_backup_curve_public_key(backups_[i].key);
+    }
   }
 }
 
@@ -202,13 +205,27 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
 }
 
 std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) const {
-  if (!secure() || !started_ || (role != wire::WORKER && role != wire::EVALUATOR)) return "";
-  std::vector<int> behind;
+  if (!secure() || !started_) return "";
+  // A primary replicates to its backup, which must admit its key first
+  // (ZeroMQ does not retry a connection whose handshake ZAP refused).
+  if (role == wire::SERVER) {
+    if (!replicated() || promoted_[id] || !backups_[id].live || backups_[id].keys_installed >= m.key_epoch) return "";
+    return "the backup of server " + std::to_string(id) + " to authorize its primary's key (at its next heartbeat)";
+  }
+  if (role != wire::WORKER && role != wire::EVALUATOR) return "";
+  // Every process that serves a shard now, or may after a failover.
+  std::vector<int> behind, behind_backups;
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
     if (servers_[i].live && servers_[i].keys_installed < m.key_epoch) behind.push_back(i);
-  if (behind.empty()) return "";
-  return std::string(behind.size() == 1 ? "server " : "servers ") + IdList(behind) + " to authorize " + RoleName(role) +
-         " " + std::to_string(id) + "'s key (at its next heartbeat)";
+  for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
+    if (!promoted_[i] && backups_[i].live && backups_[i].keys_installed < m.key_epoch) behind_backups.push_back(i);
+  if (behind.empty() && behind_backups.empty()) return "";
+  std::string who;
+  if (!behind.empty()) who = std::string(behind.size() == 1 ? "server " : "servers ") + IdList(behind);
+  if (!behind_backups.empty())
+    who += (who.empty() ? "" : " and ") + std::string("the backup") +
+           (behind_backups.size() == 1 ? " of server " : "s of servers ") + IdList(behind_backups);
+  return who + " to authorize " + RoleName(role) + " " + std::to_string(id) + "'s key (at its next heartbeat)";
 }
 
 ::geodesic::Status CoordinatorState::CheckKey(wire::Role role, int id, const std::string& peer_key) const {
@@ -223,7 +240,7 @@ std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) 
 
 bool CoordinatorState::IsMemberKey(const std::string& peer_key) const {
   if (peer_key.empty()) return false;
-  for (const auto* group : {&servers_, &workers_})
+  for (const auto* group : {&servers_, &backups_, &workers_})
     for (const auto& m : *group)
       if (m.key == peer_key) return true;
   return evaluator_.key == peer_key;
@@ -234,8 +251,9 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (secure()) {
     // Before anything else, so that a refused registration changes nothing.
     if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
-    auto claims =
-        wan::VerifyToken(options_.secret, req.token(), options_.job_name, RoleName(role), id, options_.unix_now());
+    // A backup joins with a server token for its shard.
+    auto claims = wan::VerifyToken(options_.secret, req.token(), options_.job_name,
+                                   RoleName(role == wire::BACKUP ? wire::SERVER : role), id, options_.unix_now());
     if (!claims.ok()) return claims.status();
   }
   Member* m = Find(role, id);
@@ -296,7 +314,10 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   m->last_seen = clock_->Now();
   if (secure() && m->key != peer_key) {
     m->key = peer_key;
-    if (role == wire::WORKER || role == wire::EVALUATOR) m->key_epoch = ++keys_epoch_;
+    // A new worker's, evaluator's or (replicated jobs) primary's key goes
+    // into the lists the shards and backups admit.
+    if (role == wire::WORKER || role == wire::EVALUATOR || (role == wire::SERVER && replicated()))
+      m->key_epoch = ++keys_epoch_;
   }
   if (!req.region().empty()) m->region = req.region();
   if (role == wire::EVALUATOR) evaluator_seen_ = true;
@@ -362,6 +383,7 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
       for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
         if (!workers_[i].key.empty()) r.add_authorized_keys(workers_[i].key), r.add_authorized_ids(i);
       if (!evaluator_.key.empty()) r.add_authorized_keys(evaluator_.key), r.add_authorized_ids(-1);
+      if (role == wire::BACKUP && !promoted_[id]) r.set_primary_key(servers_[id].key);
     }
   }
   r.set_membership_epoch(epoch_);

@@ -58,9 +58,12 @@ void Server::Authorize(const wire::HeartbeatReply& r) {
   std::map<std::string, int> owners;
   for (int i = 0; i < r.authorized_keys_size() && i < r.authorized_ids_size(); ++i)
     owners[r.authorized_keys(i)] = r.authorized_ids(i);
-  zap_->SetAllowed({r.authorized_keys().begin(), r.authorized_keys().end()});
+  std::vector<std::string> allowed(r.authorized_keys().begin(), r.authorized_keys().end());
+  if (!r.primary_key().empty()) allowed.push_back(r.primary_key());  // a backup: its primary replicates to it
+  zap_->SetAllowed(allowed);
   std::lock_guard<std::mutex> lock(keys_mu_);
   key_owner_ = std::move(owners);
+  if (!r.primary_key().empty()) primary_key_ = r.primary_key();
 }
 
 Status Server::CheckSender(const wan::Message& m) const {
@@ -69,6 +72,11 @@ Status Server::CheckSender(const wan::Message& m) const {
   // sender's own, so that one worker cannot push or pull as another.
   std::lock_guard<std::mutex> lock(keys_mu_);
   auto it = key_owner_.find(m.peer_key);
+  if (m.header.has_replicate_request()) {
+    if (primary_key_.empty() || m.peer_key != primary_key_)
+      return PermissionDenied("replication ops are taken from this shard's primary's CURVE key only");
+    return Status::Ok();
+  }
   if (it == key_owner_.end()) return PermissionDenied("the connection's CURVE key is not authorized here");
   int want = m.header.sender_role() == wire::EVALUATOR ? -1 : m.header.sender_id();
   if ((m.header.sender_role() != wire::WORKER && m.header.sender_role() != wire::EVALUATOR) || it->second != want)
@@ -77,8 +85,8 @@ Status Server::CheckSender(const wan::Message& m) const {
 }
 
 void Server::Handle(wan::Message& m) {
-  if (m.header.has_replicate_request()) return HandleReplicate(m);
   if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
+  if (m.header.has_replicate_request()) return HandleReplicate(m);
   if (!serving()) {
     // A worker redirected before this backup saw its own promotion: keep the
     // request for then (the worker would otherwise wait its retry interval).
@@ -598,16 +606,20 @@ Status Server::Run(const std::atomic<bool>* stop) {
   if (options_.recover) GD_RETURN_IF_ERROR(Recover());
   restored_ = !options_.resume_file.empty() || options_.recover;
   if (options_.job.replication.backups > 0 && !options_.backup) {
+    std::string backup_key;
     for (const auto& si : assignment.servers())
-      if (si.id() == options_.id) replica_endpoint_ = si.backup_endpoint();
+      if (si.id() == options_.id) replica_endpoint_ = si.backup_endpoint(), backup_key = si.backup_curve_public_key();
     if (replica_endpoint_.empty()) return FailedPrecondition("replicated job, but the coordinator names no backup");
-    replica_ =
-        std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
-                                      wan::SocketOptions{.job = options_.job.name,
-                                                         .role = wire::SERVER,
-                                                         .id = options_.id,
-                                                         .max_message_bytes = options_.job.wire.max_message_bytes},
-                                      &counters_);
+    if (options_.credentials.enabled() && backup_key.empty())
+      return FailedPrecondition("secured replicated job, but the coordinator names no key for the backup");
+    replica_ = std::make_unique<wan::Socket>(
+        ctx_, zmq::socket_type::dealer,
+        wan::SocketOptions{.job = options_.job.name,
+                           .role = wire::SERVER,
+                           .id = options_.id,
+                           .max_message_bytes = options_.job.wire.max_message_bytes,
+                           .curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = backup_key}},
+        &counters_);
     GD_RETURN_IF_ERROR(replica_->Connect(replica_endpoint_));
     GD_LOG(INFO) << "replicating to the backup at " << replica_endpoint_;
   }

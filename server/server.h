@@ -127,6 +127,7 @@ class Server {
   wan::Socket socket_;
   mutable std::mutex keys_mu_;
   std::map<std::string, int> key_owner_;  // guarded by keys_mu_: key -> worker id (-1: evaluator)
+  std::string primary_key_;               // guarded by keys_mu_: a backup's primary's key (secured jobs)
   std::unique_ptr<MemberClient> member_;
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;

@@ -134,13 +134,5 @@ TEST(ReplicationTest, PausedPrimaryIsFencedAndLosesNothing) {
   EXPECT_NE(log.find("fenced"), std::string::npos) << log;
 }
 
-TEST(ReplicationTest, ReplicationWithCurveIsRefusedClearly) {
-  TempDir dir;
-  testing::WriteText(dir / "job.yaml", kReplicated);
-  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "security.mode=curve"}, 30);
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("replication.backups"), std::string::npos) << r.output;
-}
-
 }  // namespace
 }  // namespace geodesic

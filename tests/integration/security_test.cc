@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -349,6 +350,21 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   expect_error(hb, wire::PERMISSION_DENIED, "another CURVE key");
   expect_error(st, wire::UNAUTHENTICATED, "no join token");
 
+  // 5. A replication op, from an authorized key (worker 0's) claiming to
+  //    be the shard's primary: shards take replication from their
+  //    primary's key only (a backup learns it from the coordinator).
+  {
+    auto as_primary = Dealer(server_endpoint_, wire::SERVER, 0, {.keys = keys_, .server_key = shard_key});
+    wire::Header op;
+    op.mutable_replicate_request()->set_seq(1);
+    op.mutable_replicate_request()->set_worker(0);
+    *op.mutable_replicate_request()->mutable_push() = Push(0).push_request();
+    auto r = Ask(*as_primary, op, {wan::CopyPayload(g.data(), 1024)});
+    ASSERT_TRUE(r && r->has_error_reply()) << (r ? wan::BodyName(*r) : "no reply");
+    EXPECT_EQ(r->error_reply().code(), wire::PERMISSION_DENIED) << r->error_reply().message();
+    EXPECT_NE(r->error_reply().message().find("primary's CURVE key"), std::string::npos) << r->error_reply().message();
+  }
+
   // Nothing changed: the shard's chunk and version, and the membership.
   auto [after, version_after] = ReadChunk0();
   EXPECT_EQ(after, before);
@@ -463,6 +479,33 @@ TEST(SecureLaunchTest, AKilledCoordinatorRestartsWithItsKeysAndAdmitsARejoin) {
   auto kept = wan::LoadOrCreateKeyPair(dir / "run/coordinator.keypair");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(testing::ReadText(dir / "run/coordinator.key"), kept->public_key);
+}
+
+// Replication in a secured job: each backup joins with its shard's token,
+// admits replication ops from its primary's key only, and every process
+// that may serve the shard (the backups too) admits the workers' keys
+// before they start. A SIGKILLed primary fails over to its backup, the
+// workers reconnect to it with its key, and nothing acknowledged is lost.
+TEST(SecureLaunchTest, AReplicatedSecuredJobFailsOverAndLosesNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSecureLaunchJob);
+  auto r = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "training.steps=600",
+                                 "--set", "replication.backups=1", "--kill", "server:0@2", "--quiet"},
+                                180);
+  ASSERT_EQ(r.exit_code, 0) << r.output << testing::ReadText(dir / "run/logs/backup-0.log");
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(s["status"], "finished") << s.dump(2);
+  ASSERT_EQ(s["recoveries"].size(), 1u) << s["recoveries"].dump(2);
+  EXPECT_EQ(s["recoveries"][0]["target"], "server-0");
+  EXPECT_EQ(s["recoveries"][0]["failover"], true);
+  EXPECT_EQ(s["replication"]["promoted"], nlohmann::json::array({0})) << s["replication"].dump();
+  testing::ExpectEveryPushAccountedFor(s, {});
+  for (const char* name : {"backup-0", "backup-1"}) {
+    const std::string log = testing::ReadText(dir / ("run/logs/" + std::string(name) + ".log"));
+    EXPECT_NE(log.find("(CurveZMQ)"), std::string::npos) << name << ":\n" << log;
+    EXPECT_EQ(log.find("refused"), std::string::npos) << name << ":\n" << log;
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir / "run/tokens/backup-0.token"));
 }
 
 }  // namespace
