@@ -84,11 +84,12 @@ void PsClient::FollowRedirects() {
         if (missing) (void)SendPullRequest(p, si, clock < 0);
       }
       TimePoint now = clock_->Now();
-      for (auto& [id, push] : pushes_) {
-        if (push.shard != static_cast<int>(si)) continue;
-        (void)s.socket->Send(push.header, push.payloads);
-        push.sent = now;
-      }
+      for (auto* pending : {&pushes_, &inits_})
+        for (auto& [id, push] : *pending) {
+          if (push.shard != static_cast<int>(si)) continue;
+          (void)s.socket->Send(push.header, push.payloads);
+          push.sent = now;
+        }
     }
   }
 }
@@ -199,7 +200,7 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       return;
     }
     case wire::Header::kInitAck: {
-      init_acks_.erase(h.request_id());
+      inits_.erase(h.request_id());
       return;
     }
     case wire::Header::kErrorReply: {
@@ -214,7 +215,7 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
         pushes_.erase(it);
         return;
       }
-      if (init_acks_.erase(h.request_id())) {
+      if (inits_.erase(h.request_id())) {
         init_errors_.push_back(err);
         return;
       }
@@ -268,21 +269,23 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
       uint64_t id = next_request_++;
       h.set_request_id(id);
       std::vector<wan::Payload> payloads;
-      // Copied: the caller's parameters change while the init is in flight.
+      // Copied once, and kept for resends (a redirect, a lost answer).
       AddChunks(batch, params, nullptr, h.mutable_init_request()->mutable_chunks(), &payloads);
+      for (auto& p : payloads) p = wan::CopyPayload(p.data, p.size);
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads));
-      init_acks_[id] = static_cast<int>(si);
+      inits_[id] = PendingPush{static_cast<int>(si), -1, std::move(h), std::move(payloads), clock_->Now()};
     }
   }
   WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
   TimePoint deadline = clock_->Now() + std::chrono::seconds(options_.timing.rpc_timeout_s);
-  while (!init_acks_.empty()) {
+  while (!inits_.empty()) {
     if (stop->load()) return Cancelled("stopped during init");
     if (clock_->Now() > deadline) return DeadlineExceeded("no init acknowledgement from the servers");
     if (report.Due())
-      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for " << init_acks_.size()
+      GD_LOG(INFO) << "waiting " << static_cast<int>(report.ElapsedSeconds()) << " s for " << inits_.size()
                    << " init acknowledgement(s)";
     Poll(50);
+    ResendStale();
   }
   if (!init_errors_.empty()) return init_errors_.front().Annotate("init");
   return Status::Ok();
@@ -420,14 +423,16 @@ void PsClient::ResendStale() {
     }
     p.last_progress = now;
   }
-  for (auto& [id, push] : pushes_) {
-    if (now - push.sent < retry) continue;
-    GD_LOG(WARNING) << "server " << shards_[push.shard].id << " (" << shards_[push.shard].endpoint
-                    << ") has not acknowledged our push at clock " << push.clock << " for "
-                    << static_cast<int>(Seconds(now - push.sent)) << " s; resending";
-    (void)shards_[push.shard].socket->Send(push.header, push.payloads);
-    push.sent = now;
-  }
+  for (auto* pending : {&pushes_, &inits_})
+    for (auto& [id, push] : *pending) {
+      if (now - push.sent < retry) continue;
+      GD_LOG(WARNING) << "server " << shards_[push.shard].id << " (" << shards_[push.shard].endpoint
+                      << ") has not acknowledged our "
+                      << (pending == &inits_ ? std::string("init") : "push at clock " + std::to_string(push.clock))
+                      << " for " << static_cast<int>(Seconds(now - push.sent)) << " s; resending";
+      (void)shards_[push.shard].socket->Send(push.header, push.payloads);
+      push.sent = now;
+    }
 }
 
 StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,

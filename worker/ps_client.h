@@ -249,7 +249,7 @@ class PsClient {
   uint64_t resyncs_ = 0;
   std::map<int64_t, PendingPull> pulls_;
   std::map<uint64_t, PendingPush> pushes_;  // by request id
-  std::map<uint64_t, int> init_acks_;       // request id -> shard, while Init waits
+  std::map<uint64_t, PendingPush> inits_;   // request id -> unanswered init (clock -1), while Init waits
   std::vector<Status> init_errors_;
   uint64_t next_request_ = 1;
   uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, chunks_acknowledged_ = 0, redirects_ = 0;

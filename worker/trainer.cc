@@ -141,8 +141,6 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   if (ps.num_params() != static_cast<uint64_t>(n))
     return FailedPrecondition("shard map has " + std::to_string(ps.num_params()) + " parameters, model has " +
                               std::to_string(n));
-  GD_RETURN_IF_ERROR(ps.Init(model->params().data_ptr<float>(), stop));
-
   Progress progress;
   progress.clock = assignment.start_clock();
   progress.p.set_target_steps(steps);
@@ -152,6 +150,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     hb->set_done(progress.done);
     *hb->mutable_worker() = progress.p;
   });
+  // After the heartbeats start: they keep our lease, and they bring the
+  // news of a shard that fails over meanwhile (the init follows it).
+  GD_RETURN_IF_ERROR(ps.Init(model->params().data_ptr<float>(), stop));
 
   const int64_t bound = job.training.staleness_bound;
   auto describe_block = [&]() -> std::string {
