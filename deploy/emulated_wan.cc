@@ -91,6 +91,12 @@ Status EmulatedWan::Build() {
     server_endpoints_.push_back("tcp://" + r.host + ":" + std::to_string(port));
     targets.push_back({r.name, server_endpoints_.back()});
   }
+  for (int s = 0; s < job_.NumServers() && job_.replication.backups > 0; ++s) {
+    const RegionSpec& r = job_.RegionOfBackup(s);
+    GD_ASSIGN_OR_RETURN(int port, ReserveTcpPort(r.host));
+    backup_endpoints_.push_back("tcp://" + r.host + ":" + std::to_string(port));
+    targets.push_back({r.name, backup_endpoints_.back()});
+  }
   // A route per (client region, target) whose regions have a link; clients
   // in one region share it, so they share the link's bandwidth, as on a WAN.
   for (const RegionSpec& client : job_.regions)

@@ -29,6 +29,10 @@ class EmulatedWan {
 
   const std::string& coordinator_bind() const { return coordinator_endpoint_; }
   const std::string& server_bind(int id) const { return server_endpoints_.at(id); }
+  // Replicated jobs: where shard `id`'s backup binds. Its primary replicates
+  // to it, and workers reach it after a failover, over the links between
+  // their regions and the backup's, like any other cross-region traffic.
+  const std::string& backup_bind(int id) const { return backup_endpoints_.at(id); }
   // "--route FROM=TO" arguments for a process in `region`.
   std::vector<std::string> RouteArgs(const std::string& region) const;
 
@@ -54,7 +58,7 @@ class EmulatedWan {
   JobSpec job_;
   std::unique_ptr<wan::LinkEmulator> emulator_;
   std::string coordinator_endpoint_;
-  std::vector<std::string> server_endpoints_;
+  std::vector<std::string> server_endpoints_, backup_endpoints_;
   // Unordered region pair (in job order) -> emulator link id.
   std::map<std::pair<std::string, std::string>, int> links_;
   // Region of the client -> (target endpoint -> emulator endpoint).

@@ -602,9 +602,10 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "server", i));
     GD_RETURN_IF_ERROR(start_child(name, append(args, sec), job.RegionOfServer(i).name));
   }
-  // Replicated jobs: each shard's backup, in the next region (job.h). It
-  // binds its region's host; with emulated WAN links the primary reaches it
-  // directly (replication traffic is not shaped).
+  // Replicated jobs: each shard's backup, in the next region (job.h). With
+  // emulated WAN links it binds an endpoint the emulator routes to, so that
+  // replication crosses the link between the primary's region and its own
+  // (and is cut with it).
   for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i) {
     std::string name = "backup-" + std::to_string(i);
     const RegionSpec& region = job.RegionOfBackup(i);
@@ -613,7 +614,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                                      "--id",          std::to_string(i),
                                      "--coordinator", endpoint,
                                      "--stats-file",  run_dir + "/stats/" + name + ".json",
-                                     "--bind",        "tcp://" + region.host + ":*"};
+                                     "--bind",        wan ? wan->backup_bind(i) : "tcp://" + region.host + ":*"};
     args = append(args, {"--checkpoint-dir", checkpoint_dir});
     if (wan) args = append(args, routes_for(region.name));
     GD_ASSIGN_OR_RETURN(auto sec, security_args(name, "server", i));  // a backup joins with its shard's token

@@ -268,6 +268,13 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (m->live && m->pid != 0 && req.pid() != 0 && m->pid != req.pid() && !takeover)
     return ::geodesic::Status(Code::kAlreadyExists, std::string(RoleName(role)) + " " + std::to_string(id) +
                                                         " is already held by pid " + std::to_string(m->pid));
+  // A backup declared dead (or gone) once training started stays out: its
+  // primary went on alone and acknowledged updates the backup never saw,
+  // so promoting it later would lose them.
+  if (role == wire::BACKUP && started_ && !promoted_[id] && m->registered && (m->died || m->left))
+    return FailedPrecondition("server " + std::to_string(id) +
+                              "'s backup was declared dead and its primary went on alone; a backup does not "
+                              "rejoin (restarting a backup is not supported)");
   if (role == wire::BACKUP && promoted_[id] && !m->live)
     return FailedPrecondition("server " + std::to_string(id) +
                               "'s backup was promoted and has died; the shard has no "

@@ -137,24 +137,50 @@ void Server::Replicate(wan::Message& m, wire::Header reply) {
     return;
   }
   const uint64_t seq = ++replica_seq_;
-  wire::Header op = ReplicateOp(seq, m);
-  Status s = replica_->Send(std::move(op), TakeFrames(m));
-  if (!s.ok()) {
-    ReplicationDegraded("sending op " + std::to_string(seq) + ": " + s.message());
-    (void)socket_.Send(std::move(reply), {}, m.peer);
-    return;
-  }
+  SendOp(seq, ReplicateOp(seq, m), TakeFrames(m), m.peer, std::move(reply));
+}
+
+void Server::SendOp(uint64_t seq, wire::Header op, std::vector<wan::Payload> payloads, const std::string& peer,
+                    std::optional<wire::Header> reply) {
+  // A send that times out (the connection is down and its queue full) is
+  // not lost: the op stays pending and goes again with the next resend.
+  Status s = replica_->Send(op, payloads);
+  if (!s.ok()) GD_LOG(WARNING) << "replication op " << seq << " not sent yet: " << s.message();
   ++replicated_ops_;
-  held_acks_.push_back(HeldAck{.seq = seq, .peer = m.peer, .reply = std::move(reply), .since = clock_->Now()});
+  pending_ops_.push_back(PendingOp{.seq = seq,
+                                   .op = std::move(op),
+                                   .payloads = std::move(payloads),
+                                   .peer = peer,
+                                   .reply = std::move(reply),
+                                   .since = clock_->Now()});
+}
+
+void Server::ResendPending(const std::string& why) {
+  const TimePoint now = clock_->Now();
+  // At most one resend per heartbeat: the backup answers duplicates by
+  // sequence number, but a flood of them would only fill the queue.
+  if (pending_ops_.empty() || now - last_resend_ < Millis(options_.job.membership.heartbeat_ms)) return;
+  last_resend_ = now;
+  GD_LOG(WARNING) << "sending " << pending_ops_.size() << " unacknowledged replication op(s) from "
+                  << pending_ops_.front().seq << " again (" << why << ")";
+  for (const PendingOp& p : pending_ops_) {
+    if (Status s = replica_->Send(p.op, p.payloads); !s.ok()) {
+      GD_LOG(WARNING) << "replication op " << p.seq << " not sent again yet: " << s.message();
+      break;
+    }
+    ++ops_resent_;
+  }
 }
 
 void Server::ReplicationDegraded(const std::string& why) {
   if (degraded_) return;
   degraded_ = true;
-  GD_LOG(ERROR) << "replication to " << replica_endpoint_ << " stopped (" << why << "); acknowledging "
-                << held_acks_.size() << " held and all later updates without a backup (degraded)";
-  for (auto& a : held_acks_) (void)socket_.Send(std::move(a.reply), {}, a.peer);
-  held_acks_.clear();
+  size_t held = 0;
+  for (auto& p : pending_ops_)
+    if (p.reply) (void)socket_.Send(std::move(*p.reply), {}, p.peer), ++held;
+  GD_LOG(ERROR) << "replication to " << replica_endpoint_ << " stopped (" << why << "); acknowledging " << held
+                << " held and all later updates without a backup (degraded)";
+  pending_ops_.clear();
 }
 
 void Server::DrainReplica() {
@@ -168,27 +194,45 @@ void Server::DrainReplica() {
     }
     const wire::Header& h = in->message.header;
     if (h.has_error_reply()) {
-      if (h.error_reply().message().find("was promoted") != std::string::npos) {
+      const std::string& msg = h.error_reply().message();
+      if (msg.find("was promoted") != std::string::npos) {
         // We were declared dead and our backup serves now: acknowledging
         // anything more here could lose it. Workers resend to the backup.
-        fenced_ = "the backup was promoted (" + h.error_reply().message() + ")";
-        held_acks_.clear();
+        fenced_ = "the backup was promoted (" + msg + ")";
+        pending_ops_.clear();
         return;
       }
-      ReplicationDegraded("the backup refused an op: " + h.error_reply().message());
+      if (msg.find("are missing") != std::string::npos) {
+        // Ops lost with a connection (a partition, a reset): send them again.
+        ResendPending("the backup misses ops: " + msg);
+        continue;
+      }
+      // The backup refused an op that we applied: the same code on the same
+      // state decided otherwise, which must not happen. Acknowledging it
+      // alone could lose it at a failover; stop serving instead (workers
+      // resend to whoever serves the shard next).
+      fenced_ = "the backup refused a replication op we applied (" + msg + ")";
+      pending_ops_.clear();
       return;
     }
     if (!h.has_replicate_ack()) continue;
     const uint64_t acked = h.replicate_ack().seq();
-    while (!held_acks_.empty() && held_acks_.front().seq <= acked) {
-      (void)socket_.Send(std::move(held_acks_.front().reply), {}, held_acks_.front().peer);
-      held_acks_.pop_front();
+    while (!pending_ops_.empty() && pending_ops_.front().seq <= acked) {
+      PendingOp& p = pending_ops_.front();
+      if (p.reply) (void)socket_.Send(std::move(*p.reply), {}, p.peer);
+      pending_ops_.pop_front();
     }
   }
-  // A backup that stops answering must not stall training: after a lease
-  // the coordinator would have declared it dead anyway.
-  if (!held_acks_.empty() && clock_->Now() - held_acks_.front().since > Millis(options_.job.membership.lease_ms))
-    ReplicationDegraded("no acknowledgement for " + std::to_string(options_.job.membership.lease_ms) + " ms");
+  // An op unanswered for a while was lost with its connection, or the
+  // backup is gone. Only the coordinator decides the latter (it declares
+  // the backup dead after a lease, and we go on alone when it says so,
+  // SyncMembership): acknowledging alone on our own judgement could lose
+  // updates if the backup, cut off only from us, were promoted later.
+  const Duration resend_after = std::max<Duration>(Millis(1000), Millis(options_.job.membership.lease_ms / 2));
+  if (!pending_ops_.empty() && clock_->Now() - pending_ops_.front().since > resend_after &&
+      clock_->Now() - last_resend_ > resend_after)
+    ResendPending("no acknowledgement for " +
+                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(resend_after).count()) + " ms");
 }
 
 void Server::HandleReplicate(wan::Message& m) {
@@ -369,16 +413,22 @@ void Server::SyncMembership() {
     GD_LOG(INFO) << "clocks from the coordinator: slowest live worker at " << clocks_.MinClock();
   }
   if (replica_)
-    for (const auto& si : v.servers)
-      if (si.id() == options_.id && !si.endpoint().empty() && si.endpoint() != socket_.endpoint())
+    for (const auto& si : v.servers) {
+      if (si.id() != options_.id) continue;
+      if (!si.endpoint().empty() && si.endpoint() != socket_.endpoint())
         fenced_ = "the coordinator says shard " + std::to_string(options_.id) + " is served at " + si.endpoint();
+      // The coordinator declared our backup dead (it never promotes it
+      // after that): from now on we acknowledge alone.
+      else if (!degraded_ && si.backup_endpoint().empty())
+        ReplicationDegraded("the coordinator declared the backup dead");
+    }
   clocks_.SetLive(v.live, v.clocks);
   if (replica_ && !degraded_ && v.live != replicated_live_) {
     // Same live set, same rounds closed on the backup. Its ack holds nothing:
     // a round's pushes were held until the backup took them.
     replicated_live_ = v.live;
-    Status s = replica_->Send(ReplicateMembership(++replica_seq_, v.live, v.clocks), {});
-    if (!s.ok()) ReplicationDegraded("sending the live set: " + s.message());
+    const uint64_t seq = ++replica_seq_;
+    SendOp(seq, ReplicateMembership(seq, v.live, v.clocks), {}, "", std::nullopt);
   }
   if (shard_->CloseRounds(clocks_) > 0 || !held_.empty()) ServeHeldPulls();
 }
@@ -432,6 +482,7 @@ void Server::WriteStats() const {
   if (replica_) {
     j["replication_ops_sent"] = replicated_ops_;
     j["replication_degraded"] = degraded_;
+    j["replication_ops_resent"] = ops_resent_;
   }
   if (promoted_) j["updates_at_promotion"] = updates_at_promotion_;
   if (first_update_unix_ > 0) j["first_update_unix"] = first_update_unix_;
@@ -701,6 +752,14 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (!err.ok() && err.message() != reported_error_) {
       reported_error_ = err.message();
       GD_LOG(ERROR) << err;
+    }
+    if (options_.backup && !promoted_ && err.code() == Code::kFailedPrecondition) {
+      // Declared dead while cut off: the primary went on alone, and this
+      // backup will never serve. Nothing to keep.
+      GD_LOG(ERROR) << "stopping: the coordinator retired this backup";
+      member_->Stop(false);
+      WriteStats();
+      return err;
     }
     if (!fenced_.empty()) {
       // Fenced: exit without answering anything more (an error exit, so the

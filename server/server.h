@@ -91,6 +91,11 @@ class Server {
   // Primary: the backup's acks (and refusals); gives up on a silent backup.
   void DrainReplica();
   void ReplicationDegraded(const std::string& why);
+  // Sends op `seq` to the backup and keeps it until acknowledged; `reply`
+  // goes to `peer` then.
+  void SendOp(uint64_t seq, wire::Header op, std::vector<wan::Payload> payloads, const std::string& peer,
+              std::optional<wire::Header> reply);
+  void ResendPending(const std::string& why);
   // Backup: takes over the shard (its clocks are the primary's last ones).
   void Promote();
   bool serving() const { return !options_.backup || promoted_; }
@@ -158,17 +163,23 @@ class Server {
   double last_checkpoint_ms_ = 0;
   std::string last_checkpoint_error_;
   // Replication. Primary: the DEALER to the backup, the last op sent, the
-  // workers' acks waiting for the backup's, the live set last sent.
-  struct HeldAck {
+  // ops the backup has not acknowledged yet (kept to send again: a lost
+  // connection may lose what was in flight) with the workers' acks they
+  // hold, the live set last sent.
+  struct PendingOp {
     uint64_t seq = 0;
-    std::string peer;
-    wire::Header reply;
+    wire::Header op;
+    std::vector<wan::Payload> payloads;  // shared with the first send
+    std::string peer;                    // the worker whose ack waits, if any
+    std::optional<wire::Header> reply;   // that ack (none for a live-set op)
     TimePoint since{};
   };
   std::unique_ptr<wan::Socket> replica_;
   std::string replica_endpoint_;
   uint64_t replica_seq_ = 0;
-  std::deque<HeldAck> held_acks_;
+  std::deque<PendingOp> pending_ops_;
+  TimePoint last_resend_{};
+  uint64_t ops_resent_ = 0;
   std::vector<int> replicated_live_;
   bool degraded_ = false;
   std::string fenced_;  // why this primary stopped serving: its backup was promoted

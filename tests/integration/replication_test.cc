@@ -134,5 +134,37 @@ TEST(ReplicationTest, PausedPrimaryIsFencedAndLosesNothing) {
   EXPECT_NE(log.find("fenced"), std::string::npos) << log;
 }
 
+// Replication across an emulated WAN link that is cut. Region a has the
+// coordinator, shard 0's primary and shard 1's backup; region b the other
+// two. Cut apart for longer than a lease: shard 1's primary (cut off from
+// the coordinator) is replaced by its backup in a and fenced when the link
+// heals; shard 0's backup (cut off) is declared dead, its primary then
+// acknowledges alone, and the backup, which missed those updates, is never
+// promoted: it is refused when it comes back and exits. Nothing
+// acknowledged is lost, and no process acts on its own judgement of who is
+// dead (the coordinator decides).
+TEST(ReplicationTest, ACutBetweenPrimaryAndBackupLosesNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", std::string(kReplicated) + R"(wan:
+  emulation: proxy
+  probe: false
+  links:
+    - {regions: [a, b], rtt_ms: 2}
+)");
+  auto s =
+      Launch(dir, "run", {"--set", "training.steps=6000", "--set", "membership.lease_ms=1000", "--cut", "a:b@1.5+3"});
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "finished") << s.dump(2);
+  EXPECT_EQ(s["replication"]["promoted"], nlohmann::json::array({1})) << s["replication"].dump();
+  const std::string primary0 = testing::ReadText(dir / "run/logs/server-0.log");
+  EXPECT_NE(primary0.find("the coordinator declared the backup dead"), std::string::npos) << primary0;
+  const std::string backup0 = testing::ReadText(dir / "run/logs/backup-0.log");
+  EXPECT_NE(backup0.find("retired this backup"), std::string::npos) << backup0;
+  EXPECT_EQ(backup0.find("promoted"), std::string::npos) << backup0;
+  const std::string primary1 = testing::ReadText(dir / "run/logs/server-1.log");
+  EXPECT_NE(primary1.find("stopping"), std::string::npos) << primary1;
+  testing::ExpectEveryPushAccountedFor(s, {});
+}
+
 }  // namespace
 }  // namespace geodesic
