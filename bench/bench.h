@@ -34,6 +34,8 @@ struct BenchOptions {
   double snapshot_every_s = 2;       // wan: accuracy-curve resolution
   int kills = 5;                     // failover: runs with a primary killed
   int rounds = 2;                    // failover: plain/replicated throughput pairs
+  double link_rtt_ms = 0;            // failover: > 0, join the two regions by an emulated link of this RTT...
+  double link_mbit = 0;              // ...and this bandwidth (0: unlimited)
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ

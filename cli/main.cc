@@ -359,6 +359,15 @@ int main(int argc, char** argv) {
   bf_cmd->add_option("--rounds", bf_opts.rounds, "plain/replicated throughput pairs")->default_val(2);
   bf_cmd->add_option("--out", bf_opts.result_file, "run directories go here")->default_val("runs/failover");
   bf_cmd->add_option("--set", bf_opts.overrides, "override a key of every run's job");
+  bf_cmd
+      ->add_option("--rtt-ms", bf_opts.link_rtt_ms,
+                   "join the two regions by an emulated link of this RTT (replication and the workers' "
+                   "cross-region traffic cross it); 0: loopback")
+      ->default_val(0)
+      ->check(CLI::Range(0.0, 10000.0));
+  bf_cmd->add_option("--mbit", bf_opts.link_mbit, "with --rtt-ms: the link's bandwidth (0: unlimited)")
+      ->default_val(0)
+      ->check(CLI::Range(0.0, 1e6));
   auto* bs_cmd = b_cmd->add_subcommand("zmq-sink", "(internal) raw ZeroMQ peer for bench transport");
   bs_cmd->add_option("--endpoint", bs_opts.endpoint)->required();
   bs_cmd->group("");

@@ -630,6 +630,16 @@ wire::StatusReply CoordinatorState::Status() const {
     s->set_endpoint(m.endpoint);
     *s->mutable_progress() = m.server;
   }
+  for (int i = 0; i < static_cast<int>(backups_.size()); ++i) {
+    if (promoted_[i] || !backups_[i].registered) continue;
+    const Member& m = backups_[i];
+    auto* s = r.add_backups();
+    s->set_id(i);
+    s->set_region(m.region);
+    s->set_live(m.live);
+    s->set_endpoint(m.endpoint);
+    *s->mutable_progress() = m.server;
+  }
   return r;
 }
 

@@ -398,6 +398,19 @@ TEST(ReplicatedCoordinatorTest, RendezvousWaitsForBackupsAndPromotesOnPrimaryDea
   ASSERT_EQ(w.servers_size(), 2);
   EXPECT_EQ(w.servers(1).endpoint(), "tcp://p:1");
   EXPECT_EQ(w.servers(1).backup_endpoint(), "");
+  // The status lists backup 1, dead; backup 0 serves (in `servers`).
+  wire::StatusReply st = state.Status();
+  ASSERT_EQ(st.backups_size(), 1);
+  EXPECT_EQ(st.backups(0).id(), 1);
+  EXPECT_FALSE(st.backups(0).live());
+  EXPECT_EQ(st.servers(0).endpoint(), "tcp://b:0");
+  // Its primary went on alone: it never comes back, so it can never be
+  // promoted with the updates it missed.
+  auto back = state.Register(wire::BACKUP, 1, ServerReq("tcp://b:1"));
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(back.status().message().find("does not rejoin"), std::string::npos) << back.status();
+  EXPECT_FALSE(state.Status().backups(0).live());
 }
 
 }  // namespace
