@@ -621,25 +621,16 @@ wire::StatusReply CoordinatorState::Status() const {
     s->set_clock(w.clock);
     *s->mutable_progress() = w.worker;
   }
-  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
-    const Member& m = servers_[i];
-    auto* s = r.add_servers();
-    s->set_id(i);
+  auto describe = [](wire::ServerStatus* s, int id, const Member& m) {
+    s->set_id(id);
     s->set_region(m.region);
     s->set_live(m.live);
     s->set_endpoint(m.endpoint);
     *s->mutable_progress() = m.server;
-  }
-  for (int i = 0; i < static_cast<int>(backups_.size()); ++i) {
-    if (promoted_[i] || !backups_[i].registered) continue;
-    const Member& m = backups_[i];
-    auto* s = r.add_backups();
-    s->set_id(i);
-    s->set_region(m.region);
-    s->set_live(m.live);
-    s->set_endpoint(m.endpoint);
-    *s->mutable_progress() = m.server;
-  }
+  };
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) describe(r.add_servers(), i, servers_[i]);
+  for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
+    if (!promoted_[i] && backups_[i].registered) describe(r.add_backups(), i, backups_[i]);
   return r;
 }
 
