@@ -239,7 +239,7 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s) {
       }
   if (slowest)
     line += "  slowest link " + slowest->server_region() + "->" + slowest_to + " " + Fmt("%.1f", slowest->mbit()) +
-            " Mbit/s " + Fmt("%.0f", slowest->min_rtt_ms()) + " ms";
+            " Mbit/s " + Fmt(slowest->min_rtt_ms() < 10 ? "%.1f" : "%.0f", slowest->min_rtt_ms()) + " ms";
   return line;
 }
 
