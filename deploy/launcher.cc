@@ -990,7 +990,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     const int id = stats.value("id", -1);
     return name.rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;
   };
-  uint64_t pushes_acknowledged = 0, updates_taken = 0, duplicates = 0;
+  uint64_t updates_taken = 0, duplicates = 0;
   std::map<int, uint64_t> taken_by_worker;
   for (auto& c : children) {
     json stats = ReadJson(run_dir + "/stats/" + c->name() + ".json");
@@ -1029,7 +1029,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
                               {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
                               {"steps", stats.value("steps", int64_t{0})}};
     }
-    if (stats.value("role", "") == "worker") pushes_acknowledged += stats.value("chunks_acknowledged", uint64_t{0});
     if (stats.value("role", "") == "server" && serving(c->name(), stats)) {
       updates_taken += stats.value("updates_taken", uint64_t{0});
       const json by_worker = stats.value("taken_by_worker", json::object());
@@ -1086,9 +1085,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // acknowledged update was lost, none was applied twice, and no worker
   // died with a push in flight (push_accounting has the difference).
   json accounting = PushAccounting(run_dir + "/stats", taken_by_worker);
-  if (!accounting["workers"].empty()) pushes_acknowledged = accounting["acknowledged"].get<uint64_t>();
   summary["push_accounting"] = accounting;
-  summary["pushes_acknowledged"] = pushes_acknowledged;
+  summary["pushes_acknowledged"] = accounting["acknowledged"];
   summary["updates_taken"] = updates_taken;
   summary["duplicates_answered"] = duplicates;
   summary["replication"] = {{"backups", job.replication.backups},

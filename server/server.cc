@@ -43,6 +43,7 @@ void Server::Refuse(const wan::Message& m, const std::string& reason, const Stat
   reply.set_request_id(m.header.request_id());
   reply.mutable_error_reply()->set_code(wan::ToWire(status.code()));
   reply.mutable_error_reply()->set_message(status.message());
+  reply.mutable_error_reply()->set_reason(reason);
   (void)socket_.Send(std::move(reply), {}, m.peer);
 }
 
@@ -71,12 +72,12 @@ Status Server::CheckSender(const wan::Message& m) const {
   // The ZAP handler admitted the connection; here the key must also be the
   // sender's own, so that one worker cannot push or pull as another.
   std::lock_guard<std::mutex> lock(keys_mu_);
-  auto it = key_owner_.find(m.peer_key);
   if (m.header.has_replicate_request()) {
     if (primary_key_.empty() || m.peer_key != primary_key_)
       return PermissionDenied("replication ops are taken from this shard's primary's CURVE key only");
     return Status::Ok();
   }
+  auto it = key_owner_.find(m.peer_key);
   if (it == key_owner_.end()) return PermissionDenied("the connection's CURVE key is not authorized here");
   int want = m.header.sender_role() == wire::EVALUATOR ? -1 : m.header.sender_id();
   if ((m.header.sender_role() != wire::WORKER && m.header.sender_role() != wire::EVALUATOR) || it->second != want)
@@ -123,7 +124,6 @@ void Server::HandlePush(wan::Message& m) {
   const auto& req = m.header.push_request();
   if (req.skipped() && h.completed)
     GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
-  updates_taken_ += h.reply.push_ack().applied_chunks();
   taken_by_worker_[m.header.sender_id()] += h.reply.push_ack().applied_chunks();
   // Acknowledge after the update took effect (applied, or held in its
   // round) here and, in a replicated job, on the backup.
@@ -195,14 +195,15 @@ void Server::DrainReplica() {
     const wire::Header& h = in->message.header;
     if (h.has_error_reply()) {
       const std::string& msg = h.error_reply().message();
-      if (msg.find("was promoted") != std::string::npos) {
+      const std::string& reason = h.error_reply().reason();
+      if (reason == "not_backup") {
         // We were declared dead and our backup serves now: acknowledging
         // anything more here could lose it. Workers resend to the backup.
         fenced_ = "the backup was promoted (" + msg + ")";
         pending_ops_.clear();
         return;
       }
-      if (msg.find("are missing") != std::string::npos) {
+      if (reason == "replication_gap") {
         // Ops lost with a connection (a partition, a reset): send them again.
         ResendPending("the backup misses ops: " + msg);
         continue;
@@ -243,7 +244,6 @@ void Server::HandleReplicate(wan::Message& m) {
                            (promoted_ ? " was promoted and" : " is a primary and") + " takes no replication"));
   Handled h = ApplyReplicate(Context(), &applied_seq_, m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
-  updates_taken_ += h.taken;
   if (m.header.replicate_request().has_push()) taken_by_worker_[m.header.replicate_request().worker()] += h.taken;
   (void)socket_.Send(std::move(h.reply), {}, m.peer);
 }
@@ -473,10 +473,13 @@ void Server::WriteStats() const {
   j["backup"] = options_.backup;
   j["promoted"] = promoted_;
   j["serving"] = serving();
-  j["updates_taken"] = updates_taken_;
+  uint64_t taken = 0;
   nlohmann::json by_worker = nlohmann::json::object();
-  for (const auto& [w, n] : taken_by_worker_)
+  for (const auto& [w, n] : taken_by_worker_) {
+    taken += n;
     if (n) by_worker[std::to_string(w)] = n;
+  }
+  j["updates_taken"] = taken;
   j["taken_by_worker"] = by_worker;
   if (options_.backup) j["replication_ops_applied"] = applied_seq_;
   if (replica_) {

@@ -191,9 +191,9 @@ class Server {
   TimePoint promoted_at_{};
   uint64_t updates_at_promotion_ = 0;
   double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
-  // Chunks of pushes taken (APPLIED) here, replicated ones included.
-  uint64_t updates_taken_ = 0;
-  std::map<int, uint64_t> taken_by_worker_;  // updates_taken_ by the pushing worker
+  // Chunks of pushes taken (APPLIED) here, replicated ones included, by the
+  // pushing worker (their sum is the stats' updates_taken).
+  std::map<int, uint64_t> taken_by_worker_;
 };
 
 }  // namespace geodesic::server

@@ -191,7 +191,6 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
         GD_LOG(WARNING) << "server " << shards_[shard].id << " dropped " << ack.dropped_chunks()
                         << " chunk(s) of our push at clock " << ack.clock() << " (its round had closed)";
       }
-      chunks_acknowledged_ += ack.applied_chunks() + ack.duplicate_chunks();
       if (options_.ledger) {
         options_.ledger->AddAcknowledged(ack.applied_chunks() + ack.duplicate_chunks());
         options_.ledger->AddDropped(ack.dropped_chunks());

@@ -151,7 +151,6 @@ class PsClient {
   uint64_t chunks_dropped() const { return chunks_dropped_; }
   // Pushed chunks the shards acknowledged as taken (APPLIED or DUPLICATE),
   // each push counted once however often it was sent.
-  uint64_t chunks_acknowledged() const { return chunks_acknowledged_; }
   // Shards reconnected to a promoted backup.
   uint64_t redirects() const { return redirects_; }
 
@@ -252,7 +251,7 @@ class PsClient {
   std::map<uint64_t, PendingPush> inits_;   // request id -> unanswered init (clock -1), while Init waits
   std::vector<Status> init_errors_;
   uint64_t next_request_ = 1;
-  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, chunks_acknowledged_ = 0, redirects_ = 0;
+  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, redirects_ = 0;
   uint64_t servers_epoch_ = 0;
   std::vector<float> scratch_;
   double compute_ema_ = 0;  // seconds per step, as the trainer reported

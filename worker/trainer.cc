@@ -205,8 +205,10 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["samples"] = samples;
     j["skipped_steps"] = skipped;
     j["pushes_refused"] = ps.pushes_refused();
-    j["chunks_acknowledged"] = ps.chunks_acknowledged();
-    if (ledger) j["push_ledger"] = ledger->path();
+    if (ledger) {
+      j["chunks_acknowledged"] = ledger->counts().acknowledged;
+      j["push_ledger"] = ledger->path();
+    }
     j["redirects"] = ps.redirects();
     j["pull_resyncs"] = ps.resyncs();
     j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());
