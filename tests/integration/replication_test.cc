@@ -109,7 +109,11 @@ TEST(ReplicationTest, DeadBackupDegradesItsPrimaryAndTrainingGoesOn) {
     EXPECT_EQ(s["step_time_breakdown"][w]["steps"].get<int64_t>(), 3000) << w;
   auto stats = testing::ReadJson(dir / "run/stats/server-0.json");
   EXPECT_EQ(stats["replication_degraded"], true) << stats.dump();
-  EXPECT_EQ(testing::ReadJson(dir / "run/stats/server-1.json")["replication_degraded"], false);
+  // Server 1 goes on alone only if the coordinator declared its backup dead
+  // too (a 600 ms lease can run out on a loaded machine), never on its own.
+  const bool backup1_declared_dead =
+      testing::ReadText(dir / "run/logs/coordinator.log").find("backup of server 1 lease expired") != std::string::npos;
+  EXPECT_EQ(testing::ReadJson(dir / "run/stats/server-1.json")["replication_degraded"], backup1_declared_dead);
   const std::string log = testing::ReadText(dir / "run/logs/server-0.log");
   EXPECT_NE(log.find("replication to"), std::string::npos) << log;
   EXPECT_NE(log.find("without a backup (degraded)"), std::string::npos) << log;
