@@ -250,6 +250,24 @@ int64_t JobSpec::StepsPerWorker() const {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
 }
 
+int64_t JobSpec::ClocksPerWorker() const {
+  const int64_t h = std::max(1, training.local_steps);
+  return (StepsPerWorker() + h - 1) / h;
+}
+
+OptimizerSpec JobSpec::ShardOptimizer() const {
+  OptimizerSpec o = optimizer;
+  if (compression.momentum_correction) o.momentum = 0;
+  if (training.local_steps > 1) {
+    o = OptimizerSpec{};
+    o.name = "sgd";
+    o.lr = training.outer_lr;
+    o.momentum = training.outer_momentum;
+    o.weight_decay = 0;
+  }
+  return o;
+}
+
 double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t clocks) {
   if (spec.schedule != "cosine" || clocks <= 0) return 1.0;
   double t = std::clamp(static_cast<double>(clock) / static_cast<double>(clocks), 0.0, 1.0);
@@ -377,6 +395,10 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("threads", &t.threads);
     r.Get("prefetch", &t.prefetch);
     r.Get("pipeline_depth", &t.pipeline_depth);
+    r.Get("local_steps", &t.local_steps);
+    r.Get("overlap_rounds", &t.overlap_rounds);
+    r.Get("outer_lr", &t.outer_lr);
+    r.Get("outer_momentum", &t.outer_momentum);
     r.Finish();
     Check(t.steps >= 0, &errors, "training.steps", "must be >= 0");
     Check(t.steps > 0 || (Finite(t.epochs) && t.epochs > 0 && t.epochs <= 10000), &errors, "training.epochs",
@@ -563,6 +585,22 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
         "training.pipeline_depth", "must be at most training.staleness_bound + 1 (a deeper pipeline reads staler)");
   Check(job.training.pipeline_depth <= 1 || job.training.prefetch, &errors, "training.pipeline_depth",
         "needs training.prefetch");
+  {
+    const TrainingSpec& t = job.training;
+    Check(t.local_steps >= 1 && t.local_steps <= 1000, &errors, "training.local_steps", "must be in [1, 1000]");
+    Check(Finite(t.outer_lr) && t.outer_lr > 0 && t.outer_lr <= 10, &errors, "training.outer_lr", "must be in (0, 10]");
+    Check(Finite(t.outer_momentum) && t.outer_momentum >= 0 && t.outer_momentum < 1, &errors, "training.outer_momentum",
+          "must be in [0, 1)");
+    if (t.local_steps > 1) {
+      Check(t.staleness_bound == 0, &errors, "training.local_steps",
+            "needs training.staleness_bound: 0 (rounds are averaged synchronously; overlap_rounds hides the round "
+            "trip instead)");
+      Check(t.pipeline_depth == 1, &errors, "training.local_steps", "cannot be combined with training.pipeline_depth");
+      Check(job.optimizer.name == "sgd", &errors, "training.local_steps", "needs optimizer.name: sgd");
+      Check(!job.compression.momentum_correction, &errors, "training.local_steps",
+            "cannot be combined with compression.momentum_correction (the workers already keep the momentum)");
+    }
+  }
   Check(!job.compression.momentum_correction || job.optimizer.name == "sgd", &errors, "compression.momentum_correction",
         "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
   for (size_t i = 0; i < job.compression.links.size(); ++i)
@@ -650,6 +688,10 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "threads" << YAML::Value << job.training.threads;
   out << YAML::Key << "prefetch" << YAML::Value << job.training.prefetch;
   out << YAML::Key << "pipeline_depth" << YAML::Value << job.training.pipeline_depth;
+  out << YAML::Key << "local_steps" << YAML::Value << job.training.local_steps;
+  out << YAML::Key << "overlap_rounds" << YAML::Value << job.training.overlap_rounds;
+  out << YAML::Key << "outer_lr" << YAML::Value << job.training.outer_lr;
+  out << YAML::Key << "outer_momentum" << YAML::Value << job.training.outer_momentum;
   out << YAML::EndMap;
   out << YAML::Key << "wire" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "chunk_bytes" << YAML::Value << job.wire.chunk_bytes;

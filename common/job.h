@@ -66,6 +66,20 @@ struct TrainingSpec {
   // reads what the shards had when the request arrived, about d - 1 of its
   // own steps old, which the staleness bound must allow (d <= bound + 1).
   int pipeline_depth = 1;
+  // Local SGD: each clock is a round of this many minibatch steps that a
+  // worker takes on its own copy of the model with the job's optimizer
+  // (SGD); it then pushes its progress over the round (the model delta),
+  // and the shards average the deltas of a round (BSP) into the global
+  // model with an outer SGD step of outer_lr and outer_momentum. 1: every
+  // step pushes its gradient (the shards run the job's optimizer).
+  int local_steps = 1;
+  // With local_steps > 1: start the next round's steps from the local model
+  // while the round's average travels, and fold it in when the round ends
+  // (the global model a worker merges is one round old; its own progress
+  // since is kept). Hides a round trip behind local_steps steps of compute.
+  bool overlap_rounds = true;
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
 };
 
 struct WireSpec {
@@ -203,7 +217,11 @@ struct JobSpec {
   const std::string& PullCodec(const std::string& worker_region, const std::string& server_region) const;
   // Steps (clocks) each worker runs: training.steps, or training.epochs over
   // the dataset's training samples, shared by all workers.
-  int64_t StepsPerWorker() const;
+  int64_t StepsPerWorker() const;  // minibatch steps
+  // Clocks (pushes) per worker: StepsPerWorker() / training.local_steps, rounded up.
+  int64_t ClocksPerWorker() const;
+  // The optimizer the shards run: the job's, or local SGD's outer step.
+  OptimizerSpec ShardOptimizer() const;
   // The declared link from one region to another, or nullptr (unshaped).
   const LinkSpec* Link(const std::string& from, const std::string& to) const;
 };

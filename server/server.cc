@@ -642,10 +642,11 @@ Status Server::Run(const std::atomic<bool>* stop) {
   so.shard_id = options_.id;
   so.staleness_bound = options_.job.training.staleness_bound;
   so.staleness_scaling = options_.job.training.staleness_scaling;
-  so.optimizer = options_.job.optimizer;
-  // With momentum correction the workers apply the momentum; pushes are velocities.
-  if (options_.job.compression.momentum_correction) so.optimizer.momentum = 0;
-  so.total_clocks = options_.job.StepsPerWorker();
+  // With momentum correction the workers apply the momentum (pushes are
+  // velocities); with local steps they run the optimizer and pushes are
+  // model deltas, averaged by an outer step.
+  so.optimizer = options_.job.ShardOptimizer();
+  so.total_clocks = options_.job.ClocksPerWorker();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   pulls_ = PullCompressor(map.layout, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("

@@ -98,6 +98,10 @@ struct Planner::Problem {
   // trip overlaps the compute, and pushes and pulls cross in opposite
   // directions at once (docs/planner.md).
   bool overlapped = false;
+  // Local SGD (training.local_steps): one exchange per round of this many
+  // steps, hidden behind the next round's compute with overlap_rounds.
+  int local_steps = 1;
+  bool overlap_rounds = false;
   int max_steps = 0;
   std::vector<Codec> codecs;    // the job's and the candidates, each name once
   std::vector<int> candidates;  // indices into codecs, safest first
@@ -230,6 +234,12 @@ class Evaluator {
         }
       }
     pr.step_ms = p_.overlapped ? std::max(pr.compute_ms, pr.comm_ms) : pr.compute_ms + pr.comm_ms;
+    if (p_.local_steps > 1) {
+      const double compute = p_.local_steps * pr.compute_ms;
+      pr.local_steps = p_.local_steps;
+      pr.round_ms = p_.overlap_rounds ? std::max(compute, pr.comm_ms) : compute + pr.comm_ms;
+      pr.step_ms = pr.round_ms / p_.local_steps;
+    }
     return pr;
   }
 
@@ -497,6 +507,8 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout&
   p->emulation = job.wan.emulation;
   p->compute_ms = options.compute_ms.value_or(DefaultComputeMs(job));
   p->overlapped = job.training.staleness_bound >= 1 && job.training.prefetch;
+  p->local_steps = std::max(1, job.training.local_steps);
+  p->overlap_rounds = p->local_steps > 1 && job.training.overlap_rounds;
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;
@@ -633,6 +645,10 @@ std::vector<uint64_t> ChunksPerServer(int servers, const std::vector<int32_t>& o
 nlohmann::json PredictionJson(const Prediction& pr) {
   nlohmann::json j = {
       {"compute_ms", pr.compute_ms}, {"comm_ms", pr.comm_ms}, {"step_ms", pr.step_ms}, {"bottleneck", pr.bottleneck}};
+  if (pr.local_steps > 1) {
+    j["local_steps"] = pr.local_steps;
+    j["round_ms"] = pr.round_ms;
+  }
   j["links"] = nlohmann::json::array();
   for (const LinkLoad& l : pr.links)
     j["links"].push_back({{"from", l.from},
@@ -768,10 +784,20 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
   for (const PairTime& t : plan.prediction.pairs)
     out +=
         Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);
-  out += Format(
-      planner.overlapped() ? "\npredicted step: %.1f ms = max(compute %.1f, communication %.1f) (bottleneck: %s)\n"
-                           : "\npredicted step: %.1f ms = compute %.1f + communication %.1f (bottleneck: %s)\n",
-      plan.prediction.step_ms, plan.prediction.compute_ms, plan.prediction.comm_ms, plan.prediction.bottleneck.c_str());
+  const Prediction& pr = plan.prediction;
+  if (pr.local_steps > 1)
+    out += Format(pr.round_ms < pr.local_steps * pr.compute_ms + pr.comm_ms
+                      ? "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = max(%d x compute %.1f, "
+                        "communication %.1f) (bottleneck: %s)\n"
+                      : "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = %d x compute %.1f + "
+                        "communication %.1f (bottleneck: %s)\n",
+                  pr.step_ms, pr.round_ms, pr.local_steps, pr.local_steps, pr.compute_ms, pr.comm_ms,
+                  pr.bottleneck.c_str());
+  else
+    out += Format(planner.overlapped()
+                      ? "\npredicted step: %.1f ms = max(compute %.1f, communication %.1f) (bottleneck: %s)\n"
+                      : "\npredicted step: %.1f ms = compute %.1f + communication %.1f (bottleneck: %s)\n",
+                  pr.step_ms, pr.compute_ms, pr.comm_ms, pr.bottleneck.c_str());
   out += "\ncomparison (the plan's codecs):\n";
   out += Format("  %-16s %10s %10s  %-18s %s\n", "placement", "step ms", "comm ms", "chunks/server", "bottleneck");
   for (const Row& row : rows)

@@ -126,7 +126,9 @@ struct PairTime {
 struct Prediction {
   double compute_ms = 0;
   double comm_ms = 0;           // the slowest pair's time
-  double step_ms = 0;           // BSP: compute + comm; bounded staleness: max(compute, comm)
+  double step_ms = 0;           // BSP: compute + comm; bounded staleness: max(compute, comm); local SGD: round / H
+  int local_steps = 1;          // training.local_steps H: one exchange per round of H steps
+  double round_ms = 0;          // H > 1: H * compute + comm, or max(H * compute, comm) with overlap_rounds
   std::vector<LinkLoad> links;  // every ordered region pair, `from`-major
   std::vector<PairTime> pairs;  // pairs with traffic, worker-region-major
   std::string bottleneck;       // the slowest pair, "asia workers <-> eu servers"; empty if none

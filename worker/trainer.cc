@@ -16,6 +16,7 @@
 #include "server/member_client.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
+#include "worker/local_sgd.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
@@ -120,7 +121,10 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, device));
   const int64_t n = model->num_params();
   (void)train_samples;
-  const int64_t steps = job.StepsPerWorker();
+  const int64_t total_steps = job.StepsPerWorker();  // minibatch steps
+  const int64_t steps = job.ClocksPerWorker();       // clocks: pushes (rounds of local steps)
+  const int local_steps = job.training.local_steps;
+  const bool local = local_steps > 1;
 
   wan::TrafficCounters counters;
   server::MemberClient member(
@@ -143,7 +147,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
                               std::to_string(n));
   Progress progress;
   progress.clock = assignment.start_clock();
-  progress.p.set_target_steps(steps);
+  progress.p.set_target_steps(total_steps);
   member.Start([&progress](wire::Heartbeat* hb) {
     std::lock_guard<std::mutex> lock(progress.mu);
     hb->set_clock(progress.clock);
@@ -170,24 +174,39 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   int64_t c = assignment.start_clock();
   // A worker that starts later than clock 0 (a resumed job, a rejoin) takes
   // up its data order where step c would have it, as an uninterrupted run.
-  if (sampler)
-    for (int64_t k = 0; k < c; ++k) sampler->Next();
+  auto skip_batches = [&](int64_t from_clock, int64_t to_clock) {
+    if (sampler)
+      for (int64_t k = from_clock * local_steps; k < std::min(total_steps, to_clock * local_steps); ++k)
+        sampler->Next();
+  };
+  skip_batches(0, c);
+  // Local SGD (training.local_steps > 1): pulls land in `global`, our copy
+  // of the shards' model (pulls of changes add into it); the model trains
+  // on its own values, and `base` is where this round's progress started.
+  LocalRounds rounds(job, model->params());
+  float* pull_dest = local ? rounds.global().data_ptr<float>() : model->params().data_ptr<float>();
   GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));  // we hold no copy yet
-  GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
+  GD_ASSIGN_OR_RETURN(PullTiming first, ps.WaitPull(c, false, pull_dest, stop, describe_block));
   (void)first;
+  if (local) rounds.Restart();
 
-  GD_LOG(INFO) << "training " << (steps - c) << " steps of batch " << job.data.batch_size << " (" << job.model.name
-               << ", " << n << " parameters, staleness bound " << bound << ")";
+  GD_LOG(INFO) << "training " << (steps - c)
+               << (local ? " rounds of " + std::to_string(local_steps) + " local steps" : " steps") << " of batch "
+               << job.data.batch_size << " (" << job.model.name << ", " << n << " parameters, staleness bound " << bound
+               << ")";
   const TimePoint start = clock->Now();
   TimePoint last_snapshot = start - std::chrono::hours(1);
   double compute_s = 0, comm_s = 0, wait_s = 0, loss_ema = -1, acc_ema = -1;
-  int64_t samples = 0, skipped = 0;
+  int64_t samples = 0, skipped = 0, batches = 0;
   int64_t jumped = 0;  // clocks skipped to catch up after a rejoin
   std::vector<torch::Tensor> synthetic_grads;
-  auto save_snapshot = [&](int64_t step) {
+  // Local SGD snapshots the shards' model as last pulled (the average), not
+  // this worker's own progress since; steps count minibatches.
+  auto save_snapshot = [&](int64_t clock_now) {
     if (options.id != 0 || options.snapshot_dir.empty() || synthetic) return;
-    Status s =
-        WriteSnapshot(options.snapshot_dir, step, Seconds(clock->Now() - start), model->params().data_ptr<float>(), n);
+    const float* values = local ? rounds.global().data_ptr<float>() : model->params().data_ptr<float>();
+    Status s = WriteSnapshot(options.snapshot_dir, local ? clock_now * local_steps : clock_now,
+                             Seconds(clock->Now() - start), values, n);
     if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
   };
   auto write_stats = [&](bool final) {
@@ -200,7 +219,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     j["bytes_received"] = counters.bytes_received.load();
     j["messages_sent"] = counters.messages_sent.load();
     j["messages_received"] = counters.messages_received.load();
-    j["steps"] = c - assignment.start_clock() - jumped;
+    j["steps"] = local ? batches : c - assignment.start_clock() - jumped;
+    j["clocks"] = c - assignment.start_clock() - jumped;
     j["clocks_skipped_on_rejoin"] = jumped;
     j["samples"] = samples;
     j["skipped_steps"] = skipped;
@@ -227,46 +247,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   };
   TimePoint last_stats = start;
 
-  // A pipeline of depth d keeps the pulls of the next d steps in flight.
-  const int depth = job.training.pipeline_depth;
-  for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
-  for (; c < steps; ++c) {
-    if (stop->load()) break;
-    // Cut off for longer than our lease (a partition), we were dropped from
-    // the live set and registered again: the others went on, so skip to
-    // their clock with the current model instead of making them wait while
-    // we compute the clocks they already closed.
-    if (int64_t rejoin = member.TakeRejoinClock(); rejoin > c + 1 && rejoin < steps) {
-      GD_LOG(WARNING) << "rejoined after losing our lease; skipping clocks " << c << ".." << rejoin - 1
-                      << " to the live workers' clock " << rejoin;
-      GD_ASSIGN_OR_RETURN(double drained, ps.WaitAcks(0, stop));
-      comm_s += drained;
-      ps.DropPulls();
-      if (sampler)
-        for (int64_t k = c; k < rejoin; ++k) sampler->Next();
-      jumped += rejoin - c;
-      c = rejoin;
-      GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));
-      GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(c, false, model->params().data_ptr<float>(), stop, describe_block));
-      comm_s += t.wait_seconds;
-      for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
-      {
-        std::lock_guard<std::mutex> lock(progress.mu);
-        progress.clock = c;
-      }
-    }
-    const bool more = c + 1 < steps;
-    // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
-    if (depth == 1 && more && job.training.prefetch)
-      GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
-    if (depth > 1 && c + depth < steps) GD_RETURN_IF_ERROR(ps.RequestPull(c + depth));
-
-    TimePoint t0 = clock->Now();
-    if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
-      save_snapshot(c);
-      last_snapshot = t0;
-    }
-    torch::Tensor grad = model->NewGradBuffer();
+  // One minibatch's gradient into `grad` (the model's .grad buffers); false
+  // if the loss or the gradient is not finite.
+  auto compute_gradient = [&](int64_t step, torch::Tensor& grad) -> bool {
     bool usable = true;
     if (synthetic) {
       if (synthetic_grads.empty()) {
@@ -275,7 +258,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
         torch::manual_seed(SamplerSeed(job.seed, options.id));
         for (int k = 0; k < 4; ++k) synthetic_grads.push_back(torch::randn({n}) * 1e-3);
       }
-      grad.copy_(synthetic_grads[c % synthetic_grads.size()]);
+      grad.copy_(synthetic_grads[step % synthetic_grads.size()]);
     } else {
       const std::vector<int64_t>& idx = sampler->Next();
       torch::Tensor sel =
@@ -293,35 +276,121 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       }
       samples += static_cast<int64_t>(idx.size());
     }
+    return usable;
+  };
+
+  auto wait_pull = [&](int64_t clock) -> Status {
+    GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(clock, false, pull_dest, stop, describe_block));
+    wait_s += t.bound_seconds;
+    comm_s += t.wait_seconds - t.bound_seconds;
+    return Status::Ok();
+  };
+  int64_t pending_pull = -1;  // overlap_rounds: the round whose average is in flight
+
+  // A pipeline of depth d keeps the pulls of the next d steps in flight.
+  const int depth = job.training.pipeline_depth;
+  for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
+  for (; c < steps; ++c) {
+    if (stop->load()) break;
+    // Cut off for longer than our lease (a partition), we were dropped from
+    // the live set and registered again: the others went on, so skip to
+    // their clock with the current model instead of making them wait while
+    // we compute the clocks they already closed.
+    if (int64_t rejoin = member.TakeRejoinClock(); rejoin > c + 1 && rejoin < steps) {
+      GD_LOG(WARNING) << "rejoined after losing our lease; skipping clocks " << c << ".." << rejoin - 1
+                      << " to the live workers' clock " << rejoin;
+      GD_ASSIGN_OR_RETURN(double drained, ps.WaitAcks(0, stop));
+      comm_s += drained;
+      ps.DropPulls();
+      pending_pull = -1;
+      skip_batches(c, rejoin);
+      jumped += rejoin - c;
+      c = rejoin;
+      GD_RETURN_IF_ERROR(ps.RequestPull(c, {.full = true}));
+      GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(c, false, pull_dest, stop, describe_block));
+      comm_s += t.wait_seconds;
+      if (local) rounds.Restart();
+      for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
+      {
+        std::lock_guard<std::mutex> lock(progress.mu);
+        progress.clock = c;
+      }
+    }
+    const bool more = c + 1 < steps;
+    // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
+    if (!local && depth == 1 && more && job.training.prefetch)
+      GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
+    if (depth > 1 && c + depth < steps) GD_RETURN_IF_ERROR(ps.RequestPull(c + depth));
+
+    TimePoint t0 = clock->Now();
+    if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
+      save_snapshot(c);
+      last_snapshot = t0;
+    }
+    torch::Tensor grad = model->NewGradBuffer();
+    bool usable = true;
+    if (!local) {
+      usable = compute_gradient(c, grad);
+      ++batches;
+    } else {
+      // A round: local steps on our own model, then its progress is pushed.
+      const double lr_factor = LearningRateFactor(job.optimizer, c, steps);
+      int took = 0;
+      for (int64_t k = c * local_steps; k < std::min(total_steps, (c + 1) * local_steps); ++k) {
+        grad.zero_();
+        ++batches;
+        if (!compute_gradient(k, grad)) {
+          ++skipped;
+          GD_LOG(ERROR) << "step " << k << ": loss or gradient is not finite; skipping this local step";
+          continue;
+        }
+        rounds.Step(grad, lr_factor);
+        ++took;
+      }
+      usable = took > 0;
+    }
     TimePoint t1 = clock->Now();
     compute_s += Seconds(t1 - t0);
     ps.NoteComputeSeconds(Seconds(t1 - t0));
 
+    if (local) {
+      // With overlap, the previous round's average was requested when that
+      // round was pushed and has had this round's compute to arrive.
+      const bool merge = pending_pull == c;
+      if (merge) {
+        GD_RETURN_IF_ERROR(wait_pull(c));
+        pending_pull = -1;
+      }
+      if (usable)
+        grad = rounds.Finish(merge);
+      else if (merge)
+        rounds.Restart();
+    }
     if (usable) {
       auto owner = std::make_shared<torch::Tensor>(grad);
       GD_RETURN_IF_ERROR(ps.Push(c, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
     } else {
-      ++skipped;
-      GD_LOG(ERROR) << "step " << c << ": loss or gradient is not finite; skipping this step's push";
+      if (!local) ++skipped;
+      GD_LOG(ERROR) << (local ? "round " : "step ") << c << ": loss or gradient is not finite; skipping this "
+                    << (local ? "round's" : "step's") << " push";
       GD_RETURN_IF_ERROR(ps.PushSkipped(c));
     }
-    if (more && !job.training.prefetch) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
+    if (more && (local || !job.training.prefetch)) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
+    if (more && local && job.training.overlap_rounds) pending_pull = c + 1;
     // Keep at most two clocks (or the pipeline's depth + 1) of pushes
     // unacknowledged, bounding memory.
     GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(std::max(2, depth + 1), stop));
     (void)acked_wait;
     comm_s += Seconds(clock->Now() - t1);  // sending the push and any ack wait
-    if (more) {
-      GD_ASSIGN_OR_RETURN(PullTiming t,
-                          ps.WaitPull(c + 1, false, model->params().data_ptr<float>(), stop, describe_block));
-      wait_s += t.bound_seconds;
-      comm_s += t.wait_seconds - t.bound_seconds;
+    if (more && pending_pull < 0) {
+      GD_RETURN_IF_ERROR(wait_pull(c + 1));
+      if (local) rounds.Restart();
     }
     {
       std::lock_guard<std::mutex> lock(progress.mu);
       progress.clock = c + 1;
       auto& p = progress.p;
-      p.set_steps(c + 1 - assignment.start_clock() - jumped);
+      p.set_steps(local ? batches : c + 1 - assignment.start_clock() - jumped);
       p.set_samples(samples);
       p.set_loss(loss_ema);
       p.set_train_accuracy(acc_ema);
@@ -357,9 +426,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     progress.p.set_comm_seconds(comm_s);
   }
   write_stats(true);
-  GD_LOG(INFO) << "done: " << (c - assignment.start_clock() - jumped) << " steps, " << samples << " samples in "
-               << seconds << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
-               << " s)";
+  GD_LOG(INFO) << "done: " << (local ? batches : c - assignment.start_clock() - jumped) << " steps, " << samples
+               << " samples in " << seconds << " s (compute " << compute_s << " s, network " << comm_s
+               << " s, staleness bound " << wait_s << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member.replies();
   WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));

@@ -185,6 +185,48 @@ TEST(JobTest, PipelineDepthNeedsTheStalenessBoundAndPrefetch) {
   }
 }
 
+TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
+  auto ok = ParseJob(kMinimal, "t",
+                     {"training.staleness_bound=0", "training.local_steps=4", "training.steps=10",
+                      "training.outer_momentum=0.5", "optimizer.weight_decay=0.01"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->StepsPerWorker(), 10);
+  EXPECT_EQ(ok->ClocksPerWorker(), 3);  // 4 + 4 + 2 steps
+  OptimizerSpec shard = ok->ShardOptimizer();
+  EXPECT_EQ(shard.name, "sgd");
+  EXPECT_DOUBLE_EQ(shard.lr, 1.0);
+  EXPECT_DOUBLE_EQ(shard.momentum, 0.5);
+  EXPECT_DOUBLE_EQ(shard.weight_decay, 0.0);  // the workers apply it
+  // Survives a round trip through the YAML the launcher writes.
+  auto again = ParseJob(JobToYaml(*ok), "t");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->training.local_steps, 4);
+  EXPECT_TRUE(again->training.overlap_rounds);
+  EXPECT_DOUBLE_EQ(again->training.outer_momentum, 0.5);
+  // One step per clock: the shards run the job's optimizer.
+  auto plain = ParseJob(kMinimal, "t", {"training.steps=10"});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->ClocksPerWorker(), 10);
+  EXPECT_DOUBLE_EQ(plain->ShardOptimizer().momentum, plain->optimizer.momentum);
+
+  for (std::vector<std::string> bad :
+       {std::vector<std::string>{"training.local_steps=0"},
+        {"training.local_steps=4", "training.staleness_bound=2"},
+        {"training.local_steps=4", "training.staleness_bound=2", "training.pipeline_depth=2"},
+        {"training.local_steps=4", "training.staleness_bound=0", "optimizer.name=adam"},
+        {"training.local_steps=4", "training.staleness_bound=0", "compression.momentum_correction=true"}}) {
+    auto r = ParseJob(kMinimal, "t", bad);
+    ASSERT_FALSE(r.ok()) << bad.back();
+    EXPECT_NE(r.status().message().find("training.local_steps"), std::string::npos) << r.status();
+  }
+  for (const char* bad : {"training.outer_lr=0", "training.outer_lr=nan", "training.outer_momentum=1"}) {
+    auto r = ParseJob(kMinimal, "t", {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
+        << r.status();
+  }
+}
+
 TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
   auto ok = ParseJob(kMinimal, "t", {"checkpoint.every_clocks=50", "checkpoint.keep=4", "checkpoint.on_stop=false"});
   ASSERT_TRUE(ok.ok()) << ok.status();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "common/job.h"
@@ -62,77 +63,145 @@ TEST(TrainingTest, CompressedPushesAndPullsStillTrain) {
   for (auto& p : s["processes"]) EXPECT_EQ(p["exit"], "exited 0") << p.dump();
 }
 
-TEST(TrainingTest, BspMatchesSynchronousSgd) {
-  TempDir dir;
-  const std::vector<std::string> sets = {"model.name=mlp",
-                                         "model.mlp_hidden=[32]",
-                                         "training.steps=12",
-                                         "training.staleness_bound=0",
-                                         "data.batch_size=32",
-                                         "wire.chunk_bytes=4096",
-                                         "seed=3",
-                                         "regions.us-east.workers=1",
-                                         "eval.test_samples=1000"};
-  std::vector<std::string> args = {"launch", Example(), "--run-dir", dir / "run", "--quiet"};
-  for (const auto& s : sets) {
-    args.push_back("--set");
-    args.push_back(s);
-  }
-  auto r = RunGeodesic(args, 300);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto job = LoadJobFile(dir / "run/job.yaml");
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_EQ(job->NumWorkers(), 3);
-  ASSERT_EQ(job->NumServers(), 2);
+// The small job the exactness tests run: an MLP, 3 workers, 2 shards.
+const std::vector<std::string> kExactJob = {"model.name=mlp",
+                                            "model.mlp_hidden=[32]",
+                                            "training.steps=12",
+                                            "data.batch_size=32",
+                                            "wire.chunk_bytes=4096",
+                                            "seed=3",
+                                            "regions.us-east.workers=1",
+                                            "eval.test_samples=1000"};
 
-  // Synchronous SGD by hand: every step, each worker's gradient on the same
-  // parameters, averaged, one torch::optim::SGD step.
-  torch::set_num_threads(1);
-  auto model = std::move(worker::FlatModel::Create(job->model, job->seed).value());
-  auto train = worker::LoadFashionMnist(job->data.path, "train");
-  ASSERT_TRUE(train.ok());
+// Launches the exact job with `extra` overrides; returns the job as run.
+JobSpec LaunchExact(const std::filesystem::path& run, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"launch", Example(), "--run-dir", run, "--quiet"};
+  for (const auto& sets : {kExactJob, extra})
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+  auto r = RunGeodesic(args, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  auto job = LoadJobFile(run / "job.yaml");
+  EXPECT_TRUE(job.ok()) << job.status();
+  if (!job.ok()) return JobSpec{};
+  EXPECT_EQ(job->NumWorkers(), 3);
+  EXPECT_EQ(job->NumServers(), 2);
+  return *job;
+}
+
+// Every worker's partition and batch order, as the workers draw them.
+struct Workers {
+  std::unique_ptr<worker::FlatModel> model;
   std::vector<torch::Tensor> images, labels;
   std::vector<worker::BatchSampler> samplers;
-  for (int w = 0; w < 3; ++w) {
-    auto part = worker::IidPartition(train->count, 3, w, job->seed);
-    images.push_back(worker::ImagesTensor(*train, &part));
-    labels.push_back(worker::LabelsTensor(*train, &part));
-    std::vector<int64_t> local(part.size());
-    for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int64_t>(i);
-    samplers.emplace_back(std::move(local), job->data.batch_size, worker::SamplerSeed(job->seed, w));
-  }
-  torch::Tensor flat = model->params().clone().set_requires_grad(true);
-  torch::optim::SGD sgd({flat}, torch::optim::SGDOptions(job->optimizer.lr).momentum(job->optimizer.momentum));
-  for (int step = 0; step < job->training.steps; ++step) {
-    torch::Tensor sum = torch::zeros_like(flat);
-    for (int w = 0; w < 3; ++w) {
-      {
-        torch::NoGradGuard ng;
-        model->params().copy_(flat.detach());
-      }
-      torch::Tensor g = model->NewGradBuffer();
-      const auto& idx = samplers[w].Next();
-      torch::Tensor sel = torch::tensor(idx, torch::kInt64);
-      auto loss = torch::nn::functional::cross_entropy(model->Forward(images[w].index_select(0, sel)),
-                                                       labels[w].index_select(0, sel));
-      loss.backward();
-      sum += g;
+
+  explicit Workers(const JobSpec& job) : model(std::move(worker::FlatModel::Create(job.model, job.seed).value())) {
+    torch::set_num_threads(1);
+    auto train = worker::LoadFashionMnist(job.data.path, "train");
+    EXPECT_TRUE(train.ok());
+    for (int w = 0; w < job.NumWorkers(); ++w) {
+      auto part = worker::IidPartition(train->count, job.NumWorkers(), w, job.seed);
+      images.push_back(worker::ImagesTensor(*train, &part));
+      labels.push_back(worker::LabelsTensor(*train, &part));
+      std::vector<int64_t> local(part.size());
+      for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int64_t>(i);
+      samplers.emplace_back(std::move(local), job.data.batch_size, worker::SamplerSeed(job.seed, w));
     }
+  }
+  // Worker w's gradient at `params` on its next batch.
+  torch::Tensor Gradient(int w, const torch::Tensor& params) {
+    {
+      torch::NoGradGuard ng;
+      model->params().copy_(params);
+    }
+    torch::Tensor g = model->NewGradBuffer();
+    const auto& idx = samplers[w].Next();
+    torch::Tensor sel = torch::tensor(idx, torch::kInt64);
+    auto loss = torch::nn::functional::cross_entropy(model->Forward(images[w].index_select(0, sel)),
+                                                     labels[w].index_select(0, sel));
+    loss.backward();
+    return g.clone();
+  }
+};
+
+// The final parameters the evaluator dumped, against `expect`: equal but
+// for float rounding, and training moved them (so equality means something).
+void ExpectFinalParams(const std::filesystem::path& run, const JobSpec& job, const torch::Tensor& expect) {
+  std::ifstream in(run / "final_params.bin", std::ios::binary);
+  std::vector<float> got(static_cast<size_t>(expect.numel()));
+  ASSERT_TRUE(in.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4)));
+  torch::Tensor ours = torch::from_blob(got.data(), {expect.numel()});
+  double max_diff = (ours - expect).abs().max().item<double>();
+  std::cout << run.filename().string() << ": max |geodesic - by hand| = " << max_diff << std::endl;
+  EXPECT_LT(max_diff, 1e-5);
+  auto init = std::move(worker::FlatModel::Create(job.model, job.seed).value());
+  EXPECT_GT((expect - init->params()).abs().max().item<double>(), 1e-3);
+}
+
+TEST(TrainingTest, BspMatchesSynchronousSgd) {
+  TempDir dir;
+  JobSpec job = LaunchExact(dir / "run", {"training.staleness_bound=0"});
+  ASSERT_EQ(job.NumWorkers(), 3);
+  // Synchronous SGD by hand: every step, each worker's gradient on the same
+  // parameters, averaged, one torch::optim::SGD step.
+  Workers workers(job);
+  torch::Tensor flat = workers.model->params().clone().set_requires_grad(true);
+  torch::optim::SGD sgd({flat}, torch::optim::SGDOptions(job.optimizer.lr).momentum(job.optimizer.momentum));
+  for (int step = 0; step < job.training.steps; ++step) {
+    torch::Tensor sum = torch::zeros_like(flat);
+    for (int w = 0; w < 3; ++w) sum += workers.Gradient(w, flat.detach());
     flat.mutable_grad() = sum / 3.0;
     sgd.step();
   }
-  std::ifstream in(dir / "run/final_params.bin", std::ios::binary);
-  std::vector<float> got(static_cast<size_t>(flat.numel()));
-  ASSERT_TRUE(in.read(reinterpret_cast<char*>(got.data()), static_cast<std::streamsize>(got.size() * 4)));
-  torch::Tensor ours = torch::from_blob(got.data(), {flat.numel()});
-  double max_diff = (ours - flat.detach()).abs().max().item<double>();
-  double moved = (flat.detach() - model->params()).abs().max().item<double>();
-  std::cout << "max |geodesic - synchronous SGD| = " << max_diff << std::endl;
-  EXPECT_LT(max_diff, 1e-5);
-  // And training moved the parameters, so the comparison means something.
-  auto init = std::move(worker::FlatModel::Create(job->model, job->seed).value());
-  EXPECT_GT((flat.detach() - init->params()).abs().max().item<double>(), 1e-3);
-  (void)moved;
+  ExpectFinalParams(dir / "run", job, flat.detach());
+}
+
+// Local SGD, both ways of averaging, against the algorithm written out:
+// every worker takes local_steps momentum-SGD steps on its own model, the
+// shards average the rounds' progress (outer step 1). Without overlap each
+// round starts from that average; with overlap a worker starts the next
+// round at once and, when it ends, adds its progress since to the average
+// of the round before (which is what had arrived by then). 12 steps in
+// rounds of 5 (the last round has 2).
+TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap" : "no overlap");
+    TempDir dir;
+    const std::filesystem::path run = dir / (overlap ? "overlap" : "plain");
+    JobSpec job = LaunchExact(run, {"training.staleness_bound=0", "training.local_steps=5",
+                                    std::string("training.overlap_rounds=") + (overlap ? "true" : "false")});
+    ASSERT_EQ(job.NumWorkers(), 3);
+    ASSERT_EQ(job.ClocksPerWorker(), 3);
+    Workers workers(job);
+    const double lr = job.optimizer.lr, mu = job.optimizer.momentum;
+    ASSERT_GT(mu, 0);
+    torch::Tensor global = workers.model->params().detach().clone();
+    std::vector<torch::Tensor> model(3), base(3), velocity(3);
+    for (int w = 0; w < 3; ++w) {
+      model[w] = global.clone();
+      base[w] = global.clone();
+      velocity[w] = torch::zeros_like(global);
+    }
+    for (int64_t c = 0; c < job.ClocksPerWorker(); ++c) {
+      torch::Tensor mean = torch::zeros_like(global);
+      for (int w = 0; w < 3; ++w) {
+        for (int64_t k = c * 5; k < std::min<int64_t>(12, (c + 1) * 5); ++k) {
+          velocity[w] = mu * velocity[w] + workers.Gradient(w, model[w]);
+          model[w] = model[w] - lr * velocity[w];
+        }
+        torch::Tensor progress = model[w] - base[w];
+        if (overlap && c > 0) model[w] = global + progress;
+        base[w] = model[w].clone();
+        mean += progress / 3.0;
+      }
+      global = global + mean;
+      if (!overlap)
+        for (int w = 0; w < 3; ++w) model[w] = base[w] = global.clone();
+    }
+    ExpectFinalParams(run, job, global);
+  }
 }
 
 TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {

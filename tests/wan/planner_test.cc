@@ -108,6 +108,37 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
   EXPECT_DOUBLE_EQ(planner.MakePlan().prediction.step_ms, 33.0);
 }
 
+// Local SGD exchanges once per round of H steps: the pair times are a BSP
+// step's (push, then pull), the round is H computes plus that, or the larger
+// of the two when the next round overlaps the exchange.
+TEST(PlannerTest, LocalStepsPayOneExchangePerRound) {
+  const std::string yaml = R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
+)";
+  for (bool overlap : {false, true}) {
+    auto job = ParseJob(yaml, "t",
+                        {"training.staleness_bound=0", "training.local_steps=4",
+                         std::string("training.overlap_rounds=") + (overlap ? "true" : "false")});
+    ASSERT_TRUE(job.ok()) << job.status();
+    Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
+    auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(pr.ok()) << pr.status();
+    EXPECT_DOUBLE_EQ(pr->comm_ms, 28.0);  // as PredictsTwoChunksAsComputedByHand
+    EXPECT_EQ(pr->local_steps, 4);
+    // 4 x 5 + 28 = 48 ms a round; overlapped, max(20, 28) = 28.
+    EXPECT_DOUBLE_EQ(pr->round_ms, overlap ? 28.0 : 48.0);
+    EXPECT_DOUBLE_EQ(pr->step_ms, overlap ? 7.0 : 12.0);
+    // Compute-bound rounds hide the exchange entirely.
+    auto slow = Make(*job, ChunkLayout(1500, 1000), 10).Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(slow.ok());
+    EXPECT_DOUBLE_EQ(slow->step_ms, overlap ? 10.0 : 17.0);
+    EXPECT_NE(PlanReport(planner, planner.MakePlan(), {}, false).find("4 local steps"), std::string::npos);
+  }
+}
+
 TEST(PlannerTest, CodecBytesFollowTheCodecSizes) {
   JobSpec job = Job(R"(
 regions:

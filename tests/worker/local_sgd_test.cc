@@ -1,0 +1,80 @@
+#include "worker/local_sgd.h"
+
+#include <gtest/gtest.h>
+
+#include "server/optimizer.h"
+
+namespace geodesic::worker {
+namespace {
+
+JobSpec LocalJob(double momentum, double weight_decay) {
+  JobSpec job;
+  job.training.local_steps = 4;
+  job.training.staleness_bound = 0;
+  job.optimizer.lr = 0.1;
+  job.optimizer.momentum = momentum;
+  job.optimizer.weight_decay = weight_decay;
+  return job;
+}
+
+TEST(LocalRoundsTest, ALocalStepIsTheShardsSgdStep) {
+  // The same SGD (momentum, weight decay, learning-rate factor) that a shard
+  // runs when each step is pushed, so local_steps = 1 and > 1 train alike.
+  for (double momentum : {0.0, 0.9}) {
+    JobSpec job = LocalJob(momentum, 0.01);
+    torch::Tensor params = torch::randn({257});
+    std::vector<float> expect(params.data_ptr<float>(), params.data_ptr<float>() + params.numel());
+    auto shard = server::MakeChunkOptimizer(job.optimizer, expect.size());
+    LocalRounds rounds(job, params);
+    for (int k = 0; k < 5; ++k) {
+      torch::Tensor g = torch::randn({257});
+      const double factor = 1.0 - 0.1 * k;
+      rounds.Step(g, factor);
+      shard->Step(expect.data(), expect.data(), g.data_ptr<float>(), expect.size(), 1.0f,
+                  static_cast<float>(factor));
+    }
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(params[i].item<float>(), expect[i], 1e-5) << i;
+  }
+}
+
+TEST(LocalRoundsTest, ARoundPushesItsProgressAndRestartsFromTheAverage) {
+  JobSpec job = LocalJob(0.9, 0);
+  torch::Tensor params = torch::zeros({8});
+  LocalRounds rounds(job, params);
+  rounds.global().fill_(1.0f);
+  rounds.Restart();
+  EXPECT_TRUE(torch::equal(params, torch::ones({8})));
+  rounds.Step(torch::ones({8}), 1.0);  // params 0.9
+  rounds.Step(torch::ones({8}), 1.0);  // velocity 1.9, params 0.71
+  torch::Tensor push = rounds.Finish(false);
+  EXPECT_TRUE(torch::allclose(push, torch::full({8}, 0.29f)));  // base - params: the "gradient" of the round
+  EXPECT_TRUE(torch::allclose(params, torch::full({8}, 0.71f)));  // unmerged: the model is kept
+  // Without overlap the next round starts from the pulled average.
+  rounds.global().fill_(0.5f);
+  rounds.Restart();
+  EXPECT_TRUE(torch::equal(params, torch::full({8}, 0.5f)));
+  EXPECT_TRUE(torch::equal(rounds.Finish(false), torch::zeros({8})));  // no step: nothing to push
+}
+
+TEST(LocalRoundsTest, AnOverlappedRoundKeepsItsProgressOnTheLateAverage) {
+  JobSpec job = LocalJob(0, 0);
+  torch::Tensor params = torch::zeros({4});
+  LocalRounds rounds(job, params);
+  rounds.Restart();                         // global 0
+  rounds.Step(torch::ones({4}), 1.0);       // round 0: params -0.1
+  torch::Tensor first = rounds.Finish(false);  // pushed while round 1 starts
+  EXPECT_TRUE(torch::allclose(first, torch::full({4}, 0.1f)));
+  rounds.Step(torch::full({4}, 2.0f), 1.0);  // round 1 from the local model: -0.3
+  rounds.global().fill_(-0.05f);            // round 0's average arrives (the others moved less)
+  torch::Tensor second = rounds.Finish(true);
+  // Pushed: round 1's own progress only, not round 0's again.
+  EXPECT_TRUE(torch::allclose(second, torch::full({4}, 0.2f)));
+  // The model: the average plus the progress made since it was asked for.
+  EXPECT_TRUE(torch::allclose(params, torch::full({4}, -0.25f)));
+  // And the next round's progress is measured from there.
+  rounds.Step(torch::ones({4}), 1.0);
+  EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.1f)));
+}
+
+}  // namespace
+}  // namespace geodesic::worker

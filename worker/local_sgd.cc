@@ -1,0 +1,40 @@
+#include "worker/local_sgd.h"
+
+namespace geodesic::worker {
+
+LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params)
+    : params_(params),
+      lr_(job.optimizer.lr),
+      momentum_(job.optimizer.momentum),
+      weight_decay_(job.optimizer.weight_decay) {
+  if (job.training.local_steps <= 1) return;
+  global_ = torch::zeros_like(params.detach());
+  base_ = torch::zeros_like(global_);
+  if (momentum_ > 0) velocity_ = torch::zeros_like(global_);
+}
+
+void LocalRounds::Restart() {
+  torch::NoGradGuard ng;
+  params_.copy_(global_);
+  base_.copy_(global_);
+}
+
+void LocalRounds::Step(const torch::Tensor& grad, double lr_factor) {
+  torch::NoGradGuard ng;
+  torch::Tensor d = weight_decay_ > 0 ? grad + weight_decay_ * params_ : grad;
+  if (velocity_.defined()) {
+    velocity_.mul_(momentum_).add_(d);
+    d = velocity_;
+  }
+  params_.sub_(d, lr_ * lr_factor);
+}
+
+torch::Tensor LocalRounds::Finish(bool merged) {
+  torch::NoGradGuard ng;
+  torch::Tensor push = base_ - params_;
+  if (merged) params_.copy_(global_ - push);
+  base_.copy_(params_);
+  return push;
+}
+
+}  // namespace geodesic::worker

@@ -1,0 +1,56 @@
+// Local SGD rounds (training.local_steps > 1), a worker's side.
+//
+// Each clock is a round: the worker takes local_steps minibatch steps on
+// its own model with the job's SGD (momentum and weight decay kept across
+// rounds), then pushes its progress over the round, u = model - base, as
+// the "gradient" -u; the shards average a round's pushes (BSP) and apply
+// the outer step global -= outer_lr * mean(-u) (JobSpec::ShardOptimizer).
+//
+// Pulls land in global(), this worker's copy of the shards' model (pulls
+// of changes are added into it, so nothing else may write it). Without
+// overlap, a round starts from the pulled global model (Restart). With
+// overlap_rounds, the next round starts at once from the local model while
+// the round's average travels; when that round ends, Finish(merged = true)
+// folds the average in under the progress made since: model = global + u.
+// A worker's steps then read the others' progress one round late, and the
+// round trip hides behind local_steps steps of compute (docs/wan.md).
+//
+// Not synchronized; the training thread owns it.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "common/job.h"
+
+namespace geodesic::worker {
+
+class LocalRounds {
+ public:
+  // `params` is the model's flat parameter vector (kept by reference).
+  LocalRounds(const JobSpec& job, torch::Tensor& params);
+
+  torch::Tensor& global() { return global_; }
+  // The model and the round's base become the global model.
+  void Restart();
+  // One local SGD step with gradient `grad`: d = grad + wd * p;
+  // v = momentum * v + d; p -= lr * lr_factor * v.
+  void Step(const torch::Tensor& grad, double lr_factor);
+  // Ends a round: returns what to push, base - model (a new tensor). With
+  // `merged`, global() holds the previous round's average, which the model
+  // then takes under this round's progress; the base becomes the model.
+  torch::Tensor Finish(bool merged);
+
+ private:
+  torch::Tensor& params_;
+  // The momentum buffer takes the round's average velocity when a round's
+  // average arrives: a worker's own velocity holds its own minibatches'
+  // noise, which averaging the models removes but the buffer would carry on.
+  void AverageVelocity();
+
+  torch::Tensor global_, base_, velocity_, previous_global_;
+  double lr_ = 0, momentum_ = 0, weight_decay_ = 0, last_lr_ = 0;
+  int steps_ = 0, local_steps_ = 1;
+  bool have_previous_ = false;
+};
+
+}  // namespace geodesic::worker
