@@ -32,10 +32,17 @@ struct BenchOptions {
   bool resume = false;               // compression: reuse finished runs of the same configuration in --out
   std::vector<std::string> configs;  // wan: which configurations (empty: all)
   double snapshot_every_s = 2;       // wan: accuracy-curve resolution
-  int kills = 5;                     // failover: runs with a primary killed
-  int rounds = 2;                    // failover: plain/replicated throughput pairs
-  double link_rtt_ms = 0;            // failover: > 0, join the two regions by an emulated link of this RTT...
-  double link_mbit = 0;              // ...and this bandwidth (0: unlimited)
+  int local_steps = 6;               // wan: local SGD configurations' steps per round
+  double local_epochs = 5;           // wan: their epochs (local SGD needs more samples than BSP)
+  // wan, configuration ddp: PyTorch DDP over the kernel links stops after
+  // this many times the best Geodesic WAN time to the target (or after
+  // ddp_max_s when none reached it), so a slow baseline costs bounded time.
+  double ddp_cap_x = 12;
+  double ddp_max_s = 900;
+  int kills = 5;           // failover: runs with a primary killed
+  int rounds = 2;          // failover: plain/replicated throughput pairs
+  double link_rtt_ms = 0;  // failover: > 0, join the two regions by an emulated link of this RTT...
+  double link_mbit = 0;    // ...and this bandwidth (0: unlimited)
 };
 
 // Push+pull goodput through one real server shard process vs raw ZeroMQ

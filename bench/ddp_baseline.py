@@ -132,6 +132,8 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--max-train-s", type=float, default=0,
+                   help="> 0: stop after this many seconds of training (a time cap; the target may be unreached)")
     p.add_argument("--timeout-s", type=float, default=600, help="gloo's timeout for one collective")
     p.add_argument("--out", default="result.json", help="rank 0 writes its result here")
     a = p.parse_args()
@@ -163,7 +165,7 @@ def main():
     dist.barrier()
     init_s = time.time() - t_init
 
-    curve, seconds_to_target = [], None
+    curve, seconds_to_target, capped = [], None, False
     train_s, eval_s, next_eval = 0.0, 0.0, a.eval_every_s
     step, epoch = 0, 0
     order = None
@@ -198,6 +200,10 @@ def main():
         if rank == 0 and (train_s >= next_eval or step == total_steps) and not flag.request:
             evaluate()
             next_eval = train_s + a.eval_every_s
+        if rank == 0 and 0 < a.max_train_s <= train_s and not flag.request:
+            evaluate()
+            capped = True
+            flag.request = 1.0
     wall = time.time() - start
 
     if rank == 0:
@@ -219,7 +225,9 @@ def main():
             "wall_seconds": wall,
             "init_seconds": init_s,
             "samples_per_second": step * a.batch_size * world / train_s if train_s > 0 else 0,
-            "stopped_at_target": bool(flag.agreed),
+            "stopped_at_target": bool(flag.agreed) and not capped,
+            "stopped_at_time_cap": capped,
+            "max_train_seconds": a.max_train_s,
             "torch": torch.__version__,
         }
         with open(a.out, "w") as f:

@@ -7,9 +7,22 @@
 //   wan-bsp    emulated links, fp32, BSP (staleness bound 0)
 //   wan-ssp    emulated links, fp32, bounded staleness
 //   wan-ssp-best  emulated links, bounded staleness, compression, the planner
-//   wan-bsp-best  the same with BSP
-// Writes wan.{csv,md,json}, curves.csv and links.csv to --out, and a plot
-// (accuracy vs wall time; bytes per link) with python3-matplotlib.
+//   wan-bsp-best  the same with BSP (only when asked for by --configs)
+//   lan-local  no emulation, local SGD (rounds of --local-steps steps,
+//              averaged, overlapped with the next round), int8 pushes,
+//              fp16 pulls
+//   wan-local  the same over the emulated links, with the planner
+//   ddp        PyTorch DistributedDataParallel (gloo, python3-torch) with
+//              the same model, data, batch and 6 ranks over the kernel
+//              links (bench/ddp_netns.sh; root), stopped after --ddp-cap-x
+//              times the best Geodesic WAN time to the target
+// Every configuration is compared with the LAN run (lan) and, where it has
+// one, with its own configuration on the LAN (wan-bsp: lan; wan-local:
+// lan-local). Writes wan.{csv,md,json}, curves.csv and links.csv to --out,
+// and a plot (accuracy vs wall time; bytes per link) with python3-matplotlib.
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -32,26 +45,95 @@ struct WanConfig {
   std::string name;
   std::string what;
   std::vector<std::string> overrides;
+  std::string own_lan;     // the same configuration without emulation, if run
+  bool local = false;      // local SGD: runs --local-epochs
+  bool by_default = true;  // run when --configs is not given
 };
 
 std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::string bound = std::to_string(o.staleness_bound);
+  const std::string h = std::to_string(o.local_steps);
+  const std::vector<std::string> local = {"training.local_steps=" + h, "training.overlap_rounds=true",
+                                          "training.staleness_bound=0", "compression.push=int8",
+                                          "compression.pull=fp16"};
   const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd", "compression.momentum_correction=true",
                                              "compression.pull=fp16"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
+  const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push int8, pull fp16";
   return {
-      {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]"}},
-      {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false"}},
+      {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}},
+      {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},
       {"wan-ssp", "WAN, fp32, staleness bound " + bound, {"training.staleness_bound=" + bound, "wan.planner=false"}},
       {"wan-ssp-best",
        "WAN, staleness bound " + bound + ", push topk:0.005+zstd with momentum correction, pull fp16, planner",
        with({"training.staleness_bound=" + bound, "wan.planner=true"}, compress)},
       {"wan-bsp-best", "WAN, BSP, the same compression, planner",
-       with({"training.staleness_bound=0", "wan.planner=true"}, compress)},
+       with({"training.staleness_bound=0", "wan.planner=true"}, compress), "", false, false},
+      {"lan-local", "no emulation, " + local_what, with({"wan.emulation=none", "wan.links=[]"}, local), "", true},
+      {"wan-local", "WAN, " + local_what + ", planner", with({"wan.planner=true"}, local), "lan-local", true},
+      {"ddp", "PyTorch DDP (gloo), BSP, over the kernel-emulated links", {}, "", false},
   };
+}
+
+// The fastest time to the target of the Geodesic runs over emulated links.
+json BestWanSeconds(const json& rows) {
+  json best;
+  for (const auto& r : rows)
+    if (r["emulation"] != "none" && r["config"] != "ddp" && r["seconds_to_target"].is_number() &&
+        (!best.is_number() || r["seconds_to_target"].get<double>() < best.get<double>()))
+      best = r["seconds_to_target"];
+  return best;
+}
+
+// Configuration (e): bench/ddp_netns.sh over the kernel links, capped at
+// ddp_cap_x times the best Geodesic WAN time (ddp_max_s without one).
+StatusOr<json> RunDdp(const BenchOptions& o, const std::string& out, const json& best, double target,
+                      std::ofstream& curves, const std::atomic<bool>* stop) {
+  if (geteuid() != 0) return FailedPrecondition("needs root for the kernel-emulated links (deploy/netns)");
+  const double cap = best.is_number() ? o.ddp_cap_x * best.get<double>() : o.ddp_max_s;
+  const std::string dir = out + "/ddp";
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  const std::string script = std::string(GEODESIC_SOURCE_DIR) + "/bench/ddp_netns.sh";
+  char cmd[1024];
+  // Enough epochs that the time cap, not the data, ends a run that misses
+  // the target; the wall-clock timeout covers start-up and evaluation.
+  std::snprintf(cmd, sizeof cmd,
+                "'%s' --mode netns --epochs 50 --timeout %.0f --out '%s' -- --max-train-s %.1f --eval-every-s %.1f "
+                "--target %.4f > '%s/ddp.log' 2>&1",
+                script.c_str(), cap * 2 + 300, dir.c_str(), cap, o.snapshot_every_s * 4, target, out.c_str());
+  GD_LOG(INFO) << "ddp: capped at " << cap << " s of training (" << (best.is_number() ? "" : "no Geodesic WAN time; ")
+               << o.ddp_cap_x << "x the best Geodesic WAN time); log " << out << "/ddp.log";
+  if (stop->load()) return Cancelled("stopped");
+  if (int rc = std::system(cmd); rc != 0)
+    return Internal("bench/ddp_netns.sh failed (status " + std::to_string(rc) + "); see " + out + "/ddp.log");
+  json r;
+  try {
+    std::ifstream in(dir + "/netns/result.json");
+    r = json::parse(in);
+  } catch (const std::exception& e) {
+    return Internal(dir + "/netns/result.json: " + e.what());
+  }
+  const double train = r.value("train_seconds", 0.0);
+  const int64_t steps = r.value("steps", int64_t{0});
+  for (const auto& p : r["accuracy_curve"])
+    curves << "ddp," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>() << "\n";
+  GD_LOG(INFO) << "ddp: accuracy " << r["final_test_accuracy"] << ", " << target << " after " << r["seconds_to_target"]
+               << " s, " << train << " s of training" << (r.value("stopped_at_time_cap", false) ? " (capped)" : "");
+  return json{{"config", "ddp"},
+              {"what", "PyTorch DDP (gloo), same CNN, data, batch and 6 ranks over the kernel-emulated links"},
+              {"emulation", "netns"},
+              {"test_accuracy", r["final_test_accuracy"]},
+              {"seconds_to_target", r["seconds_to_target"]},
+              {"wall_seconds", train},
+              {"time_cap_seconds", cap},
+              {"stopped_at_time_cap", r.value("stopped_at_time_cap", false)},
+              {"steps", steps},
+              {"observed_step_ms", steps > 0 ? 1000 * train / steps : 0.0},
+              {"torch", r.value("torch", std::string())}};
 }
 
 }  // namespace
@@ -64,11 +146,18 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   GD_RETURN_IF_ERROR(MakeDirs(out));
 
   std::vector<WanConfig> configs;
-  for (const WanConfig& c : Configs(options))
-    if (options.configs.empty() ||
-        std::find(options.configs.begin(), options.configs.end(), c.name) != options.configs.end())
+  std::string names;
+  for (const WanConfig& c : Configs(options)) {
+    names += (names.empty() ? "" : ", ") + c.name;
+    if (options.configs.empty()
+            ? c.by_default
+            : std::find(options.configs.begin(), options.configs.end(), c.name) != options.configs.end())
       configs.push_back(c);
-  if (configs.empty()) return InvalidArgument("--configs: none of lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best");
+  }
+  if (configs.empty()) return InvalidArgument("--configs: none of " + names);
+  for (const std::string& n : options.configs)
+    if (std::none_of(configs.begin(), configs.end(), [&](const WanConfig& c) { return c.name == n; }))
+      return InvalidArgument("--configs: no configuration " + n + "; there are " + names);
 
   std::ofstream curves(out + "/curves.csv"), links(out + "/links.csv");
   curves << "config,seconds,step,accuracy\n";
@@ -76,13 +165,24 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   json rows = json::array();
   // The planner's compute term is calibrated by the LAN run's step time: on
   // one machine, workers share its cores, which no constant can know.
-  std::string compute_ms;
+  std::string compute_ms, local_compute_ms;
   for (const WanConfig& c : configs) {
+    if (c.name == "ddp") {
+      GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
+      auto row = RunDdp(options, out, BestWanSeconds(rows), job.eval.target_accuracy, curves, stop);
+      if (!row.ok()) return row.status().Annotate("ddp");
+      rows.push_back(*row);
+      continue;
+    }
     JobRun jr{exe, options.job_file, out + "/" + c.name, options.overrides, {}};
     jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
-    if (!compute_ms.empty()) jr.overrides.push_back("wan.compute_ms=" + compute_ms);
+    const std::string& compute = c.local ? local_compute_ms : compute_ms;
+    if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
     jr.overrides.push_back("eval.snapshot_every_s=" + std::to_string(options.snapshot_every_s));
-    if (options.epochs > 0) jr.overrides.push_back("training.epochs=" + std::to_string(options.epochs));
+    if (c.local)
+      jr.overrides.push_back("training.epochs=" + std::to_string(options.local_epochs));
+    else if (options.epochs > 0)
+      jr.overrides.push_back("training.epochs=" + std::to_string(options.epochs));
     GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
     auto summary = RunJob(jr, stop);
     if (!summary.ok()) return summary.status().Annotate(c.name);
@@ -91,6 +191,8 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
     double wall = s.value("wall_seconds", 0.0);
     json row = {{"config", c.name},
                 {"what", c.what},
+                {"own_lan", c.own_lan},
+                {"emulation", c.name.starts_with("lan") ? "none" : job.wan.emulation},
                 {"test_accuracy", s["test_accuracy"]},
                 {"seconds_to_target", s["seconds_to_target"]},
                 {"wall_seconds", wall},
@@ -102,7 +204,10 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
       row["plan"] = s["plan"];
       row["predicted_step_ms"] = s["plan"]["predicted_step_ms"];
     }
+    // The planner's compute term: the LAN run's step time, for local SGD
+    // its own LAN twin's (its step has no exchange in it).
     if (c.name == "lan" && steps > 0) compute_ms = std::to_string(1000 * wall / steps);
+    if (c.name == "lan-local" && steps > 0) local_compute_ms = std::to_string(1000 * wall / steps);
     rows.push_back(row);
     for (const auto& p : s["accuracy_curve"])
       curves << c.name << "," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>() << "\n";
@@ -117,30 +222,57 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
                  << s["seconds_to_target"] << " s, " << wall << " s of training";
   }
 
-  // The table, with ratios to the LAN time.
-  double lan = 0;
+  // The table, with ratios to the LAN time, to the configuration's own LAN
+  // time, and DDP's time over each configuration's.
+  auto seconds_of = [&](const std::string& name) -> json {
+    for (const auto& r : rows)
+      if (r["config"] == name) return r["seconds_to_target"];
+    return json();
+  };
+  const json lan = seconds_of("lan");
+  json ddp_seconds, ddp_bound;  // DDP's time to the target, or the time it trained without reaching it
   for (const auto& r : rows)
-    if (r["config"] == "lan" && r["seconds_to_target"].is_number()) lan = r["seconds_to_target"].get<double>();
+    if (r["config"] == "ddp") {
+      ddp_seconds = r["seconds_to_target"];
+      if (!ddp_seconds.is_number()) ddp_bound = r["wall_seconds"];
+    }
+  auto ratio = [](const json& a, const json& b) {
+    return a.is_number() && b.is_number() && b.get<double>() > 0 ? json(a.get<double>() / b.get<double>()) : json();
+  };
+  auto num = [](const json& v, const char* fmt, const char* missing = "not reached") {
+    if (!v.is_number()) return std::string(missing);
+    char b[96];
+    std::snprintf(b, sizeof(b), fmt, v.get<double>());
+    return std::string(b);
+  };
   std::ofstream md(out + "/wan.md"), csv(out + "/wan.csv");
-  csv << "config,test_accuracy,seconds_to_target,vs_lan,wall_seconds,steps,observed_step_ms,predicted_step_ms\n";
-  md << "| configuration | time to " << job.eval.target_accuracy << " (s) | vs LAN | final accuracy | "
-     << "training (s) | steps | step (ms) | predicted step (ms) |\n|---|---|---|---|---|---|---|---|\n";
+  csv << "config,emulation,test_accuracy,seconds_to_target,vs_lan,vs_own_lan,ddp_over_this,ddp_over_this_at_least,"
+         "wall_seconds,steps,observed_step_ms,predicted_step_ms\n";
+  md << "| configuration | links | time to " << job.eval.target_accuracy << " (s) | vs LAN | vs own LAN | DDP / this | "
+     << "final accuracy | training (s) | steps | step (ms) | predicted step (ms) | predicted / observed |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (auto& r : rows) {
-    json t = r["seconds_to_target"];
-    r["vs_lan"] = lan > 0 && t.is_number() ? json(t.get<double>() / lan) : json();
-    auto num = [](const json& v, const char* fmt, const char* missing = "not reached") {
-      if (!v.is_number()) return std::string(missing);
-      char b[64];
-      std::snprintf(b, sizeof(b), fmt, v.get<double>());
-      return std::string(b);
-    };
-    csv << r["config"].get<std::string>() << "," << r["test_accuracy"] << "," << t << "," << r["vs_lan"] << ","
-        << r["wall_seconds"] << "," << r["steps"] << "," << r["observed_step_ms"] << ","
-        << r.value("predicted_step_ms", json()) << "\n";
-    md << "| " << r["config"].get<std::string>() << " (" << r["what"].get<std::string>() << ") | " << num(t, "%.1f")
-       << " | " << num(r["vs_lan"], "%.2fx") << " | " << num(r["test_accuracy"], "%.4f") << " | "
-       << num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | " << num(r["observed_step_ms"], "%.0f") << " | "
-       << num(r.value("predicted_step_ms", json()), "%.0f", "-") << " |\n";
+    const json t = r["seconds_to_target"];
+    const std::string name = r["config"].get<std::string>();
+    r["vs_lan"] = ratio(t, lan);
+    r["vs_own_lan"] = r.value("own_lan", std::string()).empty() ? json() : ratio(t, seconds_of(r["own_lan"]));
+    if (name != "ddp") {
+      r["ddp_over_this"] = ratio(ddp_seconds, t);
+      r["ddp_over_this_at_least"] = ratio(ddp_bound, t);
+    }
+    const json pred = r.value("predicted_step_ms", json());
+    std::string ddp_col = num(r.value("ddp_over_this", json()), "%.1fx", "-");
+    if (r.value("ddp_over_this_at_least", json()).is_number()) ddp_col = num(r["ddp_over_this_at_least"], ">= %.1fx");
+    csv << name << "," << r["emulation"].get<std::string>() << "," << r["test_accuracy"] << "," << t << ","
+        << r["vs_lan"] << "," << r["vs_own_lan"] << "," << r.value("ddp_over_this", json()) << ","
+        << r.value("ddp_over_this_at_least", json()) << "," << r["wall_seconds"] << "," << r["steps"] << ","
+        << r["observed_step_ms"] << "," << pred << "\n";
+    md << "| " << name << " (" << r["what"].get<std::string>() << ") | " << r["emulation"].get<std::string>() << " | "
+       << (t.is_number() ? num(t, "%.1f") : "> " + num(r["wall_seconds"], "%.0f") + " (not reached)") << " | "
+       << num(r["vs_lan"], "%.2fx", "-") << " | " << num(r["vs_own_lan"], "%.2fx", "-") << " | " << ddp_col << " | "
+       << num(r["test_accuracy"], "%.4f") << " | " << num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | "
+       << num(r["observed_step_ms"], "%.0f") << " | " << num(pred, "%.0f", "-") << " | "
+       << num(ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " |\n";
   }
   md.close();
   csv.close();

@@ -341,7 +341,18 @@ int main(int argc, char** argv) {
   bn_cmd->add_option("--epochs", bn_opts.epochs, "epochs of every run (0: the job's)")->default_val(4.0);
   bn_cmd->add_option("--out", bn_opts.result_file, "output directory")->default_val("runs/wan");
   bn_cmd->add_option("--configs", bn_opts.configs,
-                     "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best (default all)");
+                     "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best, lan-local, wan-local, ddp "
+                     "(default all but wan-bsp-best)");
+  bn_cmd->add_option("--local-steps", bn_opts.local_steps, "steps per round of the local SGD configurations")
+      ->default_val(6);
+  bn_cmd->add_option("--local-epochs", bn_opts.local_epochs, "epochs of the local SGD configurations")
+      ->default_val(5.0);
+  bn_cmd
+      ->add_option("--ddp-cap-x", bn_opts.ddp_cap_x,
+                   "ddp: stop after this many times the best Geodesic WAN time to the target")
+      ->default_val(12.0);
+  bn_cmd->add_option("--ddp-max-s", bn_opts.ddp_max_s, "ddp: the time cap when no Geodesic WAN run reached it")
+      ->default_val(900.0);
   bn_cmd->add_option("--staleness-bound", bn_opts.staleness_bound, "bound of the bounded-staleness runs")
       ->default_val(2);
   bn_cmd->add_option("--snapshot-every", bn_opts.snapshot_every_s, "seconds between accuracy-curve snapshots")

@@ -165,6 +165,12 @@ cmd_up() {
     local n=$((i + 1)) ns=gd-${REGIONS[$i]}
     ip netns add "$ns"
     ip -n "$ns" link set lo up
+    # As on tuned WAN hosts: a connection idle for longer than its RTO keeps
+    # its congestion window instead of starting slow again. Training traffic
+    # comes in bursts (a push, a pull) separated by compute, so with the
+    # default each burst over a long link would ramp up from 10 segments.
+    # Applies to every process in the region (Geodesic's and DDP's alike).
+    ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
     ip -n "$ROUTER" link add "gdr$n" type veth peer name gdv0 netns "$ns"
     ip -n "$ROUTER" addr add "$NET.$n.1/24" dev "gdr$n"
     ip -n "$ns" addr add "$NET.$n.2/24" dev gdv0
