@@ -31,9 +31,11 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 std::atomic<uint64_t> g_checkpoint_requests{0};
+std::atomic<uint64_t> g_replan_requests{0};
 
 void OnSignal(int) { g_stop.store(true); }
 void OnCheckpointSignal(int) { g_checkpoint_requests.fetch_add(1); }
+void OnReplanSignal(int) { g_replan_requests.fetch_add(1); }
 
 void InstallSignalHandlers() {
   struct sigaction sa {};
@@ -45,6 +47,9 @@ void InstallSignalHandlers() {
   // Servers write a checkpoint on SIGUSR1 (`geodesic checkpoint RUN_DIR`).
   sa.sa_handler = OnCheckpointSignal;
   sigaction(SIGUSR1, &sa, nullptr);
+  // The coordinator re-plans on SIGUSR2 (`geodesic wan replan RUN_DIR`).
+  sa.sa_handler = OnReplanSignal;
+  sigaction(SIGUSR2, &sa, nullptr);
 }
 
 int Fail(const geodesic::Status& s) {
@@ -267,11 +272,14 @@ int main(int argc, char** argv) {
 
   // wan
   std::string wan_action, wan_run_dir, wan_a, wan_b;
-  auto* wn_cmd = app.add_subcommand("wan", "cut or heal an emulated link of a running job");
-  wn_cmd->add_option("action", wan_action, "cut | heal")->required()->check(CLI::IsMember({"cut", "heal"}));
+  auto* wn_cmd = app.add_subcommand(
+      "wan", "cut or heal an emulated link of a running job, or make it re-plan its shard placement now (wan.replan)");
+  wn_cmd->add_option("action", wan_action, "cut | heal | replan")
+      ->required()
+      ->check(CLI::IsMember({"cut", "heal", "replan"}));
   wn_cmd->add_option("run_dir", wan_run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
-  wn_cmd->add_option("region_a", wan_a, "one region")->required();
-  wn_cmd->add_option("region_b", wan_b, "the other region")->required();
+  wn_cmd->add_option("region_a", wan_a, "one region (cut, heal)");
+  wn_cmd->add_option("region_b", wan_b, "the other region (cut, heal)");
 
   // plan
   PlanFlags plan_flags;
@@ -415,6 +423,7 @@ int main(int argc, char** argv) {
       coord.keys = *keys;
     }
     zmq::context_t ctx(1);
+    coord.replan_requests = &g_replan_requests;
     server::Coordinator c(coord, ctx, RealClock::Get());
     Status s = c.Run(&g_stop);
     return s.ok() ? 0 : Fail(s);
@@ -479,6 +488,12 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (wn_cmd->parsed()) {
+    if (wan_action == "replan") {
+      Status s = deploy::RequestReplan(wan_run_dir);
+      if (s.ok()) std::cout << "asked the coordinator to re-plan; see " << wan_run_dir << "/logs\n";
+      return s.ok() ? 0 : Fail(s);
+    }
+    if (wan_a.empty() || wan_b.empty()) return Fail(geodesic::InvalidArgument("wan cut/heal needs two regions"));
     Status s = deploy::ControlLink(wan_run_dir, wan_action, wan_a, wan_b);
     return s.ok() ? 0 : Fail(s);
   }

@@ -523,6 +523,17 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("compute_ms", &w.compute_ms);
     Check(Finite(w.compute_ms) && w.compute_ms >= 0, &errors, "wan.compute_ms", "must be >= 0");
     r.Get("replan_drift", &w.replan_drift);
+    r.Get("replan", &w.replan);
+    r.Get("replan_every_s", &w.replan_every_s);
+    r.Get("replan_min_samples", &w.replan_min_samples);
+    r.Get("replan_at_clock", &w.replan_at_clock);
+    r.Get("replan_from", &w.replan_from);
+    r.Get("replan_to", &w.replan_to);
+    r.Get("replan_mbit", &w.replan_mbit);
+    Check(Finite(w.replan_every_s) && w.replan_every_s >= 0, &errors, "wan.replan_every_s", "must be >= 0");
+    Check(w.replan_min_samples >= 1, &errors, "wan.replan_min_samples", "must be >= 1");
+    Check(w.replan_at_clock >= -1, &errors, "wan.replan_at_clock", "must be >= 0, or -1 (off)");
+    Check(Finite(w.replan_mbit) && w.replan_mbit >= 0, &errors, "wan.replan_mbit", "must be >= 0");
     r.Get("planner_codecs", &w.planner_codecs);
     Check(w.emulation == "none" || w.emulation == "proxy" || w.emulation == "netns", &errors, "wan.emulation",
           "must be none, proxy or netns, not '" + w.emulation + "'");
@@ -615,6 +626,34 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     for (size_t j = 0; j < i; ++j)
       Check(job.wan.links[j].from != l.from || job.wan.links[j].to != l.to, &errors, "wan.links",
             "the link " + l.from + " -> " + l.to + " is declared twice");
+  }
+
+  if (job.wan.replan) {
+    Check(!job.wan.links.empty(), &errors, "wan.replan",
+          "needs declared wan.links (the planner re-plans against them)");
+    Check(job.wan.planner, &errors, "wan.replan", "needs wan.planner: true");
+    // A migration hands a chunk's state from one shard process to another;
+    // a backup would have to follow it (not built), so refuse rather than
+    // lose the replica's guarantee silently.
+    Check(job.replication.backups == 0, &errors, "wan.replan",
+          "cannot be combined with replication.backups > 0 (moving a replicated chunk is not supported)");
+    Check(job.security.mode != "curve", &errors, "wan.replan",
+          "cannot be combined with security.mode: curve (shard-to-shard chunk transfers are not authenticated yet)");
+    // A periodic checkpoint written during a migration could miss the chunk
+    // in flight, and a resume would then refuse the set.
+    Check(job.checkpoint.every_clocks == 0, &errors, "wan.replan",
+          "needs checkpoint.every_clocks: 0 (periodic checkpoints during a migration are not supported)");
+    // An overlapped round keeps a pull in flight across the barrier, which
+    // the migration's floor does not account for yet.
+    Check(job.training.local_steps == 1, &errors, "wan.replan",
+          "cannot be combined with training.local_steps > 1 (not supported yet)");
+  }
+  if (job.wan.replan_at_clock >= 0) {
+    Check(job.wan.replan, &errors, "wan.replan_at_clock", "needs wan.replan: true");
+    for (const std::string* region : {&job.wan.replan_from, &job.wan.replan_to})
+      Check(job.FindRegion(*region), &errors, "wan.replan_from/replan_to",
+            "'" + *region + "' is not a region of this job");
+    Check(job.wan.replan_mbit > 0, &errors, "wan.replan_mbit", "must be > 0 with wan.replan_at_clock");
   }
 
   if (!job.regions.empty()) {
@@ -727,6 +766,13 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "planner" << YAML::Value << job.wan.planner;
   out << YAML::Key << "compute_ms" << YAML::Value << job.wan.compute_ms;
   out << YAML::Key << "replan_drift" << YAML::Value << job.wan.replan_drift;
+  out << YAML::Key << "replan" << YAML::Value << job.wan.replan;
+  out << YAML::Key << "replan_every_s" << YAML::Value << job.wan.replan_every_s;
+  out << YAML::Key << "replan_min_samples" << YAML::Value << job.wan.replan_min_samples;
+  out << YAML::Key << "replan_at_clock" << YAML::Value << job.wan.replan_at_clock;
+  out << YAML::Key << "replan_from" << YAML::Value << job.wan.replan_from;
+  out << YAML::Key << "replan_to" << YAML::Value << job.wan.replan_to;
+  out << YAML::Key << "replan_mbit" << YAML::Value << job.wan.replan_mbit;
   out << YAML::Key << "planner_codecs" << YAML::Value << YAML::Flow << job.wan.planner_codecs;
   out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
   for (const auto& l : job.wan.links) {

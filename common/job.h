@@ -142,6 +142,22 @@ struct WanSpec {
   // The planner re-plans when a link's measured bandwidth differs from the
   // one it planned with by more than this fraction.
   double replan_drift = 0.5;
+  // Re-plan a running job (docs/planner.md "In a running job"): the
+  // coordinator builds the link matrix from the workers' passive estimates,
+  // calls the planner's drift check, and moves chunks between live shards
+  // behind a clock barrier when it returns a new plan. Off by default: a
+  // migration stalls every worker for a barrier. Needs declared links, no
+  // replication and no periodic checkpoints (job validation says why).
+  bool replan = false;
+  double replan_every_s = 10;      // least time between two drift checks that may re-plan (and after start-up)
+  int64_t replan_min_samples = 5;  // throughput samples a worker's estimate needs before it counts
+  // A deterministic drift for tests and demos: once the slowest live worker
+  // reaches clock replan_at_clock (>= 0), the link replan_from -> replan_to
+  // (server region -> worker region) is taken to measure replan_mbit
+  // Mbit/s, whatever the workers measured. -1: off.
+  int64_t replan_at_clock = -1;
+  std::string replan_from, replan_to;
+  double replan_mbit = 0;
   // Compute time of one worker step for the planner's prediction, ms; 0: its
   // estimate for the model (docs/planner.md).
   double compute_ms = 0;

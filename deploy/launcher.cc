@@ -353,19 +353,37 @@ Status ControlLink(const std::string& run_dir, const std::string& action, const 
                          action + " " + a + " " + b + "\n", /*durable=*/false);
 }
 
-StatusOr<int> RequestCheckpoint(const std::string& run_dir) {
+namespace {
+
+// The pids a running launcher recorded in `run_dir`, by process name.
+StatusOr<json> ReadPids(const std::string& run_dir) {
   GD_ASSIGN_OR_RETURN(std::string text, ReadFile(run_dir + "/pids.json"));
-  json pids;
   try {
-    pids = json::parse(text);
+    return json::parse(text);
   } catch (const std::exception& e) {
     return InvalidArgument(run_dir + "/pids.json: " + e.what());
   }
+}
+
+}  // namespace
+
+StatusOr<int> RequestCheckpoint(const std::string& run_dir) {
+  GD_ASSIGN_OR_RETURN(json pids, ReadPids(run_dir));
   int asked = 0;
   for (auto& [name, pid] : pids.items())
     if (name.rfind("server-", 0) == 0 && pid.is_number_integer() && ::kill(pid.get<pid_t>(), SIGUSR1) == 0) ++asked;
   if (asked == 0) return NotFound("no running server of the job in " + run_dir);
   return asked;
+}
+
+Status RequestReplan(const std::string& run_dir) {
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
+  if (!job.wan.replan) return FailedPrecondition("the job in " + run_dir + " does not re-plan (wan.replan: false)");
+  GD_ASSIGN_OR_RETURN(json pids, ReadPids(run_dir));
+  if (!pids.contains("coordinator") || !pids["coordinator"].is_number_integer() ||
+      ::kill(pids["coordinator"].get<pid_t>(), SIGUSR2) != 0)
+    return NotFound("no running coordinator of the job in " + run_dir);
+  return Status::Ok();
 }
 
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
@@ -966,6 +984,8 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = total_wall;
+  if (job.wan.replan)
+    summary["replans"] = coord.is_object() && coord.contains("replans") ? coord["replans"] : json::array();
   summary["accuracy_curve"] =
       result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
   summary["target_accuracy"] = job.eval.target_accuracy;

@@ -52,6 +52,11 @@ Status ControlLink(const std::string& run_dir, const std::string& action, const 
 // write a checkpoint now (SIGUSR1); returns how many were asked.
 StatusOr<int> RequestCheckpoint(const std::string& run_dir);
 
+// Asks the coordinator of the job running in `run_dir` (on this machine) to
+// re-plan its shard placement now (SIGUSR2). FailedPrecondition if the job
+// does not re-plan (wan.replan: false).
+Status RequestReplan(const std::string& run_dir);
+
 // Asks the coordinator recorded in `run_dir` for the job's status, as JSON.
 StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms);
 

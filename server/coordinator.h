@@ -27,9 +27,47 @@
 #include "proto/geodesic.pb.h"
 #include "server/chunking.h"
 #include "wan/message.h"
+#include "wan/planner.h"
 #include "wan/security.h"
 
 namespace geodesic::server {
+
+// Re-planning a running job (wan.replan; docs/planner.md "In a running job").
+struct ReplanOptions {
+  bool enabled = false;
+  double every_s = 10;      // least time between two drift checks (and after the start)
+  int64_t min_samples = 5;  // a worker's estimate counts with at least this many throughput samples
+  int pipeline_depth = 1;   // training.pipeline_depth: how far ahead of its clock a worker pulls
+  // wan.replan_at_clock and friends: a deterministic drift (tests, demos).
+  int64_t inject_at_clock = -1;
+  std::string inject_from, inject_to;
+  double inject_mbit = 0;
+  std::shared_ptr<const JobSpec> job;  // what the planner plans (set by FromJob when enabled)
+};
+
+// One worker's passive link estimates (WorkerProgress.links).
+struct WorkerLinkReport {
+  std::string region;
+  std::vector<wire::LinkEstimate> links;
+};
+
+// The link matrix the coordinator re-plans with: `planned` (the declared
+// delays, losses and links), where the bandwidth of each link between two
+// different regions that the plan knows as declared (server region ->
+// worker region) becomes the sum, over that worker region's workers, of
+// their estimates from that server region; only estimates with at least
+// `min_samples` throughput samples count (a link left with none keeps its
+// planned bandwidth). The sum: the workers of a region pull concurrently,
+// each measuring its flow's share of the path. `measured` (optional)
+// receives how many links took an estimate.
+wan::LinkMatrix MeasuredLinks(const wan::LinkMatrix& planned, const std::vector<WorkerLinkReport>& reports,
+                              int64_t min_samples, int* measured = nullptr);
+
+// A migration's barrier clock: the highest of the live workers' floors
+// (the lowest barrier each can still honor). -1 when there is none to
+// choose or it would not be below `last_clock` (the job's last clock: a
+// barrier there would move chunks for nothing).
+int64_t ChooseBarrier(const std::vector<int64_t>& floors, int64_t last_clock);
 
 struct CoordinatorOptions {
   std::string job_name;
@@ -58,6 +96,7 @@ struct CoordinatorOptions {
   // checked against. Empty: plaintext, no tokens, no keys.
   std::string secret;
   std::function<int64_t()> unix_now = wan::UnixNow;  // token expiry clock
+  ReplanOptions replan;
 
   static CoordinatorOptions FromJob(const JobSpec& job);
 };
@@ -107,6 +146,31 @@ class CoordinatorState {
   // Promotions so far (a primary's lease expired and its backup took over).
   int promotions() const { return promotions_; }
 
+  // Re-planning (options().replan.enabled). Tick() checks the links for
+  // drift when due (every replan.every_s, at the injected clock, or when
+  // RequestReplan was called), starts a migration when the planner moves
+  // chunks, and moves a migration along: barrier announced -> every live
+  // worker waits at it -> shards transfer -> new map published. Returns
+  // the lines to log. Called by Coordinator::Run every loop.
+  std::vector<std::string> Tick();
+  void RequestReplan(const std::string& why) { forced_replan_ = why; }
+  struct ReplanRecord {
+    uint64_t id = 0;
+    int64_t clock = 0;  // the barrier
+    std::string reason;
+    std::vector<std::string> drifted;
+    std::vector<wan::ChunkMove> moves;
+    double predicted_step_ms_before = 0, predicted_step_ms_after = 0;
+    double barrier_ms = 0;   // announced -> every live worker at the barrier
+    double transfer_ms = 0;  // -> every shard's chunks acknowledged and the map published
+    uint64_t map_version = 0;
+  };
+  const std::vector<ReplanRecord>& replans() const { return replans_; }
+  // The migration in progress: its id (0: none), barrier and stage.
+  uint64_t migration_id() const { return migration_ ? migration_->record.id : 0; }
+  int64_t migration_barrier() const { return migration_ ? migration_->record.clock : -1; }
+  bool migration_transferring() const { return migration_ && migration_->transfer; }
+
   // The state a restarted coordinator needs (proto/checkpoint.proto).
   wire::CoordinatorSnapshot Save() const;
   // Takes over a saved state: members keep their registration, clocks and
@@ -130,7 +194,22 @@ class CoordinatorState {
     std::string key;              // secured jobs: CURVE public key bound at registration
     uint64_t key_epoch = 0;       // workers, evaluator: keys_epoch_ when `key` was bound
     uint64_t keys_installed = 0;  // servers: the keys epoch the shard reports installed
+    int64_t barrier_floor = 0;    // workers: Heartbeat.barrier_floor
+    uint64_t at_barrier = 0;      // workers: Heartbeat.at_barrier
+    uint64_t migration_done = 0;  // servers: Heartbeat.migration_done
   };
+  struct Migration {
+    ReplanRecord record;
+    ShardMap new_map;
+    wan::Plan plan;
+    bool transfer = false;
+    int raises = 0;
+    TimePoint started{}, at_barrier{};
+  };
+  // Tick's parts: a drift check, and one step of the migration in progress.
+  void CheckDrift(TimePoint now, std::vector<std::string>* lines);
+  void AdvanceMigration(TimePoint now, std::vector<std::string>* lines);
+  void FillMigration(wire::Role role, wire::HeartbeatReply* r) const;
   // Why a worker or the evaluator may not start yet in a secured job (a
   // live shard has not installed its key), or empty.
   std::string KeyWait(wire::Role role, int id, const Member& m) const;
@@ -165,6 +244,15 @@ class CoordinatorState {
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;
   uint64_t keys_epoch_ = 0;  // bumped when a worker's or the evaluator's key changes
+  // Re-planning: the planner and the plan the current map came from.
+  std::optional<wan::Planner> planner_;
+  std::optional<wan::Plan> plan_;
+  std::optional<Migration> migration_;
+  std::vector<ReplanRecord> replans_;
+  std::string forced_replan_;
+  bool injected_ = false;
+  TimePoint last_check_{};
+  uint64_t migrations_started_ = 0;
 };
 
 struct CoordinatorProcessOptions {
@@ -179,6 +267,9 @@ struct CoordinatorProcessOptions {
   // to `key_file` (if set) next to the endpoint, for members to connect with.
   wan::CurveKeyPair keys;
   std::string key_file;
+  // Bumped (e.g. by a SIGUSR2 handler, `geodesic wan replan RUN_DIR`) to ask
+  // for a re-plan now (jobs with wan.replan).
+  const std::atomic<uint64_t>* replan_requests = nullptr;
 };
 
 class Coordinator {
@@ -196,6 +287,7 @@ class Coordinator {
   void SaveState(bool now);
 
   CoordinatorProcessOptions options_;
+  uint64_t seen_replan_requests_ = 0;
   std::string saved_state_;
   TimePoint saved_at_{};
   const Clock* clock_;

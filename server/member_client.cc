@@ -75,6 +75,7 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
       if (r.ready()) {
         std::lock_guard<std::mutex> lock(mu_);
         last_reply_ = clock_->Now();
+        map_version_ = r.shard_map().version();
         return r;
       }
       waiting_for = r.waiting_for() + " to register";
@@ -116,10 +117,11 @@ void MemberClient::Loop() {
     TimePoint next = clock_->Now();
     while (!stop_.load()) {
       TimePoint now = clock_->Now();
-      if (now >= next) {
+      if (now >= next || nudge_.exchange(false)) {
         wire::Header h;
         auto* hb = h.mutable_heartbeat();
         if (fill_) fill_(hb);
+        hb->set_shard_map_version(map_version_.load());
         hb->set_keys_epoch(keys_installed_);
         hb->set_servers_epoch(servers_epoch_);
         h.set_request_id(next_request_++);
@@ -185,6 +187,11 @@ void MemberClient::Loop() {
           view_.dead = r.dead_workers();
           view_.job_finished = r.job_finished();
           view_.promoted = view_.promoted || r.promoted();
+          view_.migration = r.migration();
+          if (r.has_shard_map() && r.shard_map().version() > view_.shard_map.version()) {
+            view_.shard_map = r.shard_map();
+            map_version_ = r.shard_map().version();
+          }
           if (r.servers_epoch() > servers_epoch_) {
             servers_epoch_ = r.servers_epoch();
             view_.servers_epoch = r.servers_epoch();

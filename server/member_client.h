@@ -61,6 +61,10 @@ struct MembershipView {
   uint64_t servers_epoch = 0;
   std::vector<wire::ServerInfo> servers;
   bool promoted = false;
+  // Re-planning: the migration the latest reply announced (id 0: none), and
+  // the newest shard map the coordinator sent (version 0: none since Join).
+  wire::Migration migration;
+  wire::ShardMap shard_map;
 };
 
 class MemberClient {
@@ -85,6 +89,9 @@ class MemberClient {
   uint64_t replies() const { return replies_.load(); }
   // Replicated jobs: the view's servers_epoch; cheap to poll.
   uint64_t servers_epoch() const { return servers_epoch_pub_.load(); }
+  // Sends the next heartbeat now rather than at its time (e.g. a worker
+  // that just reached a migration barrier).
+  void Nudge() { nudge_ = true; }
   // Set if the coordinator refused us after Join (e.g. on re-registration).
   Status error() const;
   // Workers: the start clock of the newest re-registration after a lost
@@ -107,6 +114,8 @@ class MemberClient {
   std::atomic<int64_t> rejoin_clock_{-1};
   TimePoint last_register_{};  // heartbeat thread: the last re-registration sent
   std::atomic<uint64_t> servers_epoch_pub_{0};
+  std::atomic<bool> nudge_{false};
+  std::atomic<uint64_t> map_version_{0};  // the newest shard map version received (Join or heartbeat replies)
   mutable std::mutex mu_;
   MembershipView view_;     // guarded by mu_
   TimePoint last_reply_{};  // guarded by mu_

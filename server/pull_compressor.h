@@ -38,6 +38,11 @@ class PullCompressor {
 
   // Drops a worker's copies (it left the job).
   void Forget(int worker) { copies_.erase(worker); }
+  // Drops every puller's copy of `chunk` (it moved to or from this shard):
+  // the next pull of it gets full values and starts the copy over.
+  void ForgetChunk(uint32_t chunk) {
+    for (auto& [worker, state] : copies_) state.chunks.erase(chunk);
+  }
   size_t workers_tracked() const { return copies_.size(); }
 
  private:

@@ -88,6 +88,16 @@ Status Server::CheckSender(const wan::Message& m) const {
 void Server::Handle(wan::Message& m) {
   if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
   if (m.header.has_replicate_request()) return HandleReplicate(m);
+  if (m.header.has_chunk_transfer()) return HandleTransfer(m);
+  if (!moved_away_.empty())
+    if (auto c = MovedChunk(m.header)) {
+      // Never applied to a copy that is no longer the chunk's: the sender
+      // keeps the request and sends it to the new owner (worker/ps_client.h).
+      return Refuse(m, "moved",
+                    FailedPrecondition("chunk " + std::to_string(*c) + " moved to server " +
+                                       std::to_string(moved_away_.at(*c)) + " (shard map version " +
+                                       std::to_string(map_version_ + (migration_done_ > map_version_ ? 1 : 0)) + ")"));
+    }
   if (!serving()) {
     // A worker redirected before this backup saw its own promotion: keep the
     // request for then (the worker would otherwise wait its retry interval).
@@ -105,6 +115,199 @@ void Server::Handle(wan::Message& m) {
     default:
       Refuse(m, "unsupported_type",
              InvalidArgument("a server does not serve " + wan::BodyName(m.header) + " messages"));
+  }
+}
+
+std::optional<uint32_t> Server::MovedChunk(const wire::Header& h) const {
+  auto check = [&](uint32_t c) { return moved_away_.count(c) > 0 && !shard_->Owns(c); };
+  if (h.has_push_request())
+    for (const auto& d : h.push_request().chunks())
+      if (check(d.chunk_id())) return d.chunk_id();
+  if (h.has_pull_request())
+    for (uint32_t c : h.pull_request().chunk_ids())
+      if (check(c)) return c;
+  if (h.has_init_request())
+    for (const auto& d : h.init_request().chunks())
+      if (check(d.chunk_id())) return d.chunk_id();
+  return std::nullopt;
+}
+
+void Server::HandleTransfer(wan::Message& m) {
+  const auto& t = m.header.chunk_transfer();
+  auto reply = [&]() {
+    wire::Header ack;
+    ack.set_request_id(m.header.request_id());
+    ack.mutable_chunk_transfer_ack()->set_migration_id(t.migration_id());
+    ack.mutable_chunk_transfer_ack()->set_chunk_id(t.chunk_id());
+    (void)socket_.Send(std::move(ack), {}, m.peer);
+  };
+  if (m.header.sender_role() != wire::SERVER)
+    return Refuse(m, "bad_sender", PermissionDenied("chunk transfers come from server shards only"));
+  if (!options_.job.wan.replan)
+    return Refuse(m, "unsupported_type", FailedPrecondition("this job does not re-plan (wan.replan: false)"));
+  auto map = ShardMap::FromWire(t.new_map(), options_.job.NumServers());
+  if (!map.ok()) return Refuse(m, "bad_map", map.status());
+  if (map->layout.num_params() != shard_->layout().num_params() ||
+      map->layout.chunk_elems() != shard_->layout().chunk_elems() || t.chunk_id() >= map->layout.num_chunks())
+    return Refuse(m, "bad_map", InvalidArgument("chunk transfer for another layout"));
+  if (map->owner[t.chunk_id()] != options_.id)
+    return Refuse(m, "chunk_not_owned",
+                  InvalidArgument("the migration's map gives chunk " + std::to_string(t.chunk_id()) + " to server " +
+                                  std::to_string(map->owner[t.chunk_id()])));
+  if (shard_->Owns(t.chunk_id())) {
+    auto it = adopted_.find(t.chunk_id());
+    if (it != adopted_.end() && it->second == t.migration_id()) return reply();  // a resend
+    return Refuse(m, "already_owned",
+                  FailedPrecondition("chunk " + std::to_string(t.chunk_id()) + " is already owned here"));
+  }
+  const uint64_t n = shard_->layout().Size(t.chunk_id());
+  if (t.num_elems() != n || m.frames.size() != 1 + t.optimizer_arrays())
+    return Refuse(m, "wrong_shape", InvalidArgument("chunk transfer of the wrong shape"));
+  wire::ChunkCheckpoint ck;
+  ck.set_chunk_id(t.chunk_id());
+  ck.set_num_elems(t.num_elems());
+  ck.set_version(t.version());
+  ck.set_closed_through(t.closed_through());
+  *ck.mutable_last_clock() = t.last_clock();
+  *ck.mutable_optimizer_counters() = t.optimizer_counters();
+  ck.set_params(static_cast<const char*>(m.frames[0].data()), m.frames[0].size());
+  for (size_t i = 1; i < m.frames.size(); ++i)
+    ck.add_optimizer_arrays(static_cast<const char*>(m.frames[i].data()), m.frames[i].size());
+  if (Status s = shard_->AdoptChunk(ck); !s.ok()) return Refuse(m, "bad_chunk_state", s);
+  pulls_.ForgetChunk(t.chunk_id());  // every puller gets full values of it first
+  adopted_[t.chunk_id()] = t.migration_id();
+  moved_away_.erase(t.chunk_id());
+  ++chunks_adopted_;
+  GD_LOG(INFO) << "migration " << t.migration_id() << ": took chunk " << t.chunk_id() << " (version " << t.version()
+               << ") from server " << m.header.sender_id();
+  reply();
+}
+
+void Server::SyncMigration() {
+  if (member_->replies() != seen_migration_replies_) {
+    seen_migration_replies_ = member_->replies();
+    MembershipView v = member_->view();
+    migration_ = v.migration;
+    if (v.shard_map.version() > map_version_) {
+      auto map = ShardMap::FromWire(v.shard_map, options_.job.NumServers());
+      if (map.ok()) {
+        map_version_ = map->version;
+        std::vector<uint32_t> want = map->ChunksOf(options_.id);
+        if (want != shard_->owned())
+          GD_LOG(ERROR) << "shard map version " << map_version_ << " gives this shard " << want.size()
+                        << " chunks; it owns " << shard_->owned().size();
+        else
+          GD_LOG(INFO) << "shard map version " << map_version_ << ": owning " << want.size() << " chunks";
+      }
+    }
+  }
+  const wire::Migration& mg = migration_;
+  if (mg.id() == 0 || !mg.transfer() || mg.id() == migration_done_) return;
+  if (mg.id() != migration_id_) {
+    auto map = ShardMap::FromWire(mg.new_map(), options_.job.NumServers());
+    if (!map.ok()) {
+      GD_LOG(ERROR) << "migration " << mg.id() << ": " << map.status();
+      return;
+    }
+    migration_id_ = mg.id();
+    outgoing_.clear();
+    for (uint32_t c : shard_->owned())
+      if (map->owner[c] != options_.id) {
+        Outgoing o;
+        o.to = map->owner[c];
+        for (const auto& si : mg.servers())
+          if (si.id() == o.to) o.endpoint = si.endpoint();
+        outgoing_[c] = std::move(o);
+      }
+    GD_LOG(INFO) << "migration " << mg.id() << ": sending " << outgoing_.size() << " chunk(s) to their new owners";
+  }
+  const TimePoint now = clock_->Now();
+  bool all = true;
+  for (auto& [c, o] : outgoing_) {
+    if (o.acked) continue;
+    all = false;
+    if (!o.header.has_chunk_transfer()) {
+      // Every live worker waits at the barrier with its pushes below it
+      // acknowledged; under BSP the last of them closed the chunk's round.
+      auto state = shard_->ExportChunk(c);
+      if (!state.ok()) {
+        GD_LOG(WARNING) << "migration " << mg.id() << ": chunk " << c << " not ready to move: " << state.status();
+        continue;
+      }
+      if (o.endpoint.empty()) {
+        GD_LOG(ERROR) << "migration " << mg.id() << ": no endpoint for server " << o.to;
+        continue;
+      }
+      auto* t = o.header.mutable_chunk_transfer();
+      t->set_migration_id(mg.id());
+      t->set_chunk_id(c);
+      t->set_num_elems(state->num_elems());
+      t->set_version(state->version());
+      t->set_closed_through(state->closed_through());
+      *t->mutable_last_clock() = state->last_clock();
+      *t->mutable_optimizer_counters() = state->optimizer_counters();
+      t->set_optimizer_arrays(static_cast<uint32_t>(state->optimizer_arrays_size()));
+      *t->mutable_new_map() = mg.new_map();
+      o.header.set_request_id(c);
+      o.payloads.push_back(wan::CopyPayload(state->params().data(), state->params().size()));
+      for (const std::string& a : state->optimizer_arrays()) o.payloads.push_back(wan::CopyPayload(a.data(), a.size()));
+      // From here on this shard refuses the chunk ("moved"): nothing more
+      // may be applied to a copy that is no longer the chunk's.
+      shard_->DropChunk(c);
+      pulls_.ForgetChunk(c);
+      moved_away_[c] = o.to;
+      ++chunks_sent_;
+    } else if (now - o.sent < std::chrono::seconds(2)) {
+      continue;
+    }
+    auto& peer = peers_[o.endpoint];
+    if (!peer) {
+      peer = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
+                                           wan::SocketOptions{.job = options_.job.name,
+                                                              .role = wire::SERVER,
+                                                              .id = options_.id,
+                                                              .max_message_bytes = options_.job.wire.max_message_bytes,
+                                                              .curve = {}},
+                                           &counters_);
+      if (Status s = peer->Connect(o.endpoint); !s.ok()) {
+        GD_LOG(ERROR) << "migration: connecting to " << o.endpoint << ": " << s;
+        peer.reset();
+        continue;
+      }
+    }
+    // Resent every 2 s until acknowledged; the destination answers a resend again.
+    if (Status s = peer->Send(o.header, o.payloads); !s.ok())
+      GD_LOG(WARNING) << "migration: chunk " << c << " to server " << o.to << " not sent yet: " << s;
+    o.sent = now;
+  }
+  if (all) {
+    migration_done_ = mg.id();
+    pub_migration_done_ = migration_done_;
+    member_->Nudge();
+    GD_LOG(INFO) << "migration " << mg.id() << ": all " << outgoing_.size()
+                 << " outgoing chunk(s) acknowledged; now owning " << shard_->owned().size();
+  }
+}
+
+void Server::DrainTransfers() {
+  for (auto& [endpoint, peer] : peers_) {
+    if (!peer) continue;
+    for (int i = 0; i < 256; ++i) {
+      auto in = peer->Receive();
+      if (!in) break;
+      if (!in->status.ok()) continue;
+      const wire::Header& h = in->message.header;
+      if (h.has_error_reply()) {
+        GD_LOG(ERROR) << "migration: " << endpoint << " refused a chunk: " << h.error_reply().message();
+        continue;
+      }
+      if (!h.has_chunk_transfer_ack()) continue;
+      auto it = outgoing_.find(h.chunk_transfer_ack().chunk_id());
+      if (it != outgoing_.end() && h.chunk_transfer_ack().migration_id() == migration_id_ && !it->second.acked) {
+        it->second.acked = true;
+        it->second.payloads.clear();
+      }
+    }
   }
 }
 
@@ -495,6 +698,11 @@ void Server::WriteStats() const {
   j["messages_received"] = counters_.messages_received.load();
   j["messages_refused"] = counters_.messages_refused.load();
   j["refused_by_reason"] = refused_;
+  if (options_.job.wan.replan) {
+    j["migration_chunks_sent"] = chunks_sent_;
+    j["migration_chunks_adopted"] = chunks_adopted_;
+    j["shard_map_version"] = map_version_;
+  }
   if (shard_) {
     j["chunks"] = shard_->owned().size();
     j["updates_applied"] = shard_->updates_applied();
@@ -648,6 +856,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
   so.optimizer = options_.job.ShardOptimizer();
   so.total_clocks = options_.job.ClocksPerWorker();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
+  map_version_ = map.version;
   pulls_ = PullCompressor(map.layout, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("
                << map.BytesPerServer(options_.job.NumServers())[options_.id] / 1024 << " KiB); optimizer "
@@ -692,6 +901,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
     p->set_staleness_max(pub_stale_max_.load());
     p->set_promoted(pub_promoted_.load());
     p->set_updates_at_promotion(pub_updates_at_promotion_.load());
+    hb->set_migration_done(pub_migration_done_.load());
   });
 
   TimePoint last_stats = clock_->Now();
@@ -738,6 +948,10 @@ Status Server::Run(const std::atomic<bool>* stop) {
       }
     }
     SyncMembership();
+    if (options_.job.wan.replan) {
+      DrainTransfers();
+      SyncMigration();
+    }
     if (promoted_ && first_update_unix_ == 0 && shard_->updates_applied() > updates_at_promotion_) {
       first_update_unix_ = UnixSeconds();
       GD_LOG(INFO) << "first update applied since the promotion, after "

@@ -119,6 +119,17 @@ class Server {
   // Writes a checkpoint when the clock passed the next multiple of
   // checkpoint.every_clocks, or one was requested, or `reason` is given.
   void MaybeCheckpoint(const char* reason = nullptr);
+  // Re-planning (wan.replan; docs/planner.md "In a running job"): follows the
+  // coordinator's migration (sends this shard's moving chunks once told to,
+  // resends unacknowledged ones, reports when all were taken) and its
+  // published shard map.
+  void SyncMigration();
+  // A destination shard: takes one chunk of a migration.
+  void HandleTransfer(wan::Message& m);
+  // A source shard: the destinations' acknowledgements.
+  void DrainTransfers();
+  // The chunk a pull or push names that moved away from here, if any.
+  std::optional<uint32_t> MovedChunk(const wire::Header& h) const;
   // Secured jobs: installs the coordinator's list of authorized client keys
   // (heartbeat thread), and checks a message's key against its sender.
   void Authorize(const wire::HeartbeatReply& r);
@@ -191,6 +202,27 @@ class Server {
   TimePoint promoted_at_{};
   uint64_t updates_at_promotion_ = 0;
   double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
+  // Re-planning. Source: the chunks being sent for migration_id_, each kept
+  // (header and frames) until its destination acknowledges it.
+  struct Outgoing {
+    int to = 0;
+    std::string endpoint;
+    wire::Header header;
+    std::vector<wan::Payload> payloads;
+    TimePoint sent{};
+    bool acked = false;
+  };
+  uint64_t migration_id_ = 0;    // the migration whose transfers run (or ran) here
+  uint64_t migration_done_ = 0;  // the last one whose transfers were all acknowledged
+  uint64_t seen_migration_replies_ = 0;
+  wire::Migration migration_;  // the latest announced (id 0: none)
+  std::map<uint32_t, Outgoing> outgoing_;
+  std::map<std::string, std::unique_ptr<wan::Socket>> peers_;  // DEALERs to destination shards, by endpoint
+  std::map<uint32_t, uint64_t> adopted_;                       // chunk -> migration it was taken in
+  std::map<uint32_t, int> moved_away_;                         // chunk -> the shard it went to
+  uint64_t map_version_ = 0;                                   // the shard map version this shard follows
+  uint64_t chunks_sent_ = 0, chunks_adopted_ = 0;
+  std::atomic<uint64_t> pub_migration_done_{0};
   // Chunks of pushes taken (APPLIED) here, replicated ones included, by the
   // pushing worker (their sum is the stats' updates_taken).
   std::map<int, uint64_t> taken_by_worker_;

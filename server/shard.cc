@@ -177,6 +177,95 @@ int64_t ShardState::CheckpointClock(int64_t min_live_clock) const {
   return chunks_.empty() ? 0 : clock;
 }
 
+void ShardState::SaveChunk(const Chunk& c, wire::ChunkCheckpoint* out) const {
+  const bool bsp = options_.staleness_bound == 0;
+  out->set_chunk_id(c.id);
+  out->set_num_elems(c.size);
+  out->set_version(c.version);
+  out->set_closed_through(c.closed_through);
+  // BSP: pushes held in open rounds are not saved, so the chunk has taken
+  // exactly the clocks through closed_through from every worker.
+  for (int64_t lc : c.last_clock) out->add_last_clock(bsp ? std::min(lc, c.closed_through) : lc);
+  out->set_params(reinterpret_cast<const char*>(c.params.get()), c.size * sizeof(float));
+  ChunkOptimizer::State st = c.optimizer->Save();
+  for (int64_t v : st.counters) out->add_optimizer_counters(v);
+  for (const auto& a : st.arrays) out->add_optimizer_arrays(reinterpret_cast<const char*>(a.data()), a.size() * 4);
+}
+
+StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
+                                                       const std::string& where) const {
+  if (in.num_elems() != size || in.params().size() != size * sizeof(float))
+    return DataLoss(where + ": " + std::to_string(in.params().size()) + " bytes of values, expected " +
+                    std::to_string(size * sizeof(float)));
+  ChunkOptimizer::State st;
+  st.counters.assign(in.optimizer_counters().begin(), in.optimizer_counters().end());
+  for (const std::string& a : in.optimizer_arrays()) {
+    if (a.size() % sizeof(float) != 0)
+      return DataLoss(where + ": optimizer array of " + std::to_string(a.size()) + " bytes is not float32");
+    std::vector<float> v(a.size() / sizeof(float));
+    if (!a.empty()) std::memcpy(v.data(), a.data(), a.size());  // an empty vector's data() may be null
+    st.arrays.push_back(std::move(v));
+  }
+  auto probe = MakeChunkOptimizer(options_.optimizer, size);
+  if (!probe->Load(st))
+    return DataLoss(where + ": optimizer state does not fit a " + options_.optimizer.name + " optimizer of " +
+                    std::to_string(size) + " values");
+  return st;
+}
+
+StatusOr<wire::ChunkCheckpoint> ShardState::ExportChunk(uint32_t id) const {
+  if (!Owns(id)) return FailedPrecondition("chunk " + std::to_string(id) + " is not owned here");
+  const Chunk& c = chunk(id);
+  if (!c.initialized) return FailedPrecondition("chunk " + std::to_string(id) + " has no values yet");
+  if (!c.rounds.empty())
+    return FailedPrecondition("chunk " + std::to_string(id) + " has " + std::to_string(c.rounds.size()) +
+                              " open round(s) from clock " + std::to_string(c.rounds.begin()->first));
+  wire::ChunkCheckpoint out;
+  SaveChunk(c, &out);
+  return out;
+}
+
+Status ShardState::AdoptChunk(const wire::ChunkCheckpoint& in) {
+  const uint32_t id = in.chunk_id();
+  if (id >= layout_.num_chunks()) return InvalidArgument("chunk " + std::to_string(id) + " is outside the layout");
+  if (Owns(id)) return FailedPrecondition("chunk " + std::to_string(id) + " is already owned here");
+  const uint64_t size = layout_.Size(id);
+  GD_ASSIGN_OR_RETURN(ChunkOptimizer::State st, CheckChunk(in, size, "adopted chunk " + std::to_string(id)));
+  Chunk c;
+  c.id = id;
+  c.size = size;
+  c.optimizer = MakeChunkOptimizer(options_.optimizer, size);
+  GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
+  c.params = std::shared_ptr<float[]>(new float[size]);
+  std::memcpy(c.params.get(), in.params().data(), size * sizeof(float));
+  c.initialized = true;
+  c.version = in.version();
+  c.closed_through = in.closed_through();
+  c.last_clock.assign(in.last_clock().begin(), in.last_clock().end());
+  chunks_.push_back(std::move(c));
+  owned_.push_back(id);
+  Reindex();
+  return Status::Ok();
+}
+
+void ShardState::DropChunk(uint32_t id) {
+  if (!Owns(id)) return;
+  const int32_t at = index_[id];
+  if (!chunks_[at].initialized) --uninitialized_;
+  chunks_.erase(chunks_.begin() + at);
+  owned_.erase(std::find(owned_.begin(), owned_.end(), id));
+  // A half-received clock of a worker no longer waits for this chunk.
+  for (auto& [key, got] : pending_) got.erase(std::remove(got.begin(), got.end(), id), got.end());
+  Reindex();
+}
+
+void ShardState::Reindex() {
+  std::sort(chunks_.begin(), chunks_.end(), [](const Chunk& a, const Chunk& b) { return a.id < b.id; });
+  std::sort(owned_.begin(), owned_.end());
+  index_.assign(layout_.num_chunks(), -1);
+  for (size_t i = 0; i < chunks_.size(); ++i) index_[chunks_[i].id] = static_cast<int32_t>(i);
+}
+
 wire::ShardCheckpoint ShardState::ToCheckpoint(int64_t min_live_clock) const {
   wire::ShardCheckpoint ck;
   ck.set_shard_id(options_.shard_id);
@@ -186,21 +275,9 @@ wire::ShardCheckpoint ShardState::ToCheckpoint(int64_t min_live_clock) const {
   ck.set_num_params(layout_.num_params());
   ck.set_chunk_elems(layout_.chunk_elems());
   ck.set_updates_applied(updates_applied_);
-  const bool bsp = options_.staleness_bound == 0;
   for (const Chunk& c : chunks_) {
     if (!c.initialized) continue;  // nothing to save yet; a resume initializes it again
-    auto* out = ck.add_chunks();
-    out->set_chunk_id(c.id);
-    out->set_num_elems(c.size);
-    out->set_version(c.version);
-    out->set_closed_through(c.closed_through);
-    // BSP: pushes held in open rounds are not saved, so the chunk has taken
-    // exactly the clocks through closed_through from every worker.
-    for (int64_t lc : c.last_clock) out->add_last_clock(bsp ? std::min(lc, c.closed_through) : lc);
-    out->set_params(reinterpret_cast<const char*>(c.params.get()), c.size * sizeof(float));
-    ChunkOptimizer::State st = c.optimizer->Save();
-    for (int64_t v : st.counters) out->add_optimizer_counters(v);
-    for (const auto& a : st.arrays) out->add_optimizer_arrays(reinterpret_cast<const char*>(a.data()), a.size() * 4);
+    SaveChunk(c, ck.add_chunks());
   }
   return ck;
 }
@@ -222,22 +299,7 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
     const Chunk& c = chunk(in.chunk_id());
     std::string where =
         "checkpoint of shard " + std::to_string(ck.shard_id()) + ", chunk " + std::to_string(in.chunk_id());
-    if (in.num_elems() != c.size || in.params().size() != c.size * sizeof(float))
-      return DataLoss(where + ": " + std::to_string(in.params().size()) + " bytes of values, expected " +
-                      std::to_string(c.size * sizeof(float)));
-    ChunkOptimizer::State st;
-    st.counters.assign(in.optimizer_counters().begin(), in.optimizer_counters().end());
-    for (const std::string& a : in.optimizer_arrays()) {
-      if (a.size() % sizeof(float) != 0)
-        return DataLoss(where + ": optimizer array of " + std::to_string(a.size()) + " bytes is not float32");
-      std::vector<float> v(a.size() / sizeof(float));
-      if (!a.empty()) std::memcpy(v.data(), a.data(), a.size());  // an empty vector's data() may be null
-      st.arrays.push_back(std::move(v));
-    }
-    auto probe = MakeChunkOptimizer(options_.optimizer, c.size);
-    if (!probe->Load(st))
-      return DataLoss(where + ": optimizer state does not fit a " + options_.optimizer.name + " optimizer of " +
-                      std::to_string(c.size) + " values");
+    GD_ASSIGN_OR_RETURN(ChunkOptimizer::State st, CheckChunk(in, c.size, where));
     take.emplace_back(&in, std::move(st));
   }
   for (auto& [in, st] : take) {

@@ -117,6 +117,18 @@ class ShardState {
   // Newest clock of `worker` that every chunk here has taken (-1 if none).
   int64_t CompletedClock(int worker) const;
 
+  // Migration (docs/planner.md "In a running job"). ExportChunk: the whole
+  // state of an owned, initialized chunk (values, version, optimizer state,
+  // per-worker clocks), in checkpoint form; FailedPrecondition if the chunk
+  // is not owned, not initialized, or (BSP) has a round still open, since an
+  // open round's pushes would be lost with it.
+  StatusOr<wire::ChunkCheckpoint> ExportChunk(uint32_t chunk) const;
+  // Takes an exported chunk this shard does not own yet as its own; checks it
+  // as Restore does (size, optimizer state), changing nothing on a refusal.
+  ::geodesic::Status AdoptChunk(const wire::ChunkCheckpoint& in);
+  // Stops owning `chunk` (after it was exported); a no-op if not owned.
+  void DropChunk(uint32_t chunk);
+
   const IntHistogram& staleness() const { return staleness_; }
   uint64_t updates_applied() const { return updates_applied_; }
   uint64_t duplicates() const { return duplicates_; }
@@ -143,6 +155,11 @@ class ShardState {
     int64_t closed_through = -1;      // BSP: rounds at or below this clock are closed
   };
 
+  void SaveChunk(const Chunk& c, wire::ChunkCheckpoint* out) const;
+  // Checks `in` against a chunk of `size` values: its optimizer state, or an error.
+  StatusOr<ChunkOptimizer::State> CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
+                                             const std::string& where) const;
+  void Reindex();
   // per_clock 0: a BSP round; otherwise an async push among per_clock.
   void Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale, int per_clock);
   Chunk& chunk(uint32_t id) { return chunks_[index_[id]]; }

@@ -94,6 +94,71 @@ void PsClient::FollowRedirects() {
   }
 }
 
+Status PsClient::SwitchMap(const wire::ShardMap& wire_map) {
+  GD_ASSIGN_OR_RETURN(server::ShardMap next, server::ShardMap::FromWire(wire_map, static_cast<int>(shards_.size())));
+  if (next.layout.num_params() != map_.layout.num_params() || next.layout.chunk_elems() != map_.layout.chunk_elems())
+    return InvalidArgument("the new shard map has another layout");
+  if (next.version <= map_.version) return Status::Ok();
+  std::vector<uint32_t> moved;
+  for (uint32_t c = 0; c < next.layout.num_chunks(); ++c)
+    if (next.owner[c] != map_.owner[c]) moved.push_back(c);
+  map_ = std::move(next);
+  std::map<int, size_t> index;  // server id -> position in shards_
+  for (size_t si = 0; si < shards_.size(); ++si) {
+    shards_[si].chunks = map_.ChunksOf(shards_[si].id);
+    index[shards_[si].id] = si;
+  }
+  for (uint32_t c : moved) copy_seq_[c] = -1;  // the new owner keeps no copy of ours
+  chunks_rerouted_ += moved.size();
+  GD_LOG(INFO) << "shard map version " << map_.version << ": " << moved.size() << " chunk(s) changed owner";
+  // Pushes not acknowledged yet (none at a barrier, unless one was refused
+  // as moved): each chunk goes to its owner now, in messages split by owner.
+  // The descriptors and payload frames are reused as they are; the ledger
+  // already counted them when they were first sent.
+  TimePoint now = clock_->Now();
+  std::map<uint64_t, PendingPush> kept;
+  for (auto& [id, push] : pushes_) {
+    const auto& req = push.header.push_request();
+    bool same = true;
+    for (const auto& d : req.chunks()) same &= map_.owner[d.chunk_id()] == shards_[push.shard].id;
+    if (same) {
+      kept.emplace(id, std::move(push));
+      continue;
+    }
+    std::map<size_t, PendingPush> parts;
+    for (int i = 0; i < req.chunks_size(); ++i) {
+      const size_t si = index[map_.owner[req.chunks(i).chunk_id()]];
+      PendingPush& part = parts[si];
+      if (!part.header.has_push_request()) {
+        part.shard = static_cast<int>(si);
+        part.clock = push.clock;
+        part.header = push.header;
+        part.header.mutable_push_request()->clear_chunks();
+      }
+      *part.header.mutable_push_request()->add_chunks() = req.chunks(i);
+      part.payloads.push_back(push.payloads[i]);
+    }
+    for (auto& [si, part] : parts) {
+      const uint64_t nid = next_request_++;
+      part.header.set_request_id(nid);
+      part.sent = now;
+      (void)shards_[si].socket->Send(part.header, part.payloads);
+      kept.emplace(nid, std::move(part));
+    }
+  }
+  pushes_ = std::move(kept);
+  // Pulls still waiting for moved chunks ask their new owners.
+  for (auto& [clock, p] : pulls_) {
+    if (p.remaining == 0) continue;
+    for (size_t si = 0; si < shards_.size(); ++si) {
+      bool missing = false;
+      for (uint32_t c : shards_[si].chunks) missing |= !p.got[c] && std::binary_search(moved.begin(), moved.end(), c);
+      if (missing) (void)SendPullRequest(p, si, clock < 0);
+    }
+  }
+  return Status::Ok();
+}
+
 void PsClient::Poll(int timeout_ms) {
   FollowRedirects();
   std::vector<zmq::pollitem_t> items;
@@ -206,6 +271,14 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       Status err(wan::FromWire(h.error_reply().code()),
                  "server " + std::to_string(shards_[shard].id) + ": " + h.error_reply().message());
       if (auto it = pushes_.find(h.request_id()); it != pushes_.end()) {
+        if (h.error_reply().reason() == "moved") {
+          // A chunk of it moved to another shard (a migration): nothing was
+          // applied; the push stays pending and goes to the new owner once
+          // we hold the new map (SwitchMap), or here again after the retry.
+          it->second.sent = clock_->Now();
+          ++moved_refusals_;
+          return;
+        }
         // The server refused the push whole; nothing of it was applied.
         ++pushes_refused_;
         if (options_.ledger)
@@ -216,6 +289,10 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       }
       if (inits_.erase(h.request_id())) {
         init_errors_.push_back(err);
+        return;
+      }
+      if (h.error_reply().reason() == "moved") {
+        ++moved_refusals_;  // asked again of the new owner after SwitchMap (or the retry)
         return;
       }
       for (auto& [clock, p] : pulls_)

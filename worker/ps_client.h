@@ -142,6 +142,18 @@ class PsClient {
   // acknowledgements; returns the seconds it blocked.
   StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);
 
+  // Re-planning (docs/planner.md "In a running job"): takes the coordinator's
+  // newer shard map (same layout and servers). Chunks that changed owner
+  // start with no pull copy (their new owner answers with full values); a
+  // push or pull still unanswered is sent again to the chunks' new owners,
+  // split by owner. InvalidArgument for a map of another layout; a map not
+  // newer than ours changes nothing.
+  Status SwitchMap(const wire::ShardMap& map);
+  // Chunks whose owner changed in SwitchMap so far.
+  uint64_t chunks_rerouted() const { return chunks_rerouted_; }
+  // Requests a shard refused because a chunk had moved away (kept, not lost).
+  uint64_t moved_refusals() const { return moved_refusals_; }
+
   // Per server region, from this worker's pull replies so far.
   std::vector<LinkEstimate> LinkEstimates() const;
 
@@ -251,7 +263,7 @@ class PsClient {
   std::map<uint64_t, PendingPush> inits_;   // request id -> unanswered init (clock -1), while Init waits
   std::vector<Status> init_errors_;
   uint64_t next_request_ = 1;
-  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, redirects_ = 0;
+  uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, redirects_ = 0, chunks_rerouted_ = 0, moved_refusals_ = 0;
   uint64_t servers_epoch_ = 0;
   std::vector<float> scratch_;
   double compute_ema_ = 0;  // seconds per step, as the trainer reported

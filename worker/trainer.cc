@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,7 +31,9 @@ struct Progress {
   std::mutex mu;
   int64_t clock = 0;  // steps pushed
   bool done = false;
-  wire::WorkerProgress p;  // guarded by mu
+  int64_t barrier_floor = 0;  // re-planning: the lowest barrier clock we can still honor
+  uint64_t at_barrier = 0;    // re-planning: the migration whose barrier we wait at
+  wire::WorkerProgress p;     // guarded by mu
 };
 
 server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
@@ -152,6 +156,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     std::lock_guard<std::mutex> lock(progress.mu);
     hb->set_clock(progress.clock);
     hb->set_done(progress.done);
+    hb->set_barrier_floor(progress.barrier_floor);
+    hb->set_at_barrier(progress.at_barrier);
     *hb->mutable_worker() = progress.p;
   });
   // After the heartbeats start: they keep our lease, and they bring the
@@ -198,7 +204,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   TimePoint last_snapshot = start - std::chrono::hours(1);
   double compute_s = 0, comm_s = 0, wait_s = 0, loss_ema = -1, acc_ema = -1;
   int64_t samples = 0, skipped = 0, batches = 0;
-  int64_t jumped = 0;  // clocks skipped to catch up after a rejoin
+  int64_t jumped = 0;    // clocks skipped to catch up after a rejoin
+  double barrier_s = 0;  // re-planning: time spent waiting at migration barriers...
+  int barriers = 0;      // ...and how many
   std::vector<torch::Tensor> synthetic_grads;
   // Local SGD snapshots the shards' model as last pulled (the average), not
   // this worker's own progress since; steps count minibatches.
@@ -230,6 +238,12 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       j["push_ledger"] = ledger->path();
     }
     j["redirects"] = ps.redirects();
+    if (job.wan.replan) {
+      j["migration_barriers"] = barriers;
+      j["migration_barrier_seconds"] = barrier_s;
+      j["chunks_rerouted"] = ps.chunks_rerouted();
+      j["moved_refusals"] = ps.moved_refusals();
+    }
     j["pull_resyncs"] = ps.resyncs();
     j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());
     j["training_seconds"] = Seconds(clock->Now() - start);
@@ -289,7 +303,37 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
 
   // A pipeline of depth d keeps the pulls of the next d steps in flight.
   const int depth = job.training.pipeline_depth;
-  for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
+  // Re-planning (docs/planner.md "In a running job"): a migration announces
+  // a barrier clock M; we push no clock >= M and pull none beyond M until we
+  // hold its new shard map. pulled_through/pushed_through say which
+  // barriers we can still honor (the floor we report).
+  constexpr int64_t kNoBarrier = std::numeric_limits<int64_t>::max();
+  int64_t pulled_through = c, pushed_through = c - 1;
+  auto note_floor = [&]() {
+    std::lock_guard<std::mutex> lock(progress.mu);
+    progress.barrier_floor = std::max(pushed_through + 1, pulled_through);
+  };
+  // The barrier in force (kNoBarrier: none); switches to a newer published map first.
+  auto barrier = [&]() -> StatusOr<int64_t> {
+    if (!job.wan.replan) return kNoBarrier;
+    server::MembershipView v = member.view();
+    if (v.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(v.shard_map));
+    if (v.migration.id() == 0 || v.migration.new_map().version() <= ps.shard_map().version) return kNoBarrier;
+    return v.migration.barrier_clock();
+  };
+  // Requests the pulls through `through` not requested yet (depth > 1),
+  // none beyond a barrier.
+  auto pull_through = [&](int64_t through) -> Status {
+    GD_ASSIGN_OR_RETURN(int64_t m, barrier());
+    for (int64_t k = pulled_through + 1; k <= std::min({through, m, steps - 1}); ++k) {
+      GD_RETURN_IF_ERROR(ps.RequestPull(k));
+      pulled_through = k;
+    }
+    note_floor();
+    return Status::Ok();
+  };
+  if (depth > 1) GD_RETURN_IF_ERROR(pull_through(c + depth - 1));
+  note_floor();
   for (; c < steps; ++c) {
     if (stop->load()) break;
     // Cut off for longer than our lease (a partition), we were dropped from
@@ -311,16 +355,56 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       comm_s += t.wait_seconds;
       if (local) rounds.Restart();
       for (int k = 1; k < depth && c + k < steps; ++k) GD_RETURN_IF_ERROR(ps.RequestPull(c + k));
+      pulled_through = std::min<int64_t>(c + depth - 1, steps - 1);
+      pushed_through = c - 1;
       {
         std::lock_guard<std::mutex> lock(progress.mu);
         progress.clock = c;
       }
     }
+    if (job.wan.replan) {
+      GD_ASSIGN_OR_RETURN(int64_t m, barrier());
+      if (c >= m) {
+        // At the barrier: every push below it acknowledged, then wait for
+        // the new map (or for the coordinator to drop the migration).
+        GD_ASSIGN_OR_RETURN(double drained, ps.WaitAcks(0, stop));
+        comm_s += drained;
+        const uint64_t id = member.view().migration.id();
+        GD_LOG(INFO) << "migration " << id << ": waiting at the barrier, clock " << c;
+        {
+          std::lock_guard<std::mutex> lock(progress.mu);
+          progress.at_barrier = id;
+        }
+        member.Nudge();
+        const TimePoint b0 = clock->Now();
+        WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));
+        while (!stop->load()) {
+          GD_ASSIGN_OR_RETURN(m, barrier());
+          if (c < m) break;
+          if (clock->Now() - b0 > std::chrono::minutes(10))
+            return DeadlineExceeded("migration " + std::to_string(id) + ": no new shard map after 10 minutes");
+          if (report.Due()) GD_LOG(INFO) << "migration " << id << ": still waiting at the barrier, clock " << c;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        {
+          std::lock_guard<std::mutex> lock(progress.mu);
+          progress.at_barrier = 0;
+        }
+        barrier_s += Seconds(clock->Now() - b0);
+        ++barriers;
+        GD_LOG(INFO) << "migration " << id << ": through the barrier after "
+                     << static_cast<int>(1e3 * Seconds(clock->Now() - b0)) << " ms (shard map version "
+                     << ps.shard_map().version << ")";
+      }
+    }
     const bool more = c + 1 < steps;
     // Prefetch: the request (and across a WAN the reply) overlaps the compute below.
-    if (!local && depth == 1 && more && job.training.prefetch)
+    if (!local && depth == 1 && more && job.training.prefetch) {
       GD_RETURN_IF_ERROR(ps.RequestPull(c + 1, {.after_own_push = true}));
-    if (depth > 1 && c + depth < steps) GD_RETURN_IF_ERROR(ps.RequestPull(c + depth));
+      pulled_through = c + 1;
+      note_floor();
+    }
+    if (depth > 1) GD_RETURN_IF_ERROR(pull_through(c + depth));
 
     TimePoint t0 = clock->Now();
     if (options.id == 0 && Seconds(t0 - last_snapshot) >= job.eval.snapshot_every_s) {
@@ -375,8 +459,13 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
                     << (local ? "round's" : "step's") << " push";
       GD_RETURN_IF_ERROR(ps.PushSkipped(c));
     }
-    if (more && (local || !job.training.prefetch)) GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
+    pushed_through = c;
+    if (more && (local || !job.training.prefetch)) {
+      GD_RETURN_IF_ERROR(ps.RequestPull(c + 1));
+      pulled_through = c + 1;
+    }
     if (more && local && job.training.overlap_rounds) pending_pull = c + 1;
+    note_floor();
     // Keep at most two clocks (or the pipeline's depth + 1) of pushes
     // unacknowledged, bounding memory.
     GD_ASSIGN_OR_RETURN(double acked_wait, ps.WaitAcks(std::max(2, depth + 1), stop));
@@ -426,9 +515,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     progress.p.set_comm_seconds(comm_s);
   }
   write_stats(true);
-  GD_LOG(INFO) << "done: " << (local ? batches : c - assignment.start_clock() - jumped) << " steps, " << samples
-               << " samples in " << seconds << " s (compute " << compute_s << " s, network " << comm_s
-               << " s, staleness bound " << wait_s << " s)";
+  GD_LOG(INFO) << "done: " << (local ? batches : c - assignment.start_clock() - jumped) << " steps, " << samples << " samples in "
+               << seconds << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
+               << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member.replies();
   WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));
@@ -483,6 +572,8 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   }
   if (stop->load()) return Cancelled("stopped before training ended");
   server::MembershipView end_view = member.view();
+  // A re-planned job: read the chunks where they are now.
+  if (end_view.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(end_view.shard_map));
 
   GD_RETURN_IF_ERROR(ps.RequestPull(0, {.final = true}));
   GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, model->params().data_ptr<float>(), stop));

@@ -318,4 +318,29 @@ TEST(JobTest, NonScalarKeysAreAnErrorNotACrash) {
 }
 
 }  // namespace
+TEST(JobTest, ReplanNeedsLinksAndRefusesWhatItCannotMove) {
+  const std::string base = std::string(kMinimal) + "checkpoint: {every_clocks: 0}\n";
+  const std::string links = "  links: [{regions: [us, eu], rtt_ms: 20, bandwidth_mbit: 100}]\n";
+  auto ok = ParseJob(base + "wan:\n  replan: true\n" + links, "test.yaml");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(ok->wan.replan);
+  EXPECT_FALSE(ParseJob(kMinimal, "test.yaml")->wan.replan);  // off by default
+  auto no_links = ParseJob(base + "wan: {replan: true}\n", "test.yaml");
+  ASSERT_FALSE(no_links.ok());
+  EXPECT_NE(no_links.status().message().find("wan.replan: needs declared wan.links"), std::string::npos)
+      << no_links.status();
+  auto replicated = ParseJob(base + "replication: {backups: 1}\nwan:\n  replan: true\n" + links, "test.yaml");
+  ASSERT_FALSE(replicated.ok());
+  EXPECT_NE(replicated.status().message().find("replication.backups"), std::string::npos) << replicated.status();
+  auto periodic = ParseJob(std::string(kMinimal) + "wan:\n  replan: true\n" + links, "test.yaml");
+  ASSERT_FALSE(periodic.ok());
+  EXPECT_NE(periodic.status().message().find("checkpoint.every_clocks: 0"), std::string::npos) << periodic.status();
+  auto inject =
+      ParseJob(base + "wan:\n  replan_at_clock: 5\n  replan_from: us\n  replan_to: mars\n" + links, "test.yaml");
+  ASSERT_FALSE(inject.ok());
+  EXPECT_NE(inject.status().message().find("wan.replan_at_clock: needs wan.replan: true"), std::string::npos)
+      << inject.status();
+  EXPECT_NE(inject.status().message().find("'mars' is not a region"), std::string::npos) << inject.status();
+}
+
 }  // namespace geodesic

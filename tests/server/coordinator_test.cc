@@ -414,4 +414,49 @@ TEST(ReplicatedCoordinatorTest, RendezvousWaitsForBackupsAndPromotesOnPrimaryDea
 }
 
 }  // namespace
+wire::LinkEstimate Estimate(const std::string& server_region, double mbit, uint64_t samples) {
+  wire::LinkEstimate e;
+  e.set_server_region(server_region);
+  e.set_mbit(mbit);
+  e.set_samples(samples);
+  e.set_min_rtt_ms(20);
+  return e;
+}
+
+TEST(ReplanTest, MeasuredLinksSumsARegionsWorkersAndKeepsTheRest) {
+  wan::LinkMatrix planned({"a", "b", "c"});
+  for (auto [from, to] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{0, 2}}) {
+    planned.at(from, to).declared = true;
+    planned.at(from, to).bandwidth_mbit = 100;
+    planned.at(from, to).delay_ms = 10;
+  }
+  std::vector<WorkerLinkReport> reports = {
+      {"b", {Estimate("a", 30, 10), Estimate("b", 5, 10)}},  // b -> b: inside a region, ignored
+      {"b", {Estimate("a", 25, 10)}},
+      {"a", {Estimate("b", 7, 2)}},        // too few samples
+      {"c", {Estimate("b", 1, 50)}},       // b -> c: not declared, ignored
+      {"nowhere", {Estimate("a", 1, 50)}}  // not a region
+  };
+  int measured = -1;
+  wan::LinkMatrix m = MeasuredLinks(planned, reports, 5, &measured);
+  EXPECT_EQ(measured, 1);
+  EXPECT_DOUBLE_EQ(m.at(0, 1).bandwidth_mbit, 55);  // both b workers' shares of a -> b
+  EXPECT_DOUBLE_EQ(m.at(0, 1).delay_ms, 10);        // the declared delay stays
+  EXPECT_DOUBLE_EQ(m.at(1, 0).bandwidth_mbit, 100);
+  EXPECT_DOUBLE_EQ(m.at(0, 2).bandwidth_mbit, 100);
+  EXPECT_DOUBLE_EQ(m.at(1, 2).bandwidth_mbit, wan::kLoopbackMbit);
+  EXPECT_DOUBLE_EQ(m.at(1, 1).bandwidth_mbit, wan::kLoopbackMbit);
+  // With a lower threshold a's estimate of b -> a counts too.
+  m = MeasuredLinks(planned, reports, 1, &measured);
+  EXPECT_EQ(measured, 2);
+  EXPECT_DOUBLE_EQ(m.at(1, 0).bandwidth_mbit, 7);
+}
+
+TEST(ReplanTest, BarrierIsTheHighestFloorBeforeTheLastClock) {
+  EXPECT_EQ(ChooseBarrier({5, 7, 6}, 100), 7);
+  EXPECT_EQ(ChooseBarrier({5}, 6), 5);
+  EXPECT_EQ(ChooseBarrier({5, 99}, 99), -1);  // no clock left to move chunks for
+  EXPECT_EQ(ChooseBarrier({}, 100), -1);
+}
+
 }  // namespace geodesic::server

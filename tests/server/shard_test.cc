@@ -155,4 +155,81 @@ TEST(ShardTest, UpdateWritesANewBufferWhileAReaderHoldsTheOld) {
 }
 
 }  // namespace
+// Migration: a chunk exported from one shard and adopted by another goes on
+// exactly as it would have where it was: values, version, momentum buffer
+// and the per-worker clocks that catch duplicate pushes all travel.
+TEST(ShardTest, MigratedChunkContinuesBitForBitAsIfItHadStayed) {
+  const ChunkLayout layout(6, 2);  // chunks 0, 1, 2
+  ShardState src(Options(0, 0.9), layout, {0, 1}), dst(Options(0, 0.9), layout, {2}), ref(Options(0, 0.9), layout, {1});
+  std::vector<float> init = {0.5f, -0.25f}, g0 = {1, 2}, g1 = {3, -4}, g2 = {0.125f, 7};
+  for (ShardState* s : {&src, &ref}) s->Init(1, init.data());
+  src.Init(0, init.data());
+  dst.Init(2, init.data());
+  ClockTable clocks(0);
+  clocks.SetLive({0, 1}, {0, 0});
+  auto round = [&](ShardState& s, int64_t clock, bool both) {
+    s.Push(0, clock, 1, s.Read(1).version, g0.data(), 2);
+    if (both) s.Push(1, clock, 1, s.Read(1).version, clock % 2 ? g1.data() : g2.data(), 2);
+  };
+  round(src, 0, false);
+  // An open round would be lost with the chunk: not exported.
+  EXPECT_EQ(src.ExportChunk(1).status().code(), Code::kFailedPrecondition);
+  EXPECT_EQ(src.ExportChunk(2).status().code(), Code::kFailedPrecondition);  // not owned
+  src.Push(1, 0, 1, 0, g2.data(), 2);
+  round(ref, 0, true);
+  clocks.Finished(0, 0);
+  clocks.Finished(1, 0);
+  EXPECT_EQ(src.CloseRounds(clocks), 1);
+  EXPECT_EQ(ref.CloseRounds(clocks), 1);
+
+  auto state = src.ExportChunk(1);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_GE(state->optimizer_arrays_size(), 1);  // the momentum buffer (and SGD's per-clock sum)
+  ASSERT_TRUE(dst.AdoptChunk(*state).ok());
+  src.DropChunk(1);
+  EXPECT_FALSE(src.Owns(1));
+  EXPECT_EQ(src.owned(), std::vector<uint32_t>{0});
+  EXPECT_EQ(dst.owned(), (std::vector<uint32_t>{1, 2}));
+  EXPECT_TRUE(dst.AllInitialized());
+  EXPECT_EQ(dst.AdoptChunk(*state).code(), Code::kFailedPrecondition);  // already owned
+  EXPECT_EQ(dst.Read(1).version, ref.Read(1).version);
+  EXPECT_EQ(Values(dst, 1), Values(ref, 1));
+  // A resent push of a clock the chunk took before it moved is a duplicate.
+  EXPECT_EQ(dst.Push(0, 0, 1, 0, g0.data(), 2).result, wire::DUPLICATE);
+
+  // Two more rounds on both: the same bits (momentum carried over).
+  for (int64_t c = 1; c <= 2; ++c) {
+    for (ShardState* s : {&dst, &ref}) {
+      round(*s, c, true);
+      if (s == &dst) s->Push(0, c, 2, s->Read(2).version, g0.data(), 2), s->Push(1, c, 2, 0, g1.data(), 2);
+    }
+    clocks.Finished(0, c);
+    clocks.Finished(1, c);
+    dst.CloseRounds(clocks);
+    ref.CloseRounds(clocks);
+  }
+  EXPECT_EQ(Values(dst, 1), Values(ref, 1));
+  EXPECT_EQ(dst.Read(1).version, ref.Read(1).version);
+  EXPECT_EQ(dst.LastClock(1, 1), 2);
+}
+
+TEST(ShardTest, AdoptRefusesStateThatDoesNotFit) {
+  const ChunkLayout layout(6, 2);
+  ShardState src(Options(2, 0.9), layout, {0}), dst(Options(2, 0.9), layout, {1});
+  std::vector<float> init = {1, 2};
+  src.Init(0, init.data());
+  auto state = src.ExportChunk(0);
+  ASSERT_TRUE(state.ok());
+  wire::ChunkCheckpoint bad = *state;
+  bad.set_params("abc");
+  EXPECT_EQ(dst.AdoptChunk(bad).code(), Code::kDataLoss);
+  bad = *state;
+  bad.clear_optimizer_arrays();
+  EXPECT_EQ(dst.AdoptChunk(bad).code(), Code::kDataLoss);
+  EXPECT_FALSE(dst.Owns(0));
+  bad = *state;
+  bad.set_chunk_id(9);
+  EXPECT_EQ(dst.AdoptChunk(bad).code(), Code::kInvalidArgument);
+}
+
 }  // namespace geodesic::server
