@@ -1125,9 +1125,16 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   }
   summary["passive_links"] = passive_links;
   if (coord.is_object() && coord.contains("plan")) summary["plan"] = coord["plan"];
-  if (wan) {
+  if (wan || netns) {
     json links = json::array();
-    json traffic = wan->Traffic();
+    json traffic = json::array();
+    if (wan) {
+      traffic = wan->Traffic();
+    } else if (auto t = netns->Traffic(); t.ok()) {
+      traffic = *t;
+    } else {
+      GD_LOG(WARNING) << "bytes per link: " << t.status();
+    }
     for (const LinkSpec& l : job.wan.links) {
       json rec = {{"from", l.from},
                   {"to", l.to},
@@ -1149,7 +1156,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     summary["links"] = links;
     summary["link_events"] = link_events;
   }
-  if (netns) summary["link_events"] = link_events;  // cuts and heals under wan.emulation: netns
 
   std::string text = summary.dump(2);
   GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/summary.json", text));

@@ -1,5 +1,7 @@
 #include "deploy/netns.h"
 
+#include <fstream>
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -147,6 +150,17 @@ std::vector<std::string> NetnsWan::CommandPrefix(const std::string& region) cons
 
 Status NetnsWan::Cut(const std::string& a, const std::string& b) { return Script({"cut", a, b}); }
 Status NetnsWan::Heal(const std::string& a, const std::string& b) { return Script({"heal", a, b}); }
+
+StatusOr<nlohmann::json> NetnsWan::Traffic() const {
+  if (!up_) return FailedPrecondition("the namespaces are down");
+  GD_RETURN_IF_ERROR(Script({"counters"}));
+  std::ifstream in(run_dir_ + "/logs/netns-counters.log");
+  nlohmann::json out = nlohmann::json::array();
+  std::string from, to;
+  uint64_t bytes = 0;
+  while (in >> from >> to >> bytes) out.push_back({{"from", from}, {"to", to}, {"bytes", bytes}});
+  return out;
+}
 
 Status NetnsWan::Down() {
   if (!up_) return Status::Ok();

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,10 @@ class NetnsWan {
   // after a heal a connection may need a few seconds to resume.
   Status Cut(const std::string& a, const std::string& b);
   Status Heal(const std::string& a, const std::string& b);
+
+  // Bytes the router forwarded per declared link direction since Up (after
+  // loss), as EmulatedWan::Traffic: [{from, to, bytes}, ...].
+  StatusOr<nlohmann::json> Traffic() const;
 
   // Removes the topology (idempotent); the destructor calls it.
   Status Down();

@@ -9,6 +9,7 @@
 #   netns.sh cut A B           drop all traffic between regions A and B, both ways
 #   netns.sh heal A B          undo a cut
 #   netns.sh status            what is up, the delayer, the rules and counters
+#   netns.sh counters          bytes forwarded per declared link direction: FROM TO BYTES
 #
 # CONF is a text file; '#' starts a comment:
 #   region NAME                            one per region, in order; the i-th
@@ -220,6 +221,8 @@ cmd_up() {
     if awk -v p="$loss" 'BEGIN { exit !(p > 0) }'; then
       in_router iptables -A GD-LINKS -s "$src" -d "$dst" -m statistic --mode random --probability "$loss" -j DROP
     fi
+    # A rule without a target counts what got past the loss: `counters`.
+    in_router iptables -A GD-LINKS -s "$src" -d "$dst"
     if awk -v d="$dly" -v j="$jit" 'BEGIN { exit !(d > 0 || j > 0) }'; then
       local q=$((256 * a + b))
       queues+=(--queue "$q:$dly:$jit")
@@ -229,7 +232,9 @@ cmd_up() {
   if [[ ${#queues[@]} -gt 0 ]]; then
     rm -f "$STATE/delay.ready" "$STATE/delay.pid"
     # Its own session: a terminal's Ctrl-C must not kill it before `down`.
-    ip netns exec "$ROUTER" setsid "$delayer" "${queues[@]}" --ready-file "$STATE/delay.ready" \
+    # Raised priority: it stands in for a link, whose delay does not grow
+    # when the machine's cores are busy with the job it carries.
+    ip netns exec "$ROUTER" setsid nice -n -15 "$delayer" "${queues[@]}" --ready-file "$STATE/delay.ready" \
       </dev/null >"$STATE/delay.log" 2>&1 &
     local waited=0
     until [[ -s $STATE/delay.ready ]]; do
@@ -326,8 +331,23 @@ cmd_status() {
   for i in "${!REGIONS[@]}"; do in_router tc -s class show dev "gdr$((i + 1))"; done
 }
 
+# One line per declared link direction: FROM TO BYTES (IP bytes forwarded
+# since `up`, after loss, before the rate limit's queue).
+cmd_counters() {
+  ip netns list | grep -qw "^$ROUTER" || die "down"
+  read_conf "$STATE/conf"
+  local line re='^-A GD-LINKS -s ([0-9.]+)/24 -d ([0-9.]+)/24 -c ([0-9]+) ([0-9]+)$' a b
+  while read -r line; do
+    [[ $line =~ $re ]] || continue
+    a=${BASH_REMATCH[1]} b=${BASH_REMATCH[2]}
+    a=${a%.0} b=${b%.0}
+    echo "${REGIONS[$((${a##*.} - 1))]} ${REGIONS[$((${b##*.} - 1))]} ${BASH_REMATCH[4]}"
+  done < <(in_router iptables -S GD-LINKS -v)
+}
+
 case ${1:-} in
   up) cmd_up "${2:-}" ;;
+  counters) cmd_counters ;;
   down) cmd_down ;;
   cut | heal)
     [[ $# -eq 3 ]] || die "usage: netns.sh $1 A B"
@@ -336,5 +356,5 @@ case ${1:-} in
     echo "netns.sh: $1 $2 <-> $3"
     ;;
   status) cmd_status ;;
-  *) die "usage: netns.sh up CONF|RUN_DIR | down | cut A B | heal A B | status" ;;
+  *) die "usage: netns.sh up CONF|RUN_DIR | down | cut A B | heal A B | status | counters" ;;
 esac

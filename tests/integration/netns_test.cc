@@ -242,6 +242,13 @@ TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
       EXPECT_GT(mbit, 0) << l.from << " -> " << l.to;
   }
 
+  // The router counted each direction's bulk transfer (what the launcher
+  // reports as bytes per link).
+  auto traffic = (*wan)->Traffic();
+  ASSERT_TRUE(traffic.ok()) << traffic.status().ToString();
+  ASSERT_EQ(traffic->size(), job->wan.links.size());
+  for (const auto& t : *traffic) EXPECT_GT(t["bytes"].get<uint64_t>(), 1u << 20) << t.dump();
+
   // A cut drops everything between the two regions, both ways, and nothing else.
   ASSERT_TRUE((*wan)->Cut("us", "eu").ok());
   double s = 0;
