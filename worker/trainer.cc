@@ -515,9 +515,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
     progress.p.set_comm_seconds(comm_s);
   }
   write_stats(true);
-  GD_LOG(INFO) << "done: " << (local ? batches : c - assignment.start_clock() - jumped) << " steps, " << samples << " samples in "
-               << seconds << " s (compute " << compute_s << " s, network " << comm_s << " s, staleness bound " << wait_s
-               << " s)";
+  GD_LOG(INFO) << "done: " << (local ? batches : c - assignment.start_clock() - jumped) << " steps, " << samples
+               << " samples in " << seconds << " s (compute " << compute_s << " s, network " << comm_s
+               << " s, staleness bound " << wait_s << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member.replies();
   WaitReporter report(clock, std::chrono::seconds(job.membership.report_after_s));

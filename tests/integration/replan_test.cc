@@ -108,7 +108,8 @@ size_t ExpectOneMigration(const TempDir& dir, const std::string& name, const nlo
 TEST(ReplanTest, InjectedDriftMovesChunksBetweenLiveShards) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kReplanJob);
-  auto s = Launch(dir, "moved", {"wan.replan_at_clock=60", "wan.replan_from=a", "wan.replan_to=b", "wan.replan_mbit=20"});
+  auto s =
+      Launch(dir, "moved", {"wan.replan_at_clock=60", "wan.replan_from=a", "wan.replan_to=b", "wan.replan_mbit=20"});
   ExpectOneMigration(dir, "moved", s);
 }
 

@@ -30,8 +30,7 @@ TEST(LocalRoundsTest, ALocalStepIsTheShardsSgdStep) {
       torch::Tensor g = torch::randn({257});
       const double factor = 1.0 - 0.1 * k;
       rounds.Step(g, factor);
-      shard->Step(expect.data(), expect.data(), g.data_ptr<float>(), expect.size(), 1.0f,
-                  static_cast<float>(factor));
+      shard->Step(expect.data(), expect.data(), g.data_ptr<float>(), expect.size(), 1.0f, static_cast<float>(factor));
     }
     for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(params[i].item<float>(), expect[i], 1e-5) << i;
   }
@@ -47,7 +46,7 @@ TEST(LocalRoundsTest, ARoundPushesItsProgressAndRestartsFromTheAverage) {
   rounds.Step(torch::ones({8}), 1.0);  // params 0.9
   rounds.Step(torch::ones({8}), 1.0);  // velocity 1.9, params 0.71
   torch::Tensor push = rounds.Finish(false);
-  EXPECT_TRUE(torch::allclose(push, torch::full({8}, 0.29f)));  // base - params: the "gradient" of the round
+  EXPECT_TRUE(torch::allclose(push, torch::full({8}, 0.29f)));    // base - params: the "gradient" of the round
   EXPECT_TRUE(torch::allclose(params, torch::full({8}, 0.71f)));  // unmerged: the model is kept
   // Without overlap the next round starts from the pulled average.
   rounds.global().fill_(0.5f);
@@ -60,12 +59,12 @@ TEST(LocalRoundsTest, AnOverlappedRoundKeepsItsProgressOnTheLateAverage) {
   JobSpec job = LocalJob(0, 0);
   torch::Tensor params = torch::zeros({4});
   LocalRounds rounds(job, params);
-  rounds.Restart();                         // global 0
-  rounds.Step(torch::ones({4}), 1.0);       // round 0: params -0.1
+  rounds.Restart();                            // global 0
+  rounds.Step(torch::ones({4}), 1.0);          // round 0: params -0.1
   torch::Tensor first = rounds.Finish(false);  // pushed while round 1 starts
   EXPECT_TRUE(torch::allclose(first, torch::full({4}, 0.1f)));
   rounds.Step(torch::full({4}, 2.0f), 1.0);  // round 1 from the local model: -0.3
-  rounds.global().fill_(-0.05f);            // round 0's average arrives (the others moved less)
+  rounds.global().fill_(-0.05f);             // round 0's average arrives (the others moved less)
   torch::Tensor second = rounds.Finish(true);
   // Pushed: round 1's own progress only, not round 0's again.
   EXPECT_TRUE(torch::allclose(second, torch::full({4}, 0.2f)));
