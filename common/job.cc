@@ -523,6 +523,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     r.Get("compute_ms", &w.compute_ms);
     Check(Finite(w.compute_ms) && w.compute_ms >= 0, &errors, "wan.compute_ms", "must be >= 0");
     r.Get("replan_drift", &w.replan_drift);
+    r.Get("congestion_control", &w.congestion_control);
     r.Get("replan", &w.replan);
     r.Get("replan_every_s", &w.replan_every_s);
     r.Get("replan_min_samples", &w.replan_min_samples);
@@ -538,6 +539,9 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(w.emulation == "none" || w.emulation == "proxy" || w.emulation == "netns", &errors, "wan.emulation",
           "must be none, proxy or netns, not '" + w.emulation + "'");
     Check(Finite(w.replan_drift) && w.replan_drift > 0, &errors, "wan.replan_drift", "must be > 0");
+    Check(w.congestion_control == "auto" || w.congestion_control == "bbr" || w.congestion_control == "cubic" ||
+              w.congestion_control == "reno",
+          &errors, "wan.congestion_control", "'" + w.congestion_control + "': use auto, bbr, cubic or reno");
     YAML::Node links = r.child("links");
     if (links && !links.IsNull()) {
       if (!links.IsSequence()) {
@@ -766,6 +770,7 @@ std::string JobToYaml(const JobSpec& job) {
   out << YAML::Key << "planner" << YAML::Value << job.wan.planner;
   out << YAML::Key << "compute_ms" << YAML::Value << job.wan.compute_ms;
   out << YAML::Key << "replan_drift" << YAML::Value << job.wan.replan_drift;
+  out << YAML::Key << "congestion_control" << YAML::Value << job.wan.congestion_control;
   out << YAML::Key << "replan" << YAML::Value << job.wan.replan;
   out << YAML::Key << "replan_every_s" << YAML::Value << job.wan.replan_every_s;
   out << YAML::Key << "replan_min_samples" << YAML::Value << job.wan.replan_min_samples;

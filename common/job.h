@@ -142,6 +142,11 @@ struct WanSpec {
   // The planner re-plans when a link's measured bandwidth differs from the
   // one it planned with by more than this fraction.
   double replan_drift = 0.5;
+  // How the planner predicts TCP goodput on a lossy link: loss-based
+  // congestion control (cubic, reno) is capped by the Mathis formula; bbr
+  // paces at the measured bottleneck rate and loses only the dropped
+  // packets. auto: this machine's net.ipv4.tcp_congestion_control.
+  std::string congestion_control = "auto";
   // Re-plan a running job (docs/planner.md "In a running job"): the
   // coordinator builds the link matrix from the workers' passive estimates,
   // calls the planner's drift check, and moves chunks between live shards

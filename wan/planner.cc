@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
@@ -61,17 +62,27 @@ double EncodedBytes(const compression::CodecSpec& spec, uint64_t n) {
 // Goodput and delay per directed link, in the units the model sums.
 struct Rates {
   int n = 0;
-  std::vector<double> delay_ms, bits_per_ms;
+  std::vector<double> delay_ms, bits_per_ms, loss, rtt_ms;
 
   explicit Rates(const LinkMatrix& m) : n(m.size()) {
     for (int a = 0; a < n; ++a)
       for (int b = 0; b < n; ++b) {
         delay_ms.push_back(m.at(a, b).delay_ms);
         bits_per_ms.push_back(m.GoodputMbit(a, b) * 1e3);
+        loss.push_back(m.at(a, b).loss);
+        rtt_ms.push_back(m.RttMs(a, b));
       }
   }
   double Delay(int from, int to) const { return delay_ms[from * n + to]; }
   double SerializeMs(int from, int to, double bytes) const { return bytes * 8 / bits_per_ms[from * n + to]; }
+  // Expected loss-recovery time of a burst of `bytes`: a packet lost in it
+  // is retransmitted a round trip later (fast retransmit), and the burst is
+  // done only when its last packet is in: RTT * P(some packet of the burst lost).
+  double RecoveryMs(int from, int to, double bytes) const {
+    const double l = loss[from * n + to];
+    if (l <= 0 || bytes <= 0) return 0;
+    return rtt_ms[from * n + to] * (1 - std::pow(1 - l, std::ceil(bytes / kMssBytes)));
+  }
 };
 
 std::string Pct(double x) {
@@ -189,8 +200,8 @@ class Evaluator {
     for (int w = 0; w < R; ++w)
       for (int r = 0; r < R; ++r)
         if (p_.workers[w] > 0 && l.region_chunks[r] > 0) {
-          const double push = rates_.SerializeMs(w, r, l.push[r * R + w]);
-          const double pull = rates_.SerializeMs(r, w, l.pull[r * R + w]);
+          const double push = rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.RecoveryMs(w, r, l.push[r * R + w]);
+          const double pull = rates_.SerializeMs(r, w, l.pull[r * R + w]) + rates_.RecoveryMs(r, w, l.pull[r * R + w]);
           t[w * R + r] = rates_.Delay(w, r) + rates_.Delay(r, w) + (p_.overlapped ? std::max(push, pull) : push + pull);
         }
     return t;
@@ -220,7 +231,8 @@ class Evaluator {
         ll.delay_ms = rates_.Delay(a, b);
         ll.goodput_mbit = rates_.bits_per_ms[a * R + b] / 1e3;
         ll.serialization_ms = rates_.SerializeMs(a, b, ll.push_bytes + ll.pull_bytes);
-        ll.time_ms = ll.push_bytes + ll.pull_bytes > 0 ? ll.delay_ms + ll.serialization_ms : 0;
+        ll.recovery_ms = rates_.RecoveryMs(a, b, ll.push_bytes) + rates_.RecoveryMs(a, b, ll.pull_bytes);
+        ll.time_ms = ll.push_bytes + ll.pull_bytes > 0 ? ll.delay_ms + ll.serialization_ms + ll.recovery_ms : 0;
         pr.links.push_back(std::move(ll));
       }
     const std::vector<double> t = PairTimes(l);
@@ -459,7 +471,15 @@ LinkMatrix LinkMatrix::FromJob(const JobSpec& job) {
     s.loss = job.wan.emulation == "proxy" ? 0 : l.loss;
     s.declared = true;
   }
+  m.set_bbr(CongestionControl(job) == "bbr");
   return m;
+}
+
+std::string CongestionControl(const JobSpec& job) {
+  if (job.wan.congestion_control != "auto") return job.wan.congestion_control;
+  std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
+  std::string cc;
+  return in >> cc ? cc : "cubic";
 }
 
 int LinkMatrix::Index(const std::string& region) const {
@@ -472,6 +492,9 @@ double LinkMatrix::GoodputMbit(int from, int to) const {
   const LinkState& l = at(from, to);
   const double rtt_s = RttMs(from, to) / 1e3;
   if (l.loss <= 0 || rtt_s <= 0) return l.bandwidth_mbit;
+  // BBR paces at the bottleneck rate it measures and does not back off on
+  // random loss (below ~20%): only the dropped packets are lost.
+  if (bbr_) return l.bandwidth_mbit * (1 - l.loss);
   const double mathis_mbit = kMssBytes * 8 / (rtt_s * std::sqrt(2 * l.loss / 3)) / 1e6;
   return std::min(l.bandwidth_mbit, mathis_mbit);
 }
@@ -658,6 +681,7 @@ nlohmann::json PredictionJson(const Prediction& pr) {
                           {"delay_ms", l.delay_ms},
                           {"goodput_mbit", l.goodput_mbit},
                           {"serialization_ms", l.serialization_ms},
+                          {"recovery_ms", l.recovery_ms},
                           {"time_ms", l.time_ms}});
   j["pairs"] = nlohmann::json::array();
   for (const PairTime& t : pr.pairs)

@@ -66,13 +66,21 @@ class LinkMatrix {
   const LinkState& at(int from, int to) const { return links_[from * size() + to]; }
   double RttMs(int a, int b) const { return at(a, b).delay_ms + at(b, a).delay_ms; }
   // Predicted TCP goodput from -> to: the bandwidth, and with loss l at most
-  // MSS / (RTT * sqrt(2l / 3)) (Mathis et al.), one connection's worth.
+  // MSS / (RTT * sqrt(2l / 3)) (Mathis et al.), one connection's worth,
+  // under loss-based congestion control; bandwidth * (1 - l) under BBR.
   double GoodputMbit(int from, int to) const;
+  bool bbr() const { return bbr_; }
+  void set_bbr(bool bbr) { bbr_ = bbr; }
 
  private:
   std::vector<std::string> regions_;
   std::vector<LinkState> links_;  // [from * size() + to]
+  bool bbr_ = false;              // TCP senders pace with BBR (JobSpec wan.congestion_control)
 };
+
+// wan.congestion_control resolved: "auto" reads this machine's
+// /proc/sys/net/ipv4/tcp_congestion_control (cubic if unreadable).
+std::string CongestionControl(const JobSpec& job);
 
 struct PlannerOptions {
   // Compute time of one step of one worker, in ms, added to every predicted
@@ -113,7 +121,8 @@ struct LinkLoad {
   double delay_ms = 0;          // one way
   double goodput_mbit = 0;      // LinkMatrix::GoodputMbit
   double serialization_ms = 0;  // (push + pull bytes) * 8 / goodput
-  double time_ms = 0;           // delay + serialization; 0 for an idle link
+  double recovery_ms = 0;       // expected loss recovery of the push and pull bursts (Rates::RecoveryMs)
+  double time_ms = 0;           // delay + serialization + recovery; 0 for an idle link
 };
 
 // Push-then-pull time of the workers of one region with the servers of one

@@ -13,9 +13,10 @@ namespace {
 
 using server::ChunkLayout;
 
-// The hand-solved cases are of synchronous steps (BSP) unless they say otherwise.
+// The hand-solved cases are of synchronous steps (BSP) and loss-based TCP
+// unless they say otherwise (not this machine's congestion control).
 JobSpec Job(const std::string& yaml) {
-  std::vector<std::string> overrides;
+  std::vector<std::string> overrides = {"wan.congestion_control=cubic"};
   if (yaml.find("staleness_bound") == std::string::npos) overrides.push_back("training.staleness_bound=0");
   auto job = ParseJob(yaml, "test.yaml", overrides);
   EXPECT_TRUE(job.ok()) << job.status();
@@ -173,6 +174,69 @@ wan: {links: [{regions: [us, asia], rtt_ms: 160, bandwidth_mbit: 50, loss: 0.01}
   EXPECT_FALSE(m.at(0, 0).declared);
 }
 
+// A lossy link also costs time to recover: a burst that loses a packet ends
+// a round trip later. Two regions as PredictsTwoChunksAsComputedByHand, 1%
+// loss, BBR (goodput 8 * 0.99 Mbit/s).
+TEST(PlannerTest, LossyBurstsPayARoundTripToRecover) {
+  auto job = ParseJob(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8, loss: 0.01}]}
+)",
+                      "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
+  auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  // b's worker and a's shard: 4000 bytes (3 packets) each way.
+  const double serialize = 4000 * 8 / (8000 * 0.99), recover = 20 * (1 - std::pow(0.99, 3));
+  EXPECT_NEAR(Pair(*pr, "b", "a")->ms, 20 + 2 * (serialize + recover), 1e-9);
+  const LinkLoad& ba = pr->links[2];  // b -> a: b's push of 4000 and b's shard's pull of 2000 bytes (2 packets)
+  EXPECT_EQ(ba.from + ba.to, "ba");
+  EXPECT_NEAR(ba.recovery_ms, recover + 20 * (1 - std::pow(0.99, 2)), 1e-9);
+  // Without loss, no recovery.
+  auto clean = Make(Job(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
+)"),
+                    ChunkLayout(1500, 1000), 5);
+  auto none = clean.Predict({0, 1}, clean.JobCodecs(), clean.declared_links());
+  ASSERT_TRUE(none.ok());
+  for (const LinkLoad& l : none->links) EXPECT_EQ(l.recovery_ms, 0);
+}
+
+TEST(PlannerTest, UnderBbrLossCostsOnlyTheDroppedPackets) {
+  const std::string yaml = R"(
+regions:
+  w: {servers: 0, workers: 2}
+  p: {servers: 1, workers: 0}
+  q: {servers: 1, workers: 0}
+wan:
+  links:
+    - {regions: [w, p], rtt_ms: 100, bandwidth_mbit: 10}
+    - {regions: [w, q], rtt_ms: 100, bandwidth_mbit: 50, loss: 0.01}
+)";
+  auto job = ParseJob(yaml, "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  LinkMatrix m = LinkMatrix::FromJob(*job);
+  EXPECT_TRUE(m.bbr());
+  EXPECT_DOUBLE_EQ(m.GoodputMbit(m.Index("w"), m.Index("q")), 50 * 0.99);
+  // Chunks split by goodput: the lossy link, at 49.5 Mbit/s against 10,
+  // takes 10 of 12 (12 * 49.5 / 59.5); under cubic (1.4 Mbit/s) it takes at
+  // most one.
+  Planner bbr = Make(*job, kTwelveChunks);
+  EXPECT_EQ(ChunksPerServer(bbr.MakePlan(), 2), (std::vector<uint64_t>{2, 10}));
+  EXPECT_LE(ChunksPerServer(Make(Job(yaml), kTwelveChunks).MakePlan(), 2)[1], 1u);
+  // auto reads this machine's setting; an unknown name is refused.
+  auto autodetect = ParseJob(yaml, "t");
+  ASSERT_TRUE(autodetect.ok());
+  EXPECT_FALSE(CongestionControl(*autodetect).empty());
+  EXPECT_FALSE(ParseJob(yaml, "t", {"wan.congestion_control=vegas"}).ok());
+}
+
 TEST(PlannerTest, ChunksStayWithTheWorkersAcrossASlowLink) {
   Plan plan = PlanOf(R"(
 regions:
@@ -230,7 +294,8 @@ wan:
 
 TEST(PlannerTest, ThreeRegionsExampleAvoidsTheLossyPacificLink) {
   // Real links (or kernel emulation) lose packets as declared.
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml", {"wan.emulation=none"});
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml",
+                         {"wan.emulation=none", "wan.congestion_control=cubic"});
   ASSERT_TRUE(job.ok()) << job.status();
   Planner planner = Make(*job, ChunkLayout(185000, 16384));
   Plan plan = planner.MakePlan();
