@@ -136,25 +136,31 @@ StatusOr<json> EmulatedWan::Probe() {
     GD_ASSIGN_OR_RETURN(int link, LinkBetween(l.from, l.to));
     auto dir = links_.count({l.from, l.to}) ? wan::LinkDirection::kForward : wan::LinkDirection::kBack;
     GD_ASSIGN_OR_RETURN(int port, emulator_->AddRoute(link, from->host, 0, to->host, server.first, dir));
-    wan::ProbeOptions opts;
-    // About half a second of bulk transfer, at least 256 KiB.
-    if (l.bandwidth_mbit > 0)
-      opts.bulk_bytes = std::max<int64_t>(256 << 10, static_cast<int64_t>(l.bandwidth_mbit * 1e6 / 8 * 0.5));
-    auto m = wan::ProbeLink(from->host, port, opts);
-    json rec = {{"from", l.from},
-                {"to", l.to},
-                {"configured_rtt_ms", l.delay_ms + (job_.Link(l.to, l.from) ? job_.Link(l.to, l.from)->delay_ms : 0)},
-                {"configured_mbit", l.bandwidth_mbit}};
-    if (m.ok()) {
-      rec["probed_rtt_ms"] = m->rtt_ms;
-      rec["probed_mbit"] = m->mbit;
-    } else {
-      rec["probe_error"] = m.status().message();
-      GD_LOG(WARNING) << "probe " << l.from << " -> " << l.to << ": " << m.status();
-    }
-    out.push_back(rec);
+    out.push_back(LinkProbeRecord(job_, l, wan::ProbeLink(from->host, port, LinkProbeOptions(l))));
   }
   return out;
+}
+
+wan::ProbeOptions LinkProbeOptions(const LinkSpec& l) {
+  wan::ProbeOptions opts;
+  if (l.bandwidth_mbit > 0)
+    opts.bulk_bytes = std::max<int64_t>(256 << 10, static_cast<int64_t>(l.bandwidth_mbit * 1e6 / 8 * 0.5));
+  return opts;
+}
+
+json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const StatusOr<wan::LinkMeasurement>& m) {
+  json rec = {{"from", l.from},
+              {"to", l.to},
+              {"configured_rtt_ms", l.delay_ms + (job.Link(l.to, l.from) ? job.Link(l.to, l.from)->delay_ms : 0)},
+              {"configured_mbit", l.bandwidth_mbit}};
+  if (m.ok()) {
+    rec["probed_rtt_ms"] = m->rtt_ms;
+    rec["probed_mbit"] = m->mbit;
+  } else {
+    rec["probe_error"] = m.status().message();
+    GD_LOG(WARNING) << "probe " << l.from << " -> " << l.to << ": " << m.status();
+  }
+  return rec;
 }
 
 Status EmulatedWan::Cut(const std::string& a, const std::string& b) {

@@ -19,8 +19,15 @@
 #include "common/job.h"
 #include "common/status.h"
 #include "wan/link_emulator.h"
+#include "wan/probe.h"
 
 namespace geodesic::deploy {
+
+// A start-up probe of link `l` (both kinds of emulation): its options
+// (about half a second of bulk transfer, at least 256 KiB) and its record
+// in the summary's `links`: {from, to, configured_*, probed_* or probe_error}.
+wan::ProbeOptions LinkProbeOptions(const LinkSpec& l);
+nlohmann::json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const StatusOr<wan::LinkMeasurement>& m);
 
 class EmulatedWan {
  public:

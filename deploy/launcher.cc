@@ -517,20 +517,20 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   json link_probes = json::array();
   if (job.wan.emulation == "proxy" && !job.wan.links.empty()) {
     GD_ASSIGN_OR_RETURN(wan, EmulatedWan::Start(job));
-    if (job.wan.probe) {
-      progress.Say("geodesic: probing " + std::to_string(job.wan.links.size()) + " emulated links");
-      GD_ASSIGN_OR_RETURN(link_probes, wan->Probe());
-      for (const auto& p : link_probes)
-        progress.Say("geodesic:   " + p["from"].get<std::string>() + " -> " + p["to"].get<std::string>() +
-                     ": configured " + Fmt("%.0f", p["configured_rtt_ms"].get<double>()) + " ms RTT " +
-                     (p["configured_mbit"].get<double>() > 0
-                          ? Fmt("%.0f", p["configured_mbit"].get<double>()) + " Mbit/s"
-                          : std::string("unlimited")) +
-                     ", measured " +
-                     (p.contains("probed_rtt_ms") ? Fmt("%.1f", p["probed_rtt_ms"].get<double>()) + " ms " +
-                                                        Fmt("%.1f", p["probed_mbit"].get<double>()) + " Mbit/s"
-                                                  : "nothing (" + p.value("probe_error", std::string()) + ")"));
-    }
+  }
+  if ((wan || netns) && job.wan.probe && !job.wan.links.empty()) {
+    progress.Say("geodesic: probing " + std::to_string(job.wan.links.size()) + " emulated links" +
+                 (netns ? " (kernel)" : ""));
+    GD_ASSIGN_OR_RETURN(link_probes, wan ? wan->Probe() : netns->Probe());
+    for (const auto& p : link_probes)
+      progress.Say("geodesic:   " + p["from"].get<std::string>() + " -> " + p["to"].get<std::string>() +
+                   ": configured " + Fmt("%.0f", p["configured_rtt_ms"].get<double>()) + " ms RTT " +
+                   (p["configured_mbit"].get<double>() > 0 ? Fmt("%.0f", p["configured_mbit"].get<double>()) + " Mbit/s"
+                                                           : std::string("unlimited")) +
+                   ", measured " +
+                   (p.contains("probed_rtt_ms") ? Fmt("%.1f", p["probed_rtt_ms"].get<double>()) + " ms " +
+                                                      Fmt("%.1f", p["probed_mbit"].get<double>()) + " Mbit/s"
+                                                : "nothing (" + p.value("probe_error", std::string()) + ")"));
   }
   auto routes_for = [&](const std::string& region) {
     return wan ? wan->RouteArgs(region) : std::vector<std::string>{};

@@ -1,19 +1,22 @@
 #include "deploy/netns.h"
 
-#include <fstream>
-
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "common/files.h"
+#include "deploy/emulated_wan.h"
 #include "deploy/process.h"
 
 #ifndef GEODESIC_NETNS_SCRIPT
@@ -150,6 +153,50 @@ std::vector<std::string> NetnsWan::CommandPrefix(const std::string& region) cons
 
 Status NetnsWan::Cut(const std::string& a, const std::string& b) { return Script({"cut", a, b}); }
 Status NetnsWan::Heal(const std::string& a, const std::string& b) { return Script({"heal", a, b}); }
+
+namespace {
+
+// Runs `fn` on a thread of its own inside network namespace gd-<region>
+// (setns affects the calling thread only; sockets it makes stay there).
+template <typename Fn>
+auto InNamespace(const std::string& region, Fn fn) -> decltype(fn()) {
+  decltype(fn()) result = Internal("not run");
+  std::thread t([&] {
+    const std::string path = "/run/netns/gd-" + region;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      result = Unavailable(path + ": " + std::strerror(errno));
+      return;
+    }
+    const bool in = ::setns(fd, CLONE_NEWNET) == 0;
+    const int err = errno;
+    ::close(fd);
+    result = in ? fn() : decltype(fn())(Unavailable("setns " + path + ": " + std::strerror(err)));
+  });
+  t.join();
+  return result;
+}
+
+}  // namespace
+
+StatusOr<nlohmann::json> NetnsWan::Probe() const {
+  nlohmann::json out = nlohmann::json::array();
+  std::map<std::string, std::pair<int, std::unique_ptr<wan::ProbeServer>>> servers;  // region -> port, server
+  for (const LinkSpec& l : job_.wan.links) {
+    if (l.from == l.to) continue;  // inside a region: never crosses the router
+    auto& server = servers[l.to];
+    if (!server.second) {
+      server.second = std::make_unique<wan::ProbeServer>();
+      GD_ASSIGN_OR_RETURN(server.first,
+                          InNamespace(l.to, [&]() -> StatusOr<int> { return server.second->Start(Address(l.to), 0); }));
+    }
+    auto m = InNamespace(l.from, [&]() -> StatusOr<wan::LinkMeasurement> {
+      return wan::ProbeLink(Address(l.to), server.first, LinkProbeOptions(l));
+    });
+    out.push_back(LinkProbeRecord(job_, l, m));
+  }
+  return out;
+}
 
 StatusOr<nlohmann::json> NetnsWan::Traffic() const {
   if (!up_) return FailedPrecondition("the namespaces are down");

@@ -55,6 +55,11 @@ class NetnsWan {
   Status Cut(const std::string& a, const std::string& b);
   Status Heal(const std::string& a, const std::string& b);
 
+  // Measures RTT and throughput of every declared link through the router
+  // (while nothing else uses it): a probe server listens in each region's
+  // namespace and the probe runs from the other's, as EmulatedWan::Probe.
+  StatusOr<nlohmann::json> Probe() const;
+
   // Bytes the router forwarded per declared link direction since Up (after
   // loss), as EmulatedWan::Traffic: [{from, to, bytes}, ...].
   StatusOr<nlohmann::json> Traffic() const;

@@ -75,13 +75,19 @@ struct Rates {
   }
   double Delay(int from, int to) const { return delay_ms[from * n + to]; }
   double SerializeMs(int from, int to, double bytes) const { return bytes * 8 / bits_per_ms[from * n + to]; }
-  // Expected loss-recovery time of a burst of `bytes`: a packet lost in it
-  // is retransmitted a round trip later (fast retransmit), and the burst is
-  // done only when its last packet is in: RTT * P(some packet of the burst lost).
-  double RecoveryMs(int from, int to, double bytes) const {
+  // Expected loss-recovery time of a phase that sends `bytes` as `bursts`
+  // equal bursts (one per connection) and ends when the last is in. A loss
+  // inside a burst is repaired by fast retransmit, a round trip later; a
+  // loss among a burst's last 3 packets leaves too few duplicate ACKs and
+  // waits for the tail-loss probe, about two round trips. Expected extra:
+  // 2 RTT * P(some tail lost) + RTT * P(some other lost) * P(no tail lost).
+  double RecoveryMs(int from, int to, double bytes, int bursts) const {
     const double l = loss[from * n + to];
     if (l <= 0 || bytes <= 0) return 0;
-    return rtt_ms[from * n + to] * (1 - std::pow(1 - l, std::ceil(bytes / kMssBytes)));
+    const double packets = std::ceil(bytes / kMssBytes), k = std::max(1, bursts);
+    const double tail_packets = std::min(packets, 3 * k);
+    const double p_tail = 1 - std::pow(1 - l, tail_packets), p_mid = 1 - std::pow(1 - l, packets - tail_packets);
+    return rtt_ms[from * n + to] * (2 * p_tail + p_mid * (1 - p_tail));
   }
 };
 
@@ -192,6 +198,13 @@ class Evaluator {
     Add(l, chunk, to, +1);
   }
 
+  // Shards of region r that hold some chunk.
+  int ShardsWithChunks(const Loads& l, int r) const {
+    int n = 0;
+    for (int s = 0; s < p_.S(); ++s) n += p_.server_region[s] == r && l.server_elems[s] > 0;
+    return n;
+  }
+
   // [w * R + r]: push from region w's workers to region r's servers, then
   // pull back; 0 where there is no traffic.
   std::vector<double> PairTimes(const Loads& l) const {
@@ -200,8 +213,12 @@ class Evaluator {
     for (int w = 0; w < R; ++w)
       for (int r = 0; r < R; ++r)
         if (p_.workers[w] > 0 && l.region_chunks[r] > 0) {
-          const double push = rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.RecoveryMs(w, r, l.push[r * R + w]);
-          const double pull = rates_.SerializeMs(r, w, l.pull[r * R + w]) + rates_.RecoveryMs(r, w, l.pull[r * R + w]);
+          // A burst per connection: each worker of w with each shard of r.
+          const int bursts = p_.workers[w] * ShardsWithChunks(l, r);
+          const double push =
+              rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.RecoveryMs(w, r, l.push[r * R + w], bursts);
+          const double pull =
+              rates_.SerializeMs(r, w, l.pull[r * R + w]) + rates_.RecoveryMs(r, w, l.pull[r * R + w], bursts);
           t[w * R + r] = rates_.Delay(w, r) + rates_.Delay(r, w) + (p_.overlapped ? std::max(push, pull) : push + pull);
         }
     return t;
@@ -231,7 +248,8 @@ class Evaluator {
         ll.delay_ms = rates_.Delay(a, b);
         ll.goodput_mbit = rates_.bits_per_ms[a * R + b] / 1e3;
         ll.serialization_ms = rates_.SerializeMs(a, b, ll.push_bytes + ll.pull_bytes);
-        ll.recovery_ms = rates_.RecoveryMs(a, b, ll.push_bytes) + rates_.RecoveryMs(a, b, ll.pull_bytes);
+        ll.recovery_ms = rates_.RecoveryMs(a, b, ll.push_bytes, p_.workers[a] * ShardsWithChunks(l, b)) +
+                         rates_.RecoveryMs(a, b, ll.pull_bytes, p_.workers[b] * ShardsWithChunks(l, a));
         ll.time_ms = ll.push_bytes + ll.pull_bytes > 0 ? ll.delay_ms + ll.serialization_ms + ll.recovery_ms : 0;
         pr.links.push_back(std::move(ll));
       }

@@ -442,8 +442,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
       // round was pushed and has had this round's compute to arrive.
       const bool merge = pending_pull == c;
       if (merge) {
-        GD_RETURN_IF_ERROR(wait_pull(c));
+        GD_RETURN_IF_ERROR(wait_pull(c));  // counted as communication there
         pending_pull = -1;
+        t1 = clock->Now();
       }
       if (usable)
         grad = rounds.Finish(merge);

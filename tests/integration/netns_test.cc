@@ -242,6 +242,18 @@ TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
       EXPECT_GT(mbit, 0) << l.from << " -> " << l.to;
   }
 
+  // The launcher's start-up probes (probe server in one namespace, client in
+  // the other) see the same links.
+  auto probes = (*wan)->Probe();
+  ASSERT_TRUE(probes.ok()) << probes.status().ToString();
+  ASSERT_EQ(probes->size(), job->wan.links.size());
+  for (const auto& p : *probes) {
+    ASSERT_TRUE(p.contains("probed_rtt_ms")) << p.dump();
+    const double set = p["configured_rtt_ms"].get<double>();
+    EXPECT_NEAR(p["probed_rtt_ms"].get<double>(), set, 0.15 * set) << p.dump();
+    EXPECT_GT(p["probed_mbit"].get<double>(), 0) << p.dump();
+  }
+
   // The router counted each direction's bulk transfer (what the launcher
   // reports as bytes per link).
   auto traffic = (*wan)->Traffic();

@@ -189,12 +189,13 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8, loss: 0.01}]}
   Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
   auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
   ASSERT_TRUE(pr.ok()) << pr.status();
-  // b's worker and a's shard: 4000 bytes (3 packets) each way.
-  const double serialize = 4000 * 8 / (8000 * 0.99), recover = 20 * (1 - std::pow(0.99, 3));
+  // b's worker and a's shard: 4000 bytes (3 packets) each way, one burst;
+  // all three are its tail, so a loss waits for the tail-loss probe (2 RTT).
+  const double serialize = 4000 * 8 / (8000 * 0.99), recover = 2 * 20 * (1 - std::pow(0.99, 3));
   EXPECT_NEAR(Pair(*pr, "b", "a")->ms, 20 + 2 * (serialize + recover), 1e-9);
   const LinkLoad& ba = pr->links[2];  // b -> a: b's push of 4000 and b's shard's pull of 2000 bytes (2 packets)
   EXPECT_EQ(ba.from + ba.to, "ba");
-  EXPECT_NEAR(ba.recovery_ms, recover + 20 * (1 - std::pow(0.99, 2)), 1e-9);
+  EXPECT_NEAR(ba.recovery_ms, recover + 2 * 20 * (1 - std::pow(0.99, 2)), 1e-9);
   // Without loss, no recovery.
   auto clean = Make(Job(R"(
 regions:
@@ -206,6 +207,25 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
   auto none = clean.Predict({0, 1}, clean.JobCodecs(), clean.declared_links());
   ASSERT_TRUE(none.ok());
   for (const LinkLoad& l : none->links) EXPECT_EQ(l.recovery_ms, 0);
+}
+
+// A long burst mostly loses packets in its middle (fast retransmit, one
+// round trip); only its last 3 packets wait for the probe (two).
+TEST(PlannerTest, LongBurstsRecoverByFastRetransmit) {
+  auto job = ParseJob(R"(
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 0}
+wan: {links: [{regions: [a, b], rtt_ms: 100, bandwidth_mbit: 80, loss: 0.01}]}
+)",
+                      "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  Planner planner = Make(*job, ChunkLayout(100 * 1448 / 4, 100 * 1448 / 4), 0);  // one chunk of 100 packets
+  auto pr = planner.Predict({1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  const double tail = 1 - std::pow(0.99, 3), mid = 1 - std::pow(0.99, 97);
+  const double recover = 100 * (2 * tail + mid * (1 - tail)), serialize = 100 * 1448 * 8 / (80e3 * 0.99);
+  EXPECT_NEAR(Pair(*pr, "a", "b")->ms, 100 + 2 * (serialize + recover), 1e-6);
 }
 
 TEST(PlannerTest, UnderBbrLossCostsOnlyTheDroppedPackets) {
@@ -224,11 +244,12 @@ wan:
   LinkMatrix m = LinkMatrix::FromJob(*job);
   EXPECT_TRUE(m.bbr());
   EXPECT_DOUBLE_EQ(m.GoodputMbit(m.Index("w"), m.Index("q")), 50 * 0.99);
-  // Chunks split by goodput: the lossy link, at 49.5 Mbit/s against 10,
-  // takes 10 of 12 (12 * 49.5 / 59.5); under cubic (1.4 Mbit/s) it takes at
-  // most one.
+  // Chunks split by goodput, less the lossy link's recovery time: at 49.5
+  // Mbit/s against 10 it would take 10 of 12 (12 * 49.5 / 59.5); its
+  // retransmission round trips give one back. Under cubic (1.4 Mbit/s) it
+  // takes at most one.
   Planner bbr = Make(*job, kTwelveChunks);
-  EXPECT_EQ(ChunksPerServer(bbr.MakePlan(), 2), (std::vector<uint64_t>{2, 10}));
+  EXPECT_EQ(ChunksPerServer(bbr.MakePlan(), 2), (std::vector<uint64_t>{3, 9}));
   EXPECT_LE(ChunksPerServer(Make(Job(yaml), kTwelveChunks).MakePlan(), 2)[1], 1u);
   // auto reads this machine's setting; an unknown name is refused.
   auto autodetect = ParseJob(yaml, "t");
