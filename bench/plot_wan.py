@@ -32,6 +32,7 @@ def main(out: str) -> None:
     left.axhline(0.88, color="grey", linestyle=":", linewidth=1)
     # DDP over the WAN runs far longer than the rest: linear to 30 s, log beyond.
     left.set_xscale("symlog", linthresh=30)
+    left.set_xlim(left=0)
     left.set_xlabel("training wall time (s; log scale beyond 30 s)")
     left.set_ylabel("test accuracy")
     left.set_ylim(0.6, 0.95)

@@ -172,6 +172,7 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
       auto row = RunDdp(options, out, BestWanSeconds(rows), job.eval.target_accuracy, curves, stop);
       if (!row.ok()) return row.status().Annotate("ddp");
       rows.push_back(*row);
+      curves.flush();
       continue;
     }
     JobRun jr{exe, options.job_file, out + "/" + c.name, options.overrides, {}};
