@@ -648,7 +648,9 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     Check(job.checkpoint.every_clocks == 0, &errors, "wan.replan",
           "needs checkpoint.every_clocks: 0 (periodic checkpoints during a migration are not supported)");
     // An overlapped round keeps a pull in flight across the barrier, which
-    // the migration's floor does not account for yet.
+    // the migration's floor does not account for yet; and the barrier's
+    // last clock is taken from WorkerProgress.target_steps, which counts
+    // minibatches, not rounds.
     Check(job.training.local_steps == 1, &errors, "wan.replan",
           "cannot be combined with training.local_steps > 1 (not supported yet)");
   }

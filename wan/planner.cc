@@ -267,6 +267,7 @@ class Evaluator {
     if (p_.local_steps > 1) {
       const double compute = p_.local_steps * pr.compute_ms;
       pr.local_steps = p_.local_steps;
+      pr.overlap_rounds = p_.overlap_rounds;
       pr.round_ms = p_.overlap_rounds ? std::max(compute, pr.comm_ms) : compute + pr.comm_ms;
       pr.step_ms = pr.round_ms / p_.local_steps;
     }
@@ -689,6 +690,7 @@ nlohmann::json PredictionJson(const Prediction& pr) {
   if (pr.local_steps > 1) {
     j["local_steps"] = pr.local_steps;
     j["round_ms"] = pr.round_ms;
+    j["overlap_rounds"] = pr.overlap_rounds;
   }
   j["links"] = nlohmann::json::array();
   for (const LinkLoad& l : pr.links)
@@ -828,7 +830,7 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
         Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);
   const Prediction& pr = plan.prediction;
   if (pr.local_steps > 1)
-    out += Format(pr.round_ms < pr.local_steps * pr.compute_ms + pr.comm_ms
+    out += Format(pr.overlap_rounds
                       ? "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = max(%d x compute %.1f, "
                         "communication %.1f) (bottleneck: %s)\n"
                       : "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = %d x compute %.1f + "

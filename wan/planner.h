@@ -137,6 +137,7 @@ struct Prediction {
   double comm_ms = 0;           // the slowest pair's time
   double step_ms = 0;           // BSP: compute + comm; bounded staleness: max(compute, comm); local SGD: round / H
   int local_steps = 1;          // training.local_steps H: one exchange per round of H steps
+  bool overlap_rounds = false;  // H > 1 with training.overlap_rounds
   double round_ms = 0;          // H > 1: H * compute + comm, or max(H * compute, comm) with overlap_rounds
   std::vector<LinkLoad> links;  // every ordered region pair, `from`-major
   std::vector<PairTime> pairs;  // pairs with traffic, worker-region-major
