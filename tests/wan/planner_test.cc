@@ -36,6 +36,14 @@ const ChunkLayout kTwelveChunks(12 * 16384, 16384);
 
 Plan PlanOf(const std::string& yaml) { return Make(Job(yaml), kTwelveChunks).MakePlan(); }
 
+// The hand-solved two-region job: one worker and one shard in each of a and
+// b, 10 ms one way and 8 Mbit/s between them, plus `extra` YAML (a
+// `training:` line) and `loss` on the link.
+std::string TwoRegions(const std::string& extra = "", double loss = 0) {
+  return "regions:\n  a: {servers: 1, workers: 1}\n  b: {servers: 1, workers: 1}\n" + extra +
+         "wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8, loss: " + std::to_string(loss) + "}]}\n";
+}
+
 std::vector<uint64_t> ChunksPerServer(const Plan& plan, int servers) {
   std::vector<uint64_t> n(servers, 0);
   for (int32_t s : plan.shard_map.owner) ++n[s];
@@ -52,13 +60,7 @@ const PairTime* Pair(const Prediction& p, const std::string& w, const std::strin
 // compute and its pushes cross its pulls: the pair takes both delays plus
 // the larger serialization, and the step is the larger of compute and that.
 TEST(PlannerTest, BoundedStalenessOverlapsComputePushesAndPulls) {
-  JobSpec job = Job(R"(
-regions:
-  a: {servers: 1, workers: 1}
-  b: {servers: 1, workers: 1}
-training: {staleness_bound: 2}
-wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
-)");
+  JobSpec job = Job(TwoRegions("training: {staleness_bound: 2}\n"));
   Planner planner = Make(job, ChunkLayout(1500, 1000), 5);
   auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
   ASSERT_TRUE(pr.ok()) << pr.status();
@@ -75,12 +77,7 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
 // (8000 bits per ms) between them; chunks of 1000 and 500 floats (4000 and
 // 2000 bytes), chunk 0 on a's server, chunk 1 on b's.
 TEST(PlannerTest, PredictsTwoChunksAsComputedByHand) {
-  JobSpec job = Job(R"(
-regions:
-  a: {servers: 1, workers: 1}
-  b: {servers: 1, workers: 1}
-wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
-)");
+  JobSpec job = Job(TwoRegions());
   Planner planner = Make(job, ChunkLayout(1500, 1000), 5);
   auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
   ASSERT_TRUE(pr.ok()) << pr.status();
@@ -113,12 +110,7 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
 // step's (push, then pull), the round is H computes plus that, or the larger
 // of the two when the next round overlaps the exchange.
 TEST(PlannerTest, LocalStepsPayOneExchangePerRound) {
-  const std::string yaml = R"(
-regions:
-  a: {servers: 1, workers: 1}
-  b: {servers: 1, workers: 1}
-wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
-)";
+  const std::string yaml = TwoRegions();
   for (bool overlap : {false, true}) {
     auto job = ParseJob(yaml, "t",
                         {"training.staleness_bound=0", "training.local_steps=4",
@@ -178,13 +170,7 @@ wan: {links: [{regions: [us, asia], rtt_ms: 160, bandwidth_mbit: 50, loss: 0.01}
 // a round trip later. Two regions as PredictsTwoChunksAsComputedByHand, 1%
 // loss, BBR (goodput 8 * 0.99 Mbit/s).
 TEST(PlannerTest, LossyBurstsPayARoundTripToRecover) {
-  auto job = ParseJob(R"(
-regions:
-  a: {servers: 1, workers: 1}
-  b: {servers: 1, workers: 1}
-wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8, loss: 0.01}]}
-)",
-                      "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
+  auto job = ParseJob(TwoRegions("", 0.01), "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
   ASSERT_TRUE(job.ok()) << job.status();
   Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
   auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
@@ -197,13 +183,7 @@ wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8, loss: 0.01}]}
   EXPECT_EQ(ba.from + ba.to, "ba");
   EXPECT_NEAR(ba.recovery_ms, recover + 2 * 20 * (1 - std::pow(0.99, 2)), 1e-9);
   // Without loss, no recovery.
-  auto clean = Make(Job(R"(
-regions:
-  a: {servers: 1, workers: 1}
-  b: {servers: 1, workers: 1}
-wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}
-)"),
-                    ChunkLayout(1500, 1000), 5);
+  auto clean = Make(Job(TwoRegions()), ChunkLayout(1500, 1000), 5);
   auto none = clean.Predict({0, 1}, clean.JobCodecs(), clean.declared_links());
   ASSERT_TRUE(none.ok());
   for (const LinkLoad& l : none->links) EXPECT_EQ(l.recovery_ms, 0);
