@@ -18,22 +18,32 @@ StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop
     args.push_back(o);
   }
   args.insert(args.end(), run.extra_args.begin(), run.extra_args.end());
-  deploy::Child launch("launch", args, run.run_dir + ".log");
-  GD_RETURN_IF_ERROR(launch.Start());
+  Status ran = RunLogged("launch", args, run.run_dir + ".log", stop);
+  if (ran.code() == Code::kCancelled) return ran;
+  if (!ran.ok()) return Internal(ran.message() + " and " + run.run_dir + "/logs");
+  return ReadJsonFile(run.run_dir + "/summary.json");
+}
+
+Status RunLogged(const std::string& name, const std::vector<std::string>& argv, const std::string& log_file,
+                 const std::atomic<bool>* stop) {
+  deploy::Child child(name, argv, log_file);
+  GD_RETURN_IF_ERROR(child.Start());
   bool signalled = false;
-  while (!launch.Poll()) {
-    if (stop->load() && !signalled) signalled = true, launch.Signal(SIGTERM);
+  while (!child.Poll()) {
+    if (stop->load() && !signalled) signalled = true, child.Signal(SIGTERM);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (signalled) return Cancelled("interrupted");
-  auto text = ReadFile(run.run_dir + "/summary.json");
-  if (!launch.exit()->ok() || !text.ok())
-    return Internal("the run failed (" + launch.exit()->Describe() + "); see " + run.run_dir + ".log and " +
-                    run.run_dir + "/logs");
+  if (!child.exit()->ok()) return Internal(name + " failed (" + child.exit()->Describe() + "); see " + log_file);
+  return Status::Ok();
+}
+
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
+  GD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   try {
-    return nlohmann::json::parse(*text);
+    return nlohmann::json::parse(text);
   } catch (const std::exception& e) {
-    return Internal(run.run_dir + "/summary.json: " + e.what());
+    return DataLoss(path + ": " + e.what());
   }
 }
 

@@ -20,6 +20,15 @@ struct JobRun {
   std::vector<std::string> extra_args;  // more launch flags
 };
 
+// Runs argv as a child process logged to `log_file` and waits for it
+// (SIGTERM when `stop` is set: Cancelled). An error naming the log if it
+// failed.
+Status RunLogged(const std::string& name, const std::vector<std::string>& argv, const std::string& log_file,
+                 const std::atomic<bool>* stop);
+
+// A JSON file, parsed; an error naming it if it is missing or malformed.
+StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
+
 // Launches, waits (SIGTERM to the launch when `stop` is set), and returns the
 // parsed summary.json; an error naming the logs if the run failed.
 StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop);

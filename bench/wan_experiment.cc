@@ -97,26 +97,29 @@ StatusOr<json> RunDdp(const BenchOptions& o, const std::string& out, const json&
   const std::string dir = out + "/ddp";
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
-  const std::string script = std::string(GEODESIC_SOURCE_DIR) + "/bench/ddp_netns.sh";
-  char cmd[1024];
   // Enough epochs that the time cap, not the data, ends a run that misses
   // the target; the wall-clock timeout covers start-up and evaluation.
-  std::snprintf(cmd, sizeof cmd,
-                "'%s' --mode netns --epochs 50 --timeout %.0f --out '%s' -- --max-train-s %.1f --eval-every-s %.1f "
-                "--target %.4f > '%s/ddp.log' 2>&1",
-                script.c_str(), cap * 2 + 300, dir.c_str(), cap, o.snapshot_every_s * 4, target, out.c_str());
+  const std::vector<std::string> argv = {"/usr/bin/bash",
+                                         std::string(GEODESIC_SOURCE_DIR) + "/bench/ddp_netns.sh",
+                                         "--mode",
+                                         "netns",
+                                         "--epochs",
+                                         "50",
+                                         "--timeout",
+                                         std::to_string(static_cast<int>(cap * 2 + 300)),
+                                         "--out",
+                                         dir,
+                                         "--",
+                                         "--max-train-s",
+                                         std::to_string(cap),
+                                         "--eval-every-s",
+                                         std::to_string(o.snapshot_every_s * 4),
+                                         "--target",
+                                         std::to_string(target)};
   GD_LOG(INFO) << "ddp: capped at " << cap << " s of training (" << (best.is_number() ? "" : "no Geodesic WAN time; ")
                << o.ddp_cap_x << "x the best Geodesic WAN time); log " << out << "/ddp.log";
-  if (stop->load()) return Cancelled("stopped");
-  if (int rc = std::system(cmd); rc != 0)
-    return Internal("bench/ddp_netns.sh failed (status " + std::to_string(rc) + "); see " + out + "/ddp.log");
-  json r;
-  try {
-    std::ifstream in(dir + "/netns/result.json");
-    r = json::parse(in);
-  } catch (const std::exception& e) {
-    return Internal(dir + "/netns/result.json: " + e.what());
-  }
+  GD_RETURN_IF_ERROR(RunLogged("bench/ddp_netns.sh", argv, out + "/ddp.log", stop));
+  GD_ASSIGN_OR_RETURN(json r, ReadJsonFile(dir + "/netns/result.json"));
   const double train = r.value("train_seconds", 0.0);
   const int64_t steps = r.value("steps", int64_t{0});
   for (const auto& p : r["accuracy_curve"])

@@ -62,7 +62,7 @@ double EncodedBytes(const compression::CodecSpec& spec, uint64_t n) {
 // Goodput and delay per directed link, in the units the model sums.
 struct Rates {
   int n = 0;
-  std::vector<double> delay_ms, bits_per_ms, loss, rtt_ms;
+  std::vector<double> delay_ms, bits_per_ms, loss;
 
   explicit Rates(const LinkMatrix& m) : n(m.size()) {
     for (int a = 0; a < n; ++a)
@@ -70,7 +70,6 @@ struct Rates {
         delay_ms.push_back(m.at(a, b).delay_ms);
         bits_per_ms.push_back(m.GoodputMbit(a, b) * 1e3);
         loss.push_back(m.at(a, b).loss);
-        rtt_ms.push_back(m.RttMs(a, b));
       }
   }
   double Delay(int from, int to) const { return delay_ms[from * n + to]; }
@@ -87,7 +86,7 @@ struct Rates {
     const double packets = std::ceil(bytes / kMssBytes), k = std::max(1, bursts);
     const double tail_packets = std::min(packets, 3 * k);
     const double p_tail = 1 - std::pow(1 - l, tail_packets), p_mid = 1 - std::pow(1 - l, packets - tail_packets);
-    return rtt_ms[from * n + to] * (2 * p_tail + p_mid * (1 - p_tail));
+    return (Delay(from, to) + Delay(to, from)) * (2 * p_tail + p_mid * (1 - p_tail));
   }
 };
 

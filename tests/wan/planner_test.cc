@@ -36,6 +36,14 @@ const ChunkLayout kTwelveChunks(12 * 16384, 16384);
 
 Plan PlanOf(const std::string& yaml) { return Make(Job(yaml), kTwelveChunks).MakePlan(); }
 
+// Two workers in w and a shard each in p and q, 100 ms from w; the link to
+// p has `p_mbit`, the one to q 50 Mbit/s and 1% loss.
+std::string WorkersBetweenTwoShards(double p_mbit) {
+  return "regions:\n  w: {servers: 0, workers: 2}\n  p: {servers: 1, workers: 0}\n  q: {servers: 1, workers: 0}\n"
+         "wan:\n  links:\n    - {regions: [w, p], rtt_ms: 100, bandwidth_mbit: " +
+         std::to_string(p_mbit) + "}\n    - {regions: [w, q], rtt_ms: 100, bandwidth_mbit: 50, loss: 0.01}\n";
+}
+
 // The hand-solved two-region job: one worker and one shard in each of a and
 // b, 10 ms one way and 8 Mbit/s between them, plus `extra` YAML (a
 // `training:` line) and `loss` on the link.
@@ -209,16 +217,7 @@ wan: {links: [{regions: [a, b], rtt_ms: 100, bandwidth_mbit: 80, loss: 0.01}]}
 }
 
 TEST(PlannerTest, UnderBbrLossCostsOnlyTheDroppedPackets) {
-  const std::string yaml = R"(
-regions:
-  w: {servers: 0, workers: 2}
-  p: {servers: 1, workers: 0}
-  q: {servers: 1, workers: 0}
-wan:
-  links:
-    - {regions: [w, p], rtt_ms: 100, bandwidth_mbit: 10}
-    - {regions: [w, q], rtt_ms: 100, bandwidth_mbit: 50, loss: 0.01}
-)";
+  const std::string yaml = WorkersBetweenTwoShards(10);
   auto job = ParseJob(yaml, "t", {"training.staleness_bound=0", "wan.congestion_control=bbr"});
   ASSERT_TRUE(job.ok()) << job.status();
   LinkMatrix m = LinkMatrix::FromJob(*job);
@@ -275,17 +274,7 @@ regions:
 }
 
 TEST(PlannerTest, LossyLinkIsAvoided) {
-  Planner planner = Make(Job(R"(
-regions:
-  w: {servers: 0, workers: 2}
-  p: {servers: 1, workers: 0}
-  q: {servers: 1, workers: 0}
-wan:
-  links:
-    - {regions: [w, p], rtt_ms: 100, bandwidth_mbit: 50}
-    - {regions: [w, q], rtt_ms: 100, bandwidth_mbit: 50, loss: 0.01}
-)"),
-                         kTwelveChunks);
+  Planner planner = Make(Job(WorkersBetweenTwoShards(50)), kTwelveChunks);
   Plan plan = planner.MakePlan();
   EXPECT_EQ(ChunksPerServer(plan, 2), (std::vector<uint64_t>{12, 0}));
   auto balanced = planner.Predict(server::PlaceChunks(planner.layout(), 2).owner, plan.codecs, plan.links);
