@@ -59,12 +59,26 @@ double EncodedBytes(const compression::CodecSpec& spec, uint64_t n) {
   return spec.zstd_level ? raw * kZstdFactor : raw;
 }
 
+// Loss recovery and BBR's pacing, fitted to request/response exchanges
+// measured over the kernel links at 160 ms RTT and 0.1-3% loss
+// (bench/loss_cost.py; the table is in docs/planner.md). A lost packet among
+// a burst's last kTailPackets leaves too little behind it to be detected
+// from SACKs and waits for the tail-loss probe or the retransmission timer,
+// both re-armed on every ACK: kTailLossRtts. One further in is repaired
+// from the SACKs while the rest of the burst still flows: kMidLossRtts.
+constexpr double kTailPackets = 20, kTailLossRtts = 4, kMidLossRtts = 0.5;
+// Under BBR a push and its pull, however small, take at least this many
+// RTTs beyond the round trip itself: after an idle spell BBR paces a burst
+// at about the rate its last, app-limited burst was delivered at.
+constexpr double kBbrExchangeRtts = 0.85;
+
 // Goodput and delay per directed link, in the units the model sums.
 struct Rates {
   int n = 0;
+  bool bbr = false;
   std::vector<double> delay_ms, bits_per_ms, loss;
 
-  explicit Rates(const LinkMatrix& m) : n(m.size()) {
+  explicit Rates(const LinkMatrix& m) : n(m.size()), bbr(m.bbr()) {
     for (int a = 0; a < n; ++a)
       for (int b = 0; b < n; ++b) {
         delay_ms.push_back(m.at(a, b).delay_ms);
@@ -73,21 +87,23 @@ struct Rates {
       }
   }
   double Delay(int from, int to) const { return delay_ms[from * n + to]; }
+  double Rtt(int a, int b) const { return Delay(a, b) + Delay(b, a); }
   double SerializeMs(int from, int to, double bytes) const { return bytes * 8 / bits_per_ms[from * n + to]; }
   // Expected loss-recovery time of a phase that sends `bytes` as `bursts`
-  // equal bursts (one per connection) and ends when the last is in. A loss
-  // inside a burst is repaired by fast retransmit, a round trip later; a
-  // loss among a burst's last 3 packets leaves too few duplicate ACKs and
-  // waits for the tail-loss probe, about two round trips. Expected extra:
-  // 2 RTT * P(some tail lost) + RTT * P(some other lost) * P(no tail lost).
+  // equal bursts (one per connection) and ends when the last is in:
+  // RTT * (kTailLossRtts * P(some tail lost) + kMidLossRtts * P(some other
+  // lost) * P(no tail lost)).
   double RecoveryMs(int from, int to, double bytes, int bursts) const {
     const double l = loss[from * n + to];
     if (l <= 0 || bytes <= 0) return 0;
     const double packets = std::ceil(bytes / kMssBytes), k = std::max(1, bursts);
-    const double tail_packets = std::min(packets, 3 * k);
+    const double tail_packets = std::min(packets, kTailPackets * k);
     const double p_tail = 1 - std::pow(1 - l, tail_packets), p_mid = 1 - std::pow(1 - l, packets - tail_packets);
-    return (Delay(from, to) + Delay(to, from)) * (2 * p_tail + p_mid * (1 - p_tail));
+    return Rtt(from, to) * (kTailLossRtts * p_tail + kMidLossRtts * p_mid * (1 - p_tail));
   }
+  // The least time a's workers' exchange with b's shards spends sending:
+  // BBR's pacing after idle (0 under loss-based control).
+  double ExchangeFloorMs(int a, int b) const { return bbr ? kBbrExchangeRtts * Rtt(a, b) : 0; }
 };
 
 std::string Pct(double x) {
@@ -214,11 +230,14 @@ class Evaluator {
         if (p_.workers[w] > 0 && l.region_chunks[r] > 0) {
           // A burst per connection: each worker of w with each shard of r.
           const int bursts = p_.workers[w] * ShardsWithChunks(l, r);
-          const double push =
-              rates_.SerializeMs(w, r, l.push[r * R + w]) + rates_.RecoveryMs(w, r, l.push[r * R + w], bursts);
-          const double pull =
-              rates_.SerializeMs(r, w, l.pull[r * R + w]) + rates_.RecoveryMs(r, w, l.pull[r * R + w], bursts);
-          t[w * R + r] = rates_.Delay(w, r) + rates_.Delay(r, w) + (p_.overlapped ? std::max(push, pull) : push + pull);
+          const double push_serial = rates_.SerializeMs(w, r, l.push[r * R + w]);
+          const double pull_serial = rates_.SerializeMs(r, w, l.pull[r * R + w]);
+          const double push = push_serial + rates_.RecoveryMs(w, r, l.push[r * R + w], bursts);
+          const double pull = pull_serial + rates_.RecoveryMs(r, w, l.pull[r * R + w], bursts);
+          // BBR's pacing stretches the sending, not the recovery after it.
+          const double serial = p_.overlapped ? std::max(push_serial, pull_serial) : push_serial + pull_serial;
+          const double pacing = std::max(0.0, rates_.ExchangeFloorMs(w, r) - serial);
+          t[w * R + r] = rates_.Rtt(w, r) + (p_.overlapped ? std::max(push, pull) : push + pull) + pacing;
         }
     return t;
   }
@@ -489,7 +508,9 @@ LinkMatrix LinkMatrix::FromJob(const JobSpec& job) {
     s.loss = job.wan.emulation == "proxy" ? 0 : l.loss;
     s.declared = true;
   }
-  m.set_bbr(CongestionControl(job) == "bbr");
+  // Nor does any TCP sender there see the link's round trip, so nothing
+  // paces to it.
+  m.set_bbr(CongestionControl(job) == "bbr" && job.wan.emulation != "proxy");
   return m;
 }
 
@@ -795,7 +816,8 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
                 static_cast<unsigned long long>(layout.chunk_elems()), static_cast<unsigned long long>(last), S, R);
   out += Format("compute: %.1f ms per step per worker (--compute-ms); cost model: docs/planner.md\n\n",
                 planner.compute_ms());
-  out += "link matrix (one way; goodput: the bandwidth, capped under loss by the Mathis TCP model):\n";
+  out += m.bbr() ? "link matrix (one way; goodput under BBR: the bandwidth less the lost packets):\n"
+                 : "link matrix (one way; goodput: the bandwidth, capped under loss by the Mathis TCP model):\n";
   out += Format("  %-24s %9s %10s %7s %10s\n", "link", "delay ms", "Mbit/s", "loss", "goodput");
   for (int a = 0; a < R; ++a)
     for (int b = 0; b < R; ++b) {
@@ -823,7 +845,11 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
     out += Format("  %-24s %12.0f %12.0f %9.2f %12.2f %9.2f\n", (l.from + " -> " + l.to).c_str(), l.push_bytes,
                   l.pull_bytes, l.delay_ms, l.serialization_ms, l.time_ms);
   }
-  out += "\npredicted push-then-pull time per (worker region, server region):\n";
+  out += m.bbr() ? Format(
+                       "\npredicted push-then-pull time per (worker region, server region; under BBR at least "
+                       "%.2f RTT):\n",
+                       1 + kBbrExchangeRtts)
+                 : "\npredicted push-then-pull time per (worker region, server region):\n";
   for (const PairTime& t : plan.prediction.pairs)
     out +=
         Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);

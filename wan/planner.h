@@ -75,7 +75,8 @@ class LinkMatrix {
  private:
   std::vector<std::string> regions_;
   std::vector<LinkState> links_;  // [from * size() + to]
-  bool bbr_ = false;              // TCP senders pace with BBR (JobSpec wan.congestion_control)
+  bool bbr_ = false;              // TCP senders see the links and pace with BBR (JobSpec wan.congestion_control;
+                                  // false under proxy emulation)
 };
 
 // wan.congestion_control resolved: "auto" reads this machine's
