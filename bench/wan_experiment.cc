@@ -9,8 +9,8 @@
 //   wan-ssp-best  emulated links, bounded staleness, compression, the planner
 //   wan-bsp-best  the same with BSP (only when asked for by --configs)
 //   lan-local  no emulation, local SGD (rounds of --local-steps steps,
-//              averaged, overlapped with the next round), int8 pushes,
-//              fp16 pulls
+//              averaged, overlapped with the next round), int8 pushes
+//              and pulls
 //   wan-local  the same over the emulated links, with the planner
 //   ddp        PyTorch DistributedDataParallel (gloo, python3-torch) with
 //              the same model, data, batch and 6 ranks over the kernel
@@ -55,14 +55,14 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::string h = std::to_string(o.local_steps);
   const std::vector<std::string> local = {"training.local_steps=" + h, "training.overlap_rounds=true",
                                           "training.staleness_bound=0", "compression.push=int8",
-                                          "compression.pull=fp16"};
+                                          "compression.pull=int8"};
   const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd", "compression.momentum_correction=true",
-                                             "compression.pull=fp16"};
+                                             "compression.pull=int8"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push int8, pull fp16";
+  const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push and pull int8";
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}},
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},
