@@ -235,8 +235,11 @@ class Evaluator {
           const double push = push_serial + rates_.RecoveryMs(w, r, l.push[r * R + w], bursts);
           const double pull = pull_serial + rates_.RecoveryMs(r, w, l.pull[r * R + w], bursts);
           // BBR's pacing stretches the sending, not the recovery after it.
-          const double serial = p_.overlapped ? std::max(push_serial, pull_serial) : push_serial + pull_serial;
-          const double pacing = std::max(0.0, rates_.ExchangeFloorMs(w, r) - serial);
+          // With a staleness bound the next pull is asked for before the
+          // last is used, so a connection never idles a whole round and no
+          // after-idle pacing shows (measured: (d) in docs/wan.md).
+          const double pacing =
+              p_.overlapped ? 0 : std::max(0.0, rates_.ExchangeFloorMs(w, r) - push_serial - pull_serial);
           t[w * R + r] = rates_.Rtt(w, r) + (p_.overlapped ? std::max(push, pull) : push + pull) + pacing;
         }
     return t;

@@ -242,6 +242,14 @@ TEST(PlannerTest, UnderBbrAnExchangeTakesAtLeast1Point85RoundTrips) {
           PlanReport(planner, planner.MakePlan(), {}, false).find("under BBR at least 1.85 RTT") != std::string::npos,
           paced);
     }
+  // With a staleness bound the connections do not idle between pulls: no
+  // floor, only the round trip and the larger serialization.
+  auto bounded = ParseJob(TwoRegions(), "t", {"training.staleness_bound=1", "wan.congestion_control=bbr"});
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  Planner planner = Make(*bounded, ChunkLayout(1500, 1000), 5);
+  auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+  ASSERT_TRUE(pr.ok()) << pr.status();
+  EXPECT_DOUBLE_EQ(Pair(*pr, "b", "a")->ms, 24.0);
 }
 
 TEST(PlannerTest, UnderBbrLossCostsOnlyTheDroppedPackets) {
