@@ -3,7 +3,8 @@
 # runs every test (unit, integration, slow training runs), then the codecs
 # under AddressSanitizer/UBSan and each decoder's libFuzzer target for a
 # bounded time (scripts/fuzz.sh; FUZZ_SECONDS per target, default 20).
-# For the fast tests alone: ctest --test-dir build -L fast
+# For the fast tests alone: ctest --test-dir build -L fast (unit tests alone,
+# components in-process: -L unit; integration tests: -L integration)
 # The full build under ASan/UBSan (scripts/sanitize.sh) is not run here: it
 # adds about 20 minutes on 2 cores (docs/wire.md, "Fuzzing and sanitizers").
 set -euo pipefail
