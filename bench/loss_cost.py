@@ -92,7 +92,7 @@ def main():
     ap.add_argument("--request", type=int, default=16400, help="bytes client -> server per exchange")
     ap.add_argument("--response", type=int, default=32800, help="bytes server -> client per exchange")
     ap.add_argument("--rounds", type=int, default=200, help="exchanges (at most 5000)")
-    ap.add_argument("--gap-ms", type=float, default=200, help="idle time between exchanges")
+    ap.add_argument("--gap-ms", type=float, default=150, help="idle time between exchanges")
     ap.add_argument("--cc", default="", help="congestion control for both ends (default: the system's)")
     ap.add_argument("--role", choices=["server", "client", "both"], default="both", help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -848,11 +848,12 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
     out += Format("  %-24s %12.0f %12.0f %9.2f %12.2f %9.2f\n", (l.from + " -> " + l.to).c_str(), l.push_bytes,
                   l.pull_bytes, l.delay_ms, l.serialization_ms, l.time_ms);
   }
-  out += m.bbr() ? Format(
-                       "\npredicted push-then-pull time per (worker region, server region; under BBR at least "
-                       "%.2f RTT):\n",
-                       1 + kBbrExchangeRtts)
-                 : "\npredicted push-then-pull time per (worker region, server region):\n";
+  out += m.bbr() && !planner.overlapped()
+             ? Format(
+                   "\npredicted push-then-pull time per (worker region, server region; under BBR at least "
+                   "%.2f RTT):\n",
+                   1 + kBbrExchangeRtts)
+             : "\npredicted push-then-pull time per (worker region, server region):\n";
   for (const PairTime& t : plan.prediction.pairs)
     out +=
         Format("  %-32s %9.2f ms\n", (t.worker_region + " workers <-> " + t.server_region + " servers").c_str(), t.ms);
