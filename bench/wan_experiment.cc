@@ -68,7 +68,7 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},
       {"wan-ssp", "WAN, fp32, staleness bound " + bound, {"training.staleness_bound=" + bound, "wan.planner=false"}},
       {"wan-ssp-best",
-       "WAN, staleness bound " + bound + ", push topk:0.005+zstd with momentum correction, pull fp16, planner",
+       "WAN, staleness bound " + bound + ", push topk:0.005+zstd with momentum correction, pull int8, planner",
        with({"training.staleness_bound=" + bound, "wan.planner=true"}, compress)},
       {"wan-bsp-best", "WAN, BSP, the same compression, planner",
        with({"training.staleness_bound=0", "wan.planner=true"}, compress), "", false, false},
