@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "deploy/emulated_wan.h"
 
 namespace geodesic::bench {

@@ -9,7 +9,7 @@
 
 #include "bench/bench.h"
 #include "common/files.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/log.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"

@@ -15,7 +15,7 @@
 
 #include "bench/bench.h"
 #include "common/files.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/log.h"
 #include "deploy/process.h"
 

@@ -27,9 +27,9 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "deploy/process.h"
-#include "server/member_client.h"
-#include "wan/message.h"
-#include "wan/security.h"
+#include "cluster/member_client.h"
+#include "transport/message.h"
+#include "transport/security.h"
 #include "worker/ps_client.h"
 
 namespace geodesic::bench {
@@ -101,8 +101,8 @@ struct Cluster {
 // and tokens as the launcher gives them).
 struct Rig {
   Cluster cluster;
-  wan::TrafficCounters counters;
-  std::unique_ptr<server::MemberClient> member;
+  transport::TrafficCounters counters;
+  std::unique_ptr<cluster::MemberClient> member;
   std::unique_ptr<worker::PsClient> ps;
   std::shared_ptr<float[]> params, grad;
   std::vector<worker::PulledChunk> pulled;
@@ -116,10 +116,10 @@ struct Rig {
     const bool secure = job.security.mode == "curve";
     std::string secret;
     if (secure) {
-      GD_ASSIGN_OR_RETURN(secret, wan::LoadSecret(job.security.secret_file));
+      GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file));
     }
     auto token = [&](const std::string& role) {
-      return wan::MintToken(secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = wan::UnixNow() + 86400});
+      return transport::MintToken(secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = transport::UnixNow() + 86400});
     };
     std::filesystem::remove(dir + "/coord");
     std::vector<std::string> cargs = {
@@ -130,13 +130,13 @@ struct Rig {
     std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
     if (coord.empty()) return Unavailable("the coordinator did not start; see " + dir + "/coordinator.log");
     std::vector<std::string> sargs = {exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord};
-    server::MemberOptions mo;
-    wan::CurveKeyPair keys;
+    cluster::MemberOptions mo;
+    transport::CurveKeyPair keys;
     if (secure) {
       GD_ASSIGN_OR_RETURN(std::string server_token, token("server"));
       GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/server.token", server_token, false, 0600));
       sargs.insert(sargs.end(), {"--coordinator-key-file", dir + "/coord.key", "--token-file", dir + "/server.token"});
-      GD_ASSIGN_OR_RETURN(keys, wan::GenerateCurveKeyPair());
+      GD_ASSIGN_OR_RETURN(keys, transport::GenerateCurveKeyPair());
       GD_ASSIGN_OR_RETURN(std::string coord_key, ReadFile(dir + "/coord.key"));
       mo.curve = {.keys = keys, .server_key = coord_key};
       GD_ASSIGN_OR_RETURN(mo.token, token("worker"));
@@ -152,7 +152,7 @@ struct Rig {
     mo.model.set_layout_digest(1);
     mo.timing = job.membership;
     mo.max_message_bytes = job.wire.max_message_bytes;
-    member = std::make_unique<server::MemberClient>(ctx, mo, &counters, RealClock::Get());
+    member = std::make_unique<cluster::MemberClient>(ctx, mo, &counters, RealClock::Get());
     GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member->Join(stop));
     member->Start(nullptr);
     worker::PsClientOptions po;
@@ -286,7 +286,7 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
       secured.security.mode = "curve";
       secured.security.secret_file = dir + "/secret";
       if (!std::filesystem::exists(secured.security.secret_file))
-        GD_RETURN_IF_ERROR(wan::CreateSecretFile(secured.security.secret_file));
+        GD_RETURN_IF_ERROR(transport::CreateSecretFile(secured.security.secret_file));
       rigs.push_back(std::make_unique<Rig>());
       GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/curve", secured, ctx, floats, stop));
     }

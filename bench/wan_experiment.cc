@@ -32,7 +32,7 @@
 #include "bench/bench.h"
 #include "bench/run_job.h"
 #include "common/files.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/log.h"
 #include "deploy/process.h"
 

@@ -15,15 +15,15 @@
 
 #include "bench/bench.h"
 #include "common/files.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/log.h"
 #include "deploy/launcher.h"
 #include "server/checkpoint.h"
 #include "server/coordinator.h"
 #include "server/server.h"
 #include "wan/planner.h"
-#include "wan/routes.h"
-#include "wan/security.h"
+#include "transport/routes.h"
+#include "transport/security.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -90,17 +90,17 @@ struct MemberSecurityFlags {
   }
 };
 
-geodesic::StatusOr<geodesic::wan::MemberCredentials> MemberCredentials(const geodesic::JobSpec& job,
+geodesic::StatusOr<geodesic::transport::MemberCredentials> MemberCredentials(const geodesic::JobSpec& job,
                                                                        const MemberSecurityFlags& f) {
   using namespace geodesic;
-  wan::MemberCredentials c;
+  transport::MemberCredentials c;
   if (job.security.mode != "curve") return c;
-  GD_ASSIGN_OR_RETURN(c.keys, wan::GenerateCurveKeyPair());
+  GD_ASSIGN_OR_RETURN(c.keys, transport::GenerateCurveKeyPair());
   if (f.coordinator_key_file.empty())
     return InvalidArgument("security.mode is curve: --coordinator-key-file is required");
   GD_ASSIGN_OR_RETURN(std::string key, ReadFile(f.coordinator_key_file));
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
-  if (!wan::IsCurveKey(key))
+  if (!transport::IsCurveKey(key))
     return InvalidArgument("--coordinator-key-file " + f.coordinator_key_file +
                            ": not a CURVE public key (40 Z85 characters)");
   c.coordinator_key = key;
@@ -122,7 +122,7 @@ geodesic::StatusOr<std::string> JobSecret(const geodesic::JobSpec& job, const st
   std::string path = flag.empty() ? job.security.secret_file : flag;
   if (path.empty())
     return geodesic::InvalidArgument("security.mode is curve: give --secret-file or set security.secret_file");
-  return geodesic::wan::LoadSecret(path);
+  return geodesic::transport::LoadSecret(path);
 }
 
 struct PlanFlags {
@@ -141,10 +141,10 @@ int RunPlan(const PlanFlags& f) {
   if (!job.ok()) return Fail(job.status());
   auto model = worker::FlatModel::Create(job->model, job->seed);
   if (!model.ok()) return Fail(model.status());
-  const server::ChunkLayout layout((*model)->num_params(), server::ChunkElemsFor(job->wire.chunk_bytes));
+  const cluster::ChunkLayout layout((*model)->num_params(), cluster::ChunkElemsFor(job->wire.chunk_bytes));
   auto planner = wan::Planner::Create(*job, layout, f.options);
   if (!planner.ok()) return Fail(planner.status());
-  const std::vector<int32_t> balanced = server::PlaceChunks(layout, job->NumServers()).owner;
+  const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;
   const wan::Plan plan = planner->MakePlan(planner->declared_links(), {balanced});
   std::cout << wan::PlanReport(*planner, plan, {{"bytes-balanced", balanced}}, f.json);
   return 0;
@@ -395,8 +395,8 @@ int main(int argc, char** argv) {
   InstallSignalHandlers();
 
   auto load = [](const JobFlags& f) -> StatusOr<JobSpec> {
-    GD_ASSIGN_OR_RETURN(auto routes, wan::ParseRoutes(f.routes));
-    wan::SetRoutes(std::move(routes));
+    GD_ASSIGN_OR_RETURN(auto routes, transport::ParseRoutes(f.routes));
+    transport::SetRoutes(std::move(routes));
     return LoadJobFile(f.job_file, f.overrides);
   };
 
@@ -418,7 +418,7 @@ int main(int argc, char** argv) {
       if (!secret.ok()) return Fail(secret.status());
       coord.coordinator.secret = *secret;
       auto keys =
-          coord_keypair_file.empty() ? wan::GenerateCurveKeyPair() : wan::LoadOrCreateKeyPair(coord_keypair_file);
+          coord_keypair_file.empty() ? transport::GenerateCurveKeyPair() : transport::LoadOrCreateKeyPair(coord_keypair_file);
       if (!keys.ok()) return Fail(keys.status());
       coord.keys = *keys;
     }
@@ -504,11 +504,11 @@ int main(int argc, char** argv) {
       return Fail(InvalidArgument(token_job + ": security.mode is " + job->security.mode + "; tokens need curve"));
     auto secret = JobSecret(*job, token_secret);
     if (!secret.ok()) return Fail(secret.status());
-    auto token = wan::MintToken(
+    auto token = transport::MintToken(
         *secret, {.job = job->name,
                   .role = token_role,
                   .id = token_id,
-                  .expiry_unix = wan::UnixNow() + (token_ttl > 0 ? token_ttl : job->security.token_ttl_s)});
+                  .expiry_unix = transport::UnixNow() + (token_ttl > 0 ? token_ttl : job->security.token_ttl_s)});
     if (!token.ok()) return Fail(token.status());
     std::cout << *token << std::endl;
     return 0;

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "wan/link_emulator.h"
 #include "wan/probe.h"

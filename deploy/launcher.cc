@@ -22,7 +22,7 @@
 
 #include "common/files.h"
 #include "common/histogram.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/log.h"
 #include "common/push_ledger.h"
 #include "compression/codec.h"
@@ -30,8 +30,8 @@
 #include "deploy/netns.h"
 #include "deploy/process.h"
 #include "server/checkpoint.h"
-#include "wan/message.h"
-#include "wan/security.h"
+#include "transport/message.h"
+#include "transport/security.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -92,18 +92,18 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
 
 // A status client's CURVE settings and `client` token in a secured job
 // (nothing in a plaintext one).
-StatusOr<std::pair<wan::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
+StatusOr<std::pair<transport::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
                                                                  const std::string& key_file, int64_t ttl_s = 0) {
-  if (job.security.mode != "curve") return std::pair<wan::CurveSocket, std::string>{};
-  wan::CurveSocket curve;
-  GD_ASSIGN_OR_RETURN(curve.keys, wan::GenerateCurveKeyPair());
+  if (job.security.mode != "curve") return std::pair<transport::CurveSocket, std::string>{};
+  transport::CurveSocket curve;
+  GD_ASSIGN_OR_RETURN(curve.keys, transport::GenerateCurveKeyPair());
   GD_ASSIGN_OR_RETURN(curve.server_key, ReadFile(key_file));
   GD_ASSIGN_OR_RETURN(
       std::string token,
-      wan::MintToken(secret, {.job = job.name,
+      transport::MintToken(secret, {.job = job.name,
                               .role = "client",
                               .id = -1,
-                              .expiry_unix = wan::UnixNow() + (ttl_s > 0 ? ttl_s : job.security.token_ttl_s)}));
+                              .expiry_unix = transport::UnixNow() + (ttl_s > 0 ? ttl_s : job.security.token_ttl_s)}));
   return std::pair{curve, token};
 }
 
@@ -120,10 +120,10 @@ std::string Timestamp() {
 // connects as a CURVE client and sends a `client` join token.
 class StatusProbe {
  public:
-  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint, const wan::CurveSocket& curve = {},
+  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint, const transport::CurveSocket& curve = {},
               std::string token = "")
       : socket_(ctx, zmq::socket_type::dealer,
-                wan::SocketOptions{.job = job.name,
+                transport::SocketOptions{.job = job.name,
                                    .role = wire::CLIENT,
                                    .id = 0,
                                    .max_message_bytes = job.wire.max_message_bytes,
@@ -157,8 +157,8 @@ class StatusProbe {
   bool Wait(int ms) { return socket_.WaitReadable(ms); }
 
  private:
-  wan::TrafficCounters counters_;
-  wan::Socket socket_;
+  transport::TrafficCounters counters_;
+  transport::Socket socket_;
   std::string token_;
   bool outstanding_ = false;
   std::chrono::steady_clock::time_point sent_{};
@@ -468,11 +468,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   std::filesystem::remove(keypair_path);
   std::string secret_path, secret;
   if (secure) {
-    GD_RETURN_IF_ERROR(wan::RequireCurve());
+    GD_RETURN_IF_ERROR(transport::RequireCurve());
     secret_path = job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file;
     if (job.security.secret_file.empty() && !std::filesystem::exists(secret_path))
-      GD_RETURN_IF_ERROR(wan::CreateSecretFile(secret_path));
-    GD_ASSIGN_OR_RETURN(secret, wan::LoadSecret(secret_path));
+      GD_RETURN_IF_ERROR(transport::CreateSecretFile(secret_path));
+    GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(secret_path));
     GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/tokens"));
     std::filesystem::permissions(run_dir + "/tokens", std::filesystem::perms::owner_all);
   }
@@ -482,9 +482,9 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
     if (!secure) return std::vector<std::string>{};
     GD_ASSIGN_OR_RETURN(
         std::string token,
-        wan::MintToken(
+        transport::MintToken(
             secret,
-            {.job = job.name, .role = role, .id = id, .expiry_unix = wan::UnixNow() + job.security.token_ttl_s}));
+            {.job = job.name, .role = role, .id = id, .expiry_unix = transport::UnixNow() + job.security.token_ttl_s}));
     std::string file = run_dir + "/tokens/" + name + ".token";
     GD_RETURN_IF_ERROR(WriteFileAtomic(file, token + "\n", /*durable=*/false, 0600));
     return std::vector<std::string>{"--coordinator-key-file", key_path, "--token-file", file};
@@ -1192,7 +1192,7 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   if (job.security.mode == "curve") {
     // Whoever may read the job's secret may ask; a client token lives a minute.
     GD_ASSIGN_OR_RETURN(
-        secret, wan::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file));
+        secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file));
   }
   GD_ASSIGN_OR_RETURN(auto security, ProbeSecurity(job, secret, run_dir + "/coordinator.key", 60));
   zmq::context_t ctx(1);

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 
 namespace geodesic::deploy {

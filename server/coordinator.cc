@@ -106,8 +106,8 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   if (o.backups)
     for (int i = 0; i < o.num_servers; ++i) o.backup_regions.push_back(job.RegionOfBackup(i).name);
   if (!job.wan.links.empty()) {
-    o.place = [job](const ChunkLayout& layout, std::string* note, double* predicted_step_ms) {
-      ShardMap balanced = PlaceChunks(layout, job.NumServers());
+    o.place = [job](const cluster::ChunkLayout& layout, std::string* note, double* predicted_step_ms) {
+      cluster::ShardMap balanced = cluster::PlaceChunks(layout, job.NumServers());
       // Codec choices need every process to agree; the coordinator plans
       // placement only, with the job's own codecs (geodesic plan shows codecs).
       JobSpec j = job;
@@ -297,7 +297,7 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     // Before anything else, so that a refused registration changes nothing.
     if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
     // A backup joins with a server token for its shard.
-    auto claims = wan::VerifyToken(options_.secret, req.token(), options_.job_name,
+    auto claims = transport::VerifyToken(options_.secret, req.token(), options_.job_name,
                                    RoleName(role == wire::BACKUP ? wire::SERVER : role), id, options_.unix_now());
     if (!claims.ok()) return claims.status();
   }
@@ -335,17 +335,17 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (role == wire::WORKER) {
     const auto& sig = req.model();
     if (sig.num_params() == 0) return InvalidArgument("worker registration without a model signature");
-    GD_RETURN_IF_ERROR(CheckLayout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes))
+    GD_RETURN_IF_ERROR(cluster::CheckLayout(sig.num_params(), cluster::ChunkElemsFor(options_.chunk_bytes))
                            .Annotate("worker " + std::to_string(id) + "'s model (" + sig.name() + ")"));
     if (!model_) {
       model_ = sig;
-      ChunkLayout layout(sig.num_params(), ChunkElemsFor(options_.chunk_bytes));
+      cluster::ChunkLayout layout(sig.num_params(), cluster::ChunkElemsFor(options_.chunk_bytes));
       if (options_.place) {
         shard_map_ = options_.place(layout, &plan_note_, &planned_step_ms_);
         GD_LOG(INFO) << plan_note_;
         if (options_.replan.enabled) planner_.reset();  // Tick makes it for this layout
       } else {
-        shard_map_ = PlaceChunks(layout, options_.num_servers);
+        shard_map_ = cluster::PlaceChunks(layout, options_.num_servers);
       }
     } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest()) {
       return InvalidArgument("worker " + std::to_string(id) + "'s model (" + sig.name() + ", " +
@@ -825,9 +825,9 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
     return FailedPrecondition("coordinator state for " + std::to_string(s.servers_size()) + " servers and " +
                               std::to_string(s.workers_size()) + " workers; this job has " +
                               std::to_string(options_.num_servers) + " and " + std::to_string(options_.num_workers));
-  std::optional<ShardMap> map;
+  std::optional<cluster::ShardMap> map;
   if (s.has_shard_map()) {
-    auto m = ShardMap::FromWire(s.shard_map(), options_.num_servers);
+    auto m = cluster::ShardMap::FromWire(s.shard_map(), options_.num_servers);
     if (!m.ok()) return m.status().Annotate("coordinator state");
     map = *m;
   }
@@ -898,9 +898,9 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
   wire::Header reply;
   auto refuse = [&](const ::geodesic::Status& s) {
     *refused = true;
-    GD_LOG(WARNING) << "refused " << wan::BodyName(h) << " from " << RoleName(h.sender_role()) << " " << h.sender_id()
+    GD_LOG(WARNING) << "refused " << transport::BodyName(h) << " from " << RoleName(h.sender_role()) << " " << h.sender_id()
                     << ": " << s;
-    reply.mutable_error_reply()->set_code(wan::ToWire(s.code()));
+    reply.mutable_error_reply()->set_code(transport::ToWire(s.code()));
     reply.mutable_error_reply()->set_message(s.message());
     return reply;
   };
@@ -924,8 +924,8 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
     case wire::Header::kStatusRequest: {
       if (secure() && !IsMemberKey(peer_key)) {
         auto claims = peer_key.empty()
-                          ? StatusOr<wan::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
-                          : wan::VerifyToken(options_.secret, h.status_request().token(), options_.job_name, "client",
+                          ? StatusOr<transport::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
+                          : transport::VerifyToken(options_.secret, h.status_request().token(), options_.job_name, "client",
                                              0, options_.unix_now());
         if (!claims.ok()) return refuse(claims.status());
       }
@@ -933,7 +933,7 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
       return reply;
     }
     default:
-      return refuse(InvalidArgument("the coordinator does not serve " + wan::BodyName(h)));
+      return refuse(InvalidArgument("the coordinator does not serve " + transport::BodyName(h)));
   }
 }
 
@@ -944,21 +944,21 @@ Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx,
       clock_(clock),
       ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
-              wan::SocketOptions{.job = options_.coordinator.job_name,
+              transport::SocketOptions{.job = options_.coordinator.job_name,
                                  .role = wire::COORDINATOR,
                                  .id = 0,
                                  .max_message_bytes = options_.coordinator.max_message_bytes,
-                                 .curve = wan::CurveSocket{.keys = options_.keys, .server_key = {}}},
+                                 .curve = transport::CurveSocket{.keys = options_.keys, .server_key = {}}},
               &counters_),
       state_(options_.coordinator, clock) {}
 
-void Coordinator::Reply(const wan::Message& request, wire::Header reply) {
+void Coordinator::Reply(const transport::Message& request, wire::Header reply) {
   reply.set_request_id(request.header.request_id());
   Status s = socket_.Send(std::move(reply), {}, request.peer);
   if (!s.ok()) GD_LOG(WARNING) << "reply to " << request.header.sender_id() << " failed: " << s;
 }
 
-void Coordinator::Handle(wan::Message& m) {
+void Coordinator::Handle(transport::Message& m) {
   bool refused = false;
   std::optional<wire::Header> reply = state_.Answer(m.header, m.peer_key, &refused);
   if (refused) counters_.messages_refused++;
@@ -1042,7 +1042,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   }
   if (!options_.keys.secret_key.empty()) {
     if (options_.coordinator.secret.empty()) return FailedPrecondition("a secured coordinator needs the job secret");
-    zap_ = std::make_unique<wan::ZapHandler>(ctx_, /*admit_any=*/true);
+    zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/true);
     GD_RETURN_IF_ERROR(zap_->Start());
     if (!options_.key_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.key_file, options_.keys.public_key));
   }

@@ -21,14 +21,14 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
-#include "server/chunking.h"
-#include "wan/message.h"
+#include "cluster/chunking.h"
+#include "transport/message.h"
 #include "wan/planner.h"
-#include "wan/security.h"
+#include "transport/security.h"
 
 namespace geodesic::server {
 
@@ -85,17 +85,17 @@ struct CoordinatorOptions {
   int backups = 0;
   std::vector<std::string> backup_regions;  // per server id (may be empty)
   std::vector<std::string> worker_regions;  // per worker id (may be empty)
-  // Places the chunks once the model is known; unset: PlaceChunks (bytes-
+  // Places the chunks once the model is known; unset: cluster::PlaceChunks (bytes-
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
-  std::function<ShardMap(const ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
+  std::function<cluster::ShardMap(const cluster::ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
   // A resumed job: the clock each worker starts at (from its ResumePlan);
   // empty: every worker starts at 0.
   std::vector<int64_t> worker_start_clocks;
   // Secured jobs (security.mode curve): the job secret that join tokens are
   // checked against. Empty: plaintext, no tokens, no keys.
   std::string secret;
-  std::function<int64_t()> unix_now = wan::UnixNow;  // token expiry clock
+  std::function<int64_t()> unix_now = transport::UnixNow;  // token expiry clock
   ReplanOptions replan;
 
   static CoordinatorOptions FromJob(const JobSpec& job);
@@ -119,7 +119,7 @@ class CoordinatorState {
   const CoordinatorOptions& options() const { return options_; }
   wire::HeartbeatReply Heartbeat(wire::Role role, int id, const wire::Heartbeat& heartbeat);
   void Leave(wire::Role role, int id);
-  // Answers one request that passed the framing checks (wan::DecodeFrames),
+  // Answers one request that passed the framing checks (transport::DecodeFrames),
   // by its body: the reply to send, or nullopt for none (a LeaveRequest).
   // A request the coordinator does not serve or refuses is answered with an
   // ErrorReply and sets `*refused`. `peer_key`: the CURVE key the request
@@ -137,7 +137,7 @@ class CoordinatorState {
   // Who the rendezvous still waits for, e.g. "server 1; workers 2,3".
   std::string WaitingFor() const;
   double training_seconds() const;
-  std::optional<ShardMap> shard_map() const { return shard_map_; }
+  std::optional<cluster::ShardMap> shard_map() const { return shard_map_; }
   const std::string& plan_note() const { return plan_note_; }
   double planned_step_ms() const { return planned_step_ms_; }
   uint64_t membership_epoch() const { return epoch_; }
@@ -200,7 +200,7 @@ class CoordinatorState {
   };
   struct Migration {
     ReplanRecord record;
-    ShardMap new_map;
+    cluster::ShardMap new_map;
     wan::Plan plan;
     bool transfer = false;
     int raises = 0;
@@ -236,7 +236,7 @@ class CoordinatorState {
   Member evaluator_;
   bool evaluator_seen_ = false;
   std::optional<wire::ModelSignature> model_;
-  std::optional<ShardMap> shard_map_;
+  std::optional<cluster::ShardMap> shard_map_;
   std::string plan_note_;       // the planner's report, if it placed the chunks
   double planned_step_ms_ = 0;  // its predicted step time
   bool started_ = false;
@@ -265,7 +265,7 @@ struct CoordinatorProcessOptions {
   std::string state_file;
   // Secured jobs: the coordinator's CURVE keypair; its public key is written
   // to `key_file` (if set) next to the endpoint, for members to connect with.
-  wan::CurveKeyPair keys;
+  transport::CurveKeyPair keys;
   std::string key_file;
   // Bumped (e.g. by a SIGUSR2 handler, `geodesic wan replan RUN_DIR`) to ask
   // for a re-plan now (jobs with wan.replan).
@@ -279,8 +279,8 @@ class Coordinator {
   Status Run(const std::atomic<bool>* stop);
 
  private:
-  void Handle(wan::Message& m);
-  void Reply(const wan::Message& request, wire::Header reply);
+  void Handle(transport::Message& m);
+  void Reply(const transport::Message& request, wire::Header reply);
   void WriteStats() const;
   // Rewrites the state file if the state changed (at most every 200 ms
   // unless `now`).
@@ -292,9 +292,9 @@ class Coordinator {
   TimePoint saved_at_{};
   const Clock* clock_;
   zmq::context_t& ctx_;
-  wan::TrafficCounters counters_;
-  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
-  wan::Socket socket_;
+  transport::TrafficCounters counters_;
+  std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
+  transport::Socket socket_;
   CoordinatorState state_;
 };
 

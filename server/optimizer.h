@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 
 namespace geodesic::server {
 

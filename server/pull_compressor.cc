@@ -5,14 +5,14 @@
 namespace geodesic::server {
 namespace {
 
-wan::Payload Fp32Payload(const ShardState::Snapshot& snap, uint64_t n) {
-  return wan::Payload{snap.values.get(), n * sizeof(float),
+transport::Payload Fp32Payload(const ShardState::Snapshot& snap, uint64_t n) {
+  return transport::Payload{snap.values.get(), n * sizeof(float),
                       std::shared_ptr<const void>(snap.values, snap.values.get())};
 }
 
 }  // namespace
 
-StatusOr<wan::Payload> PullCompressor::Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
+StatusOr<transport::Payload> PullCompressor::Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
                                               const ShardState::Snapshot& snap, bool full, wire::ChunkData* d) {
   const uint64_t n = layout_.Size(chunk);
   d->set_codec(wire::FP32);
@@ -26,7 +26,7 @@ StatusOr<wan::Payload> PullCompressor::Encode(int worker, const compression::Cod
     compression::PayloadInfo info;
     GD_RETURN_IF_ERROR(enc.Encode(snap.values.get(), n, out.get(), &info, nullptr));
     info.ToWire(d);
-    return wan::Payload{out->data(), out->size(), std::shared_ptr<const void>(out, out->data())};
+    return transport::Payload{out->data(), out->size(), std::shared_ptr<const void>(out, out->data())};
   }
 
   WorkerState& w = copies_[worker];
@@ -57,7 +57,7 @@ StatusOr<wan::Payload> PullCompressor::Encode(int worker, const compression::Cod
   d->set_delta(true);
   d->set_base_seq(copy.seq);
   ++copy.seq;
-  return wan::Payload{out->data(), out->size(), std::shared_ptr<const void>(out, out->data())};
+  return transport::Payload{out->data(), out->size(), std::shared_ptr<const void>(out, out->data())};
 }
 
 }  // namespace geodesic::server

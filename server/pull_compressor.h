@@ -19,21 +19,21 @@
 #include "common/status.h"
 #include "compression/codec.h"
 #include "proto/geodesic.pb.h"
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 #include "server/shard.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
 namespace geodesic::server {
 
 class PullCompressor {
  public:
-  PullCompressor(ChunkLayout layout, uint64_t seed) : layout_(layout), seed_(seed) {}
+  PullCompressor(cluster::ChunkLayout layout, uint64_t seed) : layout_(layout), seed_(seed) {}
 
   // Fills `d` (chunk id, element count and version already set; codec,
   // delta and base_seq set here) and returns the payload for `chunk` of
   // `snap` for `worker` under `codec`. `full` forces exact values and
   // restarts the worker's copy.
-  StatusOr<wan::Payload> Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
+  StatusOr<transport::Payload> Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
                                 const ShardState::Snapshot& snap, bool full, wire::ChunkData* d);
 
   // Drops a worker's copies (it left the job).
@@ -57,7 +57,7 @@ class PullCompressor {
     std::map<uint32_t, Copy> chunks;
   };
 
-  ChunkLayout layout_;
+  cluster::ChunkLayout layout_;
   uint64_t seed_;
   std::map<int, WorkerState> copies_;
   std::vector<float> delta_, sent_;

@@ -29,7 +29,7 @@ Handled Refused(std::string reason, Status status) {
 
 }  // namespace
 
-Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const wan::Message& m,
+Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
                                       const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
                                       std::string* reason, std::vector<const float*>* values) {
   values->clear();
@@ -99,7 +99,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
   return Status::Ok();
 }
 
-Handled ApplyInit(const ShardContext& ctx, const wan::Message& m) {
+Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.init_request();
   if (m.header.sender_role() != wire::WORKER)
     return Refused("bad_sender", InvalidArgument("only workers send initial values"));
@@ -118,7 +118,7 @@ Handled ApplyInit(const ShardContext& ctx, const wan::Message& m) {
   return h;
 }
 
-Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
+Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
   if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= ctx.num_workers)
@@ -176,7 +176,7 @@ Handled ApplyPush(const ShardContext& ctx, const wan::Message& m) {
   return h;
 }
 
-wire::Header ReplicateOp(uint64_t seq, const wan::Message& taken) {
+wire::Header ReplicateOp(uint64_t seq, const transport::Message& taken) {
   wire::Header h;
   auto* r = h.mutable_replicate_request();
   r->set_seq(seq);
@@ -199,18 +199,18 @@ wire::Header ReplicateMembership(uint64_t seq, const std::vector<int>& live, con
   return h;
 }
 
-std::vector<wan::Payload> TakeFrames(wan::Message& m) {
-  std::vector<wan::Payload> out;
+std::vector<transport::Payload> TakeFrames(transport::Message& m) {
+  std::vector<transport::Payload> out;
   out.reserve(m.frames.size());
   for (auto& f : m.frames) {
     auto owner = std::make_shared<zmq::message_t>(std::move(f));
-    out.push_back(wan::Payload{.data = owner->data(), .size = owner->size(), .owner = owner});
+    out.push_back(transport::Payload{.data = owner->data(), .size = owner->size(), .owner = owner});
   }
   m.frames.clear();
   return out;
 }
 
-Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Message& m) {
+Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport::Message& m) {
   const auto& req = m.header.replicate_request();
   if (m.header.sender_role() != wire::SERVER || m.header.sender_id() != ctx.server_id)
     return Refused("bad_sender", PermissionDenied("only server " + std::to_string(ctx.server_id) +
@@ -230,7 +230,7 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Mess
   switch (req.op_case()) {
     case wire::ReplicateRequest::kInit:
     case wire::ReplicateRequest::kPush: {
-      wan::Message inner;
+      transport::Message inner;
       inner.peer = m.peer;
       inner.header.set_protocol(m.header.protocol());
       inner.header.set_job(m.header.job());
@@ -277,7 +277,7 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Mess
   return h;
 }
 
-Status ValidatePull(const ShardState& shard, int server_id, const wan::Message& m, std::string* reason,
+Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, std::string* reason,
                     std::vector<uint32_t>* chunks) {
   const auto& req = m.header.pull_request();
   const wire::Role role = m.header.sender_role();

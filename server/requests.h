@@ -15,7 +15,7 @@
 #include "proto/geodesic.pb.h"
 #include "server/consistency.h"
 #include "server/shard.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
 namespace geodesic::server {
 
@@ -44,7 +44,7 @@ class RequestDecoder {
   // within kMaxValueMagnitude. On success `values` holds each chunk's
   // values (in the frame for aligned fp32, else decoded into this object's
   // buffers, valid until the next call).
-  Status ValidateChunks(const ShardState& shard, int server_id, const wan::Message& m,
+  Status ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
                         const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, std::string* reason,
                         std::vector<const float*>* values);
 
@@ -72,8 +72,8 @@ struct Handled {
   uint32_t taken = 0;      // ApplyReplicate: chunks of the replicated push applied (APPLIED) here
 };
 
-Handled ApplyInit(const ShardContext& ctx, const wan::Message& m);
-Handled ApplyPush(const ShardContext& ctx, const wan::Message& m);
+Handled ApplyInit(const ShardContext& ctx, const transport::Message& m);
+Handled ApplyPush(const ShardContext& ctx, const transport::Message& m);
 
 // Replication (replication.backups 1, docs/reliability.md).
 //
@@ -81,9 +81,9 @@ Handled ApplyPush(const ShardContext& ctx, const wan::Message& m);
 // a push, validated and applied), or a live-set change (`live`, `clocks` as
 // given to ClockTable::SetLive), as sequence number `seq`. Payload frames go
 // separately: TakeFrames(m) hands the request's frames over zero-copy.
-wire::Header ReplicateOp(uint64_t seq, const wan::Message& taken);
+wire::Header ReplicateOp(uint64_t seq, const transport::Message& taken);
 wire::Header ReplicateMembership(uint64_t seq, const std::vector<int>& live, const std::vector<int64_t>& clocks);
-std::vector<wan::Payload> TakeFrames(wan::Message& m);
+std::vector<transport::Payload> TakeFrames(transport::Message& m);
 
 // Backup side: checks and applies one ReplicateRequest. Refused unless it
 // comes from this shard's primary (role SERVER, id ctx.server_id), carries
@@ -93,12 +93,12 @@ std::vector<wan::Payload> TakeFrames(wan::Message& m);
 // so it is validated again; a membership op installs the live set and
 // closes rounds. On success `reply` is the ReplicateAck and *applied_seq
 // advanced. Consumes m's frames.
-Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, wan::Message& m);
+Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport::Message& m);
 
 // Checks a pull request: sender role, a non-negative clock below kMaxClock,
 // no payload, chunk ids owned and unique. On success `chunks` holds the
 // chunks to read (every owned one when the request names none).
-Status ValidatePull(const ShardState& shard, int server_id, const wan::Message& m, std::string* reason,
+Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, std::string* reason,
                     std::vector<uint32_t>* chunks);
 
 }  // namespace geodesic::server

@@ -23,25 +23,25 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
       clock_(clock),
       ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
-              wan::SocketOptions{.job = options_.job.name,
+              transport::SocketOptions{.job = options_.job.name,
                                  .role = wire::SERVER,
                                  .id = options_.id,
                                  .max_message_bytes = options_.job.wire.max_message_bytes,
-                                 .curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
+                                 .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
               &counters_),
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()) {}
 
-void Server::Refuse(const wan::Message& m, const std::string& reason, const Status& status) {
+void Server::Refuse(const transport::Message& m, const std::string& reason, const Status& status) {
   refused_[reason]++;
   counters_.messages_refused++;
-  GD_LOG(WARNING) << "refused " << wan::BodyName(m.header) << " from "
+  GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from "
                   << (m.header.sender_role() == wire::WORKER ? "worker " : "peer ") << m.header.sender_id() << " ("
                   << reason << "): " << status.message();
   if (m.peer.empty()) return;
   wire::Header reply;
   reply.set_request_id(m.header.request_id());
-  reply.mutable_error_reply()->set_code(wan::ToWire(status.code()));
+  reply.mutable_error_reply()->set_code(transport::ToWire(status.code()));
   reply.mutable_error_reply()->set_message(status.message());
   reply.mutable_error_reply()->set_reason(reason);
   (void)socket_.Send(std::move(reply), {}, m.peer);
@@ -67,7 +67,7 @@ void Server::Authorize(const wire::HeartbeatReply& r) {
   if (!r.primary_key().empty()) primary_key_ = r.primary_key();
 }
 
-Status Server::CheckSender(const wan::Message& m) const {
+Status Server::CheckSender(const transport::Message& m) const {
   if (!options_.credentials.enabled()) return Status::Ok();
   // The ZAP handler admitted the connection; here the key must also be the
   // sender's own, so that one worker cannot push or pull as another.
@@ -85,7 +85,7 @@ Status Server::CheckSender(const wan::Message& m) const {
   return Status::Ok();
 }
 
-void Server::Handle(wan::Message& m) {
+void Server::Handle(transport::Message& m) {
   if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
   if (m.header.has_replicate_request()) return HandleReplicate(m);
   if (m.header.has_chunk_transfer()) return HandleTransfer(m);
@@ -114,7 +114,7 @@ void Server::Handle(wan::Message& m) {
       return HandleInit(m);
     default:
       Refuse(m, "unsupported_type",
-             InvalidArgument("a server does not serve " + wan::BodyName(m.header) + " messages"));
+             InvalidArgument("a server does not serve " + transport::BodyName(m.header) + " messages"));
   }
 }
 
@@ -132,7 +132,7 @@ std::optional<uint32_t> Server::MovedChunk(const wire::Header& h) const {
   return std::nullopt;
 }
 
-void Server::HandleTransfer(wan::Message& m) {
+void Server::HandleTransfer(transport::Message& m) {
   const auto& t = m.header.chunk_transfer();
   auto reply = [&]() {
     wire::Header ack;
@@ -145,7 +145,7 @@ void Server::HandleTransfer(wan::Message& m) {
     return Refuse(m, "bad_sender", PermissionDenied("chunk transfers come from server shards only"));
   if (!options_.job.wan.replan)
     return Refuse(m, "unsupported_type", FailedPrecondition("this job does not re-plan (wan.replan: false)"));
-  auto map = ShardMap::FromWire(t.new_map(), options_.job.NumServers());
+  auto map = cluster::ShardMap::FromWire(t.new_map(), options_.job.NumServers());
   if (!map.ok()) return Refuse(m, "bad_map", map.status());
   if (map->layout.num_params() != shard_->layout().num_params() ||
       map->layout.chunk_elems() != shard_->layout().chunk_elems() || t.chunk_id() >= map->layout.num_chunks())
@@ -186,10 +186,10 @@ void Server::HandleTransfer(wan::Message& m) {
 void Server::SyncMigration() {
   if (member_->replies() != seen_migration_replies_) {
     seen_migration_replies_ = member_->replies();
-    MembershipView v = member_->view();
+    cluster::MembershipView v = member_->view();
     migration_ = v.migration;
     if (v.shard_map.version() > map_version_) {
-      auto map = ShardMap::FromWire(v.shard_map, options_.job.NumServers());
+      auto map = cluster::ShardMap::FromWire(v.shard_map, options_.job.NumServers());
       if (map.ok()) {
         map_version_ = map->version;
         std::vector<uint32_t> want = map->ChunksOf(options_.id);
@@ -204,7 +204,7 @@ void Server::SyncMigration() {
   const wire::Migration& mg = migration_;
   if (mg.id() == 0 || !mg.transfer() || mg.id() == migration_done_) return;
   if (mg.id() != migration_id_) {
-    auto map = ShardMap::FromWire(mg.new_map(), options_.job.NumServers());
+    auto map = cluster::ShardMap::FromWire(mg.new_map(), options_.job.NumServers());
     if (!map.ok()) {
       GD_LOG(ERROR) << "migration " << mg.id() << ": " << map.status();
       return;
@@ -249,8 +249,8 @@ void Server::SyncMigration() {
       t->set_optimizer_arrays(static_cast<uint32_t>(state->optimizer_arrays_size()));
       *t->mutable_new_map() = mg.new_map();
       o.header.set_request_id(c);
-      o.payloads.push_back(wan::CopyPayload(state->params().data(), state->params().size()));
-      for (const std::string& a : state->optimizer_arrays()) o.payloads.push_back(wan::CopyPayload(a.data(), a.size()));
+      o.payloads.push_back(transport::CopyPayload(state->params().data(), state->params().size()));
+      for (const std::string& a : state->optimizer_arrays()) o.payloads.push_back(transport::CopyPayload(a.data(), a.size()));
       // From here on this shard refuses the chunk ("moved"): nothing more
       // may be applied to a copy that is no longer the chunk's.
       shard_->DropChunk(c);
@@ -262,8 +262,8 @@ void Server::SyncMigration() {
     }
     auto& peer = peers_[o.endpoint];
     if (!peer) {
-      peer = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
-                                           wan::SocketOptions{.job = options_.job.name,
+      peer = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
+                                           transport::SocketOptions{.job = options_.job.name,
                                                               .role = wire::SERVER,
                                                               .id = options_.id,
                                                               .max_message_bytes = options_.job.wire.max_message_bytes,
@@ -311,7 +311,7 @@ void Server::DrainTransfers() {
   }
 }
 
-void Server::HandleInit(wan::Message& m) {
+void Server::HandleInit(transport::Message& m) {
   Handled h = ApplyInit(Context(), m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
   if (h.reply.init_ack().accepted_chunks() && shard_->AllInitialized())
@@ -321,7 +321,7 @@ void Server::HandleInit(wan::Message& m) {
   ServeHeldPulls();
 }
 
-void Server::HandlePush(wan::Message& m) {
+void Server::HandlePush(transport::Message& m) {
   Handled h = ApplyPush(Context(), m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
   const auto& req = m.header.push_request();
@@ -334,7 +334,7 @@ void Server::HandlePush(wan::Message& m) {
   if (!req.skipped() || h.completed) ServeHeldPulls();
 }
 
-void Server::Replicate(wan::Message& m, wire::Header reply) {
+void Server::Replicate(transport::Message& m, wire::Header reply) {
   if (!replica_ || degraded_) {
     (void)socket_.Send(std::move(reply), {}, m.peer);
     return;
@@ -343,7 +343,7 @@ void Server::Replicate(wan::Message& m, wire::Header reply) {
   SendOp(seq, ReplicateOp(seq, m), TakeFrames(m), m.peer, std::move(reply));
 }
 
-void Server::SendOp(uint64_t seq, wire::Header op, std::vector<wan::Payload> payloads, const std::string& peer,
+void Server::SendOp(uint64_t seq, wire::Header op, std::vector<transport::Payload> payloads, const std::string& peer,
                     std::optional<wire::Header> reply) {
   // A send that times out (the connection is down and its queue full) is
   // not lost: the op stays pending and goes again with the next resend.
@@ -439,7 +439,7 @@ void Server::DrainReplica() {
                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(resend_after).count()) + " ms");
 }
 
-void Server::HandleReplicate(wan::Message& m) {
+void Server::HandleReplicate(transport::Message& m) {
   if (!options_.backup || promoted_)
     return Refuse(
         m, "not_backup",
@@ -460,12 +460,12 @@ void Server::Promote() {
   GD_LOG(WARNING) << "promoted: serving shard " << options_.id << " from op " << applied_seq_ << " ("
                   << shard_->updates_applied() << " updates, slowest live worker at clock " << clocks_.MinClock()
                   << "); " << parked_.size() << " early request(s) to answer";
-  std::vector<wan::Message> parked = std::move(parked_);
+  std::vector<transport::Message> parked = std::move(parked_);
   parked_.clear();
   for (auto& m : parked) Handle(m);
 }
 
-void Server::HandlePull(wan::Message& m) {
+void Server::HandlePull(transport::Message& m) {
   const auto& req = m.header.pull_request();
   HeldPull p;
   std::string reason;
@@ -529,7 +529,7 @@ void Server::ServePull(const HeldPull& p, const std::vector<uint32_t>* only) {
     r->set_min_clock(min_clock);
     r->set_held_us(held_us);
     r->set_hold_us(hold_us);
-    std::vector<wan::Payload> payloads;
+    std::vector<transport::Payload> payloads;
     int64_t bytes = 0;
     while (i < chunks.size()) {
       uint32_t c = chunks[i];
@@ -589,7 +589,7 @@ void Server::SyncMembership() {
   uint64_t r = member_->replies();
   if (r == seen_replies_) return;
   seen_replies_ = r;
-  MembershipView v = member_->view();
+  cluster::MembershipView v = member_->view();
   if (!v.valid) return;
   if (!serving()) {
     // A backup's live set comes from its primary's ops, in their order.
@@ -824,12 +824,12 @@ Status Server::Run(const std::atomic<bool>* stop) {
     pull_codecs_[w] = *spec;
   }
   if (options_.credentials.enabled()) {
-    zap_ = std::make_unique<wan::ZapHandler>(ctx_, /*admit_any=*/false);
+    zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/false);
     GD_RETURN_IF_ERROR(zap_->Start());
   }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "");
-  MemberOptions mo;
+  cluster::MemberOptions mo;
   mo.job = options_.job.name;
   mo.role = options_.backup ? wire::BACKUP : wire::SERVER;
   mo.id = options_.id;
@@ -839,13 +839,13 @@ Status Server::Run(const std::atomic<bool>* stop) {
   mo.timing = options_.job.membership;
   mo.max_message_bytes = options_.job.wire.max_message_bytes;
   if (options_.credentials.enabled()) {
-    mo.curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = options_.credentials.coordinator_key};
+    mo.curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = options_.credentials.coordinator_key};
     mo.token = options_.credentials.token;
     mo.authorize = [this](const wire::HeartbeatReply& r) { Authorize(r); };
   }
-  member_ = std::make_unique<MemberClient>(ctx_, mo, &counters_, clock_);
+  member_ = std::make_unique<cluster::MemberClient>(ctx_, mo, &counters_, clock_);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
-  GD_ASSIGN_OR_RETURN(ShardMap map, ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));
+  GD_ASSIGN_OR_RETURN(cluster::ShardMap map, cluster::ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));
   ShardOptions so;
   so.shard_id = options_.id;
   so.staleness_bound = options_.job.training.staleness_bound;
@@ -876,13 +876,13 @@ Status Server::Run(const std::atomic<bool>* stop) {
     if (replica_endpoint_.empty()) return FailedPrecondition("replicated job, but the coordinator names no backup");
     if (options_.credentials.enabled() && backup_key.empty())
       return FailedPrecondition("secured replicated job, but the coordinator names no key for the backup");
-    replica_ = std::make_unique<wan::Socket>(
+    replica_ = std::make_unique<transport::Socket>(
         ctx_, zmq::socket_type::dealer,
-        wan::SocketOptions{.job = options_.job.name,
+        transport::SocketOptions{.job = options_.job.name,
                            .role = wire::SERVER,
                            .id = options_.id,
                            .max_message_bytes = options_.job.wire.max_message_bytes,
-                           .curve = wan::CurveSocket{.keys = options_.credentials.keys, .server_key = backup_key}},
+                           .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = backup_key}},
         &counters_);
     GD_RETURN_IF_ERROR(replica_->Connect(replica_endpoint_));
     GD_LOG(INFO) << "replicating to the backup at " << replica_endpoint_;

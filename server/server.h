@@ -4,7 +4,7 @@
 // finishes or it is told to stop.
 //
 // Threading: Run() is a single-threaded event loop that owns the ROUTER
-// socket and the ShardState; the MemberClient's heartbeat thread only reads
+// socket and the ShardState; the cluster::MemberClient's heartbeat thread only reads
 // the atomic progress counters. ZeroMQ's I/O thread moves bytes in the
 // background, so the loop applies one message's gradients while the next
 // ones are still arriving. See docs/architecture.md.
@@ -21,14 +21,14 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "compression/codec.h"
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 #include "server/pull_compressor.h"
 #include "server/requests.h"
 #include "server/shard.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
 namespace geodesic::server {
 
@@ -53,7 +53,7 @@ struct ServerProcessOptions {
   bool backup = false;
   // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
   const std::atomic<uint64_t>* checkpoint_requests = nullptr;
-  wan::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
+  transport::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
 };
 
 class Server {
@@ -79,27 +79,27 @@ class Server {
     std::optional<TimePoint> bound_met;  // when the staleness bound first allowed it
   };
 
-  void Handle(wan::Message& m);
-  void HandlePull(wan::Message& m);
-  void HandlePush(wan::Message& m);
-  void HandleInit(wan::Message& m);
+  void Handle(transport::Message& m);
+  void HandlePull(transport::Message& m);
+  void HandlePush(transport::Message& m);
+  void HandleInit(transport::Message& m);
   // Backup: one op of the primary's log.
-  void HandleReplicate(wan::Message& m);
+  void HandleReplicate(transport::Message& m);
   // Primary: sends the taken request `m` to the backup and holds `reply`
   // until the backup acknowledges it; without a backup, sends `reply` now.
-  void Replicate(wan::Message& m, wire::Header reply);
+  void Replicate(transport::Message& m, wire::Header reply);
   // Primary: the backup's acks (and refusals); gives up on a silent backup.
   void DrainReplica();
   void ReplicationDegraded(const std::string& why);
   // Sends op `seq` to the backup and keeps it until acknowledged; `reply`
   // goes to `peer` then.
-  void SendOp(uint64_t seq, wire::Header op, std::vector<wan::Payload> payloads, const std::string& peer,
+  void SendOp(uint64_t seq, wire::Header op, std::vector<transport::Payload> payloads, const std::string& peer,
               std::optional<wire::Header> reply);
   void ResendPending(const std::string& why);
   // Backup: takes over the shard (its clocks are the primary's last ones).
   void Promote();
   bool serving() const { return !options_.backup || promoted_; }
-  void Refuse(const wan::Message& m, const std::string& reason, const Status& status);
+  void Refuse(const transport::Message& m, const std::string& reason, const Status& status);
   ShardContext Context();
   const compression::CodecSpec& PullCodecFor(int worker) const;
   // Whether the bound and initialization allow the read at all.
@@ -125,7 +125,7 @@ class Server {
   // published shard map.
   void SyncMigration();
   // A destination shard: takes one chunk of a migration.
-  void HandleTransfer(wan::Message& m);
+  void HandleTransfer(transport::Message& m);
   // A source shard: the destinations' acknowledgements.
   void DrainTransfers();
   // The chunk a pull or push names that moved away from here, if any.
@@ -133,18 +133,18 @@ class Server {
   // Secured jobs: installs the coordinator's list of authorized client keys
   // (heartbeat thread), and checks a message's key against its sender.
   void Authorize(const wire::HeartbeatReply& r);
-  Status CheckSender(const wan::Message& m) const;
+  Status CheckSender(const transport::Message& m) const;
 
   ServerProcessOptions options_;
   const Clock* clock_;
   zmq::context_t& ctx_;
-  wan::TrafficCounters counters_;
-  std::unique_ptr<wan::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
-  wan::Socket socket_;
+  transport::TrafficCounters counters_;
+  std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
+  transport::Socket socket_;
   mutable std::mutex keys_mu_;
   std::map<std::string, int> key_owner_;  // guarded by keys_mu_: key -> worker id (-1: evaluator)
   std::string primary_key_;               // guarded by keys_mu_: a backup's primary's key (secured jobs)
-  std::unique_ptr<MemberClient> member_;
+  std::unique_ptr<cluster::MemberClient> member_;
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;
   int num_workers_ = 0;
@@ -161,7 +161,7 @@ class Server {
   RequestDecoder decoder_;
   std::map<int, compression::CodecSpec> pull_codecs_;  // by worker
   compression::CodecSpec fp32_;
-  PullCompressor pulls_{ChunkLayout(), 0};
+  PullCompressor pulls_{cluster::ChunkLayout(), 0};
   std::string reported_error_;
   int64_t next_checkpoint_clock_ = 0;
   bool clocks_from_coordinator_ = false;
@@ -180,12 +180,12 @@ class Server {
   struct PendingOp {
     uint64_t seq = 0;
     wire::Header op;
-    std::vector<wan::Payload> payloads;  // shared with the first send
+    std::vector<transport::Payload> payloads;  // shared with the first send
     std::string peer;                    // the worker whose ack waits, if any
     std::optional<wire::Header> reply;   // that ack (none for a live-set op)
     TimePoint since{};
   };
-  std::unique_ptr<wan::Socket> replica_;
+  std::unique_ptr<transport::Socket> replica_;
   std::string replica_endpoint_;
   uint64_t replica_seq_ = 0;
   std::deque<PendingOp> pending_ops_;
@@ -198,7 +198,7 @@ class Server {
   // Backup: the last op applied, requests that came before the promotion.
   uint64_t applied_seq_ = 0;
   bool promoted_ = false;
-  std::vector<wan::Message> parked_;
+  std::vector<transport::Message> parked_;
   TimePoint promoted_at_{};
   uint64_t updates_at_promotion_ = 0;
   double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
@@ -208,7 +208,7 @@ class Server {
     int to = 0;
     std::string endpoint;
     wire::Header header;
-    std::vector<wan::Payload> payloads;
+    std::vector<transport::Payload> payloads;
     TimePoint sent{};
     bool acked = false;
   };
@@ -217,7 +217,7 @@ class Server {
   uint64_t seen_migration_replies_ = 0;
   wire::Migration migration_;  // the latest announced (id 0: none)
   std::map<uint32_t, Outgoing> outgoing_;
-  std::map<std::string, std::unique_ptr<wan::Socket>> peers_;  // DEALERs to destination shards, by endpoint
+  std::map<std::string, std::unique_ptr<transport::Socket>> peers_;  // DEALERs to destination shards, by endpoint
   std::map<uint32_t, uint64_t> adopted_;                       // chunk -> migration it was taken in
   std::map<uint32_t, int> moved_away_;                         // chunk -> the shard it went to
   uint64_t map_version_ = 0;                                   // the shard map version this shard follows

@@ -8,7 +8,7 @@
 
 namespace geodesic::server {
 
-ShardState::ShardState(ShardOptions options, ChunkLayout layout, std::vector<uint32_t> owned)
+ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::vector<uint32_t> owned)
     : options_(std::move(options)), layout_(layout), owned_(std::move(owned)) {
   std::sort(owned_.begin(), owned_.end());
   index_.assign(layout_.num_chunks(), -1);

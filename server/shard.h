@@ -37,11 +37,11 @@
 #include <vector>
 
 #include "common/histogram.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 #include "server/consistency.h"
 #include "server/optimizer.h"
 
@@ -57,11 +57,11 @@ struct ShardOptions {
 
 class ShardState {
  public:
-  ShardState(ShardOptions options, ChunkLayout layout, std::vector<uint32_t> owned);
+  ShardState(ShardOptions options, cluster::ChunkLayout layout, std::vector<uint32_t> owned);
 
   bool Owns(uint32_t chunk) const { return chunk < index_.size() && index_[chunk] >= 0; }
   const std::vector<uint32_t>& owned() const { return owned_; }
-  const ChunkLayout& layout() const { return layout_; }
+  const cluster::ChunkLayout& layout() const { return layout_; }
 
   // Sets a chunk's initial values; only the first call per chunk has effect.
   bool Init(uint32_t chunk, const float* values);
@@ -166,7 +166,7 @@ class ShardState {
   const Chunk& chunk(uint32_t id) const { return chunks_[index_[id]]; }
 
   ShardOptions options_;
-  ChunkLayout layout_;
+  cluster::ChunkLayout layout_;
   std::vector<uint32_t> owned_;
   std::vector<int32_t> index_;  // chunk id -> position in chunks_, -1 if not owned
   std::vector<Chunk> chunks_;

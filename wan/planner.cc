@@ -118,7 +118,7 @@ struct Planner::Problem {
   std::vector<std::string> regions;
   std::vector<int> workers;        // per region
   std::vector<int> server_region;  // per server id
-  server::ChunkLayout layout;
+  cluster::ChunkLayout layout;
   std::vector<uint64_t> class_elems;  // distinct chunk sizes
   std::vector<int> chunk_class;       // size class per chunk
   std::vector<uint32_t> by_size;      // chunks, largest first, then by index
@@ -547,7 +547,7 @@ double DefaultComputeMs(const JobSpec& job) {
   return kCnnComputeMsPer64 * job.data.batch_size / 64.0;
 }
 
-StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout& layout,
+StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout& layout,
                                   const PlannerOptions& options) {
   auto p = std::make_shared<Problem>();
   for (const auto& r : job.regions) {
@@ -604,7 +604,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const server::ChunkLayout&
 }
 
 const LinkMatrix& Planner::declared_links() const { return p_->declared; }
-const server::ChunkLayout& Planner::layout() const { return p_->layout; }
+const cluster::ChunkLayout& Planner::layout() const { return p_->layout; }
 double Planner::compute_ms() const { return p_->compute_ms; }
 bool Planner::overlapped() const { return p_->overlapped; }
 int Planner::num_servers() const { return p_->S(); }
@@ -738,7 +738,7 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
                        const std::vector<std::pair<std::string, std::vector<int32_t>>>& baselines, bool json) {
   const auto& regions = planner.regions();
   const int R = static_cast<int>(regions.size()), S = planner.num_servers();
-  const server::ChunkLayout& layout = planner.layout();
+  const cluster::ChunkLayout& layout = planner.layout();
   const LinkMatrix& m = plan.links;
   const std::vector<int32_t>& owner = plan.shard_map.owner;
   std::vector<uint64_t> chunks = ChunksPerServer(S, owner), elems(S, 0);

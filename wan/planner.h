@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 
 namespace geodesic::wan {
 
@@ -146,7 +146,7 @@ struct Prediction {
 };
 
 struct Plan {
-  server::ShardMap shard_map;
+  cluster::ShardMap shard_map;
   CodecTable codecs;
   Prediction prediction;
   LinkMatrix links;  // the matrix planned with
@@ -168,11 +168,11 @@ class Planner {
  public:
   // InvalidArgument for a job the planner cannot plan: no servers, no
   // workers, an empty layout, or a codec (job or candidate) that does not parse.
-  static StatusOr<Planner> Create(const JobSpec& job, const server::ChunkLayout& layout,
+  static StatusOr<Planner> Create(const JobSpec& job, const cluster::ChunkLayout& layout,
                                   const PlannerOptions& options = {});
 
   const LinkMatrix& declared_links() const;
-  const server::ChunkLayout& layout() const;
+  const cluster::ChunkLayout& layout() const;
   // Whether steps overlap compute and communication (staleness bound >= 1 with prefetch).
   bool overlapped() const;
   double compute_ms() const;

@@ -20,7 +20,7 @@
 
 #include <torch/torch.h>
 
-#include "common/job.h"
+#include "config/job.h"
 
 namespace geodesic::worker {
 

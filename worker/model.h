@@ -13,7 +13,7 @@
 
 #include <memory>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "proto/geodesic.pb.h"
 #include "worker/dataset.h"

@@ -11,9 +11,9 @@
 namespace geodesic::worker {
 
 PsClient::PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
-                   wan::TrafficCounters* counters, const Clock* clock)
+                   transport::TrafficCounters* counters, const Clock* clock)
     : options_(std::move(options)), clock_(clock), ctx_(ctx), counters_(counters) {
-  auto map = server::ShardMap::FromWire(assignment.shard_map(), assignment.servers_size());
+  auto map = cluster::ShardMap::FromWire(assignment.shard_map(), assignment.servers_size());
   GD_CHECK(map.ok()) << map.status();
   map_ = *map;
   versions_.assign(map_.layout.num_chunks(), 0);
@@ -45,12 +45,12 @@ Status PsClient::Connect() {
 }
 
 Status PsClient::ConnectShard(Shard& s) {
-  wan::SocketOptions so{.job = options_.job,
+  transport::SocketOptions so{.job = options_.job,
                         .role = options_.role,
                         .id = options_.id,
                         .max_message_bytes = options_.wire.max_message_bytes,
-                        .curve = wan::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
-  s.socket = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
+                        .curve = transport::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
+  s.socket = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
   return s.socket->Connect(s.endpoint);
 }
 
@@ -95,7 +95,7 @@ void PsClient::FollowRedirects() {
 }
 
 Status PsClient::SwitchMap(const wire::ShardMap& wire_map) {
-  GD_ASSIGN_OR_RETURN(server::ShardMap next, server::ShardMap::FromWire(wire_map, static_cast<int>(shards_.size())));
+  GD_ASSIGN_OR_RETURN(cluster::ShardMap next, cluster::ShardMap::FromWire(wire_map, static_cast<int>(shards_.size())));
   if (next.layout.num_params() != map_.layout.num_params() || next.layout.chunk_elems() != map_.layout.chunk_elems())
     return InvalidArgument("the new shard map has another layout");
   if (next.version <= map_.version) return Status::Ok();
@@ -182,7 +182,7 @@ void PsClient::Poll(int timeout_ms) {
   }
 }
 
-void PsClient::OnMessage(int shard, wan::Message& m) {
+void PsClient::OnMessage(int shard, transport::Message& m) {
   const wire::Header& h = m.header;
   switch (h.body_case()) {
     case wire::Header::kPullReply: {
@@ -268,7 +268,7 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       return;
     }
     case wire::Header::kErrorReply: {
-      Status err(wan::FromWire(h.error_reply().code()),
+      Status err(transport::FromWire(h.error_reply().code()),
                  "server " + std::to_string(shards_[shard].id) + ": " + h.error_reply().message());
       if (auto it = pushes_.find(h.request_id()); it != pushes_.end()) {
         if (h.error_reply().reason() == "moved") {
@@ -301,7 +301,7 @@ void PsClient::OnMessage(int shard, wan::Message& m) {
       return;
     }
     default:
-      GD_LOG(WARNING) << "unexpected " << wan::BodyName(h) << " from server " << shards_[shard].id;
+      GD_LOG(WARNING) << "unexpected " << transport::BodyName(h) << " from server " << shards_[shard].id;
   }
 }
 
@@ -323,7 +323,7 @@ std::vector<std::vector<uint32_t>> PsClient::Batches(const std::vector<uint32_t>
 void PsClient::AddChunks(const std::vector<uint32_t>& batch, const float* base,
                          const std::shared_ptr<const void>& owner,
                          google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
-                         std::vector<wan::Payload>* payloads) const {
+                         std::vector<transport::Payload>* payloads) const {
   for (uint32_t c : batch) {
     auto* d = descriptors->Add();
     d->set_chunk_id(c);
@@ -332,7 +332,7 @@ void PsClient::AddChunks(const std::vector<uint32_t>& batch, const float* base,
     d->set_version(versions_[c]);
     const float* values = base + map_.layout.Begin(c);
     size_t size = map_.layout.Size(c) * sizeof(float);
-    payloads->push_back(owner ? wan::Payload{values, size, owner} : wan::CopyPayload(values, size));
+    payloads->push_back(owner ? transport::Payload{values, size, owner} : transport::CopyPayload(values, size));
   }
 }
 
@@ -344,10 +344,10 @@ Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
       wire::Header h;
       uint64_t id = next_request_++;
       h.set_request_id(id);
-      std::vector<wan::Payload> payloads;
+      std::vector<transport::Payload> payloads;
       // Copied once, and kept for resends (a redirect, a lost answer).
       AddChunks(batch, params, nullptr, h.mutable_init_request()->mutable_chunks(), &payloads);
-      for (auto& p : payloads) p = wan::CopyPayload(p.data, p.size);
+      for (auto& p : payloads) p = transport::CopyPayload(p.data, p.size);
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads));
       inits_[id] = PendingPush{static_cast<int>(si), -1, std::move(h), std::move(payloads), clock_->Now()};
     }
@@ -620,7 +620,7 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
       h.set_request_id(id);
       auto* req = h.mutable_push_request();
       req->set_clock(clock);
-      std::vector<wan::Payload> payloads;
+      std::vector<transport::Payload> payloads;
       if (!s.encoder) {
         AddChunks(batch, grad, owner, req->mutable_chunks(), &payloads);  // fp32, zero-copy
       } else {
@@ -704,7 +704,7 @@ void PsClient::PrepareLossyPush(int64_t clock, const float* grad) {
 
 Status PsClient::EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_t>& batch,
                               google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
-                              std::vector<wan::Payload>* payloads) {
+                              std::vector<transport::Payload>* payloads) {
   const bool feedback = options_.error_feedback && s.push.lossy();
   if (s.push.codec == wire::RANDK) {
     double f = SparseFraction(s.push, clock);
@@ -746,7 +746,7 @@ Status PsClient::EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_
     d->set_num_elems(n);
     d->set_version(versions_[c]);
     info.ToWire(d);
-    payloads->push_back(wan::Payload{bytes->data(), bytes->size(), std::shared_ptr<const void>(bytes, bytes->data())});
+    payloads->push_back(transport::Payload{bytes->data(), bytes->size(), std::shared_ptr<const void>(bytes, bytes->data())});
   }
   return Status::Ok();
 }

@@ -24,13 +24,13 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/push_ledger.h"
 #include "common/status.h"
 #include "compression/codec.h"
 #include "proto/geodesic.pb.h"
-#include "server/chunking.h"
-#include "wan/message.h"
+#include "cluster/chunking.h"
+#include "transport/message.h"
 
 namespace geodesic::worker {
 
@@ -53,7 +53,7 @@ struct PsClientOptions {
   double retry_after_s = 5.0;         // resend a request unanswered this long
   // Secured jobs: this process's keypair; each shard's public key comes
   // from the assignment (ServerInfo.curve_public_key). Empty: plaintext.
-  wan::CurveKeyPair curve_keys;
+  transport::CurveKeyPair curve_keys;
   // Replicated jobs: where each shard is served now. Called on every poll
   // with the epoch last seen; returns the current epoch and, when it is
   // newer, fills `servers`. A shard whose endpoint changed (its backup was
@@ -102,11 +102,11 @@ struct LinkEstimate {
 class PsClient {
  public:
   PsClient(zmq::context_t& ctx, PsClientOptions options, const wire::RegisterReply& assignment,
-           wan::TrafficCounters* counters, const Clock* clock);
+           transport::TrafficCounters* counters, const Clock* clock);
 
   // Connects to every shard; InvalidArgument for a bad push codec name.
   Status Connect();
-  const server::ShardMap& shard_map() const { return map_; }
+  const cluster::ShardMap& shard_map() const { return map_; }
   uint64_t num_params() const { return map_.layout.num_params(); }
 
   // Offers initial parameter values to every shard and waits until each
@@ -171,14 +171,14 @@ class PsClient {
   // arrival. Public so that tests/fuzz/fuzz_ps_client.cc can feed replies
   // without a server. A malformed reply fails the pull it answers (WaitPull
   // returns the error) and never writes outside the pull's buffer.
-  void OnMessage(int shard, wan::Message& m);
+  void OnMessage(int shard, transport::Message& m);
 
  private:
   struct Shard {
     int id = 0;
     std::string endpoint;
     std::vector<uint32_t> chunks;
-    std::unique_ptr<wan::Socket> socket;
+    std::unique_ptr<transport::Socket> socket;
     std::string curve_key;  // the shard's CURVE public key (secured jobs)
     std::string region;
     compression::CodecSpec push;                    // fp32 unless the job says otherwise
@@ -213,7 +213,7 @@ class PsClient {
     int shard = 0;
     int64_t clock = 0;
     wire::Header header;
-    std::vector<wan::Payload> payloads;
+    std::vector<transport::Payload> payloads;
     TimePoint sent{};
   };
 
@@ -227,14 +227,14 @@ class PsClient {
   // Encodes `batch` (prepared by PrepareLossyPush) with the shard's push codec.
   Status EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_t>& batch,
                       google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
-                      std::vector<wan::Payload>* payloads);
+                      std::vector<transport::Payload>* payloads);
   // `chunks` cut into runs that fit one message of wire.message_bytes.
   std::vector<std::vector<uint32_t>> Batches(const std::vector<uint32_t>& chunks) const;
   // Describes `batch` (fp32, with the versions we hold) and adds its values
   // at `base` as payloads: zero-copy under `owner`, or copied if it is null.
   void AddChunks(const std::vector<uint32_t>& batch, const float* base, const std::shared_ptr<const void>& owner,
                  google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
-                 std::vector<wan::Payload>* payloads) const;
+                 std::vector<transport::Payload>* payloads) const;
   Status Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame);
   void ResendStale();
   // Follows options_.servers_view (see there).
@@ -245,8 +245,8 @@ class PsClient {
   PsClientOptions options_;
   const Clock* clock_;
   zmq::context_t& ctx_;
-  wan::TrafficCounters* counters_;
-  server::ShardMap map_;
+  transport::TrafficCounters* counters_;
+  cluster::ShardMap map_;
   std::vector<Shard> shards_;
   std::vector<uint64_t> versions_;  // per chunk: version of the values we hold
   std::vector<int64_t> copy_seq_;   // per chunk: changes applied since full values (-1: none)

@@ -15,7 +15,7 @@
 #include "common/log.h"
 #include "common/wait.h"
 #include "compression/codec.h"
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
@@ -36,9 +36,9 @@ struct Progress {
   wire::WorkerProgress p;     // guarded by mu
 };
 
-server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
-                                       const wire::ModelSignature& sig, const wan::MemberCredentials& credentials) {
-  server::MemberOptions mo;
+cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
+                                       const wire::ModelSignature& sig, const transport::MemberCredentials& credentials) {
+  cluster::MemberOptions mo;
   mo.job = job.name;
   mo.role = role;
   mo.id = id;
@@ -48,7 +48,7 @@ server::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int 
   mo.timing = job.membership;
   mo.max_message_bytes = job.wire.max_message_bytes;
   if (credentials.enabled()) {
-    mo.curve = wan::CurveSocket{.keys = credentials.keys, .server_key = credentials.coordinator_key};
+    mo.curve = transport::CurveSocket{.keys = credentials.keys, .server_key = credentials.coordinator_key};
     mo.token = credentials.token;
   }
   return mo;
@@ -76,10 +76,10 @@ PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
 }
 
 // Replicated jobs: shard endpoints follow the coordinator's view.
-std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(const server::MemberClient& member) {
+std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(const cluster::MemberClient& member) {
   return [&member](uint64_t seen, std::vector<wire::ServerInfo>* out) {
     if (member.servers_epoch() <= seen) return seen;
-    server::MembershipView v = member.view();
+    cluster::MembershipView v = member.view();
     *out = std::move(v.servers);
     return v.servers_epoch;
   };
@@ -130,8 +130,8 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   const int local_steps = job.training.local_steps;
   const bool local = local_steps > 1;
 
-  wan::TrafficCounters counters;
-  server::MemberClient member(
+  transport::TrafficCounters counters;
+  cluster::MemberClient member(
       ctx,
       MemberOptionsFor(job, wire::WORKER, options.id, options.coordinator, model->signature(), options.credentials),
       &counters, clock);
@@ -166,7 +166,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
 
   const int64_t bound = job.training.staleness_bound;
   auto describe_block = [&]() -> std::string {
-    server::MembershipView v = member.view();
+    cluster::MembershipView v = member.view();
     if (!v.valid || v.live.empty()) return "";
     size_t slow = 0;
     for (size_t i = 1; i < v.live.size(); ++i)
@@ -316,7 +316,7 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   // The barrier in force (kNoBarrier: none); switches to a newer published map first.
   auto barrier = [&]() -> StatusOr<int64_t> {
     if (!job.wan.replan) return kNoBarrier;
-    server::MembershipView v = member.view();
+    cluster::MembershipView v = member.view();
     if (v.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(v.shard_map));
     if (v.migration.id() == 0 || v.migration.new_map().version() <= ps.shard_map().version) return kNoBarrier;
     return v.migration.barrier_clock();
@@ -543,8 +543,8 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
         return NotFound("Fashion-MNIST test file " + job.data.path + f +
                         " is missing; install it with `apt-get install dataset-fashion-mnist`");
   }
-  wan::TrafficCounters counters;
-  server::MemberClient member(
+  transport::TrafficCounters counters;
+  cluster::MemberClient member(
       ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature(), options.credentials),
       &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
@@ -560,7 +560,7 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   const int workers = job.NumWorkers();
   WaitReporter report(clock, std::chrono::seconds(30));
   while (!stop->load()) {
-    server::MembershipView v = member.view();
+    cluster::MembershipView v = member.view();
     if (v.valid && v.done + v.dead >= workers) break;
     if (report.Due()) {
       std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " + std::to_string(workers) +
@@ -572,7 +572,7 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (stop->load()) return Cancelled("stopped before training ended");
-  server::MembershipView end_view = member.view();
+  cluster::MembershipView end_view = member.view();
   // A re-planned job: read the chunks where they are now.
   if (end_view.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(end_view.shard_map));
 

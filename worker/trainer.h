@@ -17,9 +17,9 @@
 #include <string>
 #include <zmq.hpp>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
-#include "wan/security.h"
+#include "transport/security.h"
 
 namespace geodesic::worker {
 
@@ -29,7 +29,7 @@ struct WorkerProcessOptions {
   std::string coordinator;
   std::string stats_file;              // stats JSON, written periodically and at exit
   std::string snapshot_dir;            // worker 0: where parameter snapshots go (empty: none)
-  wan::MemberCredentials credentials;  // secured jobs
+  transport::MemberCredentials credentials;  // secured jobs
 };
 
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
@@ -40,7 +40,7 @@ struct EvaluatorOptions {
   std::string snapshot_dir;            // snapshots written by worker 0
   std::string result_file;             // result JSON
   std::string dump_params;             // if set, the final parameters as raw float32
-  wan::MemberCredentials credentials;  // secured jobs
+  transport::MemberCredentials credentials;  // secured jobs
 };
 
 Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);

@@ -1,11 +1,11 @@
 // libFuzzer target: the coordinator's request handling without a socket.
-// Each message goes through the framing checks (wan::DecodeFrames, as from
+// Each message goes through the framing checks (transport::DecodeFrames, as from
 // a ROUTER) and then CoordinatorState::Answer, what server::Coordinator does
 // with it; time is a FakeClock. Input: records, 0 = a message
 // (fuzz_input.h), 1 = time passes (2 bytes, in ms) and leases expire.
 // Invariants: every request but a LeaveRequest is answered; a refusal is an
 // ErrorReply with a message; a register reply that says ready carries a
-// shard map that a member accepts (ShardMap::FromWire); the status reply
+// shard map that a member accepts (cluster::ShardMap::FromWire); the status reply
 // lists every member. Memory stays bounded (a model of 2^60 parameters is
 // refused, not allocated).
 #include "server/coordinator.h"
@@ -25,7 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.staleness_bound = 1;
   FakeClock clock;
   CoordinatorState state(o, &clock);
-  const wan::SocketOptions framing{.job = "job", .role = wire::COORDINATOR, .id = 0, .max_message_bytes = 1 << 20};
+  const transport::SocketOptions framing{.job = "job", .role = wire::COORDINATOR, .id = 0, .max_message_bytes = 1 << 20};
 
   for (int records = 0; !in.done() && records < 64; ++records) {
     if (in.Byte() % 2 == 1) {
@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)state.ExpireLeases();
       continue;
     }
-    wan::Incoming got = wan::DecodeFrames(in.Parts(), /*router=*/true, framing);
+    transport::Incoming got = transport::DecodeFrames(in.Parts(), /*router=*/true, framing);
     if (!got.status.ok()) continue;
     const wire::Header& h = got.message.header;
     bool refused = false;
@@ -46,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (reply->has_error_reply() && reply->error_reply().message().empty())
       fuzz::Fail("an ErrorReply without a message");
     if (reply->has_register_reply() && reply->register_reply().ready()) {
-      auto map = ShardMap::FromWire(reply->register_reply().shard_map(), o.num_servers);
+      auto map = cluster::ShardMap::FromWire(reply->register_reply().shard_map(), o.num_servers);
       if (!map.ok()) fuzz::Fail("the coordinator handed out a shard map members refuse", map.status());
       if (reply->register_reply().servers_size() != o.num_servers) fuzz::Fail("register reply without every server");
     }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace geodesic;

@@ -13,7 +13,7 @@
 // finite; errors carry messages.
 #include <cmath>
 
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "worker/ps_client.h"
 
@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   zmq::context_t ctx(1);
   fuzz::QuietLogs();
   fuzz::Reader in(data, size);
-  const server::ShardMap map = server::PlaceChunks(server::ChunkLayout(37, 8), 2);
+  const cluster::ShardMap map = cluster::PlaceChunks(cluster::ChunkLayout(37, 8), 2);
   wire::RegisterReply assignment;
   *assignment.mutable_shard_map() = map.ToWire();
   for (int s = 0; s < 2; ++s) {
@@ -37,11 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   worker::PsClientOptions options;
   options.job = "job";
-  wan::TrafficCounters counters;
+  transport::TrafficCounters counters;
   FakeClock clock;
   worker::PsClient client(ctx, options, assignment, &counters, &clock);
   if (!client.Connect().ok()) fuzz::Fail("inproc connect failed");
-  const wan::SocketOptions framing{.job = "job", .role = wire::WORKER, .id = 0, .max_message_bytes = 1 << 20};
+  const transport::SocketOptions framing{.job = "job", .role = wire::WORKER, .id = 0, .max_message_bytes = 1 << 20};
   std::vector<float> params(client.num_params(), 0.0f);
   std::atomic<bool> stop{true};
 
@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     switch (in.Byte() % 4) {
       case 0: {
         const int shard = in.Byte() % 2;
-        wan::Incoming got = wan::DecodeFrames(in.Parts(), /*router=*/false, framing);
+        transport::Incoming got = transport::DecodeFrames(in.Parts(), /*router=*/false, framing);
         if (got.status.ok()) client.OnMessage(shard, got.message);
         break;
       }

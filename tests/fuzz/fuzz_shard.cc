@@ -1,5 +1,5 @@
 // libFuzzer target: a server shard's request path without a socket. Each
-// message goes through the framing checks (wan::DecodeFrames, as from a
+// message goes through the framing checks (transport::DecodeFrames, as from a
 // ROUTER: the first part is the routing id) and then through what
 // server::Server does with it (ApplyInit, ApplyPush, ValidatePull in
 // server/requests.h) against a real ShardState, so decoded gradients are
@@ -71,8 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::QuietLogs();
   fuzz::Reader in(data, size);
   const uint8_t setup = in.Byte();
-  const ChunkLayout layout(5 * 8 - 3, 1 + (setup & 7) * 2);  // 37 values, a short last chunk
-  const ShardMap map = PlaceChunks(layout, 2);
+  const cluster::ChunkLayout layout(5 * 8 - 3, 1 + (setup & 7) * 2);  // 37 values, a short last chunk
+  const cluster::ShardMap map = cluster::PlaceChunks(layout, 2);
   ShardOptions so;
   const int64_t bounds[] = {0, 1, 3, 1'000'000};
   so.staleness_bound = bounds[(setup >> 3) & 3];
@@ -86,7 +86,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RequestDecoder decoder;
   const ShardContext ctx{
       .shard = &shard, .clocks = &clocks, .server_id = 0, .num_workers = kWorkers, .decoder = &decoder};
-  const wan::SocketOptions framing{.job = "job", .role = wire::SERVER, .id = 0, .max_message_bytes = 1 << 20};
+  const transport::SocketOptions framing{.job = "job", .role = wire::SERVER, .id = 0, .max_message_bytes = 1 << 20};
 
   for (int records = 0; !in.done() && records < 64; ++records) {
     if (in.Byte() % 2 == 1) {
@@ -103,9 +103,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       CheckFinite(shard);
       continue;
     }
-    wan::Incoming got = wan::DecodeFrames(in.Parts(), /*router=*/true, framing);
+    transport::Incoming got = transport::DecodeFrames(in.Parts(), /*router=*/true, framing);
     if (!got.status.ok()) continue;
-    const wan::Message& m = got.message;
+    const transport::Message& m = got.message;
     const Fingerprint before = Take(shard);
     switch (m.header.body_case()) {
       case wire::Header::kInitRequest: {

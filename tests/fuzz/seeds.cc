@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "compression/codec.h"
-#include "server/chunking.h"
-#include "wan/message.h"
+#include "cluster/chunking.h"
+#include "transport/message.h"
 
 using namespace geodesic;
 
@@ -27,7 +27,7 @@ struct Frame {
 };
 
 Bytes Serialize(wire::Header h, size_t payload_frames, wire::Role role, int id) {
-  h.set_protocol(wan::kProtocolVersion);
+  h.set_protocol(transport::kProtocolVersion);
   h.set_job("job");
   h.set_sender_role(role);
   h.set_sender_id(id);
@@ -75,8 +75,8 @@ void Write(const std::string& dir, const std::string& name, const Bytes& b) {
 // The shard of fuzz_shard.cc with setup byte `setup`: init, pushes of both
 // workers at clocks 0 and 1 with `codec`, a pull, a membership change.
 Bytes ShardConversation(uint8_t setup, const std::string& codec) {
-  const server::ChunkLayout layout(37, 1 + (setup & 7) * 2);
-  const std::vector<uint32_t> owned = server::PlaceChunks(layout, 2).ChunksOf(0);
+  const cluster::ChunkLayout layout(37, 1 + (setup & 7) * 2);
+  const std::vector<uint32_t> owned = cluster::PlaceChunks(layout, 2).ChunksOf(0);
   Bytes out = {setup};
   auto chunks_message = [&](bool init, int worker, int64_t clock, const std::string& c) {
     wire::Header h;
@@ -148,7 +148,7 @@ Bytes CoordinatorConversation(bool with_evaluator) {
 // fuzz_ps_client.cc's client: pull clock 0 (full), replies of both shards
 // with `codec`, wait; then pull clock 1 answered with changes (delta) and wait.
 Bytes PsClientConversation(const std::string& codec, bool zero_copy) {
-  const server::ShardMap map = server::PlaceChunks(server::ChunkLayout(37, 8), 2);
+  const cluster::ShardMap map = cluster::PlaceChunks(cluster::ChunkLayout(37, 8), 2);
   Bytes out;
   auto replies = [&](int64_t clock, bool delta, const std::string& c) {
     for (int s = 0; s < 2; ++s) {

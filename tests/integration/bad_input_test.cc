@@ -8,9 +8,9 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 #include "tests/integration/harness.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
 namespace geodesic {
 namespace {
@@ -41,8 +41,8 @@ class BadInputTest : public ::testing::Test {
         std::vector<std::string>{"server", "--job", dir_ / "job.yaml", "--id", "0", "--coordinator", endpoint_,
                                  "--stats-file", dir_ / "server.json"},
         dir_ / "server.log");
-    server::MemberOptions mo = testing::TestWorker("badinput", endpoint_, 1000);
-    member_ = std::make_unique<server::MemberClient>(ctx_, mo, &counters_, RealClock::Get());
+    cluster::MemberOptions mo = testing::TestWorker("badinput", endpoint_, 1000);
+    member_ = std::make_unique<cluster::MemberClient>(ctx_, mo, &counters_, RealClock::Get());
     auto joined = member_->Join(&stop_);
     ASSERT_TRUE(joined.ok()) << joined.status() << "\n" << testing::ReadText(dir_ / "server.log");
     assignment_ = *joined;
@@ -50,8 +50,8 @@ class BadInputTest : public ::testing::Test {
     ASSERT_EQ(assignment_.servers_size(), 1);
     ASSERT_EQ(assignment_.shard_map().owner_size(), 4);  // 1000 floats in chunks of 256
     socket_ =
-        std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
-                                      wan::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0}, &counters_);
+        std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
+                                      transport::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0}, &counters_);
     ASSERT_TRUE(socket_->Connect(assignment_.servers(0).endpoint()).ok());
   }
 
@@ -76,10 +76,10 @@ class BadInputTest : public ::testing::Test {
   }
 
   // Sends and expects an ErrorReply containing `needle`.
-  void ExpectRefused(const wire::Header& h, const std::vector<wan::Payload>& payloads, const std::string& needle) {
+  void ExpectRefused(const wire::Header& h, const std::vector<transport::Payload>& payloads, const std::string& needle) {
     ASSERT_TRUE(socket_->Send(h, payloads).ok());
     wire::Header r = Await();
-    ASSERT_TRUE(r.has_error_reply()) << "expected a refusal mentioning '" << needle << "', got " << wan::BodyName(r);
+    ASSERT_TRUE(r.has_error_reply()) << "expected a refusal mentioning '" << needle << "', got " << transport::BodyName(r);
     EXPECT_NE(r.error_reply().message().find(needle), std::string::npos) << r.error_reply().message();
   }
 
@@ -111,7 +111,7 @@ class BadInputTest : public ::testing::Test {
     EXPECT_TRUE(socket_->Send(h, {}).ok());
     for (int i = 0; i < 500; ++i) {
       if (auto in = socket_->Receive()) {
-        EXPECT_TRUE(in->message.header.has_pull_reply()) << wan::BodyName(in->message.header);
+        EXPECT_TRUE(in->message.header.has_pull_reply()) << transport::BodyName(in->message.header);
         if (in->message.frames.empty()) return {};
         const auto& f = in->message.frames[0];
         const float* v = static_cast<const float*>(f.data());
@@ -125,41 +125,41 @@ class BadInputTest : public ::testing::Test {
 
   TempDir dir_;
   zmq::context_t ctx_{1};
-  wan::TrafficCounters counters_;
+  transport::TrafficCounters counters_;
   std::atomic<bool> stop_{false};
   std::string endpoint_;
   std::unique_ptr<Process> coordinator_, server_;
-  std::unique_ptr<server::MemberClient> member_;
+  std::unique_ptr<cluster::MemberClient> member_;
   wire::RegisterReply assignment_;
-  std::unique_ptr<wan::Socket> socket_;
+  std::unique_ptr<transport::Socket> socket_;
 };
 
 TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   // Valid initial values for all four chunks.
   std::vector<float> init(1000, 0.5f);
   wire::Header ih;
-  std::vector<wan::Payload> ip;
+  std::vector<transport::Payload> ip;
   for (uint32_t c = 0; c < 4; ++c) {
     auto* d = ih.mutable_init_request()->add_chunks();
     d->set_chunk_id(c);
     d->set_codec(wire::FP32);
     uint64_t n = c < 3 ? 256 : 232;
     d->set_num_elems(n);
-    ip.push_back(wan::CopyPayload(init.data() + 256 * c, n * 4));
+    ip.push_back(transport::CopyPayload(init.data() + 256 * c, n * 4));
   }
   ASSERT_TRUE(socket_->Send(ih, ip).ok());
   ASSERT_TRUE(Await().has_init_ack());
 
   std::vector<float> good(256, 1.0f), bad = good;
   bad[17] = std::numeric_limits<float>::quiet_NaN();
-  auto payload = [](const std::vector<float>& v, size_t bytes) { return wan::CopyPayload(v.data(), bytes); };
+  auto payload = [](const std::vector<float>& v, size_t bytes) { return transport::CopyPayload(v.data(), bytes); };
 
   // Garbage that is not a protobuf header at all.
   SendRaw({"\xff\xff\xff\xff not a header"});
   EXPECT_NE(Await().error_reply().message().find("malformed header"), std::string::npos);
   // A header whose body is a type from the future.
   wire::Header empty;
-  empty.set_protocol(wan::kProtocolVersion);
+  empty.set_protocol(transport::kProtocolVersion);
   empty.set_job("badinput");
   empty.set_sender_role(wire::WORKER);
   SendRaw({empty.SerializeAsString() + std::string("\x9a\x06\x00", 3)});
@@ -190,7 +190,7 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   tk.mutable_push_request()->mutable_chunks(0)->set_codec(wire::TOPK);
   tk.mutable_push_request()->mutable_chunks(0)->set_kept(1);
   const uint8_t topk_bytes[] = {0xff, 0x0f, 0, 0, 0x80, 0x3f};  // index 2047 of 256, value 1.0
-  ExpectRefused(tk, {wan::CopyPayload(topk_bytes, sizeof(topk_bytes))}, "chunk 0");
+  ExpectRefused(tk, {transport::CopyPayload(topk_bytes, sizeof(topk_bytes))}, "chunk 0");
   // A pull for a chunk that is not there, and a negative clock.
   wire::Header pull;
   pull.mutable_pull_request()->add_chunk_ids(4);
@@ -216,7 +216,7 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   // The shard still takes a good push (lr 0.05, momentum buffer = grad).
   ASSERT_TRUE(socket_->Send(Push(0, {0}), {payload(good, 1024)}).ok());
   wire::Header ack = Await();
-  ASSERT_TRUE(ack.has_push_ack()) << wan::BodyName(ack) << " " << ack.DebugString();
+  ASSERT_TRUE(ack.has_push_ack()) << transport::BodyName(ack) << " " << ack.DebugString();
   EXPECT_EQ(ack.push_ack().result(), wire::APPLIED);
   // The same push again (a retry): acknowledged as a duplicate, not applied twice.
   ASSERT_TRUE(socket_->Send(Push(0, {0}), {payload(good, 1024)}).ok());
@@ -270,7 +270,7 @@ TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
       raw.set(zmq::sockopt::linger, 2000);
       raw.connect(*target.first);
       wire::Header h;
-      h.set_protocol(wan::kProtocolVersion);
+      h.set_protocol(transport::kProtocolVersion);
       h.set_job("badinput");
       h.set_sender_role(wire::WORKER);
       h.set_payload_frames(1);
@@ -285,8 +285,8 @@ TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
     EXPECT_LT(rss_after - rss_before, 16 << 10) << "RSS " << rss_before << " -> " << rss_after << " KiB";
   }
   // Both still serve: the coordinator answers a status request, the shard a pull.
-  wan::Socket status(ctx_, zmq::socket_type::dealer,
-                     wan::SocketOptions{.job = "badinput", .role = wire::CLIENT, .id = 0}, &counters_);
+  transport::Socket status(ctx_, zmq::socket_type::dealer,
+                     transport::SocketOptions{.job = "badinput", .role = wire::CLIENT, .id = 0}, &counters_);
   ASSERT_TRUE(status.Connect(endpoint_).ok());
   wire::Header req;
   req.mutable_status_request();
@@ -301,14 +301,14 @@ TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
   d->set_chunk_id(0);
   d->set_codec(wire::FP32);
   d->set_num_elems(256);
-  ASSERT_TRUE(socket_->Send(ih, {wan::CopyPayload(init.data(), 1024)}).ok());
+  ASSERT_TRUE(socket_->Send(ih, {transport::CopyPayload(init.data(), 1024)}).ok());
   EXPECT_TRUE(Await().has_init_ack());
   EXPECT_EQ(PullChunk0(), init);
 }
 
 TEST_F(BadInputTest, MessageForAnotherJobIsRefused) {
-  wan::Socket other(ctx_, zmq::socket_type::dealer,
-                    wan::SocketOptions{.job = "someone-else", .role = wire::WORKER, .id = 0}, &counters_);
+  transport::Socket other(ctx_, zmq::socket_type::dealer,
+                    transport::SocketOptions{.job = "someone-else", .role = wire::WORKER, .id = 0}, &counters_);
   ASSERT_TRUE(other.Connect(assignment_.servers(0).endpoint()).ok());
   wire::Header h;
   h.mutable_pull_request()->add_chunk_ids(0);

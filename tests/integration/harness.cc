@@ -132,8 +132,8 @@ bool WaitForFile(const std::string& path, double timeout_s) {
   return false;
 }
 
-server::MemberOptions TestWorker(const std::string& job, const std::string& coordinator, uint64_t num_params) {
-  server::MemberOptions mo;
+cluster::MemberOptions TestWorker(const std::string& job, const std::string& coordinator, uint64_t num_params) {
+  cluster::MemberOptions mo;
   mo.job = job;
   mo.role = wire::WORKER;
   mo.id = 0;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 
 namespace geodesic::testing {
 
@@ -53,7 +53,7 @@ class TempDir {
 
 // Options for this test process to join `job` as worker 0 of a synthetic
 // model of `num_params` (heartbeats every 100 ms, a long lease, a 20 s rendezvous).
-server::MemberOptions TestWorker(const std::string& job, const std::string& coordinator, uint64_t num_params);
+cluster::MemberOptions TestWorker(const std::string& job, const std::string& coordinator, uint64_t num_params);
 
 void WriteText(const std::string& path, const std::string& text);
 std::string ReadText(const std::string& path);

@@ -26,7 +26,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "deploy/netns.h"
 #include "tests/integration/harness.h"
 

@@ -19,10 +19,10 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 #include "tests/integration/harness.h"
-#include "wan/message.h"
-#include "wan/security.h"
+#include "transport/message.h"
+#include "transport/security.h"
 
 namespace geodesic {
 namespace {
@@ -117,8 +117,8 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
 
   void SetUp() override {
     secret_file_ = dir_ / "secret";
-    ASSERT_TRUE(wan::CreateSecretFile(secret_file_).ok());
-    secret_ = wan::LoadSecret(secret_file_).value();
+    ASSERT_TRUE(transport::CreateSecretFile(secret_file_).ok());
+    secret_ = transport::LoadSecret(secret_file_).value();
     testing::WriteText(dir_ / "job.yaml", JobYaml(secure(), secret_file_));
     std::vector<std::string> cargs = {"coordinator",     "--job",        dir_ / "job.yaml",
                                       "--endpoint-file", dir_ / "coord", "--no-evaluator"};
@@ -130,18 +130,18 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
                                       endpoint_, "--stats-file", dir_ / "server.json"};
     if (secure()) {
       coordinator_key_ = testing::ReadText(dir_ / "coord.key");
-      testing::WriteText(dir_ / "server.token", Token("server", 0, wan::UnixNow() + 600));
+      testing::WriteText(dir_ / "server.token", Token("server", 0, transport::UnixNow() + 600));
       sargs.insert(sargs.end(), {"--coordinator-key-file", dir_ / "coord.key", "--token-file", dir_ / "server.token"});
     }
     server_ = std::make_unique<Process>(sargs, dir_ / "server.log");
 
-    keys_ = wan::GenerateCurveKeyPair().value();
-    server::MemberOptions mo = testing::TestWorker("secjob", endpoint_, 1000);
+    keys_ = transport::GenerateCurveKeyPair().value();
+    cluster::MemberOptions mo = testing::TestWorker("secjob", endpoint_, 1000);
     if (secure()) {
       mo.curve = {.keys = keys_, .server_key = coordinator_key_};
-      mo.token = Token("worker", 0, wan::UnixNow() + 600);
+      mo.token = Token("worker", 0, transport::UnixNow() + 600);
     }
-    member_ = std::make_unique<server::MemberClient>(ctx_, mo, &counters_, RealClock::Get());
+    member_ = std::make_unique<cluster::MemberClient>(ctx_, mo, &counters_, RealClock::Get());
     auto joined = member_->Join(&stop_);
     ASSERT_TRUE(joined.ok()) << joined.status() << "\n" << testing::ReadText(dir_ / "server.log");
     assignment_ = *joined;
@@ -149,7 +149,7 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     ASSERT_EQ(assignment_.servers_size(), 1);
     server_endpoint_ = assignment_.servers(0).endpoint();
     if (secure()) {
-      ASSERT_TRUE(wan::IsCurveKey(assignment_.servers(0).curve_public_key()));
+      ASSERT_TRUE(transport::IsCurveKey(assignment_.servers(0).curve_public_key()));
     }
     worker_ = Dealer(server_endpoint_, wire::WORKER, 0, MyCurve(assignment_.servers(0).curve_public_key()));
   }
@@ -167,22 +167,22 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
   }
 
   std::string Token(const std::string& role, int id, int64_t expiry) {
-    return wan::MintToken(secret_, {.job = "secjob", .role = role, .id = id, .expiry_unix = expiry}).value();
+    return transport::MintToken(secret_, {.job = "secjob", .role = role, .id = id, .expiry_unix = expiry}).value();
   }
-  wan::CurveSocket MyCurve(const std::string& server_key) {
+  transport::CurveSocket MyCurve(const std::string& server_key) {
     if (!secure()) return {};
     return {.keys = keys_, .server_key = server_key};
   }
-  std::unique_ptr<wan::Socket> Dealer(const std::string& endpoint, wire::Role role, int id, wan::CurveSocket curve) {
-    auto s = std::make_unique<wan::Socket>(ctx_, zmq::socket_type::dealer,
-                                           wan::SocketOptions{.job = "secjob", .role = role, .id = id, .curve = curve},
+  std::unique_ptr<transport::Socket> Dealer(const std::string& endpoint, wire::Role role, int id, transport::CurveSocket curve) {
+    auto s = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
+                                           transport::SocketOptions{.job = "secjob", .role = role, .id = id, .curve = curve},
                                            &counters_);
     EXPECT_TRUE(s->Connect(endpoint).ok());
     return s;
   }
   // Sends and waits up to `ms` for the first reply.
-  static std::optional<wire::Header> Ask(wan::Socket& s, const wire::Header& h,
-                                         const std::vector<wan::Payload>& payloads = {}, int ms = 5000) {
+  static std::optional<wire::Header> Ask(transport::Socket& s, const wire::Header& h,
+                                         const std::vector<transport::Payload>& payloads = {}, int ms = 5000) {
     EXPECT_TRUE(s.Send(h, payloads).ok());
     for (int waited = 0; waited < ms; waited += 10) {
       if (auto in = s.Receive()) {
@@ -196,14 +196,14 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
   // Gives the shard its initial values (0.5 everywhere) as the proper worker.
   void InitShard() {
     std::vector<float> init(1000, 0.5f);
-    std::vector<wan::Payload> payloads;
+    std::vector<transport::Payload> payloads;
     wire::Header h;
     for (uint32_t c = 0; c < 4; ++c) {
       auto* d = h.mutable_init_request()->add_chunks();
       d->set_chunk_id(c);
       d->set_codec(wire::FP32);
       d->set_num_elems(c < 3 ? 256 : 232);
-      payloads.push_back(wan::CopyPayload(init.data() + 256 * c, d->num_elems() * 4));
+      payloads.push_back(transport::CopyPayload(init.data() + 256 * c, d->num_elems() * 4));
     }
     auto ack = Ask(*worker_, h, payloads);
     ASSERT_TRUE(ack && ack->has_init_ack());
@@ -239,7 +239,7 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
   wire::StatusReply Status() {
     auto s = Dealer(endpoint_, wire::CLIENT, 0, MyCurve(coordinator_key_));
     wire::Header h;
-    if (secure()) h.mutable_status_request()->set_token(Token("client", -1, wan::UnixNow() + 60));
+    if (secure()) h.mutable_status_request()->set_token(Token("client", -1, transport::UnixNow() + 60));
     h.mutable_status_request();
     auto r = Ask(*s, h);
     EXPECT_TRUE(r && r->has_status_reply());
@@ -248,14 +248,14 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
 
   TempDir dir_;
   zmq::context_t ctx_{1};
-  wan::TrafficCounters counters_;
+  transport::TrafficCounters counters_;
   std::atomic<bool> stop_{false};
   std::string secret_file_, secret_, endpoint_, coordinator_key_, server_endpoint_;
-  wan::CurveKeyPair keys_;
+  transport::CurveKeyPair keys_;
   std::unique_ptr<Process> coordinator_, server_;
-  std::unique_ptr<server::MemberClient> member_;
+  std::unique_ptr<cluster::MemberClient> member_;
   wire::RegisterReply assignment_;
-  std::unique_ptr<wan::Socket> worker_;
+  std::unique_ptr<transport::Socket> worker_;
 };
 
 // The pattern "GDSC" as float32 (about 211.3): finite, and easy to find.
@@ -271,8 +271,8 @@ TEST_P(SecurityTest, CapturedTrafficHasPlaintextGradientsOnlyWithoutSecurity) {
   RecordingRelay relay(std::stoi(server_endpoint_.substr(server_endpoint_.rfind(':') + 1)));
   auto tapped = Dealer(relay.endpoint(), wire::WORKER, 0, MyCurve(assignment_.servers(0).curve_public_key()));
   std::vector<float> g = Pattern();
-  auto reply = Ask(*tapped, Push(0), {wan::CopyPayload(g.data(), g.size() * 4)});
-  ASSERT_TRUE(reply && reply->has_push_ack()) << (reply ? wan::BodyName(*reply) : "no reply");
+  auto reply = Ask(*tapped, Push(0), {transport::CopyPayload(g.data(), g.size() * 4)});
+  ASSERT_TRUE(reply && reply->has_push_ack()) << (reply ? transport::BodyName(*reply) : "no reply");
   std::string captured = relay.captured();
   EXPECT_GT(captured.size(), 1024u);
   const std::string needle(reinterpret_cast<const char*>(g.data()), 64);
@@ -298,12 +298,12 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   std::vector<float> g = Pattern();
   // 1. A wrong CURVE key (valid, but not authorized) at the shard: the
   //    handshake is refused, nothing arrives, no reply.
-  wan::CurveKeyPair stranger = wan::GenerateCurveKeyPair().value();
+  transport::CurveKeyPair stranger = transport::GenerateCurveKeyPair().value();
   auto wrong = Dealer(server_endpoint_, wire::WORKER, 0, {.keys = stranger, .server_key = shard_key});
-  EXPECT_FALSE(Ask(*wrong, Push(0), {wan::CopyPayload(g.data(), 1024)}, 1500));
+  EXPECT_FALSE(Ask(*wrong, Push(0), {transport::CopyPayload(g.data(), 1024)}, 1500));
   // 2. Plaintext peers: no reply from the shard or the coordinator.
   auto plain_shard = Dealer(server_endpoint_, wire::WORKER, 0, {});
-  EXPECT_FALSE(Ask(*plain_shard, Push(0), {wan::CopyPayload(g.data(), 1024)}, 1500));
+  EXPECT_FALSE(Ask(*plain_shard, Push(0), {transport::CopyPayload(g.data(), 1024)}, 1500));
   auto plain_coord = Dealer(endpoint_, wire::CLIENT, 0, {});
   wire::Header st;
   st.mutable_status_request();
@@ -319,7 +319,7 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   auto expect_error = [&](wire::Header h, wire::ErrorCode code, const std::string& needle) {
     auto r = Ask(*intruder, h);
     ASSERT_TRUE(r.has_value()) << needle;
-    ASSERT_TRUE(r->has_error_reply()) << wan::BodyName(*r) << " instead of a refusal for " << needle;
+    ASSERT_TRUE(r->has_error_reply()) << transport::BodyName(*r) << " instead of a refusal for " << needle;
     EXPECT_EQ(r->error_reply().code(), code) << r->error_reply().message();
     EXPECT_NE(r->error_reply().message().find(needle), std::string::npos) << r->error_reply().message();
   };
@@ -332,16 +332,16 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
     r->set_token(token);
     return h;
   };
-  std::string valid = Token("worker", 0, wan::UnixNow() + 600);
+  std::string valid = Token("worker", 0, transport::UnixNow() + 600);
   std::string forged = valid;
   forged.back() = forged.back() == 'a' ? 'b' : 'a';
   expect_error(reg(forged), wire::UNAUTHENTICATED, "signature does not match");
-  expect_error(reg(Token("worker", 0, wan::UnixNow() - 5)), wire::UNAUTHENTICATED, "expired");
-  expect_error(reg(Token("server", 0, wan::UnixNow() + 600)), wire::UNAUTHENTICATED, "for role server");
+  expect_error(reg(Token("worker", 0, transport::UnixNow() - 5)), wire::UNAUTHENTICATED, "expired");
+  expect_error(reg(Token("server", 0, transport::UnixNow() + 600)), wire::UNAUTHENTICATED, "for role server");
   expect_error(reg(""), wire::UNAUTHENTICATED, "no join token");
   std::string other_secret(64, 'q');
-  expect_error(reg(wan::MintToken(other_secret,
-                                  {.job = "secjob", .role = "worker", .id = 0, .expiry_unix = wan::UnixNow() + 600})
+  expect_error(reg(transport::MintToken(other_secret,
+                                  {.job = "secjob", .role = "worker", .id = 0, .expiry_unix = transport::UnixNow() + 600})
                        .value()),
                wire::UNAUTHENTICATED, "signature does not match");
   wire::Header hb;
@@ -359,8 +359,8 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
     op.mutable_replicate_request()->set_seq(1);
     op.mutable_replicate_request()->set_worker(0);
     *op.mutable_replicate_request()->mutable_push() = Push(0).push_request();
-    auto r = Ask(*as_primary, op, {wan::CopyPayload(g.data(), 1024)});
-    ASSERT_TRUE(r && r->has_error_reply()) << (r ? wan::BodyName(*r) : "no reply");
+    auto r = Ask(*as_primary, op, {transport::CopyPayload(g.data(), 1024)});
+    ASSERT_TRUE(r && r->has_error_reply()) << (r ? transport::BodyName(*r) : "no reply");
     EXPECT_EQ(r->error_reply().code(), wire::PERMISSION_DENIED) << r->error_reply().message();
     EXPECT_NE(r->error_reply().message().find("primary's CURVE key"), std::string::npos) << r->error_reply().message();
   }
@@ -378,7 +378,7 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   EXPECT_NE(stats.find("refused register_request"), std::string::npos);
 
   // And the proper worker is still served.
-  auto reply = Ask(*worker_, Push(0), {wan::CopyPayload(g.data(), 1024)});
+  auto reply = Ask(*worker_, Push(0), {transport::CopyPayload(g.data(), 1024)});
   ASSERT_TRUE(reply && reply->has_push_ack());
 }
 
@@ -432,10 +432,10 @@ TEST(SecureLaunchTest, SyntheticJobOverEmulatedLinksFinishes) {
                                 20);
   ASSERT_EQ(t.exit_code, 0) << t.output;
   std::string token = t.output.substr(0, t.output.find('\n'));
-  std::string secret = wan::LoadSecret(dir / "run/secret").value();
-  EXPECT_TRUE(wan::VerifyToken(secret, token, "securelaunch", "worker", 1, wan::UnixNow()).ok()) << token;
-  EXPECT_FALSE(wan::VerifyToken(secret, token, "securelaunch", "worker", 0, wan::UnixNow()).ok());
-  EXPECT_FALSE(wan::VerifyToken(secret, token, "securelaunch", "worker", 1, wan::UnixNow() + 61).ok());
+  std::string secret = transport::LoadSecret(dir / "run/secret").value();
+  EXPECT_TRUE(transport::VerifyToken(secret, token, "securelaunch", "worker", 1, transport::UnixNow()).ok()) << token;
+  EXPECT_FALSE(transport::VerifyToken(secret, token, "securelaunch", "worker", 0, transport::UnixNow()).ok());
+  EXPECT_FALSE(transport::VerifyToken(secret, token, "securelaunch", "worker", 1, transport::UnixNow() + 61).ok());
   // Without a secret, or for a plaintext job: a clear error.
   auto no_secret = testing::RunGeodesic({"token", "--job", dir / "job.yaml", "--role", "worker"}, 20);
   EXPECT_NE(no_secret.exit_code, 0);
@@ -476,7 +476,7 @@ TEST(SecureLaunchTest, AKilledCoordinatorRestartsWithItsKeysAndAdmitsARejoin) {
   struct stat st {};
   ASSERT_EQ(::stat((dir / "run/coordinator.keypair").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600);
-  auto kept = wan::LoadOrCreateKeyPair(dir / "run/coordinator.keypair");
+  auto kept = transport::LoadOrCreateKeyPair(dir / "run/coordinator.keypair");
   ASSERT_TRUE(kept.ok()) << kept.status();
   EXPECT_EQ(testing::ReadText(dir / "run/coordinator.key"), kept->public_key);
 }

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "common/job.h"
+#include "config/job.h"
 #include "tests/integration/harness.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"

@@ -102,7 +102,7 @@ class TempDir {
 };
 
 TEST(CheckpointFormat, RoundTripsAndRefusesEveryDamage) {
-  ShardState s(Options(0), ChunkLayout(10, 4), {0, 1, 2});
+  ShardState s(Options(0), cluster::ChunkLayout(10, 4), {0, 1, 2});
   InitAll(s);
   ClockTable t = Table(0, 3);
   RunClocks(s, t, 3, 0, 2, InOrder);
@@ -139,7 +139,7 @@ TEST(CheckpointFormat, RoundTripsAndRefusesEveryDamage) {
 
 TEST(CheckpointFiles, KeepsTheNewestAndIgnoresStrays) {
   TempDir dir;
-  ShardState s(Options(0), ChunkLayout(8, 4), {0, 1});
+  ShardState s(Options(0), cluster::ChunkLayout(8, 4), {0, 1});
   InitAll(s);
   wire::ShardCheckpoint ck = s.ToCheckpoint(0);
   ck.set_job("j");
@@ -158,7 +158,7 @@ TEST(CheckpointFiles, KeepsTheNewestAndIgnoresStrays) {
 
 // BSP rounds sum in worker order: arrival order changes nothing, to the bit.
 TEST(ShardDeterminism, BspResultDoesNotDependOnArrivalOrder) {
-  ShardState a(Options(0), ChunkLayout(1000, 256), {0, 1, 2, 3}), b(Options(0), ChunkLayout(1000, 256), {0, 1, 2, 3});
+  ShardState a(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3}), b(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3});
   InitAll(a);
   InitAll(b);
   ClockTable ta = Table(0, 3), tb = Table(0, 3);
@@ -170,7 +170,7 @@ TEST(ShardDeterminism, BspResultDoesNotDependOnArrivalOrder) {
 // A shard restored from a checkpoint continues exactly as the original.
 void ExpectResumeIsExact(int64_t bound, const std::string& optimizer) {
   SCOPED_TRACE(optimizer + " bound " + std::to_string(bound));
-  const ChunkLayout layout(777, 100);
+  const cluster::ChunkLayout layout(777, 100);
   std::vector<uint32_t> owned = {0, 2, 3, 5, 7};
   ShardState orig(Options(bound, optimizer), layout, owned);
   InitAll(orig);
@@ -211,15 +211,15 @@ TEST(ShardCheckpoint, ResumeIsBitExact) {
 }
 
 TEST(ShardCheckpoint, RestoreRefusesAMismatchAndChangesNothing) {
-  ShardState s(Options(0), ChunkLayout(100, 10), {0, 1});
+  ShardState s(Options(0), cluster::ChunkLayout(100, 10), {0, 1});
   InitAll(s);
   wire::ShardCheckpoint ck = s.ToCheckpoint(0);
 
-  ShardState other_layout(Options(0), ChunkLayout(100, 20), {0, 1});
+  ShardState other_layout(Options(0), cluster::ChunkLayout(100, 20), {0, 1});
   EXPECT_EQ(other_layout.Restore(ck).status().code(), Code::kFailedPrecondition);
   EXPECT_FALSE(other_layout.AllInitialized());
 
-  ShardState other_opt(Options(0, "adam"), ChunkLayout(100, 10), {0, 1});
+  ShardState other_opt(Options(0, "adam"), cluster::ChunkLayout(100, 10), {0, 1});
   auto r = other_opt.Restore(ck);
   EXPECT_NE(r.status().message().find("holds sgd state"), std::string::npos) << r.status();
   EXPECT_FALSE(other_opt.IsInitialized(0));
@@ -227,7 +227,7 @@ TEST(ShardCheckpoint, RestoreRefusesAMismatchAndChangesNothing) {
   // A damaged chunk (values of the wrong size) refuses the whole file.
   wire::ShardCheckpoint bad = ck;
   bad.mutable_chunks(1)->mutable_params()->resize(12);
-  ShardState fresh(Options(0), ChunkLayout(100, 10), {0, 1});
+  ShardState fresh(Options(0), cluster::ChunkLayout(100, 10), {0, 1});
   EXPECT_EQ(fresh.Restore(bad).status().code(), Code::kDataLoss);
   EXPECT_FALSE(fresh.IsInitialized(0));
   EXPECT_FALSE(fresh.IsInitialized(1));
@@ -236,12 +236,12 @@ TEST(ShardCheckpoint, RestoreRefusesAMismatchAndChangesNothing) {
 // A push a checkpoint already holds is a duplicate, and still completes its
 // clock on the restored shard (asynchronous checkpoints can hold half a clock).
 TEST(ShardCheckpoint, DuplicatesOfCheckpointedPushesCompleteTheClock) {
-  ShardState s(Options(2), ChunkLayout(20, 10), {0, 1});
+  ShardState s(Options(2), cluster::ChunkLayout(20, 10), {0, 1});
   InitAll(s);
   auto g = Grad(0, 0, 10);
   s.Push(0, 0, 0, 0, g.data(), 1);  // chunk 0 of clock 0 only
   wire::ShardCheckpoint ck = s.ToCheckpoint(0);
-  ShardState r(Options(2), ChunkLayout(20, 10), {0, 1});
+  ShardState r(Options(2), cluster::ChunkLayout(20, 10), {0, 1});
   ASSERT_TRUE(r.Restore(ck).ok());
   EXPECT_EQ(r.CompletedClock(0), -1);
   auto first = r.Push(0, 0, 0, 0, g.data(), 1);
@@ -258,7 +258,7 @@ TEST(ShardCheckpoint, DuplicatesOfCheckpointedPushesCompleteTheClock) {
 
 // Writes checkpoints of `shards` shards at these clocks under `dir`.
 void WriteShards(const std::string& dir, int shards, int64_t bound, const std::vector<int64_t>& clocks) {
-  const ChunkLayout layout(60, 10);
+  const cluster::ChunkLayout layout(60, 10);
   for (int id = 0; id < shards; ++id) {
     std::vector<uint32_t> owned;
     for (uint32_t c = id; c < layout.num_chunks(); c += shards) owned.push_back(c);

@@ -246,7 +246,7 @@ TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
   o.unix_now = [&now] { return now; };
   CoordinatorState state(o, &clock);
   auto token = [&](const std::string& role, int id, int64_t expiry) {
-    return wan::MintToken(o.secret, {.job = "t", .role = role, .id = id, .expiry_unix = expiry}).value();
+    return transport::MintToken(o.secret, {.job = "t", .role = role, .id = id, .expiry_unix = expiry}).value();
   };
   const std::string kServerKey(40, 'S'), kWorkerKey(40, 'W'), kOtherKey(40, 'X');
 

@@ -12,7 +12,7 @@ namespace {
 struct WorkerCopy {
   std::vector<float> values;
   int64_t seq = -1;
-  Status Apply(const wire::ChunkData& d, const wan::Payload& p) {
+  Status Apply(const wire::ChunkData& d, const transport::Payload& p) {
     std::vector<uint8_t> scratch;
     auto info = compression::PayloadInfo::FromWire(d);
     values.resize(d.num_elems());
@@ -34,7 +34,7 @@ ShardState::Snapshot Snap(const std::vector<float>& v, uint64_t version) {
 
 TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
   const uint64_t n = 1000;
-  PullCompressor pc(ChunkLayout(n, n), 7);
+  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
   auto codec = compression::ParseCodecSpec("topk:0.05");
   ASSERT_TRUE(codec.ok()) << codec.status();
   std::mt19937 rng(1);
@@ -80,7 +80,7 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
 
 TEST(PullCompressorTest, DuplicateChangeIsDetectedByTheSequence) {
   const uint64_t n = 64;
-  PullCompressor pc(ChunkLayout(n, n), 7);
+  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
   auto codec = *compression::ParseCodecSpec("int8");
   std::vector<float> params(n, 1.0f);
   WorkerCopy worker;
@@ -105,7 +105,7 @@ TEST(PullCompressorTest, DuplicateChangeIsDetectedByTheSequence) {
 
 TEST(PullCompressorTest, LosslessCodecsSendValuesAndOthersGetFp32) {
   const uint64_t n = 100;
-  PullCompressor pc(ChunkLayout(n, n), 7);
+  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
   std::vector<float> params(n, 0.5f);
   wire::ChunkData d;
   d.set_num_elems(n);

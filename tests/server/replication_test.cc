@@ -19,7 +19,7 @@ struct Replica {
       : shard(ShardOptions{.staleness_bound = bound,
                            .optimizer = OptimizerSpec{.name = optimizer, .lr = 0.1, .momentum = 0.9},
                            .total_clocks = 100},
-              ChunkLayout(40, 16), {0, 1, 2}),
+              cluster::ChunkLayout(40, 16), {0, 1, 2}),
         clocks(bound) {
     clocks.SetLive({0, 1, 2}, {0, 0, 0});
   }
@@ -35,8 +35,8 @@ struct Replica {
   uint64_t applied_seq = 0;
 };
 
-wan::Message Request(int worker, bool init, int64_t clock, const std::vector<uint32_t>& chunks, std::mt19937& rng) {
-  wan::Message m;
+transport::Message Request(int worker, bool init, int64_t clock, const std::vector<uint32_t>& chunks, std::mt19937& rng) {
+  transport::Message m;
   m.header.set_sender_role(wire::WORKER);
   m.header.set_sender_id(worker);
   m.header.set_request_id(rng());
@@ -59,8 +59,8 @@ wan::Message Request(int worker, bool init, int64_t clock, const std::vector<uin
 
 // What the primary's server loop sends for `op`: the header from the primary
 // (server 4) and a copy of the request's frames.
-wan::Message Forward(wire::Header op, const std::vector<wan::Payload>& frames) {
-  wan::Message m;
+transport::Message Forward(wire::Header op, const std::vector<transport::Payload>& frames) {
+  transport::Message m;
   m.header = std::move(op);
   m.header.set_sender_role(wire::SERVER);
   m.header.set_sender_id(4);
@@ -76,14 +76,14 @@ void PrimaryAndBackupAgree(int64_t bound, const char* optimizer) {
   Replica primary(bound, optimizer), backup(bound, optimizer);
   std::mt19937 rng(7);
   uint64_t seq = 0;
-  auto replicate = [&](wire::Header op, const std::vector<wan::Payload>& frames) {
-    wan::Message fwd = Forward(std::move(op), frames);
+  auto replicate = [&](wire::Header op, const std::vector<transport::Payload>& frames) {
+    transport::Message fwd = Forward(std::move(op), frames);
     Handled h = ApplyReplicate(backup.Ctx(), &backup.applied_seq, fwd);
     ASSERT_TRUE(h.status.ok()) << h.status;
     EXPECT_EQ(h.reply.replicate_ack().seq(), seq);
   };
   for (int w = 0; w < kWorkers; ++w) {
-    wan::Message m = Request(w, /*init=*/true, 0, {0, 1, 2}, rng);
+    transport::Message m = Request(w, /*init=*/true, 0, {0, 1, 2}, rng);
     ASSERT_TRUE(ApplyInit(primary.Ctx(), m).status.ok());
     replicate(ReplicateOp(++seq, m), TakeFrames(m));
   }
@@ -101,13 +101,13 @@ void PrimaryAndBackupAgree(int64_t bound, const char* optimizer) {
       for (uint32_t c : {0u, 1u, 2u}) pushes.push_back({w, c});
     std::shuffle(pushes.begin(), pushes.end(), rng);
     for (auto [w, c] : pushes) {
-      wan::Message m = Request(w, false, clock, {c}, rng);
+      transport::Message m = Request(w, false, clock, {c}, rng);
       Handled h = ApplyPush(primary.Ctx(), m);
       ASSERT_TRUE(h.status.ok()) << h.status;
-      std::vector<wan::Payload> frames = TakeFrames(m);
+      std::vector<transport::Payload> frames = TakeFrames(m);
       replicate(ReplicateOp(++seq, m), frames);
       if (rng() % 4 == 0) {  // the worker resends: a duplicate on both
-        wan::Message again;
+        transport::Message again;
         again.header = m.header;
         for (const auto& f : frames) again.frames.emplace_back(f.data, f.size);
         Handled d = ApplyPush(primary.Ctx(), again);
@@ -135,12 +135,12 @@ class ReplicationRefusalTest : public ::testing::Test {
  protected:
   ReplicationRefusalTest() : backup_(3, "sgd") {
     std::mt19937 rng(1);
-    wan::Message init = Request(0, true, 0, {0, 1, 2}, rng);
+    transport::Message init = Request(0, true, 0, {0, 1, 2}, rng);
     EXPECT_TRUE(ApplyInit(backup_.Ctx(), init).status.ok());
   }
-  wan::Message Op(uint64_t seq) {
+  transport::Message Op(uint64_t seq) {
     std::mt19937 rng(seq);
-    wan::Message m = Request(1, false, 0, {1}, rng);
+    transport::Message m = Request(1, false, 0, {1}, rng);
     return Forward(ReplicateOp(seq, m), TakeFrames(m));
   }
   Replica backup_;
@@ -148,7 +148,7 @@ class ReplicationRefusalTest : public ::testing::Test {
 
 TEST_F(ReplicationRefusalTest, OnlyThePrimaryMayReplicate) {
   for (auto [role, id] : {std::pair{wire::WORKER, 4}, {wire::SERVER, 3}, {wire::CLIENT, 4}}) {
-    wan::Message m = Op(1);
+    transport::Message m = Op(1);
     m.header.set_sender_role(role);
     m.header.set_sender_id(id);
     Handled h = ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, m);
@@ -160,16 +160,16 @@ TEST_F(ReplicationRefusalTest, OnlyThePrimaryMayReplicate) {
 }
 
 TEST_F(ReplicationRefusalTest, GapIsRefusedAndDuplicateChangesNothing) {
-  wan::Message gap = Op(2);
+  transport::Message gap = Op(2);
   Handled h = ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, gap);
   EXPECT_EQ(h.reason, "replication_gap") << h.status;
   EXPECT_EQ(backup_.shard.updates_applied(), 0u);
 
-  wan::Message first = Op(1);
+  transport::Message first = Op(1);
   ASSERT_TRUE(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, first).status.ok());
   EXPECT_EQ(backup_.shard.updates_applied(), 1u);
   const std::string bytes = backup_.Bytes();
-  wan::Message again = Op(1);
+  transport::Message again = Op(1);
   Handled d = ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, again);
   ASSERT_TRUE(d.status.ok()) << d.status;
   EXPECT_EQ(d.reply.replicate_ack().seq(), 1u);
@@ -177,21 +177,21 @@ TEST_F(ReplicationRefusalTest, GapIsRefusedAndDuplicateChangesNothing) {
 }
 
 TEST_F(ReplicationRefusalTest, BadOpsAreRefusedWhole) {
-  wan::Message none = Forward(wire::Header(), {});
+  transport::Message none = Forward(wire::Header(), {});
   none.header.mutable_replicate_request()->set_seq(1);
   EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, none).reason, "bad_op");
 
-  wan::Message zero = Op(0);
+  transport::Message zero = Op(0);
   EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, zero).reason, "bad_seq");
 
-  wan::Message stranger = Forward(ReplicateMembership(1, {0, 7}, {0, 0}), {});
+  transport::Message stranger = Forward(ReplicateMembership(1, {0, 7}, {0, 0}), {});
   EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, stranger).reason, "bad_membership");
 
-  wan::Message uneven = Forward(ReplicateMembership(1, {0, 1}, {0}), {});
+  transport::Message uneven = Forward(ReplicateMembership(1, {0, 1}, {0}), {});
   EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, uneven).reason, "bad_membership");
 
   // A push that fails the shard's checks (a non-finite value) is refused as a worker's would be.
-  wan::Message bad = Op(1);
+  transport::Message bad = Op(1);
   float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bad.frames[0].data(), &nan, sizeof nan);
   EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, bad).reason, "non_finite");

@@ -15,7 +15,7 @@ class RequestsTest : public ::testing::Test {
     o.staleness_bound = 2;
     return o;
   }
-  RequestsTest() : shard_(BoundTwo(), ChunkLayout(16, 8), {0, 1}) {
+  RequestsTest() : shard_(BoundTwo(), cluster::ChunkLayout(16, 8), {0, 1}) {
     clocks_.SetLive({0, 1}, {0, 0});
     std::vector<float> init(8, 0.5f);
     EXPECT_TRUE(shard_.Init(0, init.data()));
@@ -23,8 +23,8 @@ class RequestsTest : public ::testing::Test {
   }
 
   // A push of worker 0 at `clock`: chunk 0, all values `v`.
-  static wan::Message Push(int64_t clock, float v) {
-    wan::Message m;
+  static transport::Message Push(int64_t clock, float v) {
+    transport::Message m;
     m.header.set_sender_role(wire::WORKER);
     m.header.set_sender_id(0);
     auto* p = m.header.mutable_push_request();
@@ -77,7 +77,7 @@ TEST_F(RequestsTest, ClockBeyondAnyJobIsRefused) {
 // Regression: a pull with a negative clock was served as a "final" read,
 // skipping the staleness bound.
 TEST_F(RequestsTest, PullWithNegativeClockIsRefused) {
-  wan::Message m;
+  transport::Message m;
   m.header.set_sender_role(wire::WORKER);
   m.header.mutable_pull_request()->set_clock(-5);
   std::string reason;

@@ -23,7 +23,7 @@ std::vector<float> Values(const ShardState& s, uint32_t chunk) {
 }
 
 TEST(ShardTest, InitFirstWinsAndOnlyOwnedChunks) {
-  ShardState s(Options(1), ChunkLayout(6, 3), {1});
+  ShardState s(Options(1), cluster::ChunkLayout(6, 3), {1});
   EXPECT_FALSE(s.Owns(0));
   EXPECT_TRUE(s.Owns(1));
   EXPECT_FALSE(s.Owns(7));
@@ -37,7 +37,7 @@ TEST(ShardTest, InitFirstWinsAndOnlyOwnedChunks) {
 }
 
 TEST(ShardTest, AsyncAppliesAtOnceWithStalenessScaling) {
-  ShardState s(Options(4), ChunkLayout(2, 2), {0});
+  ShardState s(Options(4), cluster::ChunkLayout(2, 2), {0});
   std::vector<float> init = {1, 1}, g = {1, -1};
   s.Init(0, init.data());
   auto r = s.Push(0, 0, 0, /*base_version=*/0, g.data());
@@ -60,7 +60,7 @@ TEST(ShardTest, AsyncAppliesAtOnceWithStalenessScaling) {
 }
 
 TEST(ShardTest, StalenessScalingCanBeTurnedOff) {
-  ShardState s(Options(4, 0, /*scaling=*/false), ChunkLayout(1, 1), {0});
+  ShardState s(Options(4, 0, /*scaling=*/false), cluster::ChunkLayout(1, 1), {0});
   float init = 0, g = 1;
   s.Init(0, &init);
   s.Push(0, 0, 0, 0, &g);
@@ -70,7 +70,7 @@ TEST(ShardTest, StalenessScalingCanBeTurnedOff) {
 }
 
 TEST(ShardTest, DuplicatePushIsNotAppliedTwice) {
-  ShardState s(Options(4), ChunkLayout(1, 1), {0});
+  ShardState s(Options(4), cluster::ChunkLayout(1, 1), {0});
   float init = 0, g = 1;
   s.Init(0, &init);
   EXPECT_EQ(s.Push(0, 5, 0, 0, &g).result, wire::APPLIED);
@@ -84,7 +84,7 @@ TEST(ShardTest, DuplicatePushIsNotAppliedTwice) {
 }
 
 TEST(ShardTest, ClockCompletesWhenEveryOwnedChunkArrived) {
-  ShardState s(Options(4), ChunkLayout(4, 1), {0, 2, 3});
+  ShardState s(Options(4), cluster::ChunkLayout(4, 1), {0, 2, 3});
   std::vector<float> init = {0, 0, 0, 0};
   for (uint32_t c : {0u, 2u, 3u}) s.Init(c, &init[c]);
   float g = 1;
@@ -94,7 +94,7 @@ TEST(ShardTest, ClockCompletesWhenEveryOwnedChunkArrived) {
 }
 
 TEST(ShardTest, BspAppliesTheMeanOnceEveryLiveWorkerFinished) {
-  ShardState s(Options(0, 0.9), ChunkLayout(2, 2), {0});
+  ShardState s(Options(0, 0.9), cluster::ChunkLayout(2, 2), {0});
   std::vector<float> init = {0, 0}, g0 = {1, 2}, g1 = {3, 4};
   s.Init(0, init.data());
   ClockTable clocks(0);
@@ -117,7 +117,7 @@ TEST(ShardTest, BspAppliesTheMeanOnceEveryLiveWorkerFinished) {
 }
 
 TEST(ShardTest, BspRoundClosesWithoutADeadWorker) {
-  ShardState s(Options(0), ChunkLayout(1, 1), {0});
+  ShardState s(Options(0), cluster::ChunkLayout(1, 1), {0});
   float init = 0, g = 2;
   s.Init(0, &init);
   ClockTable clocks(0);
@@ -131,7 +131,7 @@ TEST(ShardTest, BspRoundClosesWithoutADeadWorker) {
 }
 
 TEST(ShardTest, SkippedClockCompletesWithoutAnUpdate) {
-  ShardState s(Options(0), ChunkLayout(2, 1), {0, 1});
+  ShardState s(Options(0), cluster::ChunkLayout(2, 1), {0, 1});
   std::vector<float> init = {0, 0};
   s.Init(0, &init[0]);
   s.Init(1, &init[1]);
@@ -141,7 +141,7 @@ TEST(ShardTest, SkippedClockCompletesWithoutAnUpdate) {
 }
 
 TEST(ShardTest, UpdateWritesANewBufferWhileAReaderHoldsTheOld) {
-  ShardState s(Options(4), ChunkLayout(2, 2), {0});
+  ShardState s(Options(4), cluster::ChunkLayout(2, 2), {0});
   std::vector<float> init = {1, 1}, g = {1, 1};
   s.Init(0, init.data());
   auto held = s.Read(0);  // an in-flight pull reply
@@ -159,7 +159,7 @@ TEST(ShardTest, UpdateWritesANewBufferWhileAReaderHoldsTheOld) {
 // exactly as it would have where it was: values, version, momentum buffer
 // and the per-worker clocks that catch duplicate pushes all travel.
 TEST(ShardTest, MigratedChunkContinuesBitForBitAsIfItHadStayed) {
-  const ChunkLayout layout(6, 2);  // chunks 0, 1, 2
+  const cluster::ChunkLayout layout(6, 2);  // chunks 0, 1, 2
   ShardState src(Options(0, 0.9), layout, {0, 1}), dst(Options(0, 0.9), layout, {2}), ref(Options(0, 0.9), layout, {1});
   std::vector<float> init = {0.5f, -0.25f}, g0 = {1, 2}, g1 = {3, -4}, g2 = {0.125f, 7};
   for (ShardState* s : {&src, &ref}) s->Init(1, init.data());
@@ -214,7 +214,7 @@ TEST(ShardTest, MigratedChunkContinuesBitForBitAsIfItHadStayed) {
 }
 
 TEST(ShardTest, AdoptRefusesStateThatDoesNotFit) {
-  const ChunkLayout layout(6, 2);
+  const cluster::ChunkLayout layout(6, 2);
   ShardState src(Options(2, 0.9), layout, {0}), dst(Options(2, 0.9), layout, {1});
   std::vector<float> init = {1, 2};
   src.Init(0, init.data());

@@ -6,12 +6,12 @@
 #include <random>
 #include <set>
 
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 
 namespace geodesic::wan {
 namespace {
 
-using server::ChunkLayout;
+using cluster::ChunkLayout;
 
 // The hand-solved cases are of synchronous steps (BSP) and loss-based TCP
 // unless they say otherwise (not this machine's congestion control).
@@ -314,7 +314,7 @@ TEST(PlannerTest, LossyLinkIsAvoided) {
   Planner planner = Make(Job(WorkersBetweenTwoShards(50)), kTwelveChunks);
   Plan plan = planner.MakePlan();
   EXPECT_EQ(ChunksPerServer(plan, 2), (std::vector<uint64_t>{12, 0}));
-  auto balanced = planner.Predict(server::PlaceChunks(planner.layout(), 2).owner, plan.codecs, plan.links);
+  auto balanced = planner.Predict(cluster::PlaceChunks(planner.layout(), 2).owner, plan.codecs, plan.links);
   ASSERT_TRUE(balanced.ok());
   EXPECT_GT(balanced->step_ms, 2 * plan.prediction.step_ms);
 }
@@ -386,7 +386,7 @@ TEST(PlannerTest, NeverWorseThanRoundRobinOrBytesBalanced) {
     const ChunkLayout layout(static_cast<uint64_t>(pick(1, 40)) * 16384 - pick(0, 16000), 16384);
     Planner planner = Make(job, layout, uniform(0, 50));
     Plan plan = planner.MakePlan();
-    for (const auto& owner : {planner.RoundRobin(), server::PlaceChunks(layout, job.NumServers()).owner}) {
+    for (const auto& owner : {planner.RoundRobin(), cluster::PlaceChunks(layout, job.NumServers()).owner}) {
       auto other = planner.Predict(owner, plan.codecs, plan.links);
       ASSERT_TRUE(other.ok()) << other.status();
       EXPECT_LE(plan.prediction.step_ms, other->step_ms * (1 + 1e-9)) << "trial " << trial;

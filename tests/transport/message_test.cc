@@ -1,4 +1,4 @@
-#include "wan/message.h"
+#include "transport/message.h"
 
 #include <gtest/gtest.h>
 
@@ -6,9 +6,9 @@
 #include <numeric>
 #include <thread>
 
-#include "wan/routes.h"
+#include "transport/routes.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 SocketOptions Opts(wire::Role role, int id, const std::string& job = "job") {
@@ -193,9 +193,9 @@ TEST(MessageTest2, BodyNameAndErrorCodes) {
 }
 
 }  // namespace
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 TEST(RoutesTest, ParsesAndRewritesOnlyRoutedEndpoints) {
@@ -243,4 +243,4 @@ TEST(DecodeFramesTest, ChecksFramingOnBytes) {
 }
 
 }  // namespace
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

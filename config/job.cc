@@ -1,4 +1,4 @@
-#include "common/job.h"
+#include "config/job.h"
 
 #include <yaml-cpp/yaml.h>
 

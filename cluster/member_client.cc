@@ -1,18 +1,18 @@
-#include "server/member_client.h"
+#include "cluster/member_client.h"
 
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/wait.h"
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
-MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, wan::TrafficCounters* counters,
+MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, transport::TrafficCounters* counters,
                            const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
       socket_(ctx, zmq::socket_type::dealer,
-              wan::SocketOptions{.job = options_.job,
+              transport::SocketOptions{.job = options_.job,
                                  .role = options_.role,
                                  .id = options_.id,
                                  .max_message_bytes = options_.max_message_bytes,
@@ -60,7 +60,7 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
         continue;
       }
       const wire::Header& h = in->message.header;
-      if (h.has_error_reply() && wan::FromWire(h.error_reply().code()) == Code::kAlreadyExists) {
+      if (h.has_error_reply() && transport::FromWire(h.error_reply().code()) == Code::kAlreadyExists) {
         // Our predecessor (we are its restart) still holds the lease: it
         // runs out within lease_ms, then we are admitted.
         waiting_for = "the previous holder's lease to run out (" + h.error_reply().message() + ")";
@@ -68,7 +68,7 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
         continue;
       }
       if (h.has_error_reply())
-        return Status(wan::FromWire(h.error_reply().code()),
+        return Status(transport::FromWire(h.error_reply().code()),
                       "coordinator refused registration: " + h.error_reply().message());
       if (!h.has_register_reply()) continue;
       const auto& r = h.register_reply();
@@ -149,7 +149,7 @@ void MemberClient::Loop() {
         const wire::Header& h = in->message.header;
         if (h.has_error_reply()) {
           std::lock_guard<std::mutex> lock(mu_);
-          error_ = Status(wan::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
+          error_ = Status(transport::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
           continue;
         }
         if (h.has_register_reply()) {  // answer to a re-registration
@@ -215,4 +215,4 @@ void MemberClient::Loop() {
   }
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

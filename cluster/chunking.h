@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "proto/geodesic.pb.h"
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
 class ChunkLayout {
  public:
@@ -67,4 +67,4 @@ uint64_t ChunkElemsFor(int64_t chunk_bytes);
 // least loaded shard; ties go to the lower id). Deterministic.
 ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers);
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

@@ -1,10 +1,10 @@
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 namespace {
 
 TEST(ChunkLayoutTest, CoversEveryParameterOnce) {
@@ -55,4 +55,4 @@ TEST(ShardMapTest, WireRoundTripAndValidation) {
 }
 
 }  // namespace
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

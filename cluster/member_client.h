@@ -19,12 +19,12 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "common/job.h"
+#include "config/job.h"
 #include "common/status.h"
 #include "proto/geodesic.pb.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
 struct MemberOptions {
   std::string job;
@@ -38,7 +38,7 @@ struct MemberOptions {
   int64_t max_message_bytes = 256 << 20;  // wire.max_message_bytes: larger replies are refused unread
   // Secured jobs: this process's keypair, the coordinator's public key as
   // `curve.server_key`, and the join token sent with every registration.
-  wan::CurveSocket curve;
+  transport::CurveSocket curve;
   std::string token;
   // Servers in secured jobs: installs the client keys the coordinator lists
   // (HeartbeatReply.authorized_keys/_ids; runs on the heartbeat thread, so it
@@ -69,7 +69,7 @@ struct MembershipView {
 
 class MemberClient {
  public:
-  MemberClient(zmq::context_t& ctx, MemberOptions options, wan::TrafficCounters* counters, const Clock* clock);
+  MemberClient(zmq::context_t& ctx, MemberOptions options, transport::TrafficCounters* counters, const Clock* clock);
   ~MemberClient();
   MemberClient(const MemberClient&) = delete;
   MemberClient& operator=(const MemberClient&) = delete;
@@ -105,7 +105,7 @@ class MemberClient {
 
   MemberOptions options_;
   const Clock* clock_;
-  wan::Socket socket_;
+  transport::Socket socket_;
   std::function<void(wire::Heartbeat*)> fill_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -125,4 +125,4 @@ class MemberClient {
   uint64_t servers_epoch_ = 0;   // heartbeat thread only
 };
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

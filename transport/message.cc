@@ -1,11 +1,11 @@
-#include "wan/message.h"
+#include "transport/message.h"
 
 #include <cstring>
 
 #include "common/log.h"
-#include "wan/routes.h"
+#include "transport/routes.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 void ReleaseOwner(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
@@ -212,4 +212,4 @@ std::string BodyName(const wire::Header& header) {
   return field ? field->name() : "unknown";
 }
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 
 // Parses "FROM=TO" specs (both ZeroMQ endpoints). Errors name the bad spec.
 StatusOr<std::map<std::string, std::string>> ParseRoutes(const std::vector<std::string>& specs);
@@ -27,4 +27,4 @@ void SetRoutes(std::map<std::string, std::string> routes);
 // The endpoint to connect to for `endpoint`: its route, or itself.
 std::string RouteFor(const std::string& endpoint);
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

@@ -1,9 +1,9 @@
-#include "server/chunking.h"
+#include "cluster/chunking.h"
 
 #include <algorithm>
 #include <numeric>
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
 ChunkLayout::ChunkLayout(uint64_t num_params, uint64_t chunk_elems)
     : num_params_(num_params), chunk_elems_(std::max<uint64_t>(chunk_elems, 1)) {
@@ -86,4 +86,4 @@ ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers) {
   return m;
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

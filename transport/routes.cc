@@ -1,8 +1,8 @@
-#include "wan/routes.h"
+#include "transport/routes.h"
 
 #include <mutex>
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 std::mutex g_mu;
@@ -40,4 +40,4 @@ std::string RouteFor(const std::string& endpoint) {
   return it == Table().end() ? endpoint : it->second;
 }
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

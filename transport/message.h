@@ -19,9 +19,9 @@
 
 #include "common/status.h"
 #include "proto/geodesic.pb.h"
-#include "wan/security.h"
+#include "transport/security.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 
 inline constexpr uint32_t kProtocolVersion = 1;
 
@@ -132,4 +132,4 @@ Code FromWire(wire::ErrorCode code);
 // Short name of a body, e.g. "push_request", for logs.
 std::string BodyName(const wire::Header& header);
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

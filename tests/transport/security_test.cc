@@ -1,4 +1,4 @@
-#include "wan/security.h"
+#include "transport/security.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "common/files.h"
-#include "wan/message.h"
+#include "transport/message.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 const std::string kSecret(64, 's');
@@ -211,4 +211,4 @@ TEST_F(ZapTest, SecondHandlerInOneContextFails) {
 }
 
 }  // namespace
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

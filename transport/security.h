@@ -31,7 +31,7 @@
 
 #include "common/status.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 
 // FailedPrecondition naming the Debian package if this libzmq lacks CURVE.
 Status RequireCurve();
@@ -94,7 +94,7 @@ struct MemberCredentials {
   bool enabled() const { return !keys.secret_key.empty(); }
 };
 
-// CURVE settings of one socket (wan::SocketOptions carries one). Empty keys:
+// CURVE settings of one socket (transport::SocketOptions carries one). Empty keys:
 // plaintext. A ROUTER with keys is a CURVE server (ZAP domain "geodesic");
 // a DEALER with keys is a CURVE client and needs `server_key`.
 struct CurveSocket {
@@ -139,4 +139,4 @@ class ZapHandler {
   std::set<std::string> allowed_;  // guarded by mu_
 };
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport

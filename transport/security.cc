@@ -1,4 +1,4 @@
-#include "wan/security.h"
+#include "transport/security.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -15,7 +15,7 @@
 #include "common/files.h"
 #include "common/log.h"
 
-namespace geodesic::wan {
+namespace geodesic::transport {
 namespace {
 
 constexpr size_t kMinSecretBytes = 32;
@@ -270,7 +270,7 @@ bool ZapHandler::Allowed(const std::string& key) const {
 // routing id, mechanism, credentials...; the reply is version, request id,
 // status code, status text, user id, metadata. The user id we return is the
 // client's Z85 public key; ZeroMQ attaches it to every message of that
-// connection as the "User-Id" property (wan::Message::peer_key).
+// connection as the "User-Id" property (transport::Message::peer_key).
 void ZapHandler::Loop() {
   try {
     while (!stop_.load()) {
@@ -317,4 +317,4 @@ void ZapHandler::Loop() {
   socket_.close();
 }
 
-}  // namespace geodesic::wan
+}  // namespace geodesic::transport
