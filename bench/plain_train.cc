@@ -9,8 +9,8 @@
 
 #include "bench/bench.h"
 #include "common/files.h"
-#include "config/job.h"
 #include "common/log.h"
+#include "config/job.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/model.h"

@@ -23,11 +23,11 @@
 #include <zmq.hpp>
 
 #include "bench/bench.h"
+#include "cluster/member_client.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deploy/process.h"
-#include "cluster/member_client.h"
 #include "transport/message.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
@@ -119,7 +119,8 @@ struct Rig {
       GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file));
     }
     auto token = [&](const std::string& role) {
-      return transport::MintToken(secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = transport::UnixNow() + 86400});
+      return transport::MintToken(
+          secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = transport::UnixNow() + 86400});
     };
     std::filesystem::remove(dir + "/coord");
     std::vector<std::string> cargs = {

@@ -32,8 +32,8 @@
 #include "bench/bench.h"
 #include "bench/run_job.h"
 #include "common/files.h"
-#include "config/job.h"
 #include "common/log.h"
+#include "config/job.h"
 #include "deploy/process.h"
 
 namespace geodesic::bench {

@@ -15,15 +15,15 @@
 
 #include "bench/bench.h"
 #include "common/files.h"
-#include "config/job.h"
 #include "common/log.h"
+#include "config/job.h"
 #include "deploy/launcher.h"
 #include "server/checkpoint.h"
 #include "server/coordinator.h"
 #include "server/server.h"
-#include "wan/planner.h"
 #include "transport/routes.h"
 #include "transport/security.h"
+#include "wan/planner.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -91,7 +91,7 @@ struct MemberSecurityFlags {
 };
 
 geodesic::StatusOr<geodesic::transport::MemberCredentials> MemberCredentials(const geodesic::JobSpec& job,
-                                                                       const MemberSecurityFlags& f) {
+                                                                             const MemberSecurityFlags& f) {
   using namespace geodesic;
   transport::MemberCredentials c;
   if (job.security.mode != "curve") return c;
@@ -417,8 +417,8 @@ int main(int argc, char** argv) {
       auto secret = JobSecret(*job, coord_secret_file);
       if (!secret.ok()) return Fail(secret.status());
       coord.coordinator.secret = *secret;
-      auto keys =
-          coord_keypair_file.empty() ? transport::GenerateCurveKeyPair() : transport::LoadOrCreateKeyPair(coord_keypair_file);
+      auto keys = coord_keypair_file.empty() ? transport::GenerateCurveKeyPair()
+                                             : transport::LoadOrCreateKeyPair(coord_keypair_file);
       if (!keys.ok()) return Fail(keys.status());
       coord.keys = *keys;
     }

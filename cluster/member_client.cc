@@ -13,10 +13,10 @@ MemberClient::MemberClient(zmq::context_t& ctx, MemberOptions options, transport
       clock_(clock),
       socket_(ctx, zmq::socket_type::dealer,
               transport::SocketOptions{.job = options_.job,
-                                 .role = options_.role,
-                                 .id = options_.id,
-                                 .max_message_bytes = options_.max_message_bytes,
-                                 .curve = options_.curve},
+                                       .role = options_.role,
+                                       .id = options_.id,
+                                       .max_message_bytes = options_.max_message_bytes,
+                                       .curve = options_.curve},
               counters) {}
 
 MemberClient::~MemberClient() { Stop(true); }

@@ -19,8 +19,8 @@
 #include <zmq.hpp>
 
 #include "common/clock.h"
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "transport/message.h"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "wan/link_emulator.h"
 #include "wan/probe.h"
 

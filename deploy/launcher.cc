@@ -22,10 +22,10 @@
 
 #include "common/files.h"
 #include "common/histogram.h"
-#include "config/job.h"
 #include "common/log.h"
 #include "common/push_ledger.h"
 #include "compression/codec.h"
+#include "config/job.h"
 #include "deploy/emulated_wan.h"
 #include "deploy/netns.h"
 #include "deploy/process.h"
@@ -93,17 +93,17 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
 // A status client's CURVE settings and `client` token in a secured job
 // (nothing in a plaintext one).
 StatusOr<std::pair<transport::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
-                                                                 const std::string& key_file, int64_t ttl_s = 0) {
+                                                                       const std::string& key_file, int64_t ttl_s = 0) {
   if (job.security.mode != "curve") return std::pair<transport::CurveSocket, std::string>{};
   transport::CurveSocket curve;
   GD_ASSIGN_OR_RETURN(curve.keys, transport::GenerateCurveKeyPair());
   GD_ASSIGN_OR_RETURN(curve.server_key, ReadFile(key_file));
-  GD_ASSIGN_OR_RETURN(
-      std::string token,
-      transport::MintToken(secret, {.job = job.name,
-                              .role = "client",
-                              .id = -1,
-                              .expiry_unix = transport::UnixNow() + (ttl_s > 0 ? ttl_s : job.security.token_ttl_s)}));
+  GD_ASSIGN_OR_RETURN(std::string token,
+                      transport::MintToken(secret, {.job = job.name,
+                                                    .role = "client",
+                                                    .id = -1,
+                                                    .expiry_unix = transport::UnixNow() +
+                                                                   (ttl_s > 0 ? ttl_s : job.security.token_ttl_s)}));
   return std::pair{curve, token};
 }
 
@@ -120,14 +120,14 @@ std::string Timestamp() {
 // connects as a CURVE client and sends a `client` join token.
 class StatusProbe {
  public:
-  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint, const transport::CurveSocket& curve = {},
-              std::string token = "")
+  StatusProbe(zmq::context_t& ctx, const JobSpec& job, const std::string& endpoint,
+              const transport::CurveSocket& curve = {}, std::string token = "")
       : socket_(ctx, zmq::socket_type::dealer,
                 transport::SocketOptions{.job = job.name,
-                                   .role = wire::CLIENT,
-                                   .id = 0,
-                                   .max_message_bytes = job.wire.max_message_bytes,
-                                   .curve = curve},
+                                         .role = wire::CLIENT,
+                                         .id = 0,
+                                         .max_message_bytes = job.wire.max_message_bytes,
+                                         .curve = curve},
                 &counters_),
         token_(std::move(token)) {
     Status s = socket_.Connect(endpoint);
@@ -1191,8 +1191,8 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   std::string secret;
   if (job.security.mode == "curve") {
     // Whoever may read the job's secret may ask; a client token lives a minute.
-    GD_ASSIGN_OR_RETURN(
-        secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret" : job.security.secret_file));
+    GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret"
+                                                                                       : job.security.secret_file));
   }
   GD_ASSIGN_OR_RETURN(auto security, ProbeSecurity(job, secret, run_dir + "/coordinator.key", 60));
   zmq::context_t ctx(1);

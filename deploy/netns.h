@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 
 namespace geodesic::deploy {
 

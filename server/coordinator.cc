@@ -298,7 +298,7 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
     // A backup joins with a server token for its shard.
     auto claims = transport::VerifyToken(options_.secret, req.token(), options_.job_name,
-                                   RoleName(role == wire::BACKUP ? wire::SERVER : role), id, options_.unix_now());
+                                         RoleName(role == wire::BACKUP ? wire::SERVER : role), id, options_.unix_now());
     if (!claims.ok()) return claims.status();
   }
   Member* m = Find(role, id);
@@ -898,8 +898,8 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
   wire::Header reply;
   auto refuse = [&](const ::geodesic::Status& s) {
     *refused = true;
-    GD_LOG(WARNING) << "refused " << transport::BodyName(h) << " from " << RoleName(h.sender_role()) << " " << h.sender_id()
-                    << ": " << s;
+    GD_LOG(WARNING) << "refused " << transport::BodyName(h) << " from " << RoleName(h.sender_role()) << " "
+                    << h.sender_id() << ": " << s;
     reply.mutable_error_reply()->set_code(transport::ToWire(s.code()));
     reply.mutable_error_reply()->set_message(s.message());
     return reply;
@@ -925,8 +925,8 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
       if (secure() && !IsMemberKey(peer_key)) {
         auto claims = peer_key.empty()
                           ? StatusOr<transport::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
-                          : transport::VerifyToken(options_.secret, h.status_request().token(), options_.job_name, "client",
-                                             0, options_.unix_now());
+                          : transport::VerifyToken(options_.secret, h.status_request().token(), options_.job_name,
+                                                   "client", 0, options_.unix_now());
         if (!claims.ok()) return refuse(claims.status());
       }
       *reply.mutable_status_reply() = Status();
@@ -945,10 +945,10 @@ Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx,
       ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
               transport::SocketOptions{.job = options_.coordinator.job_name,
-                                 .role = wire::COORDINATOR,
-                                 .id = 0,
-                                 .max_message_bytes = options_.coordinator.max_message_bytes,
-                                 .curve = transport::CurveSocket{.keys = options_.keys, .server_key = {}}},
+                                       .role = wire::COORDINATOR,
+                                       .id = 0,
+                                       .max_message_bytes = options_.coordinator.max_message_bytes,
+                                       .curve = transport::CurveSocket{.keys = options_.keys, .server_key = {}}},
               &counters_),
       state_(options_.coordinator, clock) {}
 

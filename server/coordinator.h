@@ -20,15 +20,15 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/chunking.h"
 #include "common/clock.h"
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
-#include "cluster/chunking.h"
 #include "transport/message.h"
-#include "wan/planner.h"
 #include "transport/security.h"
+#include "wan/planner.h"
 
 namespace geodesic::server {
 

@@ -7,13 +7,13 @@ namespace {
 
 transport::Payload Fp32Payload(const ShardState::Snapshot& snap, uint64_t n) {
   return transport::Payload{snap.values.get(), n * sizeof(float),
-                      std::shared_ptr<const void>(snap.values, snap.values.get())};
+                            std::shared_ptr<const void>(snap.values, snap.values.get())};
 }
 
 }  // namespace
 
 StatusOr<transport::Payload> PullCompressor::Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
-                                              const ShardState::Snapshot& snap, bool full, wire::ChunkData* d) {
+                                                    const ShardState::Snapshot& snap, bool full, wire::ChunkData* d) {
   const uint64_t n = layout_.Size(chunk);
   d->set_codec(wire::FP32);
   d->set_delta(false);

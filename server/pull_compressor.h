@@ -16,10 +16,10 @@
 #include <memory>
 #include <vector>
 
+#include "cluster/chunking.h"
 #include "common/status.h"
 #include "compression/codec.h"
 #include "proto/geodesic.pb.h"
-#include "cluster/chunking.h"
 #include "server/shard.h"
 #include "transport/message.h"
 
@@ -34,7 +34,7 @@ class PullCompressor {
   // `snap` for `worker` under `codec`. `full` forces exact values and
   // restarts the worker's copy.
   StatusOr<transport::Payload> Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
-                                const ShardState::Snapshot& snap, bool full, wire::ChunkData* d);
+                                      const ShardState::Snapshot& snap, bool full, wire::ChunkData* d);
 
   // Drops a worker's copies (it left the job).
   void Forget(int worker) { copies_.erase(worker); }

@@ -23,11 +23,12 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
       clock_(clock),
       ctx_(ctx),
       socket_(ctx, zmq::socket_type::router,
-              transport::SocketOptions{.job = options_.job.name,
-                                 .role = wire::SERVER,
-                                 .id = options_.id,
-                                 .max_message_bytes = options_.job.wire.max_message_bytes,
-                                 .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
+              transport::SocketOptions{
+                  .job = options_.job.name,
+                  .role = wire::SERVER,
+                  .id = options_.id,
+                  .max_message_bytes = options_.job.wire.max_message_bytes,
+                  .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
               &counters_),
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()) {}
@@ -250,7 +251,8 @@ void Server::SyncMigration() {
       *t->mutable_new_map() = mg.new_map();
       o.header.set_request_id(c);
       o.payloads.push_back(transport::CopyPayload(state->params().data(), state->params().size()));
-      for (const std::string& a : state->optimizer_arrays()) o.payloads.push_back(transport::CopyPayload(a.data(), a.size()));
+      for (const std::string& a : state->optimizer_arrays())
+        o.payloads.push_back(transport::CopyPayload(a.data(), a.size()));
       // From here on this shard refuses the chunk ("moved"): nothing more
       // may be applied to a copy that is no longer the chunk's.
       shard_->DropChunk(c);
@@ -262,13 +264,14 @@ void Server::SyncMigration() {
     }
     auto& peer = peers_[o.endpoint];
     if (!peer) {
-      peer = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
-                                           transport::SocketOptions{.job = options_.job.name,
-                                                              .role = wire::SERVER,
-                                                              .id = options_.id,
-                                                              .max_message_bytes = options_.job.wire.max_message_bytes,
-                                                              .curve = {}},
-                                           &counters_);
+      peer = std::make_unique<transport::Socket>(
+          ctx_, zmq::socket_type::dealer,
+          transport::SocketOptions{.job = options_.job.name,
+                                   .role = wire::SERVER,
+                                   .id = options_.id,
+                                   .max_message_bytes = options_.job.wire.max_message_bytes,
+                                   .curve = {}},
+          &counters_);
       if (Status s = peer->Connect(o.endpoint); !s.ok()) {
         GD_LOG(ERROR) << "migration: connecting to " << o.endpoint << ": " << s;
         peer.reset();
@@ -839,13 +842,15 @@ Status Server::Run(const std::atomic<bool>* stop) {
   mo.timing = options_.job.membership;
   mo.max_message_bytes = options_.job.wire.max_message_bytes;
   if (options_.credentials.enabled()) {
-    mo.curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = options_.credentials.coordinator_key};
+    mo.curve =
+        transport::CurveSocket{.keys = options_.credentials.keys, .server_key = options_.credentials.coordinator_key};
     mo.token = options_.credentials.token;
     mo.authorize = [this](const wire::HeartbeatReply& r) { Authorize(r); };
   }
   member_ = std::make_unique<cluster::MemberClient>(ctx_, mo, &counters_, clock_);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
-  GD_ASSIGN_OR_RETURN(cluster::ShardMap map, cluster::ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));
+  GD_ASSIGN_OR_RETURN(cluster::ShardMap map,
+                      cluster::ShardMap::FromWire(assignment.shard_map(), options_.job.NumServers()));
   ShardOptions so;
   so.shard_id = options_.id;
   so.staleness_bound = options_.job.training.staleness_bound;
@@ -878,11 +883,12 @@ Status Server::Run(const std::atomic<bool>* stop) {
       return FailedPrecondition("secured replicated job, but the coordinator names no key for the backup");
     replica_ = std::make_unique<transport::Socket>(
         ctx_, zmq::socket_type::dealer,
-        transport::SocketOptions{.job = options_.job.name,
-                           .role = wire::SERVER,
-                           .id = options_.id,
-                           .max_message_bytes = options_.job.wire.max_message_bytes,
-                           .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = backup_key}},
+        transport::SocketOptions{
+            .job = options_.job.name,
+            .role = wire::SERVER,
+            .id = options_.id,
+            .max_message_bytes = options_.job.wire.max_message_bytes,
+            .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = backup_key}},
         &counters_);
     GD_RETURN_IF_ERROR(replica_->Connect(replica_endpoint_));
     GD_LOG(INFO) << "replicating to the backup at " << replica_endpoint_;

@@ -20,11 +20,11 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/member_client.h"
 #include "common/clock.h"
-#include "config/job.h"
 #include "common/status.h"
 #include "compression/codec.h"
-#include "cluster/member_client.h"
+#include "config/job.h"
 #include "server/pull_compressor.h"
 #include "server/requests.h"
 #include "server/shard.h"
@@ -181,8 +181,8 @@ class Server {
     uint64_t seq = 0;
     wire::Header op;
     std::vector<transport::Payload> payloads;  // shared with the first send
-    std::string peer;                    // the worker whose ack waits, if any
-    std::optional<wire::Header> reply;   // that ack (none for a live-set op)
+    std::string peer;                          // the worker whose ack waits, if any
+    std::optional<wire::Header> reply;         // that ack (none for a live-set op)
     TimePoint since{};
   };
   std::unique_ptr<transport::Socket> replica_;
@@ -218,9 +218,9 @@ class Server {
   wire::Migration migration_;  // the latest announced (id 0: none)
   std::map<uint32_t, Outgoing> outgoing_;
   std::map<std::string, std::unique_ptr<transport::Socket>> peers_;  // DEALERs to destination shards, by endpoint
-  std::map<uint32_t, uint64_t> adopted_;                       // chunk -> migration it was taken in
-  std::map<uint32_t, int> moved_away_;                         // chunk -> the shard it went to
-  uint64_t map_version_ = 0;                                   // the shard map version this shard follows
+  std::map<uint32_t, uint64_t> adopted_;                             // chunk -> migration it was taken in
+  std::map<uint32_t, int> moved_away_;                               // chunk -> the shard it went to
+  uint64_t map_version_ = 0;                                         // the shard map version this shard follows
   uint64_t chunks_sent_ = 0, chunks_adopted_ = 0;
   std::atomic<uint64_t> pub_migration_done_{0};
   // Chunks of pushes taken (APPLIED) here, replicated ones included, by the

@@ -36,12 +36,12 @@
 #include <memory>
 #include <vector>
 
+#include "cluster/chunking.h"
 #include "common/histogram.h"
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
-#include "cluster/chunking.h"
 #include "server/consistency.h"
 #include "server/optimizer.h"
 

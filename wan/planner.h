@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "config/job.h"
-#include "common/status.h"
 #include "cluster/chunking.h"
+#include "common/status.h"
+#include "config/job.h"
 
 namespace geodesic::wan {
 

@@ -13,8 +13,8 @@
 
 #include <memory>
 
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "worker/dataset.h"
 

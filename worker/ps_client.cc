@@ -46,10 +46,10 @@ Status PsClient::Connect() {
 
 Status PsClient::ConnectShard(Shard& s) {
   transport::SocketOptions so{.job = options_.job,
-                        .role = options_.role,
-                        .id = options_.id,
-                        .max_message_bytes = options_.wire.max_message_bytes,
-                        .curve = transport::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
+                              .role = options_.role,
+                              .id = options_.id,
+                              .max_message_bytes = options_.wire.max_message_bytes,
+                              .curve = transport::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
   s.socket = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
   return s.socket->Connect(s.endpoint);
 }
@@ -746,7 +746,8 @@ Status PsClient::EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_
     d->set_num_elems(n);
     d->set_version(versions_[c]);
     info.ToWire(d);
-    payloads->push_back(transport::Payload{bytes->data(), bytes->size(), std::shared_ptr<const void>(bytes, bytes->data())});
+    payloads->push_back(
+        transport::Payload{bytes->data(), bytes->size(), std::shared_ptr<const void>(bytes, bytes->data())});
   }
   return Status::Ok();
 }

@@ -23,13 +23,13 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/chunking.h"
 #include "common/clock.h"
-#include "config/job.h"
 #include "common/push_ledger.h"
 #include "common/status.h"
 #include "compression/codec.h"
+#include "config/job.h"
 #include "proto/geodesic.pb.h"
-#include "cluster/chunking.h"
 #include "transport/message.h"
 
 namespace geodesic::worker {

@@ -11,11 +11,11 @@
 #include <optional>
 #include <thread>
 
+#include "cluster/member_client.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/wait.h"
 #include "compression/codec.h"
-#include "cluster/member_client.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
@@ -37,7 +37,8 @@ struct Progress {
 };
 
 cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
-                                       const wire::ModelSignature& sig, const transport::MemberCredentials& credentials) {
+                                        const wire::ModelSignature& sig,
+                                        const transport::MemberCredentials& credentials) {
   cluster::MemberOptions mo;
   mo.job = job.name;
   mo.role = role;

@@ -17,8 +17,8 @@
 #include <string>
 #include <zmq.hpp>
 
-#include "config/job.h"
 #include "common/status.h"
+#include "config/job.h"
 #include "transport/security.h"
 
 namespace geodesic::worker {
@@ -27,8 +27,8 @@ struct WorkerProcessOptions {
   JobSpec job;
   int id = 0;
   std::string coordinator;
-  std::string stats_file;              // stats JSON, written periodically and at exit
-  std::string snapshot_dir;            // worker 0: where parameter snapshots go (empty: none)
+  std::string stats_file;                    // stats JSON, written periodically and at exit
+  std::string snapshot_dir;                  // worker 0: where parameter snapshots go (empty: none)
   transport::MemberCredentials credentials;  // secured jobs
 };
 
@@ -37,9 +37,9 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
 struct EvaluatorOptions {
   JobSpec job;
   std::string coordinator;
-  std::string snapshot_dir;            // snapshots written by worker 0
-  std::string result_file;             // result JSON
-  std::string dump_params;             // if set, the final parameters as raw float32
+  std::string snapshot_dir;                  // snapshots written by worker 0
+  std::string result_file;                   // result JSON
+  std::string dump_params;                   // if set, the final parameters as raw float32
   transport::MemberCredentials credentials;  // secured jobs
 };
 

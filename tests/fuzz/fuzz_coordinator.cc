@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.staleness_bound = 1;
   FakeClock clock;
   CoordinatorState state(o, &clock);
-  const transport::SocketOptions framing{.job = "job", .role = wire::COORDINATOR, .id = 0, .max_message_bytes = 1 << 20};
+  const transport::SocketOptions framing{
+      .job = "job", .role = wire::COORDINATOR, .id = 0, .max_message_bytes = 1 << 20};
 
   for (int records = 0; !in.done() && records < 64; ++records) {
     if (in.Byte() % 2 == 1) {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "compression/codec.h"
 #include "cluster/chunking.h"
+#include "compression/codec.h"
 #include "transport/message.h"
 
 using namespace geodesic;

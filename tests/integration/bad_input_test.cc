@@ -7,8 +7,8 @@
 #include <limits>
 #include <zmq.hpp>
 
-#include "common/clock.h"
 #include "cluster/member_client.h"
+#include "common/clock.h"
 #include "tests/integration/harness.h"
 #include "transport/message.h"
 
@@ -49,9 +49,9 @@ class BadInputTest : public ::testing::Test {
     member_->Start(nullptr);
     ASSERT_EQ(assignment_.servers_size(), 1);
     ASSERT_EQ(assignment_.shard_map().owner_size(), 4);  // 1000 floats in chunks of 256
-    socket_ =
-        std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
-                                      transport::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0}, &counters_);
+    socket_ = std::make_unique<transport::Socket>(
+        ctx_, zmq::socket_type::dealer, transport::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0},
+        &counters_);
     ASSERT_TRUE(socket_->Connect(assignment_.servers(0).endpoint()).ok());
   }
 
@@ -76,10 +76,12 @@ class BadInputTest : public ::testing::Test {
   }
 
   // Sends and expects an ErrorReply containing `needle`.
-  void ExpectRefused(const wire::Header& h, const std::vector<transport::Payload>& payloads, const std::string& needle) {
+  void ExpectRefused(const wire::Header& h, const std::vector<transport::Payload>& payloads,
+                     const std::string& needle) {
     ASSERT_TRUE(socket_->Send(h, payloads).ok());
     wire::Header r = Await();
-    ASSERT_TRUE(r.has_error_reply()) << "expected a refusal mentioning '" << needle << "', got " << transport::BodyName(r);
+    ASSERT_TRUE(r.has_error_reply()) << "expected a refusal mentioning '" << needle << "', got "
+                                     << transport::BodyName(r);
     EXPECT_NE(r.error_reply().message().find(needle), std::string::npos) << r.error_reply().message();
   }
 
@@ -286,7 +288,7 @@ TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
   }
   // Both still serve: the coordinator answers a status request, the shard a pull.
   transport::Socket status(ctx_, zmq::socket_type::dealer,
-                     transport::SocketOptions{.job = "badinput", .role = wire::CLIENT, .id = 0}, &counters_);
+                           transport::SocketOptions{.job = "badinput", .role = wire::CLIENT, .id = 0}, &counters_);
   ASSERT_TRUE(status.Connect(endpoint_).ok());
   wire::Header req;
   req.mutable_status_request();
@@ -308,7 +310,7 @@ TEST_F(BadInputTest, OversizedMessagesAreDroppedUnread) {
 
 TEST_F(BadInputTest, MessageForAnotherJobIsRefused) {
   transport::Socket other(ctx_, zmq::socket_type::dealer,
-                    transport::SocketOptions{.job = "someone-else", .role = wire::WORKER, .id = 0}, &counters_);
+                          transport::SocketOptions{.job = "someone-else", .role = wire::WORKER, .id = 0}, &counters_);
   ASSERT_TRUE(other.Connect(assignment_.servers(0).endpoint()).ok());
   wire::Header h;
   h.mutable_pull_request()->add_chunk_ids(0);

@@ -18,8 +18,8 @@
 #include <thread>
 #include <zmq.hpp>
 
-#include "common/clock.h"
 #include "cluster/member_client.h"
+#include "common/clock.h"
 #include "tests/integration/harness.h"
 #include "transport/message.h"
 #include "transport/security.h"
@@ -173,10 +173,11 @@ class SecurityTest : public ::testing::TestWithParam<bool> {
     if (!secure()) return {};
     return {.keys = keys_, .server_key = server_key};
   }
-  std::unique_ptr<transport::Socket> Dealer(const std::string& endpoint, wire::Role role, int id, transport::CurveSocket curve) {
-    auto s = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
-                                           transport::SocketOptions{.job = "secjob", .role = role, .id = id, .curve = curve},
-                                           &counters_);
+  std::unique_ptr<transport::Socket> Dealer(const std::string& endpoint, wire::Role role, int id,
+                                            transport::CurveSocket curve) {
+    auto s = std::make_unique<transport::Socket>(
+        ctx_, zmq::socket_type::dealer,
+        transport::SocketOptions{.job = "secjob", .role = role, .id = id, .curve = curve}, &counters_);
     EXPECT_TRUE(s->Connect(endpoint).ok());
     return s;
   }
@@ -340,10 +341,11 @@ TEST_P(SecuredJobTest, IntrudersGetNothingAndChangeNothing) {
   expect_error(reg(Token("server", 0, transport::UnixNow() + 600)), wire::UNAUTHENTICATED, "for role server");
   expect_error(reg(""), wire::UNAUTHENTICATED, "no join token");
   std::string other_secret(64, 'q');
-  expect_error(reg(transport::MintToken(other_secret,
-                                  {.job = "secjob", .role = "worker", .id = 0, .expiry_unix = transport::UnixNow() + 600})
-                       .value()),
-               wire::UNAUTHENTICATED, "signature does not match");
+  expect_error(
+      reg(transport::MintToken(other_secret,
+                               {.job = "secjob", .role = "worker", .id = 0, .expiry_unix = transport::UnixNow() + 600})
+              .value()),
+      wire::UNAUTHENTICATED, "signature does not match");
   wire::Header hb;
   hb.mutable_heartbeat()->set_clock(1000);
   hb.mutable_heartbeat()->set_done(true);

@@ -158,7 +158,8 @@ TEST(CheckpointFiles, KeepsTheNewestAndIgnoresStrays) {
 
 // BSP rounds sum in worker order: arrival order changes nothing, to the bit.
 TEST(ShardDeterminism, BspResultDoesNotDependOnArrivalOrder) {
-  ShardState a(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3}), b(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3});
+  ShardState a(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3}),
+      b(Options(0), cluster::ChunkLayout(1000, 256), {0, 1, 2, 3});
   InitAll(a);
   InitAll(b);
   ClockTable ta = Table(0, 3), tb = Table(0, 3);

@@ -35,7 +35,8 @@ struct Replica {
   uint64_t applied_seq = 0;
 };
 
-transport::Message Request(int worker, bool init, int64_t clock, const std::vector<uint32_t>& chunks, std::mt19937& rng) {
+transport::Message Request(int worker, bool init, int64_t clock, const std::vector<uint32_t>& chunks,
+                           std::mt19937& rng) {
   transport::Message m;
   m.header.set_sender_role(wire::WORKER);
   m.header.set_sender_id(worker);
