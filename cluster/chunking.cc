@@ -86,4 +86,20 @@ ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers) {
   return m;
 }
 
+std::vector<std::vector<uint32_t>> BatchChunks(const ChunkLayout& layout, const std::vector<uint32_t>& chunks,
+                                               int64_t max_bytes) {
+  std::vector<std::vector<uint32_t>> out;
+  int64_t bytes = 0;
+  for (uint32_t c : chunks) {
+    const auto size = static_cast<int64_t>(layout.Size(c) * sizeof(float));
+    if (out.empty() || bytes + size > max_bytes) {
+      out.emplace_back();
+      bytes = 0;
+    }
+    out.back().push_back(c);
+    bytes += size;
+  }
+  return out;
+}
+
 }  // namespace geodesic::cluster

@@ -67,4 +67,11 @@ uint64_t ChunkElemsFor(int64_t chunk_bytes);
 // least loaded shard; ties go to the lower id). Deterministic.
 ShardMap PlaceChunks(const ChunkLayout& layout, int num_servers);
 
+// Cuts `chunks` (in the given order) into batches of consecutive chunks whose
+// float32 bytes add up to at most `max_bytes` each, so that no message built
+// from a batch exceeds the wire limit; a chunk larger than `max_bytes` goes
+// alone. Budgets by uncompressed size, which bounds any codec's output.
+std::vector<std::vector<uint32_t>> BatchChunks(const ChunkLayout& layout, const std::vector<uint32_t>& chunks,
+                                               int64_t max_bytes);
+
 }  // namespace geodesic::cluster

@@ -54,5 +54,14 @@ TEST(ShardMapTest, WireRoundTripAndValidation) {
   EXPECT_FALSE(ShardMap::FromWire(w, 3).ok());
 }
 
+TEST(BatchChunksTest, FillsEachBatchUpToTheLimitAndSendsAnOversizedChunkAlone) {
+  ChunkLayout layout(10, 4);  // chunks of 16, 16 and 8 bytes
+  using Batches = std::vector<std::vector<uint32_t>>;
+  EXPECT_EQ(BatchChunks(layout, {0, 1, 2}, 32), (Batches{{0, 1}, {2}}));
+  EXPECT_EQ(BatchChunks(layout, {0, 1, 2}, 40), (Batches{{0, 1, 2}}));
+  EXPECT_EQ(BatchChunks(layout, {2, 0}, 8), (Batches{{2}, {0}}));
+  EXPECT_EQ(BatchChunks(layout, {}, 8), Batches{});
+}
+
 }  // namespace
 }  // namespace geodesic::cluster
