@@ -31,18 +31,24 @@ Status NonFiniteError(const char* codec, uint64_t count, uint64_t first) {
                          " non-finite value(s), the first at index " + std::to_string(first));
 }
 
-// One loop body per value of "is `sent` wanted", so that each is straight.
+// One loop body per 16-bit format and per value of "is `sent` wanted", so
+// that each is straight; the conversions inline.
+template <bool kSent, uint16_t (*kTo16)(float), float (*kFrom16)(uint16_t), bool (*kNonFinite)(uint16_t)>
+[[gnu::always_inline]] inline uint64_t Encode16Body(const float* __restrict x, uint64_t n, uint8_t* __restrict out,
+                                                    float* __restrict sent) {
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint16_t h = kTo16(x[i]);
+    StoreU16(out + 2 * i, h);
+    bad += kNonFinite(h);
+    if (kSent) sent[i] = kFrom16(h);
+  }
+  return bad;
+}
 template <bool kSent>
 [[gnu::always_inline]] inline uint64_t EncodeFp16Body(const float* __restrict x, uint64_t n, uint8_t* __restrict out,
                                                       float* __restrict sent) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint16_t h = FloatToHalf(x[i]);
-    StoreU16(out + 2 * i, h);
-    bad += NonFiniteHalf(h);
-    if (kSent) sent[i] = HalfToFloat(h);
-  }
-  return bad;
+  return Encode16Body<kSent, FloatToHalf, HalfToFloat, NonFiniteHalf>(x, n, out, sent);
 }
 GD_TARGET_CLONES uint64_t EncodeFp16Loop(const float* x, uint64_t n, uint8_t* out, float* sent) {
   return sent ? EncodeFp16Body<true>(x, n, out, sent) : EncodeFp16Body<false>(x, n, out, nullptr);
@@ -86,20 +92,9 @@ bool HaveF16c() {
 }
 #endif
 
-template <bool kSent>
-[[gnu::always_inline]] inline uint64_t EncodeBf16Body(const float* __restrict x, uint64_t n, uint8_t* __restrict out,
-                                                      float* __restrict sent) {
-  uint64_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint16_t h = FloatToBf16(x[i]);
-    StoreU16(out + 2 * i, h);
-    bad += NonFiniteBf16(h);
-    if (kSent) sent[i] = Bf16ToFloat(h);
-  }
-  return bad;
-}
 GD_TARGET_CLONES uint64_t EncodeBf16Loop(const float* x, uint64_t n, uint8_t* out, float* sent) {
-  return sent ? EncodeBf16Body<true>(x, n, out, sent) : EncodeBf16Body<false>(x, n, out, nullptr);
+  return sent ? Encode16Body<true, FloatToBf16, Bf16ToFloat, NonFiniteBf16>(x, n, out, sent)
+              : Encode16Body<false, FloatToBf16, Bf16ToFloat, NonFiniteBf16>(x, n, out, nullptr);
 }
 
 GD_TARGET_CLONES uint64_t EncodeFp32Loop(const float* __restrict x, uint64_t n, uint8_t* __restrict out) {

@@ -173,6 +173,19 @@ GD_TARGET_CLONES uint64_t EncodeSignLoop(const float* x, uint64_t n, uint32_t bl
 
 // Decoding passes return the index of the first bad block, or kNoError.
 
+// The three passes of a block codec's body as separately compiled (and
+// separately cloned) entry points: decode, check only, and decode-and-add.
+#define GD_BLOCK_PASSES(Name)                                                                        \
+  GD_TARGET_CLONES uint64_t Name##Decode(const uint8_t* p, uint64_t n, uint32_t block, float* out) { \
+    return Name##Body<Pass::kDecode>(p, n, block, out);                                              \
+  }                                                                                                  \
+  GD_TARGET_CLONES uint64_t Name##Check(const uint8_t* p, uint64_t n, uint32_t block) {              \
+    return Name##Body<Pass::kCheck>(p, n, block, nullptr);                                           \
+  }                                                                                                  \
+  GD_TARGET_CLONES uint64_t Name##Add(const uint8_t* p, uint64_t n, uint32_t block, float* out) {    \
+    return Name##Body<Pass::kAdd>(p, n, block, out);                                                 \
+  }
+
 template <Pass P>
 [[gnu::always_inline]] inline uint64_t Int8Body(const uint8_t* __restrict p, uint64_t n, uint32_t block,
                                                 float* __restrict out) {
@@ -193,15 +206,7 @@ template <Pass P>
   }
   return kNoError;
 }
-GD_TARGET_CLONES uint64_t Int8Decode(const uint8_t* p, uint64_t n, uint32_t block, float* out) {
-  return Int8Body<Pass::kDecode>(p, n, block, out);
-}
-GD_TARGET_CLONES uint64_t Int8Check(const uint8_t* p, uint64_t n, uint32_t block) {
-  return Int8Body<Pass::kCheck>(p, n, block, nullptr);
-}
-GD_TARGET_CLONES uint64_t Int8Add(const uint8_t* p, uint64_t n, uint32_t block, float* out) {
-  return Int8Body<Pass::kAdd>(p, n, block, out);
-}
+GD_BLOCK_PASSES(Int8)
 
 template <Pass P>
 [[gnu::always_inline]] inline uint64_t Int4Body(const uint8_t* __restrict p, uint64_t n, uint32_t block,
@@ -239,15 +244,7 @@ template <Pass P>
   }
   return kNoError;
 }
-GD_TARGET_CLONES uint64_t Int4Decode(const uint8_t* p, uint64_t n, uint32_t block, float* out) {
-  return Int4Body<Pass::kDecode>(p, n, block, out);
-}
-GD_TARGET_CLONES uint64_t Int4Check(const uint8_t* p, uint64_t n, uint32_t block) {
-  return Int4Body<Pass::kCheck>(p, n, block, nullptr);
-}
-GD_TARGET_CLONES uint64_t Int4Add(const uint8_t* p, uint64_t n, uint32_t block, float* out) {
-  return Int4Body<Pass::kAdd>(p, n, block, out);
-}
+GD_BLOCK_PASSES(Int4)
 
 template <Pass P>
 [[gnu::always_inline]] inline uint64_t SignBody(const uint8_t* __restrict p, uint64_t n, uint32_t block,
