@@ -130,8 +130,7 @@ void PushCompressor::PickTopKThreshold(int64_t clock) {
   }
 }
 
-Status PushCompressor::Encode(size_t dest, int64_t clock, uint32_t c, std::vector<uint8_t>* bytes,
-                              PayloadInfo* info) {
+Status PushCompressor::Encode(size_t dest, int64_t clock, uint32_t c, std::vector<uint8_t>* bytes, PayloadInfo* info) {
   GD_CHECK(encodes(dest)) << "destination " << dest << " does not encode";
   Dest& d = dests_[dest];
   const bool feedback = options_.error_feedback && d.spec.lossy();

@@ -131,7 +131,8 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
                     static_cast<size_t>(model->num_params()) * sizeof(float));
     GD_RETURN_IF_ERROR(WriteFileAtomic(options.dump_params, raw));
   }
-  if (model->has_network()) GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
+  if (model->has_network())
+    GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
   GD_RETURN_IF_ERROR(WriteFileAtomic(options.result_file, result.dump(2)));
   member.Stop(true);
   return Status::Ok();

@@ -108,11 +108,11 @@ Status Worker::LoadData() {
 }
 
 Status Worker::JoinJob() {
-  member_ = std::make_unique<cluster::MemberClient>(
-      ctx_,
-      MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator, model_->signature(),
-                       options_.credentials),
-      &counters_, clock_);
+  member_ =
+      std::make_unique<cluster::MemberClient>(ctx_,
+                                              MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator,
+                                                               model_->signature(), options_.credentials),
+                                              &counters_, clock_);
   GD_ASSIGN_OR_RETURN(assignment_, member_->Join(stop_));
   PsClientOptions po = PsOptionsFor(job_, wire::WORKER, options_.id);
   if (job_.replication.backups > 0) po.servers_view = ServersView(*member_);
@@ -126,19 +126,8 @@ Status Worker::JoinJob() {
   if (ps_->num_params() != static_cast<uint64_t>(n_))
     return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " parameters, model has " +
                               std::to_string(n_));
-  {
-    MutexLock lock(progress_.mu);
-    progress_.clock = assignment_.start_clock();
-    progress_.p.set_target_steps(total_steps_);
-  }
-  member_->Start([this](wire::Heartbeat* hb) {
-    MutexLock lock(progress_.mu);
-    hb->set_clock(progress_.clock);
-    hb->set_done(progress_.done);
-    hb->set_barrier_floor(progress_.barrier_floor);
-    hb->set_at_barrier(progress_.at_barrier);
-    *hb->mutable_worker() = progress_.p;
-  });
+  progress_.Start(assignment_.start_clock(), total_steps_);
+  member_->Start([this](wire::Heartbeat* hb) { progress_.Fill(hb); });
   // After the heartbeats start: they keep our lease, and they bring the
   // news of a shard that fails over meanwhile (the init follows it).
   return ps_->Init(model_->params().data_ptr<float>(), stop_);
@@ -155,7 +144,8 @@ Status Worker::FirstPull() {
   rounds_ = std::make_unique<LocalRounds>(job_, model_->params());
   pull_dest_ = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
   GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));  // we hold no copy yet
-  GD_ASSIGN_OR_RETURN(PullTiming first, ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  GD_ASSIGN_OR_RETURN(PullTiming first,
+                      ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
   (void)first;
   if (local_) rounds_->Restart();
   pulled_through_ = c_;
@@ -256,8 +246,7 @@ Status Worker::CatchUp(int64_t rejoin) {
   for (int k = 1; k < depth_ && c_ + k < steps_; ++k) GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + k));
   pulled_through_ = std::min<int64_t>(c_ + depth_ - 1, steps_ - 1);
   pushed_through_ = c_ - 1;
-  MutexLock lock(progress_.mu);
-  progress_.clock = c_;
+  progress_.set_clock(c_);
   return Status::Ok();
 }
 
@@ -268,10 +257,7 @@ Status Worker::WaitAtBarrier() {
   comm_s_ += drained;
   const uint64_t id = member_->view().migration.id();
   GD_LOG(INFO) << "migration " << id << ": waiting at the barrier, clock " << c_;
-  {
-    MutexLock lock(progress_.mu);
-    progress_.at_barrier = id;
-  }
+  progress_.set_at_barrier(id);
   member_->Nudge();
   const TimePoint b0 = clock_->Now();
   WaitReporter report(clock_, std::chrono::seconds(job_.membership.report_after_s));
@@ -283,10 +269,7 @@ Status Worker::WaitAtBarrier() {
     if (report.Due()) GD_LOG(INFO) << "migration " << id << ": still waiting at the barrier, clock " << c_;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  {
-    MutexLock lock(progress_.mu);
-    progress_.at_barrier = 0;
-  }
+  progress_.set_at_barrier(0);
   barrier_s_ += Seconds(clock_->Now() - b0);
   ++barriers_;
   GD_LOG(INFO) << "migration " << id << ": through the barrier after "
@@ -313,10 +296,7 @@ Status Worker::PullThrough(int64_t through) {
   return Status::Ok();
 }
 
-void Worker::NoteFloor() {
-  MutexLock lock(progress_.mu);
-  progress_.barrier_floor = std::max(pushed_through_ + 1, pulled_through_);
-}
+void Worker::NoteFloor() { progress_.set_barrier_floor(std::max(pushed_through_ + 1, pulled_through_)); }
 
 bool Worker::Compute(torch::Tensor& grad) {
   if (!local_) {
@@ -375,8 +355,7 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
 Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
   if (usable) {
     auto owner = std::make_shared<torch::Tensor>(grad);
-    GD_RETURN_IF_ERROR(
-        ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
+    GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
   } else {
     if (!local_) ++skipped_;
     GD_LOG(ERROR) << (local_ ? "round " : "step ") << c_ << ": loss or gradient is not finite; skipping this "
@@ -395,24 +374,23 @@ Status Worker::WaitPull(int64_t clock) {
 }
 
 void Worker::PublishProgress() {
-  MutexLock lock(progress_.mu);
-  progress_.clock = c_ + 1;
-  auto& p = progress_.p;
-  p.set_steps(local_ ? batches_ : c_ + 1 - assignment_.start_clock() - jumped_);
-  p.set_samples(samples_);
-  p.set_loss(loss_ema_);
-  p.set_train_accuracy(acc_ema_);
-  p.set_compute_seconds(compute_s_);
-  p.set_comm_seconds(comm_s_);
-  p.set_wait_seconds(wait_s_);
-  p.clear_links();
-  for (const LinkEstimate& e : ps_->LinkEstimates()) {
-    auto* l = p.add_links();
-    l->set_server_region(e.server_region);
-    l->set_min_rtt_ms(e.min_rtt_ms);
-    l->set_mbit(e.mbit);
-    l->set_samples(e.samples);
-  }
+  progress_.Update(c_ + 1, [this](wire::WorkerProgress* p) {
+    p->set_steps(local_ ? batches_ : c_ + 1 - assignment_.start_clock() - jumped_);
+    p->set_samples(samples_);
+    p->set_loss(loss_ema_);
+    p->set_train_accuracy(acc_ema_);
+    p->set_compute_seconds(compute_s_);
+    p->set_comm_seconds(comm_s_);
+    p->set_wait_seconds(wait_s_);
+    p->clear_links();
+    for (const LinkEstimate& e : ps_->LinkEstimates()) {
+      auto* l = p->add_links();
+      l->set_server_region(e.server_region);
+      l->set_min_rtt_ms(e.min_rtt_ms);
+      l->set_mbit(e.mbit);
+      l->set_samples(e.samples);
+    }
+  });
 }
 
 void Worker::SkipBatches(int64_t from_clock, int64_t to_clock) {
@@ -427,8 +405,7 @@ std::string Worker::DescribeBlock() {
   size_t slow = 0;
   for (size_t i = 1; i < v.live.size(); ++i)
     if (v.clocks[i] < v.clocks[slow]) slow = i;
-  MutexLock lock(progress_.mu);
-  return "worker " + std::to_string(options_.id) + " at clock " + std::to_string(progress_.clock) +
+  return "worker " + std::to_string(options_.id) + " at clock " + std::to_string(progress_.clock()) +
          "; slowest live worker " + std::to_string(v.live[slow]) + " at clock " + std::to_string(v.clocks[slow]) +
          " (bound " + std::to_string(bound_) + ")";
 }
@@ -493,14 +470,10 @@ Status Worker::Finish() {
   // The model as this worker last saw it closes the accuracy curve.
   SaveSnapshot(c_);
   double seconds = Seconds(clock_->Now() - start_);
-  {
-    MutexLock lock(progress_.mu);
-    progress_.done = true;
-    progress_.p.set_comm_seconds(comm_s_);
-  }
+  progress_.Finish(comm_s_);
   WriteStats(true);
-  GD_LOG(INFO) << "done: " << (local_ ? batches_ : c_ - assignment_.start_clock() - jumped_) << " steps, "
-               << samples_ << " samples in " << seconds << " s (compute " << compute_s_ << " s, network " << comm_s_
+  GD_LOG(INFO) << "done: " << (local_ ? batches_ : c_ - assignment_.start_clock() - jumped_) << " steps, " << samples_
+               << " samples in " << seconds << " s (compute " << compute_s_ << " s, network " << comm_s_
                << " s, staleness bound " << wait_s_ << " s)";
   // Make sure the coordinator heard "done" before we leave.
   uint64_t seen = member_->replies();

@@ -12,8 +12,8 @@
 // seconds and at the end.
 //
 // Threading: the thread that calls Run() trains and owns every member but
-// `progress_`, which the MemberClient's heartbeat thread reads under its
-// mutex. Torch-free header (the tensors live in worker.cc).
+// `progress_` (progress.h, thread-safe), which the MemberClient's heartbeat
+// thread reads. Torch-free header (the tensors live in worker.cc).
 #pragma once
 
 #include <atomic>
@@ -26,10 +26,10 @@
 #include "common/clock.h"
 #include "common/push_ledger.h"
 #include "common/status.h"
-#include "common/thread_annotations.h"
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "transport/message.h"
+#include "worker/progress.h"
 #include "worker/trainer.h"
 
 namespace at {
@@ -56,15 +56,6 @@ class Worker {
   Status Run();
 
  private:
-  // What the training thread shares with the heartbeat thread.
-  struct Progress {
-    Mutex mu;
-    int64_t clock GD_GUARDED_BY(mu) = 0;  // steps pushed
-    bool done GD_GUARDED_BY(mu) = false;
-    int64_t barrier_floor GD_GUARDED_BY(mu) = 0;  // re-planning: the lowest barrier clock we can still honor
-    uint64_t at_barrier GD_GUARDED_BY(mu) = 0;    // re-planning: the migration whose barrier we wait at
-    wire::WorkerProgress p GD_GUARDED_BY(mu);
-  };
   struct Data;  // the partition's tensors, the sampler
 
   // Setup, in order: data and model, then the job (membership, shards,
@@ -132,9 +123,9 @@ class Worker {
   TimePoint start_{}, last_snapshot_{}, last_stats_{};
   double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_ema_ = -1, acc_ema_ = -1;
   int64_t samples_ = 0, skipped_ = 0, batches_ = 0;
-  int64_t jumped_ = 0;    // clocks skipped to catch up after a rejoin
-  double barrier_s_ = 0;  // re-planning: time spent waiting at migration barriers...
-  int barriers_ = 0;      // ...and how many
+  int64_t jumped_ = 0;         // clocks skipped to catch up after a rejoin
+  double barrier_s_ = 0;       // re-planning: time spent waiting at migration barriers...
+  int barriers_ = 0;           // ...and how many
   int64_t pending_pull_ = -1;  // overlap_rounds: the round whose average is in flight
   // Re-planning (docs/planner.md "In a running job"): a migration announces
   // a barrier clock M; we push no clock >= M and pull none beyond M until we
