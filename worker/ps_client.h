@@ -9,8 +9,12 @@
 // Pushes send gradient bytes zero-copy; `owner` keeps them alive until
 // ZeroMQ has sent them. Unanswered requests are resent after a retry
 // interval (servers treat duplicates idempotently), and every wait has a
-// deadline and reports who it waits for. Torch-free. Not synchronized: one
-// thread (the training thread) owns a PsClient and its sockets.
+// deadline and reports who it waits for. What a push carries (momentum and
+// error feedback, top-k, codecs) is compression::PushCompressor's policy;
+// PsClient keeps the transport and the request bookkeeping. Torch-free.
+// Not synchronized, and nothing in it is shared between threads: one
+// thread (the training thread) owns a PsClient and its sockets, and calls
+// servers_view and the ledger from that thread.
 #pragma once
 
 #include <atomic>
@@ -28,9 +32,11 @@
 #include "common/push_ledger.h"
 #include "common/status.h"
 #include "compression/codec.h"
+#include "compression/push_compressor.h"
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "transport/message.h"
+#include "transport/outbox.h"
 
 namespace geodesic::worker {
 
@@ -159,7 +165,7 @@ class PsClient {
 
   uint64_t pushes_refused() const { return pushes_refused_; }
   uint64_t resyncs() const { return resyncs_; }
-  const compression::ErrorFeedback& error_feedback() const { return feedback_; }
+  const compression::ErrorFeedback& error_feedback() const { return compressor_->error_feedback(); }
   uint64_t chunks_dropped() const { return chunks_dropped_; }
   // Pushed chunks the shards acknowledged as taken (APPLIED or DUPLICATE),
   // each push counted once however often it was sent.
@@ -181,9 +187,6 @@ class PsClient {
     std::unique_ptr<transport::Socket> socket;
     std::string curve_key;  // the shard's CURVE public key (secured jobs)
     std::string region;
-    compression::CodecSpec push;                    // fp32 unless the job says otherwise
-    std::unique_ptr<compression::Encoder> encoder;  // for lossy or zstd pushes
-    double encoder_fraction = 0;                    // sparse codecs: the fraction `encoder` uses now
     // Passive link estimate (see LinkEstimate).
     double min_rtt_s = -1;
     double mbit_ema = 0;
@@ -209,33 +212,44 @@ class PsClient {
     TimePoint last_progress{};
     Status error;
   };
-  struct PendingPush {
-    int shard = 0;
-    int64_t clock = 0;
-    wire::Header header;
-    std::vector<transport::Payload> payloads;
-    TimePoint sent{};
-  };
 
   // Receives and dispatches whatever waits, blocking up to `timeout_ms`.
   void Poll(int timeout_ms);
   Status SendPullRequest(PendingPull& p, size_t shard, bool final);
-  // For lossy pushes: applies error feedback to every lossy chunk of `grad`
-  // (into corrected_all_) and picks the top-k threshold across them.
-  void PrepareLossyPush(int64_t clock, const float* grad);
-  double SparseFraction(const compression::CodecSpec& spec, int64_t clock) const;
-  // Encodes `batch` (prepared by PrepareLossyPush) with the shard's push codec.
-  Status EncodeChunks(Shard& s, int64_t clock, const std::vector<uint32_t>& batch,
+  // Encodes `batch` (after compressor_->Prepare) with shard `si`'s push codec.
+  Status EncodeChunks(size_t si, int64_t clock, const std::vector<uint32_t>& batch,
                       google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
                       std::vector<transport::Payload>* payloads);
   // `chunks` cut into runs that fit one message of wire.message_bytes.
-  std::vector<std::vector<uint32_t>> Batches(const std::vector<uint32_t>& chunks) const;
+  std::vector<std::vector<uint32_t>> Batches(const std::vector<uint32_t>& chunks) const {
+    return cluster::BatchChunks(map_.layout, chunks, options_.wire.message_bytes);
+  }
   // Describes `batch` (fp32, with the versions we hold) and adds its values
   // at `base` as payloads: zero-copy under `owner`, or copied if it is null.
   void AddChunks(const std::vector<uint32_t>& batch, const float* base, const std::shared_ptr<const void>& owner,
                  google::protobuf::RepeatedPtrField<wire::ChunkData>* descriptors,
                  std::vector<transport::Payload>* payloads) const;
   Status Decode(PendingPull& p, const wire::ChunkData& d, const zmq::message_t& frame);
+  // OnMessage by body.
+  void OnPullReply(int shard, transport::Message& m);
+  // InvalidArgument unless chunk descriptor `i` of `m` fits the chunk shard `shard` owns.
+  Status CheckPulledChunk(int shard, const transport::Message& m, int i) const;
+  // The passive link estimate (LinkEstimate) from one pull reply.
+  void NoteReplyTiming(int shard, PendingPull& p, const transport::Message& m);
+  void OnPushAck(int shard, const wire::Header& h);
+  void OnErrorReply(int shard, const wire::Header& h);
+  // Sends pull `p` again to every shard owning a chunk it still misses
+  // (only chunks in `only`, when given).
+  Status RerequestMissing(PendingPull& p, bool final, const std::vector<uint32_t>* only = nullptr);
+  // WaitPull's loop: polls until pull `it` is complete or failed.
+  Status AwaitPull(std::map<int64_t, PendingPull>::iterator it, int64_t clock, bool final,
+                   const std::atomic<bool>* stop, const std::function<std::string()>& describe);
+  // Hands pull `p`'s frames over without copying (WaitPull's zero-copy read).
+  Status Borrow(PendingPull& p, std::vector<PulledChunk>* borrowed);
+  // Unacknowledged pushes split by the chunks' owners in the new map.
+  void ReroutePushes();
+  // Sends what is due for a resend: pushes and inits from the outboxes,
+  // pulls without progress for retry_after_s.
   void ResendStale();
   // Follows options_.servers_view (see there).
   void FollowRedirects();
@@ -250,17 +264,13 @@ class PsClient {
   std::vector<Shard> shards_;
   std::vector<uint64_t> versions_;  // per chunk: version of the values we hold
   std::vector<int64_t> copy_seq_;   // per chunk: changes applied since full values (-1: none)
-  compression::ErrorFeedback feedback_;
-  std::unordered_map<uint32_t, std::vector<float>> velocity_;  // momentum correction, per chunk
-  std::shared_ptr<std::vector<float>> velocity_out_;           // this step's velocities, as sent
-  std::vector<float> corrected_all_, sent_all_;                // lossy pushes, over the whole flat vector
-  std::vector<float> magnitudes_;                              // top-k threshold scratch
-  std::unordered_map<uint32_t, double> topk_fraction_;
+  std::unique_ptr<compression::PushCompressor> compressor_;
   std::vector<uint8_t> zstd_scratch_;
   uint64_t resyncs_ = 0;
   std::map<int64_t, PendingPull> pulls_;
-  std::map<uint64_t, PendingPush> pushes_;  // by request id
-  std::map<uint64_t, PendingPush> inits_;   // request id -> unanswered init (clock -1), while Init waits
+  // Unacknowledged pushes and (while Init waits) inits, by request id; an
+  // entry's dest is the shard's index in shards_.
+  transport::Outbox<uint64_t> pushes_, inits_;
   std::vector<Status> init_errors_;
   uint64_t next_request_ = 1;
   uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, redirects_ = 0, chunks_rerouted_ = 0, moved_refusals_ = 0;

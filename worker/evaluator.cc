@@ -1,0 +1,141 @@
+#include "worker/evaluator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "cluster/member_client.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/wait.h"
+#include "worker/dataset.h"
+#include "worker/model.h"
+#include "worker/process_options.h"
+#include "worker/ps_client.h"
+#include "worker/snapshot.h"
+
+namespace geodesic::worker {
+namespace {
+
+// A missing test set should fail now, not after training.
+Status CheckTestSet(const JobSpec& job, const FlatModel& model) {
+  if (!model.has_network()) return Status::Ok();
+  for (const char* f : {"/t10k-images-idx3-ubyte.gz", "/t10k-labels-idx1-ubyte.gz"})
+    if (!std::filesystem::exists(job.data.path + f))
+      return NotFound("Fashion-MNIST test file " + job.data.path + f +
+                      " is missing; install it with `apt-get install dataset-fashion-mnist`");
+  return Status::Ok();
+}
+
+// Waits, without a deadline (training takes as long as it takes), until
+// every worker is done or dead; reports what it waits for.
+Status WaitForTraining(const JobSpec& job, const cluster::MemberClient& member, const Clock* clock,
+                       const std::atomic<bool>* stop) {
+  const int workers = job.NumWorkers();
+  WaitReporter report(clock, std::chrono::seconds(30));
+  while (!stop->load()) {
+    cluster::MembershipView v = member.view();
+    if (v.valid && v.done + v.dead >= workers) break;
+    if (report.Due()) {
+      std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " + std::to_string(workers) +
+                         " workers done, " + std::to_string(v.dead) + " dead";
+      if (v.seconds_since_reply > job.membership.lease_ms / 1000.0)
+        line += "; coordinator silent for " + std::to_string(static_cast<int>(v.seconds_since_reply)) + " s";
+      GD_LOG(INFO) << line;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (stop->load()) return Cancelled("stopped before training ended");
+  return Status::Ok();
+}
+
+// Accuracy of each snapshot in `snapshot_dir`, into result's curve.
+Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model,
+                         const torch::Tensor& images, const torch::Tensor& labels, const std::atomic<bool>* stop,
+                         nlohmann::json* result) {
+  nlohmann::json curve = nlohmann::json::array();
+  std::vector<float> values;
+  std::optional<double> to_target;
+  for (const auto& snap : ListSnapshots(snapshot_dir)) {
+    if (stop->load()) return Cancelled("stopped while evaluating snapshots");
+    Status s = ReadSnapshot(snap.path, model.num_params(), &values);
+    if (!s.ok()) {
+      GD_LOG(WARNING) << s;
+      continue;
+    }
+    std::memcpy(model.params().data_ptr<float>(), values.data(), values.size() * sizeof(float));
+    double a = Evaluate(model, images, labels);
+    curve.push_back({snap.seconds, snap.step, a});
+    if (!to_target && a >= job.eval.target_accuracy) to_target = snap.seconds;
+  }
+  (*result)["accuracy_curve"] = curve;
+  (*result)["target_accuracy"] = job.eval.target_accuracy;
+  (*result)["seconds_to_target"] = to_target ? nlohmann::json(*to_target) : nlohmann::json(nullptr);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Clock* clock,
+                         const std::atomic<bool>* stop, nlohmann::json* result) {
+  GD_ASSIGN_OR_RETURN(ImageSet test, LoadFashionMnist(job.data.path, "test"));
+  torch::Tensor images = ImagesTensor(test), labels = LabelsTensor(test);
+  if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
+    images = images.narrow(0, 0, job.eval.test_samples);
+    labels = labels.narrow(0, 0, job.eval.test_samples);
+  }
+  torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  TimePoint e0 = clock->Now();
+  double acc = Evaluate(model, images, labels);
+  (*result)["test_accuracy"] = acc;
+  (*result)["test_samples"] = images.size(0);
+  GD_LOG(INFO) << "final model: test accuracy " << acc << " on " << images.size(0) << " samples";
+  GD_RETURN_IF_ERROR(EvaluateSnapshots(job, snapshot_dir, model, images, labels, stop, result));
+  GD_LOG(INFO) << "evaluated " << (*result)["accuracy_curve"].size() << " snapshots in " << Seconds(clock->Now() - e0)
+               << " s";
+  return Status::Ok();
+}
+
+Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+  const JobSpec& job = options.job;
+  const Clock* clock = RealClock::Get();
+  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed));
+  GD_RETURN_IF_ERROR(CheckTestSet(job, *model));
+  transport::TrafficCounters counters;
+  cluster::MemberClient member(
+      ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature(), options.credentials),
+      &counters, clock);
+  GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
+  member.Start(nullptr);
+  PsClientOptions po = PsOptionsFor(job, wire::EVALUATOR, 0);
+  if (job.replication.backups > 0) po.servers_view = ServersView(member);
+  po.curve_keys = options.credentials.keys;
+  PsClient ps(ctx, po, assignment, &counters, clock);
+  GD_RETURN_IF_ERROR(ps.Connect());
+  GD_RETURN_IF_ERROR(WaitForTraining(job, member, clock, stop));
+  cluster::MembershipView end_view = member.view();
+  // A re-planned job: read the chunks where they are now.
+  if (end_view.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(end_view.shard_map));
+
+  GD_RETURN_IF_ERROR(ps.RequestPull(0, {.final = true}));
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, model->params().data_ptr<float>(), stop));
+  (void)t;
+  nlohmann::json result;
+  result["workers_done"] = end_view.done;
+  result["workers_dead"] = end_view.dead;
+  result["num_params"] = model->num_params();
+  if (!options.dump_params.empty()) {
+    std::string raw(reinterpret_cast<const char*>(model->params().data_ptr<float>()),
+                    static_cast<size_t>(model->num_params()) * sizeof(float));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(options.dump_params, raw));
+  }
+  if (model->has_network())
+    GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
+  GD_RETURN_IF_ERROR(WriteFileAtomic(options.result_file, result.dump(2)));
+  member.Stop(true);
+  return Status::Ok();
+}
+
+}  // namespace geodesic::worker

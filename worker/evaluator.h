@@ -1,0 +1,24 @@
+// The evaluator process's steps, as RunEvaluator (trainer.h) runs them:
+// wait for training to end, pull the final model, evaluate it and worker
+// 0's snapshots on the test set. Internal to worker/; Torch-free header.
+// Not synchronized: the evaluator's one thread calls these in order.
+#pragma once
+
+#include <atomic>
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "worker/trainer.h"
+
+namespace geodesic::worker {
+
+class FlatModel;
+
+// Fills result["test_accuracy"], the accuracy curve over the snapshots in
+// `snapshot_dir` and the seconds to the job's target accuracy. Loads the
+// test set now, so that it took no CPU from the workers.
+Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Clock* clock,
+                         const std::atomic<bool>* stop, nlohmann::json* result);
+
+}  // namespace geodesic::worker

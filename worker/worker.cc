@@ -1,0 +1,490 @@
+#include "worker/worker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cluster/member_client.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/wait.h"
+#include "compression/codec.h"
+#include "worker/batcher.h"
+#include "worker/dataset.h"
+#include "worker/local_sgd.h"
+#include "worker/model.h"
+#include "worker/process_options.h"
+#include "worker/ps_client.h"
+#include "worker/snapshot.h"
+
+namespace geodesic::worker {
+namespace {
+
+constexpr int64_t kNoBarrier = std::numeric_limits<int64_t>::max();
+
+torch::Device PickDevice(const std::string& want) {
+  if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
+    if (!torch::cuda::is_available())
+      GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
+    else
+      return torch::kCUDA;
+  }
+  return torch::kCPU;
+}
+
+}  // namespace
+
+struct Worker::Data {
+  torch::Tensor images, labels;  // this worker's partition, renumbered 0..n-1
+  std::unique_ptr<BatchSampler> sampler;
+  std::vector<torch::Tensor> synthetic_grads;
+};
+
+Worker::Worker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop)
+    : options_(options),
+      job_(options.job),
+      ctx_(ctx),
+      stop_(stop),
+      clock_(RealClock::Get()),
+      data_(std::make_unique<Data>()) {}
+
+Worker::~Worker() = default;
+
+Status Worker::Run() {
+  GD_RETURN_IF_ERROR(LoadData());
+  GD_RETURN_IF_ERROR(JoinJob());
+  GD_RETURN_IF_ERROR(FirstPull());
+  GD_LOG(INFO) << "training " << (steps_ - c_)
+               << (local_ ? " rounds of " + std::to_string(local_steps_) + " local steps" : " steps") << " of batch "
+               << job_.data.batch_size << " (" << job_.model.name << ", " << n_ << " parameters, staleness bound "
+               << bound_ << ")";
+  start_ = clock_->Now();
+  last_snapshot_ = start_ - std::chrono::hours(1);
+  last_stats_ = start_;
+  if (depth_ > 1) GD_RETURN_IF_ERROR(PullThrough(c_ + depth_ - 1));
+  NoteFloor();
+  for (; c_ < steps_; ++c_) {
+    if (stop_->load()) break;
+    GD_RETURN_IF_ERROR(Step());
+  }
+  if (stop_->load()) {
+    WriteStats(false);
+    return Cancelled("stopped at clock " + std::to_string(c_));
+  }
+  return Finish();
+}
+
+Status Worker::LoadData() {
+  torch::set_num_threads(job_.training.threads);
+  torch::Device device = PickDevice(job_.training.device);
+  if (device.is_cuda()) GD_LOG(WARNING) << "cuda training keeps parameters on the host between steps";
+  device = torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
+
+  // Data first: a missing dataset should fail before we join the job.
+  synthetic_ = job_.model.name == "synthetic";
+  if (!synthetic_) {
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
+    std::vector<int64_t> part = IidPartition(train.count, job_.NumWorkers(), options_.id, job_.seed);
+    // Keep only this worker's partition, renumbered 0..n-1.
+    data_->images = ImagesTensor(train, &part);
+    data_->labels = LabelsTensor(train, &part);
+    std::vector<int64_t> local(part.size());
+    for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int64_t>(i);
+    data_->sampler =
+        std::make_unique<BatchSampler>(std::move(local), job_.data.batch_size, SamplerSeed(job_.seed, options_.id));
+    GD_LOG(INFO) << "partition: " << part.size() << " of " << train.count << " training samples (iid)";
+  }
+  GD_ASSIGN_OR_RETURN(model_, FlatModel::Create(job_.model, job_.seed, device));
+  n_ = model_->num_params();
+  total_steps_ = job_.StepsPerWorker();
+  steps_ = job_.ClocksPerWorker();
+  local_steps_ = job_.training.local_steps;
+  local_ = local_steps_ > 1;
+  depth_ = job_.training.pipeline_depth;
+  bound_ = job_.training.staleness_bound;
+  return Status::Ok();
+}
+
+Status Worker::JoinJob() {
+  member_ =
+      std::make_unique<cluster::MemberClient>(ctx_,
+                                              MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator,
+                                                               model_->signature(), options_.credentials),
+                                              &counters_, clock_);
+  GD_ASSIGN_OR_RETURN(assignment_, member_->Join(stop_));
+  PsClientOptions po = PsOptionsFor(job_, wire::WORKER, options_.id);
+  if (job_.replication.backups > 0) po.servers_view = ServersView(*member_);
+  po.curve_keys = options_.credentials.keys;
+  if (!options_.stats_file.empty()) {
+    GD_ASSIGN_OR_RETURN(ledger_, PushLedger::Create(PushLedgerPath(options_.stats_file)));
+    po.ledger = &*ledger_;
+  }
+  ps_ = std::make_unique<PsClient>(ctx_, po, assignment_, &counters_, clock_);
+  GD_RETURN_IF_ERROR(ps_->Connect());
+  if (ps_->num_params() != static_cast<uint64_t>(n_))
+    return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " parameters, model has " +
+                              std::to_string(n_));
+  progress_.Start(assignment_.start_clock(), total_steps_);
+  member_->Start([this](wire::Heartbeat* hb) { progress_.Fill(hb); });
+  // After the heartbeats start: they keep our lease, and they bring the
+  // news of a shard that fails over meanwhile (the init follows it).
+  return ps_->Init(model_->params().data_ptr<float>(), stop_);
+}
+
+Status Worker::FirstPull() {
+  c_ = assignment_.start_clock();
+  // A worker that starts later than clock 0 (a resumed job, a rejoin) takes
+  // up its data order where step c would have it, as an uninterrupted run.
+  SkipBatches(0, c_);
+  // Local SGD (training.local_steps > 1): pulls land in `global`, our copy
+  // of the shards' model (pulls of changes add into it); the model trains
+  // on its own values, and `base` is where this round's progress started.
+  rounds_ = std::make_unique<LocalRounds>(job_, model_->params());
+  pull_dest_ = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
+  GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));  // we hold no copy yet
+  GD_ASSIGN_OR_RETURN(PullTiming first,
+                      ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  (void)first;
+  if (local_) rounds_->Restart();
+  pulled_through_ = c_;
+  pushed_through_ = c_ - 1;
+  return Status::Ok();
+}
+
+Status Worker::Step() {
+  // Cut off for longer than our lease (a partition), we were dropped from
+  // the live set and registered again: the others went on, so skip to
+  // their clock with the current model instead of making them wait while
+  // we compute the clocks they already closed.
+  if (int64_t rejoin = member_->TakeRejoinClock(); rejoin > c_ + 1 && rejoin < steps_)
+    GD_RETURN_IF_ERROR(CatchUp(rejoin));
+  if (job_.wan.replan) {
+    GD_ASSIGN_OR_RETURN(int64_t m, Barrier());
+    if (c_ >= m) GD_RETURN_IF_ERROR(WaitAtBarrier());
+  }
+  const bool more = c_ + 1 < steps_;
+  GD_RETURN_IF_ERROR(RequestAhead(more));
+  TimePoint t0 = clock_->Now();
+  if (options_.id == 0 && Seconds(t0 - last_snapshot_) >= job_.eval.snapshot_every_s) {
+    SaveSnapshot(c_);
+    last_snapshot_ = t0;
+  }
+  torch::Tensor grad = model_->NewGradBuffer();
+  bool usable = Compute(grad);
+  TimePoint t1 = clock_->Now();
+  compute_s_ += Seconds(t1 - t0);
+  ps_->NoteComputeSeconds(Seconds(t1 - t0));
+  if (local_) GD_RETURN_IF_ERROR(FinishRound(grad, usable, &t1));
+  GD_RETURN_IF_ERROR(PushOrSkip(grad, usable));
+  if (more && (local_ || !job_.training.prefetch)) {
+    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1));
+    pulled_through_ = c_ + 1;
+  }
+  if (more && local_ && job_.training.overlap_rounds) pending_pull_ = c_ + 1;
+  NoteFloor();
+  // Keep at most two clocks (or the pipeline's depth + 1) of pushes
+  // unacknowledged, bounding memory.
+  GD_ASSIGN_OR_RETURN(double acked_wait, ps_->WaitAcks(std::max(2, depth_ + 1), stop_));
+  (void)acked_wait;
+  comm_s_ += Seconds(clock_->Now() - t1);  // sending the push and any ack wait
+  if (more && pending_pull_ < 0) {
+    GD_RETURN_IF_ERROR(WaitPull(c_ + 1));
+    if (local_) rounds_->Restart();
+  }
+  PublishProgress();
+  if (Seconds(clock_->Now() - last_stats_) > 2.0) {
+    WriteStats(false);
+    last_stats_ = clock_->Now();
+  }
+  return Status::Ok();
+}
+
+// Pulls requested before the compute, to overlap it.
+Status Worker::RequestAhead(bool more) {
+  // Prefetch: the request (and across a WAN the reply) overlaps the compute.
+  if (!local_ && depth_ == 1 && more && job_.training.prefetch) {
+    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1, {.after_own_push = true}));
+    pulled_through_ = c_ + 1;
+    NoteFloor();
+  }
+  if (depth_ > 1) GD_RETURN_IF_ERROR(PullThrough(c_ + depth_));
+  return Status::Ok();
+}
+
+Status Worker::FinishRound(torch::Tensor& grad, bool usable, TimePoint* compute_end) {
+  // With overlap, the previous round's average was requested when that
+  // round was pushed and has had this round's compute to arrive.
+  const bool merge = pending_pull_ == c_;
+  if (merge) {
+    GD_RETURN_IF_ERROR(WaitPull(c_));  // counted as communication there
+    pending_pull_ = -1;
+    *compute_end = clock_->Now();
+  }
+  if (usable)
+    grad = rounds_->Finish(merge);
+  else if (merge)
+    rounds_->Restart();
+  return Status::Ok();
+}
+
+Status Worker::CatchUp(int64_t rejoin) {
+  GD_LOG(WARNING) << "rejoined after losing our lease; skipping clocks " << c_ << ".." << rejoin - 1
+                  << " to the live workers' clock " << rejoin;
+  GD_ASSIGN_OR_RETURN(double drained, ps_->WaitAcks(0, stop_));
+  comm_s_ += drained;
+  ps_->DropPulls();
+  pending_pull_ = -1;
+  SkipBatches(c_, rejoin);
+  jumped_ += rejoin - c_;
+  c_ = rejoin;
+  GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  comm_s_ += t.wait_seconds;
+  if (local_) rounds_->Restart();
+  for (int k = 1; k < depth_ && c_ + k < steps_; ++k) GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + k));
+  pulled_through_ = std::min<int64_t>(c_ + depth_ - 1, steps_ - 1);
+  pushed_through_ = c_ - 1;
+  progress_.set_clock(c_);
+  return Status::Ok();
+}
+
+// At the barrier: every push below it acknowledged, then wait for the new
+// map (or for the coordinator to drop the migration).
+Status Worker::WaitAtBarrier() {
+  GD_ASSIGN_OR_RETURN(double drained, ps_->WaitAcks(0, stop_));
+  comm_s_ += drained;
+  const uint64_t id = member_->view().migration.id();
+  GD_LOG(INFO) << "migration " << id << ": waiting at the barrier, clock " << c_;
+  progress_.set_at_barrier(id);
+  member_->Nudge();
+  const TimePoint b0 = clock_->Now();
+  WaitReporter report(clock_, std::chrono::seconds(job_.membership.report_after_s));
+  while (!stop_->load()) {
+    GD_ASSIGN_OR_RETURN(int64_t m, Barrier());
+    if (c_ < m) break;
+    if (clock_->Now() - b0 > std::chrono::minutes(10))
+      return DeadlineExceeded("migration " + std::to_string(id) + ": no new shard map after 10 minutes");
+    if (report.Due()) GD_LOG(INFO) << "migration " << id << ": still waiting at the barrier, clock " << c_;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  progress_.set_at_barrier(0);
+  barrier_s_ += Seconds(clock_->Now() - b0);
+  ++barriers_;
+  GD_LOG(INFO) << "migration " << id << ": through the barrier after "
+               << static_cast<int>(1e3 * Seconds(clock_->Now() - b0)) << " ms (shard map version "
+               << ps_->shard_map().version << ")";
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Worker::Barrier() {
+  if (!job_.wan.replan) return kNoBarrier;
+  cluster::MembershipView v = member_->view();
+  if (v.shard_map.version() > ps_->shard_map().version) GD_RETURN_IF_ERROR(ps_->SwitchMap(v.shard_map));
+  if (v.migration.id() == 0 || v.migration.new_map().version() <= ps_->shard_map().version) return kNoBarrier;
+  return v.migration.barrier_clock();
+}
+
+Status Worker::PullThrough(int64_t through) {
+  GD_ASSIGN_OR_RETURN(int64_t m, Barrier());
+  for (int64_t k = pulled_through_ + 1; k <= std::min({through, m, steps_ - 1}); ++k) {
+    GD_RETURN_IF_ERROR(ps_->RequestPull(k));
+    pulled_through_ = k;
+  }
+  NoteFloor();
+  return Status::Ok();
+}
+
+void Worker::NoteFloor() { progress_.set_barrier_floor(std::max(pushed_through_ + 1, pulled_through_)); }
+
+bool Worker::Compute(torch::Tensor& grad) {
+  if (!local_) {
+    ++batches_;
+    return ComputeGradient(c_, grad);
+  }
+  // A round: local steps on our own model, then its progress is pushed.
+  const double lr_factor = LearningRateFactor(job_.optimizer, c_, steps_);
+  int took = 0;
+  for (int64_t k = c_ * local_steps_; k < std::min(total_steps_, (c_ + 1) * local_steps_); ++k) {
+    grad.zero_();
+    ++batches_;
+    if (!ComputeGradient(k, grad)) {
+      ++skipped_;
+      GD_LOG(ERROR) << "step " << k << ": loss or gradient is not finite; skipping this local step";
+      continue;
+    }
+    rounds_->Step(grad, lr_factor);
+    ++took;
+  }
+  return took > 0;
+}
+
+// One minibatch's gradient into `grad` (the model's .grad buffers); false
+// if the loss or the gradient is not finite.
+bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
+  if (synthetic_) {
+    std::vector<torch::Tensor>& grads = data_->synthetic_grads;
+    if (grads.empty()) {
+      // Each worker its own gradients (seeded by job and worker), so that
+      // sums over workers depend on their order as real ones do.
+      torch::manual_seed(SamplerSeed(job_.seed, options_.id));
+      for (int k = 0; k < 4; ++k) grads.push_back(torch::randn({n_}) * 1e-3);
+    }
+    grad.copy_(grads[step % grads.size()]);
+    return true;
+  }
+  const std::vector<int64_t>& idx = data_->sampler->Next();
+  torch::Tensor sel =
+      torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
+  torch::Tensor x = data_->images.index_select(0, sel), y = data_->labels.index_select(0, sel);
+  torch::Tensor logits = model_->Forward(x);
+  torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+  loss.backward();
+  double l = loss.item<double>();
+  double acc = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+  bool usable = std::isfinite(l) && compression::CountNonFinite(grad.data_ptr<float>(), n_) == 0;
+  if (usable) {
+    loss_ema_ = loss_ema_ < 0 ? l : 0.95 * loss_ema_ + 0.05 * l;
+    acc_ema_ = acc_ema_ < 0 ? acc : 0.95 * acc_ema_ + 0.05 * acc;
+  }
+  samples_ += static_cast<int64_t>(idx.size());
+  return usable;
+}
+
+Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
+  if (usable) {
+    auto owner = std::make_shared<torch::Tensor>(grad);
+    GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
+  } else {
+    if (!local_) ++skipped_;
+    GD_LOG(ERROR) << (local_ ? "round " : "step ") << c_ << ": loss or gradient is not finite; skipping this "
+                  << (local_ ? "round's" : "step's") << " push";
+    GD_RETURN_IF_ERROR(ps_->PushSkipped(c_));
+  }
+  pushed_through_ = c_;
+  return Status::Ok();
+}
+
+Status Worker::WaitPull(int64_t clock) {
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps_->WaitPull(clock, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  wait_s_ += t.bound_seconds;
+  comm_s_ += t.wait_seconds - t.bound_seconds;
+  return Status::Ok();
+}
+
+void Worker::PublishProgress() {
+  progress_.Update(c_ + 1, [this](wire::WorkerProgress* p) {
+    p->set_steps(local_ ? batches_ : c_ + 1 - assignment_.start_clock() - jumped_);
+    p->set_samples(samples_);
+    p->set_loss(loss_ema_);
+    p->set_train_accuracy(acc_ema_);
+    p->set_compute_seconds(compute_s_);
+    p->set_comm_seconds(comm_s_);
+    p->set_wait_seconds(wait_s_);
+    p->clear_links();
+    for (const LinkEstimate& e : ps_->LinkEstimates()) {
+      auto* l = p->add_links();
+      l->set_server_region(e.server_region);
+      l->set_min_rtt_ms(e.min_rtt_ms);
+      l->set_mbit(e.mbit);
+      l->set_samples(e.samples);
+    }
+  });
+}
+
+void Worker::SkipBatches(int64_t from_clock, int64_t to_clock) {
+  if (data_->sampler)
+    for (int64_t k = from_clock * local_steps_; k < std::min(total_steps_, to_clock * local_steps_); ++k)
+      data_->sampler->Next();
+}
+
+std::string Worker::DescribeBlock() {
+  cluster::MembershipView v = member_->view();
+  if (!v.valid || v.live.empty()) return "";
+  size_t slow = 0;
+  for (size_t i = 1; i < v.live.size(); ++i)
+    if (v.clocks[i] < v.clocks[slow]) slow = i;
+  return "worker " + std::to_string(options_.id) + " at clock " + std::to_string(progress_.clock()) +
+         "; slowest live worker " + std::to_string(v.live[slow]) + " at clock " + std::to_string(v.clocks[slow]) +
+         " (bound " + std::to_string(bound_) + ")";
+}
+
+// Local SGD snapshots the shards' model as last pulled (the average), not
+// this worker's own progress since; steps count minibatches.
+void Worker::SaveSnapshot(int64_t clock_now) {
+  if (options_.id != 0 || options_.snapshot_dir.empty() || synthetic_) return;
+  const float* values = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
+  Status s = WriteSnapshot(options_.snapshot_dir, local_ ? clock_now * local_steps_ : clock_now,
+                           Seconds(clock_->Now() - start_), values, n_);
+  if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
+}
+
+// The worker's stats JSON (the launcher folds it into the job summary).
+void Worker::WriteStats(bool final) {
+  if (options_.stats_file.empty()) return;
+  nlohmann::json j;
+  j["role"] = "worker";
+  j["id"] = options_.id;
+  j["finished"] = final;
+  j["bytes_sent"] = counters_.bytes_sent.load();
+  j["bytes_received"] = counters_.bytes_received.load();
+  j["messages_sent"] = counters_.messages_sent.load();
+  j["messages_received"] = counters_.messages_received.load();
+  j["steps"] = local_ ? batches_ : c_ - assignment_.start_clock() - jumped_;
+  j["clocks"] = c_ - assignment_.start_clock() - jumped_;
+  j["clocks_skipped_on_rejoin"] = jumped_;
+  j["samples"] = samples_;
+  j["skipped_steps"] = skipped_;
+  j["pushes_refused"] = ps_->pushes_refused();
+  if (ledger_) {
+    j["chunks_acknowledged"] = ledger_->counts().acknowledged;
+    j["push_ledger"] = ledger_->path();
+  }
+  j["redirects"] = ps_->redirects();
+  if (job_.wan.replan) {
+    j["migration_barriers"] = barriers_;
+    j["migration_barrier_seconds"] = barrier_s_;
+    j["chunks_rerouted"] = ps_->chunks_rerouted();
+    j["moved_refusals"] = ps_->moved_refusals();
+  }
+  j["pull_resyncs"] = ps_->resyncs();
+  j["residual_norm"] = std::sqrt(ps_->error_feedback().ResidualSquaredNorm());
+  j["training_seconds"] = Seconds(clock_->Now() - start_);
+  j["compute_seconds"] = compute_s_;
+  j["comm_seconds"] = comm_s_;
+  j["wait_seconds"] = wait_s_;
+  j["loss"] = loss_ema_;
+  j["train_accuracy"] = acc_ema_;
+  nlohmann::json links = nlohmann::json::object();
+  for (const LinkEstimate& e : ps_->LinkEstimates())
+    links[e.server_region] = {{"min_rtt_ms", e.min_rtt_ms}, {"mbit", e.mbit}, {"samples", e.samples}};
+  j["links_from_servers"] = links;
+  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
+  if (!s.ok()) GD_LOG(WARNING) << s;
+}
+
+Status Worker::Finish() {
+  GD_ASSIGN_OR_RETURN(double final_wait, ps_->WaitAcks(0, stop_));
+  comm_s_ += final_wait;
+  // The model as this worker last saw it closes the accuracy curve.
+  SaveSnapshot(c_);
+  double seconds = Seconds(clock_->Now() - start_);
+  progress_.Finish(comm_s_);
+  WriteStats(true);
+  GD_LOG(INFO) << "done: " << (local_ ? batches_ : c_ - assignment_.start_clock() - jumped_) << " steps, " << samples_
+               << " samples in " << seconds << " s (compute " << compute_s_ << " s, network " << comm_s_
+               << " s, staleness bound " << wait_s_ << " s)";
+  // Make sure the coordinator heard "done" before we leave.
+  uint64_t seen = member_->replies();
+  WaitReporter report(clock_, std::chrono::seconds(job_.membership.report_after_s));
+  TimePoint deadline = clock_->Now() + Millis(job_.membership.lease_ms * 2);
+  while (member_->replies() < seen + 2 && clock_->Now() < deadline && !stop_->load()) {
+    if (report.Due()) GD_LOG(INFO) << "waiting for the coordinator to note that we are done";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  member_->Stop(true);
+  return Status::Ok();
+}
+
+}  // namespace geodesic::worker

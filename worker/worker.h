@@ -1,0 +1,137 @@
+// Worker: one training worker's run, as RunWorker (trainer.h) starts it.
+//
+// Run() loads this worker's data partition, builds the model, joins the
+// job, offers initial values, and then loops pull -> compute -> push, one
+// clock per iteration, with the next pull already in flight while it
+// computes (pipeline_depth > 1 keeps several in flight). With
+// training.local_steps > 1 a clock is a round of local SGD steps whose
+// progress is pushed (local_sgd.h). Re-planned jobs stop at a migration's
+// barrier clock until the new shard map arrives; a worker that lost its
+// lease skips to the live workers' clock. Worker 0 saves parameter
+// snapshots for the accuracy curve; the stats file is rewritten every few
+// seconds and at the end.
+//
+// Threading: the thread that calls Run() trains and owns every member but
+// `progress_` (progress.h, thread-safe), which the MemberClient's heartbeat
+// thread reads. Torch-free header (the tensors live in worker.cc).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/push_ledger.h"
+#include "common/status.h"
+#include "config/job.h"
+#include "proto/geodesic.pb.h"
+#include "transport/message.h"
+#include "worker/progress.h"
+#include "worker/trainer.h"
+
+namespace at {
+class Tensor;
+}
+
+namespace geodesic::cluster {
+class MemberClient;
+}
+
+namespace geodesic::worker {
+
+class FlatModel;
+class LocalRounds;
+class PsClient;
+
+class Worker {
+ public:
+  Worker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  Status Run();
+
+ private:
+  struct Data;  // the partition's tensors, the sampler
+
+  // Setup, in order: data and model, then the job (membership, shards,
+  // initial values), then the first pull.
+  Status LoadData();
+  Status JoinJob();
+  Status FirstPull();
+
+  // One clock: catch-up after a rejoin, the migration barrier, prefetches,
+  // compute, push, the next pull.
+  Status Step();
+  Status CatchUp(int64_t rejoin);
+  Status WaitAtBarrier();
+  // The barrier in force (kNoBarrier: none); switches to a newer published map first.
+  StatusOr<int64_t> Barrier();
+  // Requests the pulls through `through` not requested yet (depth > 1),
+  // none beyond a barrier.
+  Status PullThrough(int64_t through);
+  void NoteFloor();
+  // This clock's gradient (or round's progress, before Finish) into `grad`;
+  // false if nothing usable came out.
+  bool Compute(at::Tensor& grad);
+  bool ComputeGradient(int64_t step, at::Tensor& grad);
+  Status RequestAhead(bool more);
+  // Local SGD: ends the round, folding in the previous round's average
+  // first when it travelled under this round's compute (overlap_rounds).
+  Status FinishRound(at::Tensor& grad, bool usable, TimePoint* compute_end);
+  Status PushOrSkip(at::Tensor& grad, bool usable);
+  Status WaitPull(int64_t clock);
+  void PublishProgress();
+  void SkipBatches(int64_t from_clock, int64_t to_clock);
+  std::string DescribeBlock();
+  void SaveSnapshot(int64_t clock_now);
+  void WriteStats(bool final);
+  Status Finish();
+
+  const WorkerProcessOptions& options_;
+  const JobSpec& job_;
+  zmq::context_t& ctx_;
+  const std::atomic<bool>* stop_;
+  const Clock* clock_;
+
+  std::unique_ptr<Data> data_;
+  std::unique_ptr<FlatModel> model_;
+  int64_t n_ = 0;            // parameters
+  int64_t total_steps_ = 0;  // minibatch steps
+  int64_t steps_ = 0;        // clocks: pushes (rounds of local steps)
+  int local_steps_ = 1;
+  bool local_ = false;
+  bool synthetic_ = false;
+  int depth_ = 1;  // a pipeline of depth d keeps the pulls of the next d steps in flight
+  int64_t bound_ = 0;
+
+  transport::TrafficCounters counters_;
+  Progress progress_;  // before member_: its heartbeat thread reads it until member_ is gone
+  std::unique_ptr<cluster::MemberClient> member_;
+  wire::RegisterReply assignment_;
+  std::optional<PushLedger> ledger_;
+  std::unique_ptr<PsClient> ps_;
+  // Local SGD: pulls land in rounds_->global(); otherwise in the model.
+  std::unique_ptr<LocalRounds> rounds_;
+  float* pull_dest_ = nullptr;
+
+  int64_t c_ = 0;  // the clock being trained
+  TimePoint start_{}, last_snapshot_{}, last_stats_{};
+  double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_ema_ = -1, acc_ema_ = -1;
+  int64_t samples_ = 0, skipped_ = 0, batches_ = 0;
+  int64_t jumped_ = 0;         // clocks skipped to catch up after a rejoin
+  double barrier_s_ = 0;       // re-planning: time spent waiting at migration barriers...
+  int barriers_ = 0;           // ...and how many
+  int64_t pending_pull_ = -1;  // overlap_rounds: the round whose average is in flight
+  // Re-planning (docs/planner.md "In a running job"): a migration announces
+  // a barrier clock M; we push no clock >= M and pull none beyond M until we
+  // hold its new shard map. pulled_through_/pushed_through_ say which
+  // barriers we can still honor (the floor we report).
+  int64_t pulled_through_ = 0, pushed_through_ = -1;
+};
+
+}  // namespace geodesic::worker
