@@ -1,0 +1,340 @@
+#include "deploy/summary.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "common/files.h"
+#include "common/format.h"
+#include "common/histogram.h"
+#include "common/log.h"
+#include "common/push_ledger.h"
+
+namespace geodesic::deploy {
+namespace {
+
+using json = nlohmann::json;
+
+json ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nullptr;
+  try {
+    return json::parse(*text);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// What the processes' stats files add up to.
+struct Totals {
+  json sent = json::object(), received = json::object(), breakdown = json::object(), procs = json::array();
+  int64_t samples = 0, worker_steps = 0, push_bytes = 0, pull_bytes = 0;
+  IntHistogram staleness;
+  json refused = json::object();
+  // Passive link estimates from the workers' own pull replies, per (server
+  // region -> worker region): the mean over the region's workers of each
+  // one's reply throughput (one flow's share of the path) and the least RTT.
+  std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
+  uint64_t updates_taken = 0, duplicates = 0;
+  std::map<int, uint64_t> taken_by_worker;
+};
+
+json ProcessEntry(const Child& c) {
+  json p = {{"name", c.name()}, {"pid", c.pid()}, {"log", c.log_file()}};
+  if (c.exit()) {
+    p["exit"] = c.exit()->Describe();
+    p["cpu_seconds"] = c.exit()->cpu_seconds;
+    p["exit_code"] = c.exit()->signal ? json() : json(c.exit()->code);
+    p["signal"] = c.exit()->signal ? json(std::string(sigabbrev_np(c.exit()->signal))) : json();
+  }
+  return p;
+}
+
+void AddWorker(const std::string& name, const json& stats, const JobSpec& job, Totals& t) {
+  const std::string& wr = job.RegionOfWorker(stats.value("id", 0)).name;
+  const json links_from = stats.value("links_from_servers", json::object());
+  for (auto& [sr, e] : links_from.items()) {
+    auto& [rtt, mbit, n, link_samples] = t.passive[{sr, wr}];
+    double r = e.value("min_rtt_ms", 0.0);
+    rtt = n == 0 ? r : std::min(rtt, r);
+    mbit += e.value("mbit", 0.0);
+    link_samples += e.value("samples", uint64_t{0});
+    ++n;
+  }
+  t.samples += stats.value("samples", int64_t{0});
+  t.worker_steps += stats.value("steps", int64_t{0});
+  t.push_bytes += stats.value("bytes_sent", int64_t{0});
+  t.pull_bytes += stats.value("bytes_received", int64_t{0});
+  double cs = stats.value("compute_seconds", 0.0), ns = stats.value("comm_seconds", 0.0),
+         ws = stats.value("wait_seconds", 0.0);
+  double tot = cs + ns + ws;
+  t.breakdown[name] = {{"compute", tot > 0 ? cs / tot : 0},
+                       {"communication", tot > 0 ? ns / tot : 0},
+                       {"staleness_wait", tot > 0 ? ws / tot : 0},
+                       {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
+                       {"steps", stats.value("steps", int64_t{0})}};
+}
+
+// A shard's serving process (a promoted backup, else its primary).
+void AddServer(const std::string& name, const json& stats, Totals& t) {
+  t.updates_taken += stats.value("updates_taken", uint64_t{0});
+  const json by_worker = stats.value("taken_by_worker", json::object());
+  for (auto& [w, n] : by_worker.items()) t.taken_by_worker[std::stoi(w)] += n.get<uint64_t>();
+  t.duplicates += stats.value("duplicates", uint64_t{0});
+  if (stats.contains("staleness_histogram"))
+    for (auto& [k, v] : stats["staleness_histogram"].items()) t.staleness.Add(std::stoll(k), v.get<uint64_t>());
+  if (stats.contains("refused_by_reason") && !stats["refused_by_reason"].empty())
+    t.refused[name] = stats["refused_by_reason"];
+}
+
+// Replicated jobs: each shard's last serving process is its promoted
+// backup, if any, else its primary; only those count for the shard.
+std::set<int> PromotedShards(const RunRecord& run) {
+  std::set<int> promoted;
+  for (int i = 0; i < run.job.NumServers() && run.job.replication.backups > 0; ++i) {
+    json b = ReadJson(run.dir.stats("backup-" + std::to_string(i)));  // null if it died before writing
+    if (b.is_object() && b.value("promoted", false)) promoted.insert(i);
+  }
+  return promoted;
+}
+
+Totals AddUpProcesses(const RunRecord& run, const std::set<int>& promoted) {
+  Totals t;
+  for (auto& c : run.children.children()) {
+    json stats = ReadJson(run.dir.stats(c->name()));
+    t.procs.push_back(ProcessEntry(*c));
+    if (!stats.is_object()) continue;
+    t.sent[c->name()] = stats.value("bytes_sent", 0);
+    t.received[c->name()] = stats.value("bytes_received", 0);
+    if (stats.value("role", "") == "worker") AddWorker(c->name(), stats, run.job, t);
+    const int id = stats.value("id", -1);
+    const bool serving = c->name().rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;
+    if (stats.value("role", "") == "server" && serving) AddServer(c->name(), stats, t);
+  }
+  int64_t total_sent = 0, total_received = 0;
+  for (auto& [k, v] : t.sent.items()) total_sent += v.get<int64_t>();
+  for (auto& [k, v] : t.received.items()) total_received += v.get<int64_t>();
+  t.sent["total"] = total_sent;
+  t.received["total"] = total_received;
+  return t;
+}
+
+json PassiveLinks(const Totals& t) {
+  json passive_links = json::array();
+  for (const auto& [pair, v] : t.passive) {
+    const auto& [rtt, mbit, n, samples] = v;
+    passive_links.push_back({{"from", pair.first},
+                             {"to", pair.second},
+                             {"min_rtt_ms", rtt},
+                             {"mbit_per_worker", samples > 0 ? json(mbit / n) : json()},
+                             {"workers", n},
+                             {"samples", samples}});
+  }
+  return passive_links;
+}
+
+// A failover's time, exactly: from the kill to the promoted backup's own
+// record of its first update (the status probe sees it later).
+json TimeFailovers(const RunRecord& run) {
+  json recoveries = run.recoveries;
+  for (auto& rec : recoveries) {
+    if (!rec.value("failover", false)) continue;
+    const std::string target = rec["target"];
+    auto k = run.faults.KilledUnix(target);
+    json b = ReadJson(run.dir.stats("backup-" + target.substr(7)));
+    if (!k || !b.is_object() || !b.contains("first_update_unix")) continue;
+    if (rec.contains("seconds_to_first_update")) rec["seconds_to_first_update_seen"] = rec["seconds_to_first_update"];
+    rec["seconds_to_first_update"] = b["first_update_unix"].get<double>() - *k;
+  }
+  return recoveries;
+}
+
+// Each declared link direction: its shape, probe and bytes carried.
+json EmulatedLinks(const RunRecord& run, double wall) {
+  json traffic = json::array();
+  if (run.wan) {
+    traffic = run.wan->Traffic();
+  } else if (auto t = run.netns->Traffic(); t.ok()) {
+    traffic = *t;
+  } else {
+    GD_LOG(WARNING) << "bytes per link: " << t.status();
+  }
+  json links = json::array();
+  for (const LinkSpec& l : run.job.wan.links) {
+    json rec = {{"from", l.from},
+                {"to", l.to},
+                {"delay_ms", l.delay_ms},
+                {"jitter_ms", l.jitter_ms},
+                {"bandwidth_mbit", l.bandwidth_mbit}};
+    for (const auto& p : run.link_probes)
+      if (p["from"] == l.from && p["to"] == l.to) {
+        rec["probed_rtt_ms"] = p.value("probed_rtt_ms", json());
+        rec["probed_mbit"] = p.value("probed_mbit", json());
+      }
+    for (const auto& t : traffic)
+      if (t["from"] == l.from && t["to"] == l.to) {
+        rec["bytes"] = t["bytes"];
+        rec["mean_mbit_while_training"] = wall > 0 ? t["bytes"].get<double>() * 8 / 1e6 / wall : 0.0;
+      }
+    links.push_back(rec);
+  }
+  return links;
+}
+
+// The job, how it ended, and what the evaluator and coordinator recorded.
+json Outcome(const RunRecord& run, const json& coord, double wall) {
+  json summary;
+  summary["job"] = run.job.name;
+  summary["run_dir"] = run.dir.path;
+  summary["status"] = run.outcome;
+  if (!run.failure.empty()) summary["failure"] = run.failure;
+  json result = ReadJson(run.dir.result_json());
+  summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
+  summary["wall_seconds"] = wall;
+  summary["total_wall_seconds"] = run.total_wall_seconds;
+  if (run.job.wan.replan)
+    summary["replans"] = coord.is_object() && coord.contains("replans") ? coord["replans"] : json::array();
+  summary["accuracy_curve"] =
+      result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
+  summary["target_accuracy"] = run.job.eval.target_accuracy;
+  summary["seconds_to_target"] =
+      result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
+  if (coord.is_object() && coord.contains("plan")) summary["plan"] = coord["plan"];
+  summary["compression"] = {{"push", run.job.compression.push},
+                            {"pull", run.job.compression.pull},
+                            {"error_feedback", run.job.compression.error_feedback},
+                            {"momentum_correction", run.job.compression.momentum_correction}};
+  summary["staleness_bound"] = run.job.training.staleness_bound;
+  return summary;
+}
+
+void AddTraffic(const Totals& t, double wall, json& summary) {
+  summary["samples"] = t.samples;
+  summary["samples_per_second"] = wall > 0 ? t.samples / wall : 0.0;
+  // What one worker step costs on the wire, both directions (headers included).
+  if (t.worker_steps > 0)
+    summary["bytes_per_step"] = {{"push", static_cast<double>(t.push_bytes) / t.worker_steps},
+                                 {"pull", static_cast<double>(t.pull_bytes) / t.worker_steps},
+                                 {"total", static_cast<double>(t.push_bytes + t.pull_bytes) / t.worker_steps}};
+  summary["bytes_sent"] = t.sent;
+  summary["bytes_received"] = t.received;
+  json hist = json::object();
+  for (const auto& [k, v] : t.staleness.NonZero()) hist[std::to_string(k)] = v;
+  summary["staleness_histogram"] = hist;
+  summary["staleness_mean"] = t.staleness.Mean();
+  summary["staleness_max"] = t.staleness.max();
+  summary["step_time_breakdown"] = t.breakdown;
+  summary["messages_refused"] = t.refused;
+  summary["processes"] = t.procs;
+  summary["passive_links"] = PassiveLinks(t);
+}
+
+}  // namespace
+
+json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>& taken) {
+  struct PerWorker {
+    int processes = 0;
+    PushCounts c;
+  };
+  std::map<int, PerWorker> by_worker;
+  json unreadable = json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(stats_dir, ec)) {
+    const std::string f = e.path().filename().string();
+    int id = -1;
+    if (e.path().extension() != ".ledger" || std::sscanf(f.c_str(), "worker-%d.", &id) != 1 || id < 0) continue;
+    auto c = PushLedger::Read(e.path().string());
+    if (!c.ok()) {
+      unreadable.push_back(c.status().message());
+      continue;
+    }
+    PerWorker& t = by_worker[id];
+    ++t.processes;
+    t.c.pushed += c->pushed;
+    t.c.acknowledged += c->acknowledged;
+    t.c.dropped += c->dropped;
+    t.c.refused += c->refused;
+  }
+  json workers = json::object();
+  uint64_t acknowledged = 0, in_flight = 0;
+  for (const auto& [id, t] : by_worker) {
+    auto it = taken.find(id);
+    const uint64_t tk = it == taken.end() ? 0 : it->second;
+    workers[std::to_string(id)] = {{"processes", t.processes},
+                                   {"pushed", t.c.pushed},
+                                   {"acknowledged", t.c.acknowledged},
+                                   {"dropped", t.c.dropped},
+                                   {"refused", t.c.refused},
+                                   {"in_flight_at_exit", t.c.InFlight()},
+                                   {"taken", tk}};
+    acknowledged += t.c.acknowledged;
+    in_flight += t.c.InFlight();
+  }
+  json out = {{"workers", workers}, {"acknowledged", acknowledged}, {"in_flight_at_exit", in_flight}};
+  if (!unreadable.empty()) out["unreadable_ledgers"] = unreadable;
+  return out;
+}
+
+json BuildSummary(const RunRecord& run) {
+  json coord = ReadJson(run.dir.stats("coordinator"));
+  double wall = coord.is_object() && coord.contains("training_seconds") ? coord["training_seconds"].get<double>() : 0;
+  json summary = Outcome(run, coord, wall);
+  const std::set<int> promoted = PromotedShards(run);
+  const Totals t = AddUpProcesses(run, promoted);
+  AddTraffic(t, wall, summary);
+  summary["faults_injected"] = run.faults.faults();
+  summary["recoveries"] = TimeFailovers(run);
+  // Every pushed chunk a worker process saw acknowledged (applied or
+  // duplicate), from the push ledgers, which survive a killed process (the
+  // stats files do not: a restarted worker rewrites its predecessor's), and
+  // every chunk the shards' last serving processes took: equal when no
+  // acknowledged update was lost, none was applied twice, and no worker
+  // died with a push in flight (push_accounting has the difference).
+  json accounting = PushAccounting(run.dir.stats_dir(), t.taken_by_worker);
+  summary["push_accounting"] = accounting;
+  summary["pushes_acknowledged"] = accounting["acknowledged"];
+  summary["updates_taken"] = t.updates_taken;
+  summary["duplicates_answered"] = t.duplicates;
+  summary["replication"] = {{"backups", run.job.replication.backups},
+                            {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
+  if (run.wan || run.netns) {
+    summary["links"] = EmulatedLinks(run, wall);
+    summary["link_events"] = run.faults.link_events();
+  }
+  return summary;
+}
+
+StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::string& summary_file,
+                        ProgressLine& progress) {
+  std::string text = summary.dump(2);
+  GD_RETURN_IF_ERROR(WriteFileAtomic(run.dir.summary_json(), text));
+  if (!summary_file.empty()) {
+    auto parent = std::filesystem::path(summary_file).parent_path();
+    if (!parent.empty()) GD_RETURN_IF_ERROR(MakeDirs(parent.string()));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(summary_file, text));
+  }
+  const std::string& outcome = run.outcome;
+  if (summary["test_accuracy"].is_number()) {
+    double acc = summary["test_accuracy"].get<double>(), wall = summary["wall_seconds"].get<double>();
+    int64_t samples = summary["samples"].get<int64_t>();
+    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " + Fmt("%.1f", wall) +
+                       " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) + " samples/s, " +
+                       std::to_string(samples) + " samples)";
+    if (summary["seconds_to_target"].is_number())
+      line += "; reached " + Fmt("%.2f", run.job.eval.target_accuracy) + " at " +
+              Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
+    progress.Say(line);
+  } else {
+    progress.Say("geodesic: " + outcome + (run.failure.empty() ? "" : ": " + run.failure) + "; no final accuracy");
+  }
+  progress.Say("geodesic: summary written to " + (summary_file.empty() ? run.dir.summary_json() : summary_file));
+  if (outcome == "interrupted") return 130;
+  // A model without a network (synthetic, for benchmarks) has no accuracy.
+  bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == "synthetic";
+  return outcome == "finished" && evaluated ? 0 : 1;
+}
+
+}  // namespace geodesic::deploy
