@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -12,6 +13,8 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "common/push_ledger.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -27,6 +30,19 @@ json ReadJson(const std::string& path) {
     return nullptr;
   }
 }
+
+// A process's stats file (proto/stats.proto), if it wrote a readable one.
+template <typename Stats>
+std::optional<Stats> ReadStats(const std::string& path) {
+  auto text = ReadFile(path);
+  Stats out;
+  if (!text.ok() || !StatsFromJson(*text, &out).ok()) return std::nullopt;
+  return out;
+}
+
+json ToJson(const google::protobuf::Message& m) { return json::parse(StatsToJson(m)); }
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
 // What the processes' stats files add up to.
 struct Totals {
@@ -53,41 +69,38 @@ json ProcessEntry(const Child& c) {
   return p;
 }
 
-void AddWorker(const std::string& name, const json& stats, const JobSpec& job, Totals& t) {
-  const std::string& wr = job.RegionOfWorker(stats.value("id", 0)).name;
-  const json links_from = stats.value("links_from_servers", json::object());
-  for (auto& [sr, e] : links_from.items()) {
+void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSpec& job, Totals& t) {
+  const std::string& wr = job.RegionOfWorker(w.id()).name;
+  for (const auto& [sr, e] : w.links_from_servers()) {
     auto& [rtt, mbit, n, link_samples] = t.passive[{sr, wr}];
-    double r = e.value("min_rtt_ms", 0.0);
-    rtt = n == 0 ? r : std::min(rtt, r);
-    mbit += e.value("mbit", 0.0);
-    link_samples += e.value("samples", uint64_t{0});
+    rtt = n == 0 ? e.min_rtt_ms() : std::min(rtt, e.min_rtt_ms());
+    mbit += e.mbit();
+    link_samples += e.samples();
     ++n;
   }
-  t.samples += stats.value("samples", int64_t{0});
-  t.worker_steps += stats.value("steps", int64_t{0});
-  t.push_bytes += stats.value("bytes_sent", int64_t{0});
-  t.pull_bytes += stats.value("bytes_received", int64_t{0});
-  double cs = stats.value("compute_seconds", 0.0), ns = stats.value("comm_seconds", 0.0),
-         ws = stats.value("wait_seconds", 0.0);
+  t.samples += w.samples();
+  t.worker_steps += w.steps();
+  t.push_bytes += static_cast<int64_t>(w.bytes_sent());
+  t.pull_bytes += static_cast<int64_t>(w.bytes_received());
+  double cs = w.compute_seconds(), ns = w.comm_seconds(), ws = w.wait_seconds();
   double tot = cs + ns + ws;
   t.breakdown[name] = {{"compute", tot > 0 ? cs / tot : 0},
                        {"communication", tot > 0 ? ns / tot : 0},
                        {"staleness_wait", tot > 0 ? ws / tot : 0},
                        {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
-                       {"steps", stats.value("steps", int64_t{0})}};
+                       {"steps", int64_t{w.steps()}}};
 }
 
 // A shard's serving process (a promoted backup, else its primary).
-void AddServer(const std::string& name, const json& stats, Totals& t) {
-  t.updates_taken += stats.value("updates_taken", uint64_t{0});
-  const json by_worker = stats.value("taken_by_worker", json::object());
-  for (auto& [w, n] : by_worker.items()) t.taken_by_worker[std::stoi(w)] += n.get<uint64_t>();
-  t.duplicates += stats.value("duplicates", uint64_t{0});
-  if (stats.contains("staleness_histogram"))
-    for (auto& [k, v] : stats["staleness_histogram"].items()) t.staleness.Add(std::stoll(k), v.get<uint64_t>());
-  if (stats.contains("refused_by_reason") && !stats["refused_by_reason"].empty())
-    t.refused[name] = stats["refused_by_reason"];
+void AddServer(const std::string& name, const stats::ShardStats& sv, Totals& t) {
+  t.updates_taken += sv.updates_taken();
+  for (const auto& [w, n] : sv.taken_by_worker()) t.taken_by_worker[w] += n;
+  t.duplicates += sv.duplicates();
+  for (const auto& [k, v] : sv.staleness_histogram()) t.staleness.Add(k, v);
+  if (sv.refused_by_reason().empty()) return;
+  json refused = json::object();
+  for (const auto& [reason, n] : sv.refused_by_reason()) refused[reason] = n;
+  t.refused[name] = refused;
 }
 
 // Replicated jobs: each shard's last serving process is its promoted
@@ -95,24 +108,41 @@ void AddServer(const std::string& name, const json& stats, Totals& t) {
 std::set<int> PromotedShards(const RunRecord& run) {
   std::set<int> promoted;
   for (int i = 0; i < run.job.NumServers() && run.job.replication.backups > 0; ++i) {
-    json b = ReadJson(run.dir.stats("backup-" + std::to_string(i)));  // null if it died before writing
-    if (b.is_object() && b.value("promoted", false)) promoted.insert(i);
+    // Nothing if it died before writing.
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + std::to_string(i)));
+    if (b && b->promoted()) promoted.insert(i);
   }
   return promoted;
+}
+
+// One process's stats: its bytes, and what it adds to the totals.
+void AddProcess(const RunRecord& run, const std::set<int>& promoted, const std::string& name, Totals& t) {
+  const std::string path = run.dir.stats(name);
+  std::optional<std::pair<double, double>> bytes;
+  if (StartsWith(name, "worker-")) {
+    if (auto w = ReadStats<stats::WorkerStats>(path)) {
+      bytes = {w->bytes_sent(), w->bytes_received()};
+      AddWorker(name, *w, run.job, t);
+    }
+  } else if (StartsWith(name, "server-") || StartsWith(name, "backup-")) {
+    if (auto sv = ReadStats<stats::ShardStats>(path)) {
+      bytes = {sv->bytes_sent(), sv->bytes_received()};
+      const bool serving = StartsWith(name, "backup-") ? promoted.count(sv->id()) > 0 : promoted.count(sv->id()) == 0;
+      if (serving) AddServer(name, *sv, t);
+    }
+  } else if (name == "coordinator") {
+    if (auto c = ReadStats<stats::CoordinatorStats>(path)) bytes = {c->bytes_sent(), c->bytes_received()};
+  }
+  if (!bytes) return;
+  t.sent[name] = static_cast<int64_t>(bytes->first);
+  t.received[name] = static_cast<int64_t>(bytes->second);
 }
 
 Totals AddUpProcesses(const RunRecord& run, const std::set<int>& promoted) {
   Totals t;
   for (auto& c : run.children.children()) {
-    json stats = ReadJson(run.dir.stats(c->name()));
     t.procs.push_back(ProcessEntry(*c));
-    if (!stats.is_object()) continue;
-    t.sent[c->name()] = stats.value("bytes_sent", 0);
-    t.received[c->name()] = stats.value("bytes_received", 0);
-    if (stats.value("role", "") == "worker") AddWorker(c->name(), stats, run.job, t);
-    const int id = stats.value("id", -1);
-    const bool serving = c->name().rfind("backup-", 0) == 0 ? promoted.count(id) > 0 : promoted.count(id) == 0;
-    if (stats.value("role", "") == "server" && serving) AddServer(c->name(), stats, t);
+    AddProcess(run, promoted, c->name(), t);
   }
   int64_t total_sent = 0, total_received = 0;
   for (auto& [k, v] : t.sent.items()) total_sent += v.get<int64_t>();
@@ -144,10 +174,10 @@ json TimeFailovers(const RunRecord& run) {
     if (!rec.value("failover", false)) continue;
     const std::string target = rec["target"];
     auto k = run.faults.KilledUnix(target);
-    json b = ReadJson(run.dir.stats("backup-" + target.substr(7)));
-    if (!k || !b.is_object() || !b.contains("first_update_unix")) continue;
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + target.substr(7)));
+    if (!k || !b || !b->has_first_update_unix()) continue;
     if (rec.contains("seconds_to_first_update")) rec["seconds_to_first_update_seen"] = rec["seconds_to_first_update"];
-    rec["seconds_to_first_update"] = b["first_update_unix"].get<double>() - *k;
+    rec["seconds_to_first_update"] = b->first_update_unix() - *k;
   }
   return recoveries;
 }
@@ -185,7 +215,7 @@ json EmulatedLinks(const RunRecord& run, double wall) {
 }
 
 // The job, how it ended, and what the evaluator and coordinator recorded.
-json Outcome(const RunRecord& run, const json& coord, double wall) {
+json Outcome(const RunRecord& run, const std::optional<stats::CoordinatorStats>& coord, double wall) {
   json summary;
   summary["job"] = run.job.name;
   summary["run_dir"] = run.dir.path;
@@ -195,14 +225,18 @@ json Outcome(const RunRecord& run, const json& coord, double wall) {
   summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = run.total_wall_seconds;
-  if (run.job.wan.replan)
-    summary["replans"] = coord.is_object() && coord.contains("replans") ? coord["replans"] : json::array();
+  if (run.job.wan.replan) {
+    json replans = json::array();
+    if (coord)
+      for (const auto& r : coord->replans()) replans.push_back(ToJson(r));
+    summary["replans"] = replans;
+  }
   summary["accuracy_curve"] =
       result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
   summary["target_accuracy"] = run.job.eval.target_accuracy;
   summary["seconds_to_target"] =
       result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
-  if (coord.is_object() && coord.contains("plan")) summary["plan"] = coord["plan"];
+  if (coord && coord->has_plan()) summary["plan"] = ToJson(coord->plan());
   summary["compression"] = {{"push", run.job.compression.push},
                             {"pull", run.job.compression.pull},
                             {"error_feedback", run.job.compression.error_feedback},
@@ -279,8 +313,8 @@ json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>&
 }
 
 json BuildSummary(const RunRecord& run) {
-  json coord = ReadJson(run.dir.stats("coordinator"));
-  double wall = coord.is_object() && coord.contains("training_seconds") ? coord["training_seconds"].get<double>() : 0;
+  const auto coord = ReadStats<stats::CoordinatorStats>(run.dir.stats("coordinator"));
+  const double wall = coord ? coord->training_seconds() : 0;
   json summary = Outcome(run, coord, wall);
   const std::set<int> promoted = PromotedShards(run);
   const Totals t = AddUpProcesses(run, promoted);

@@ -16,6 +16,8 @@
 #include "common/log.h"
 #include "common/wait.h"
 #include "compression/codec.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
@@ -220,44 +222,46 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   };
   auto write_stats = [&](bool final) {
     if (options.stats_file.empty()) return;
-    nlohmann::json j;
-    j["role"] = "worker";
-    j["id"] = options.id;
-    j["finished"] = final;
-    j["bytes_sent"] = counters.bytes_sent.load();
-    j["bytes_received"] = counters.bytes_received.load();
-    j["messages_sent"] = counters.messages_sent.load();
-    j["messages_received"] = counters.messages_received.load();
-    j["steps"] = local ? batches : c - assignment.start_clock() - jumped;
-    j["clocks"] = c - assignment.start_clock() - jumped;
-    j["clocks_skipped_on_rejoin"] = jumped;
-    j["samples"] = samples;
-    j["skipped_steps"] = skipped;
-    j["pushes_refused"] = ps.pushes_refused();
+    stats::WorkerStats j;
+    j.set_role("worker");
+    j.set_id(options.id);
+    j.set_finished(final);
+    j.set_bytes_sent(counters.bytes_sent.load());
+    j.set_bytes_received(counters.bytes_received.load());
+    j.set_messages_sent(counters.messages_sent.load());
+    j.set_messages_received(counters.messages_received.load());
+    j.set_steps(local ? batches : c - assignment.start_clock() - jumped);
+    j.set_clocks(c - assignment.start_clock() - jumped);
+    j.set_clocks_skipped_on_rejoin(jumped);
+    j.set_samples(samples);
+    j.set_skipped_steps(skipped);
+    j.set_pushes_refused(ps.pushes_refused());
     if (ledger) {
-      j["chunks_acknowledged"] = ledger->counts().acknowledged;
-      j["push_ledger"] = ledger->path();
+      j.set_chunks_acknowledged(ledger->counts().acknowledged);
+      j.set_push_ledger(ledger->path());
     }
-    j["redirects"] = ps.redirects();
+    j.set_redirects(ps.redirects());
     if (job.wan.replan) {
-      j["migration_barriers"] = barriers;
-      j["migration_barrier_seconds"] = barrier_s;
-      j["chunks_rerouted"] = ps.chunks_rerouted();
-      j["moved_refusals"] = ps.moved_refusals();
+      j.set_migration_barriers(barriers);
+      j.set_migration_barrier_seconds(barrier_s);
+      j.set_chunks_rerouted(ps.chunks_rerouted());
+      j.set_moved_refusals(ps.moved_refusals());
     }
-    j["pull_resyncs"] = ps.resyncs();
-    j["residual_norm"] = std::sqrt(ps.error_feedback().ResidualSquaredNorm());
-    j["training_seconds"] = Seconds(clock->Now() - start);
-    j["compute_seconds"] = compute_s;
-    j["comm_seconds"] = comm_s;
-    j["wait_seconds"] = wait_s;
-    j["loss"] = loss_ema;
-    j["train_accuracy"] = acc_ema;
-    nlohmann::json links = nlohmann::json::object();
-    for (const LinkEstimate& e : ps.LinkEstimates())
-      links[e.server_region] = {{"min_rtt_ms", e.min_rtt_ms}, {"mbit", e.mbit}, {"samples", e.samples}};
-    j["links_from_servers"] = links;
-    Status s = WriteFileAtomic(options.stats_file, j.dump(2), /*durable=*/false);
+    j.set_pull_resyncs(ps.resyncs());
+    j.set_residual_norm(std::sqrt(ps.error_feedback().ResidualSquaredNorm()));
+    j.set_training_seconds(Seconds(clock->Now() - start));
+    j.set_compute_seconds(compute_s);
+    j.set_comm_seconds(comm_s);
+    j.set_wait_seconds(wait_s);
+    j.set_loss(loss_ema);
+    j.set_train_accuracy(acc_ema);
+    for (const LinkEstimate& e : ps.LinkEstimates()) {
+      stats::LinkFromServer& l = (*j.mutable_links_from_servers())[e.server_region];
+      l.set_min_rtt_ms(e.min_rtt_ms);
+      l.set_mbit(e.mbit);
+      l.set_samples(e.samples);
+    }
+    Status s = WriteFileAtomic(options.stats_file, StatsToJson(j), /*durable=*/false);
     if (!s.ok()) GD_LOG(WARNING) << s;
   };
   TimePoint last_stats = start;
