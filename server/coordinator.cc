@@ -11,6 +11,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/wait.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
 #include "wan/planner.h"
 
 namespace geodesic::server {
@@ -971,39 +973,42 @@ void Coordinator::Handle(transport::Message& m) {
 
 void Coordinator::WriteStats() const {
   if (options_.stats_file.empty()) return;
-  nlohmann::json j;
-  j["role"] = "coordinator";
-  j["bytes_sent"] = counters_.bytes_sent.load();
-  j["bytes_received"] = counters_.bytes_received.load();
-  j["messages_refused"] = counters_.messages_refused.load();
-  j["training_seconds"] = state_.training_seconds();
+  stats::CoordinatorStats j;
+  j.set_role("coordinator");
+  j.set_bytes_sent(counters_.bytes_sent.load());
+  j.set_bytes_received(counters_.bytes_received.load());
+  j.set_messages_refused(counters_.messages_refused.load());
+  j.set_training_seconds(state_.training_seconds());
   if (!state_.plan_note().empty()) {
-    j["plan"] = {{"note", state_.plan_note()}, {"predicted_step_ms", state_.planned_step_ms()}};
+    j.mutable_plan()->set_note(state_.plan_note());
+    j.mutable_plan()->set_predicted_step_ms(state_.planned_step_ms());
     if (auto m = state_.shard_map())
-      j["plan"]["bytes_per_server"] = m->BytesPerServer(options_.coordinator.num_servers);
+      for (uint64_t b : m->BytesPerServer(options_.coordinator.num_servers)) j.mutable_plan()->add_bytes_per_server(b);
   }
   if (options_.coordinator.replan.enabled) {
-    nlohmann::json replans = nlohmann::json::array();
     for (const auto& r : state_.replans()) {
-      nlohmann::json moves = nlohmann::json::array();
-      for (const auto& mv : r.moves) moves.push_back({{"chunk", mv.chunk}, {"from", mv.from}, {"to", mv.to}});
-      replans.push_back({{"id", r.id},
-                         {"clock", r.clock},
-                         {"reason", r.reason},
-                         {"drifted", r.drifted},
-                         {"moved_chunks", r.moves.size()},
-                         {"moves", moves},
-                         {"predicted_step_ms_before", r.predicted_step_ms_before},
-                         {"predicted_step_ms_after", r.predicted_step_ms_after},
-                         {"barrier_ms", r.barrier_ms},
-                         {"transfer_ms", r.transfer_ms},
-                         {"shard_map_version", r.map_version}});
+      stats::Replan& out = *j.add_replans();
+      out.set_id(r.id);
+      out.set_clock(r.clock);
+      out.set_reason(r.reason);
+      for (const auto& d : r.drifted) out.add_drifted(d);
+      out.set_moved_chunks(r.moves.size());
+      for (const auto& mv : r.moves) {
+        stats::ChunkMove& m = *out.add_moves();
+        m.set_chunk(mv.chunk);
+        m.set_from(mv.from);
+        m.set_to(mv.to);
+      }
+      out.set_predicted_step_ms_before(r.predicted_step_ms_before);
+      out.set_predicted_step_ms_after(r.predicted_step_ms_after);
+      out.set_barrier_ms(r.barrier_ms);
+      out.set_transfer_ms(r.transfer_ms);
+      out.set_shard_map_version(r.map_version);
     }
-    j["replans"] = replans;
-    if (auto m = state_.shard_map()) j["shard_map_version"] = m->version;
+    if (auto m = state_.shard_map()) j.set_shard_map_version(m->version);
   }
-  j["job_finished"] = state_.job_finished();
-  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
+  j.set_job_finished(state_.job_finished());
+  Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 

@@ -7,6 +7,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "compression/codec.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
 #include "server/checkpoint.h"
 
 namespace geodesic::server {
@@ -673,53 +675,49 @@ void Server::PublishProgress() {
 
 void Server::WriteStats() const {
   if (options_.stats_file.empty()) return;
-  nlohmann::json j;
-  j["role"] = "server";
-  j["id"] = options_.id;
-  j["backup"] = options_.backup;
-  j["promoted"] = promoted_;
-  j["serving"] = serving();
+  stats::ShardStats j;
+  j.set_role("server");
+  j.set_id(options_.id);
+  j.set_backup(options_.backup);
+  j.set_promoted(promoted_);
+  j.set_serving(serving());
   uint64_t taken = 0;
-  nlohmann::json by_worker = nlohmann::json::object();
   for (const auto& [w, n] : taken_by_worker_) {
     taken += n;
-    if (n) by_worker[std::to_string(w)] = n;
+    if (n) (*j.mutable_taken_by_worker())[w] = n;
   }
-  j["updates_taken"] = taken;
-  j["taken_by_worker"] = by_worker;
-  if (options_.backup) j["replication_ops_applied"] = applied_seq_;
+  j.set_updates_taken(taken);
+  if (options_.backup) j.set_replication_ops_applied(applied_seq_);
   if (replica_) {
-    j["replication_ops_sent"] = replicated_ops_;
-    j["replication_degraded"] = degraded_;
-    j["replication_ops_resent"] = ops_resent_;
+    j.set_replication_ops_sent(replicated_ops_);
+    j.set_replication_degraded(degraded_);
+    j.set_replication_ops_resent(ops_resent_);
   }
-  if (promoted_) j["updates_at_promotion"] = updates_at_promotion_;
-  if (first_update_unix_ > 0) j["first_update_unix"] = first_update_unix_;
-  j["bytes_sent"] = counters_.bytes_sent.load();
-  j["bytes_received"] = counters_.bytes_received.load();
-  j["messages_sent"] = counters_.messages_sent.load();
-  j["messages_received"] = counters_.messages_received.load();
-  j["messages_refused"] = counters_.messages_refused.load();
-  j["refused_by_reason"] = refused_;
+  if (promoted_) j.set_updates_at_promotion(updates_at_promotion_);
+  if (first_update_unix_ > 0) j.set_first_update_unix(first_update_unix_);
+  j.set_bytes_sent(counters_.bytes_sent.load());
+  j.set_bytes_received(counters_.bytes_received.load());
+  j.set_messages_sent(counters_.messages_sent.load());
+  j.set_messages_received(counters_.messages_received.load());
+  j.set_messages_refused(counters_.messages_refused.load());
+  for (const auto& [reason, n] : refused_) (*j.mutable_refused_by_reason())[reason] = n;
   if (options_.job.wan.replan) {
-    j["migration_chunks_sent"] = chunks_sent_;
-    j["migration_chunks_adopted"] = chunks_adopted_;
-    j["shard_map_version"] = map_version_;
+    j.set_migration_chunks_sent(chunks_sent_);
+    j.set_migration_chunks_adopted(chunks_adopted_);
+    j.set_shard_map_version(map_version_);
   }
   if (shard_) {
-    j["chunks"] = shard_->owned().size();
-    j["updates_applied"] = shard_->updates_applied();
-    j["duplicates"] = shard_->duplicates();
-    j["stale_dropped"] = shard_->dropped();
-    nlohmann::json h = nlohmann::json::object();
-    for (const auto& [k, v] : shard_->staleness().NonZero()) h[std::to_string(k)] = v;
-    j["staleness_histogram"] = h;
+    j.set_chunks(shard_->owned().size());
+    j.set_updates_applied(shard_->updates_applied());
+    j.set_duplicates(shard_->duplicates());
+    j.set_stale_dropped(shard_->dropped());
+    for (const auto& [k, v] : shard_->staleness().NonZero()) (*j.mutable_staleness_histogram())[k] = v;
   }
-  j["checkpoints_written"] = checkpoints_written_;
-  j["last_checkpoint_clock"] = last_checkpoint_clock_;
-  j["last_checkpoint_ms"] = last_checkpoint_ms_;
-  if (!last_checkpoint_error_.empty()) j["checkpoint_error"] = last_checkpoint_error_;
-  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
+  j.set_checkpoints_written(checkpoints_written_);
+  j.set_last_checkpoint_clock(last_checkpoint_clock_);
+  j.set_last_checkpoint_ms(last_checkpoint_ms_);
+  if (!last_checkpoint_error_.empty()) j.set_checkpoint_error(last_checkpoint_error_);
+  Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 

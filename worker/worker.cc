@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "cluster/member_client.h"
@@ -11,6 +10,8 @@
 #include "common/log.h"
 #include "common/wait.h"
 #include "compression/codec.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
@@ -423,44 +424,46 @@ void Worker::SaveSnapshot(int64_t clock_now) {
 // The worker's stats JSON (the launcher folds it into the job summary).
 void Worker::WriteStats(bool final) {
   if (options_.stats_file.empty()) return;
-  nlohmann::json j;
-  j["role"] = "worker";
-  j["id"] = options_.id;
-  j["finished"] = final;
-  j["bytes_sent"] = counters_.bytes_sent.load();
-  j["bytes_received"] = counters_.bytes_received.load();
-  j["messages_sent"] = counters_.messages_sent.load();
-  j["messages_received"] = counters_.messages_received.load();
-  j["steps"] = local_ ? batches_ : c_ - assignment_.start_clock() - jumped_;
-  j["clocks"] = c_ - assignment_.start_clock() - jumped_;
-  j["clocks_skipped_on_rejoin"] = jumped_;
-  j["samples"] = samples_;
-  j["skipped_steps"] = skipped_;
-  j["pushes_refused"] = ps_->pushes_refused();
+  stats::WorkerStats j;
+  j.set_role("worker");
+  j.set_id(options_.id);
+  j.set_finished(final);
+  j.set_bytes_sent(counters_.bytes_sent.load());
+  j.set_bytes_received(counters_.bytes_received.load());
+  j.set_messages_sent(counters_.messages_sent.load());
+  j.set_messages_received(counters_.messages_received.load());
+  j.set_steps(local_ ? batches_ : c_ - assignment_.start_clock() - jumped_);
+  j.set_clocks(c_ - assignment_.start_clock() - jumped_);
+  j.set_clocks_skipped_on_rejoin(jumped_);
+  j.set_samples(samples_);
+  j.set_skipped_steps(skipped_);
+  j.set_pushes_refused(ps_->pushes_refused());
   if (ledger_) {
-    j["chunks_acknowledged"] = ledger_->counts().acknowledged;
-    j["push_ledger"] = ledger_->path();
+    j.set_chunks_acknowledged(ledger_->counts().acknowledged);
+    j.set_push_ledger(ledger_->path());
   }
-  j["redirects"] = ps_->redirects();
+  j.set_redirects(ps_->redirects());
   if (job_.wan.replan) {
-    j["migration_barriers"] = barriers_;
-    j["migration_barrier_seconds"] = barrier_s_;
-    j["chunks_rerouted"] = ps_->chunks_rerouted();
-    j["moved_refusals"] = ps_->moved_refusals();
+    j.set_migration_barriers(barriers_);
+    j.set_migration_barrier_seconds(barrier_s_);
+    j.set_chunks_rerouted(ps_->chunks_rerouted());
+    j.set_moved_refusals(ps_->moved_refusals());
   }
-  j["pull_resyncs"] = ps_->resyncs();
-  j["residual_norm"] = std::sqrt(ps_->error_feedback().ResidualSquaredNorm());
-  j["training_seconds"] = Seconds(clock_->Now() - start_);
-  j["compute_seconds"] = compute_s_;
-  j["comm_seconds"] = comm_s_;
-  j["wait_seconds"] = wait_s_;
-  j["loss"] = loss_ema_;
-  j["train_accuracy"] = acc_ema_;
-  nlohmann::json links = nlohmann::json::object();
-  for (const LinkEstimate& e : ps_->LinkEstimates())
-    links[e.server_region] = {{"min_rtt_ms", e.min_rtt_ms}, {"mbit", e.mbit}, {"samples", e.samples}};
-  j["links_from_servers"] = links;
-  Status s = WriteFileAtomic(options_.stats_file, j.dump(2), /*durable=*/false);
+  j.set_pull_resyncs(ps_->resyncs());
+  j.set_residual_norm(std::sqrt(ps_->error_feedback().ResidualSquaredNorm()));
+  j.set_training_seconds(Seconds(clock_->Now() - start_));
+  j.set_compute_seconds(compute_s_);
+  j.set_comm_seconds(comm_s_);
+  j.set_wait_seconds(wait_s_);
+  j.set_loss(loss_ema_);
+  j.set_train_accuracy(acc_ema_);
+  for (const LinkEstimate& e : ps_->LinkEstimates()) {
+    stats::LinkFromServer& l = (*j.mutable_links_from_servers())[e.server_region];
+    l.set_min_rtt_ms(e.min_rtt_ms);
+    l.set_mbit(e.mbit);
+    l.set_samples(e.samples);
+  }
+  Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 

@@ -1,0 +1,47 @@
+// The launcher's live view: one progress line, rewritten in place on a
+// terminal (every 5 s otherwise), event lines that scroll above it, and the
+// rendering of a coordinator StatusReply into that line. Not thread-safe;
+// the launcher's thread owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "proto/geodesic.pb.h"
+
+namespace geodesic::deploy {
+
+class ProgressLine {
+ public:
+  explicit ProgressLine(bool quiet);
+
+  // Replaces the progress line (nothing when quiet).
+  void Show(const std::string& line);
+  // An event: always printed, on its own line.
+  void Say(const std::string& line);
+  // Erases the progress line, if one is shown.
+  void Clear();
+
+ private:
+  bool quiet_, tty_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Samples per second of training, smoothed over the status replies.
+class SampleRate {
+ public:
+  // Adds one reply's total samples at `training_seconds`; returns the rate.
+  double Add(int64_t samples, double training_seconds);
+
+ private:
+  double rate_ = 0;
+  int64_t prev_samples_ = -1;
+  double prev_t_ = 0;
+};
+
+// "[  12.3s] step 120/400 (30%)  loss ...  workers 4/4 live ...".
+std::string RenderProgress(const wire::StatusReply& st, double samples_per_s);
+
+}  // namespace geodesic::deploy

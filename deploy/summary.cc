@@ -1,0 +1,374 @@
+#include "deploy/summary.h"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "common/files.h"
+#include "common/format.h"
+#include "common/histogram.h"
+#include "common/log.h"
+#include "common/push_ledger.h"
+#include "proto/stats.pb.h"
+#include "proto/stats_json.h"
+
+namespace geodesic::deploy {
+namespace {
+
+using json = nlohmann::json;
+
+json ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nullptr;
+  try {
+    return json::parse(*text);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+// A process's stats file (proto/stats.proto), if it wrote a readable one.
+template <typename Stats>
+std::optional<Stats> ReadStats(const std::string& path) {
+  auto text = ReadFile(path);
+  Stats out;
+  if (!text.ok() || !StatsFromJson(*text, &out).ok()) return std::nullopt;
+  return out;
+}
+
+json ToJson(const google::protobuf::Message& m) { return json::parse(StatsToJson(m)); }
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// What the processes' stats files add up to.
+struct Totals {
+  json sent = json::object(), received = json::object(), breakdown = json::object(), procs = json::array();
+  int64_t samples = 0, worker_steps = 0, push_bytes = 0, pull_bytes = 0;
+  IntHistogram staleness;
+  json refused = json::object();
+  // Passive link estimates from the workers' own pull replies, per (server
+  // region -> worker region): the mean over the region's workers of each
+  // one's reply throughput (one flow's share of the path) and the least RTT.
+  std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
+  uint64_t updates_taken = 0, duplicates = 0;
+  std::map<int, uint64_t> taken_by_worker;
+};
+
+json ProcessEntry(const Child& c) {
+  json p = {{"name", c.name()}, {"pid", c.pid()}, {"log", c.log_file()}};
+  if (c.exit()) {
+    p["exit"] = c.exit()->Describe();
+    p["cpu_seconds"] = c.exit()->cpu_seconds;
+    p["exit_code"] = c.exit()->signal ? json() : json(c.exit()->code);
+    p["signal"] = c.exit()->signal ? json(std::string(sigabbrev_np(c.exit()->signal))) : json();
+  }
+  return p;
+}
+
+void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSpec& job, Totals& t) {
+  const std::string& wr = job.RegionOfWorker(w.id()).name;
+  for (const auto& [sr, e] : w.links_from_servers()) {
+    auto& [rtt, mbit, n, link_samples] = t.passive[{sr, wr}];
+    rtt = n == 0 ? e.min_rtt_ms() : std::min(rtt, e.min_rtt_ms());
+    mbit += e.mbit();
+    link_samples += e.samples();
+    ++n;
+  }
+  t.samples += w.samples();
+  t.worker_steps += w.steps();
+  t.push_bytes += static_cast<int64_t>(w.bytes_sent());
+  t.pull_bytes += static_cast<int64_t>(w.bytes_received());
+  double cs = w.compute_seconds(), ns = w.comm_seconds(), ws = w.wait_seconds();
+  double tot = cs + ns + ws;
+  t.breakdown[name] = {{"compute", tot > 0 ? cs / tot : 0},
+                       {"communication", tot > 0 ? ns / tot : 0},
+                       {"staleness_wait", tot > 0 ? ws / tot : 0},
+                       {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
+                       {"steps", int64_t{w.steps()}}};
+}
+
+// A shard's serving process (a promoted backup, else its primary).
+void AddServer(const std::string& name, const stats::ShardStats& sv, Totals& t) {
+  t.updates_taken += sv.updates_taken();
+  for (const auto& [w, n] : sv.taken_by_worker()) t.taken_by_worker[w] += n;
+  t.duplicates += sv.duplicates();
+  for (const auto& [k, v] : sv.staleness_histogram()) t.staleness.Add(k, v);
+  if (sv.refused_by_reason().empty()) return;
+  json refused = json::object();
+  for (const auto& [reason, n] : sv.refused_by_reason()) refused[reason] = n;
+  t.refused[name] = refused;
+}
+
+// Replicated jobs: each shard's last serving process is its promoted
+// backup, if any, else its primary; only those count for the shard.
+std::set<int> PromotedShards(const RunRecord& run) {
+  std::set<int> promoted;
+  for (int i = 0; i < run.job.NumServers() && run.job.replication.backups > 0; ++i) {
+    // Nothing if it died before writing.
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + std::to_string(i)));
+    if (b && b->promoted()) promoted.insert(i);
+  }
+  return promoted;
+}
+
+// One process's stats: its bytes, and what it adds to the totals.
+void AddProcess(const RunRecord& run, const std::set<int>& promoted, const std::string& name, Totals& t) {
+  const std::string path = run.dir.stats(name);
+  std::optional<std::pair<double, double>> bytes;
+  if (StartsWith(name, "worker-")) {
+    if (auto w = ReadStats<stats::WorkerStats>(path)) {
+      bytes = {w->bytes_sent(), w->bytes_received()};
+      AddWorker(name, *w, run.job, t);
+    }
+  } else if (StartsWith(name, "server-") || StartsWith(name, "backup-")) {
+    if (auto sv = ReadStats<stats::ShardStats>(path)) {
+      bytes = {sv->bytes_sent(), sv->bytes_received()};
+      const bool serving = StartsWith(name, "backup-") ? promoted.count(sv->id()) > 0 : promoted.count(sv->id()) == 0;
+      if (serving) AddServer(name, *sv, t);
+    }
+  } else if (name == "coordinator") {
+    if (auto c = ReadStats<stats::CoordinatorStats>(path)) bytes = {c->bytes_sent(), c->bytes_received()};
+  }
+  if (!bytes) return;
+  t.sent[name] = static_cast<int64_t>(bytes->first);
+  t.received[name] = static_cast<int64_t>(bytes->second);
+}
+
+Totals AddUpProcesses(const RunRecord& run, const std::set<int>& promoted) {
+  Totals t;
+  for (auto& c : run.children.children()) {
+    t.procs.push_back(ProcessEntry(*c));
+    AddProcess(run, promoted, c->name(), t);
+  }
+  int64_t total_sent = 0, total_received = 0;
+  for (auto& [k, v] : t.sent.items()) total_sent += v.get<int64_t>();
+  for (auto& [k, v] : t.received.items()) total_received += v.get<int64_t>();
+  t.sent["total"] = total_sent;
+  t.received["total"] = total_received;
+  return t;
+}
+
+json PassiveLinks(const Totals& t) {
+  json passive_links = json::array();
+  for (const auto& [pair, v] : t.passive) {
+    const auto& [rtt, mbit, n, samples] = v;
+    passive_links.push_back({{"from", pair.first},
+                             {"to", pair.second},
+                             {"min_rtt_ms", rtt},
+                             {"mbit_per_worker", samples > 0 ? json(mbit / n) : json()},
+                             {"workers", n},
+                             {"samples", samples}});
+  }
+  return passive_links;
+}
+
+// A failover's time, exactly: from the kill to the promoted backup's own
+// record of its first update (the status probe sees it later).
+json TimeFailovers(const RunRecord& run) {
+  json recoveries = run.recoveries;
+  for (auto& rec : recoveries) {
+    if (!rec.value("failover", false)) continue;
+    const std::string target = rec["target"];
+    auto k = run.faults.KilledUnix(target);
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + target.substr(7)));
+    if (!k || !b || !b->has_first_update_unix()) continue;
+    if (rec.contains("seconds_to_first_update")) rec["seconds_to_first_update_seen"] = rec["seconds_to_first_update"];
+    rec["seconds_to_first_update"] = b->first_update_unix() - *k;
+  }
+  return recoveries;
+}
+
+// Each declared link direction: its shape, probe and bytes carried.
+json EmulatedLinks(const RunRecord& run, double wall) {
+  json traffic = json::array();
+  if (run.wan) {
+    traffic = run.wan->Traffic();
+  } else if (auto t = run.netns->Traffic(); t.ok()) {
+    traffic = *t;
+  } else {
+    GD_LOG(WARNING) << "bytes per link: " << t.status();
+  }
+  json links = json::array();
+  for (const LinkSpec& l : run.job.wan.links) {
+    json rec = {{"from", l.from},
+                {"to", l.to},
+                {"delay_ms", l.delay_ms},
+                {"jitter_ms", l.jitter_ms},
+                {"bandwidth_mbit", l.bandwidth_mbit}};
+    for (const auto& p : run.link_probes)
+      if (p["from"] == l.from && p["to"] == l.to) {
+        rec["probed_rtt_ms"] = p.value("probed_rtt_ms", json());
+        rec["probed_mbit"] = p.value("probed_mbit", json());
+      }
+    for (const auto& t : traffic)
+      if (t["from"] == l.from && t["to"] == l.to) {
+        rec["bytes"] = t["bytes"];
+        rec["mean_mbit_while_training"] = wall > 0 ? t["bytes"].get<double>() * 8 / 1e6 / wall : 0.0;
+      }
+    links.push_back(rec);
+  }
+  return links;
+}
+
+// The job, how it ended, and what the evaluator and coordinator recorded.
+json Outcome(const RunRecord& run, const std::optional<stats::CoordinatorStats>& coord, double wall) {
+  json summary;
+  summary["job"] = run.job.name;
+  summary["run_dir"] = run.dir.path;
+  summary["status"] = run.outcome;
+  if (!run.failure.empty()) summary["failure"] = run.failure;
+  json result = ReadJson(run.dir.result_json());
+  summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
+  summary["wall_seconds"] = wall;
+  summary["total_wall_seconds"] = run.total_wall_seconds;
+  if (run.job.wan.replan) {
+    json replans = json::array();
+    if (coord)
+      for (const auto& r : coord->replans()) replans.push_back(ToJson(r));
+    summary["replans"] = replans;
+  }
+  summary["accuracy_curve"] =
+      result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
+  summary["target_accuracy"] = run.job.eval.target_accuracy;
+  summary["seconds_to_target"] =
+      result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
+  if (coord && coord->has_plan()) summary["plan"] = ToJson(coord->plan());
+  summary["compression"] = {{"push", run.job.compression.push},
+                            {"pull", run.job.compression.pull},
+                            {"error_feedback", run.job.compression.error_feedback},
+                            {"momentum_correction", run.job.compression.momentum_correction}};
+  summary["staleness_bound"] = run.job.training.staleness_bound;
+  return summary;
+}
+
+void AddTraffic(const Totals& t, double wall, json& summary) {
+  summary["samples"] = t.samples;
+  summary["samples_per_second"] = wall > 0 ? t.samples / wall : 0.0;
+  // What one worker step costs on the wire, both directions (headers included).
+  if (t.worker_steps > 0)
+    summary["bytes_per_step"] = {{"push", static_cast<double>(t.push_bytes) / t.worker_steps},
+                                 {"pull", static_cast<double>(t.pull_bytes) / t.worker_steps},
+                                 {"total", static_cast<double>(t.push_bytes + t.pull_bytes) / t.worker_steps}};
+  summary["bytes_sent"] = t.sent;
+  summary["bytes_received"] = t.received;
+  json hist = json::object();
+  for (const auto& [k, v] : t.staleness.NonZero()) hist[std::to_string(k)] = v;
+  summary["staleness_histogram"] = hist;
+  summary["staleness_mean"] = t.staleness.Mean();
+  summary["staleness_max"] = t.staleness.max();
+  summary["step_time_breakdown"] = t.breakdown;
+  summary["messages_refused"] = t.refused;
+  summary["processes"] = t.procs;
+  summary["passive_links"] = PassiveLinks(t);
+}
+
+}  // namespace
+
+json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>& taken) {
+  struct PerWorker {
+    int processes = 0;
+    PushCounts c;
+  };
+  std::map<int, PerWorker> by_worker;
+  json unreadable = json::array();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(stats_dir, ec)) {
+    const std::string f = e.path().filename().string();
+    int id = -1;
+    if (e.path().extension() != ".ledger" || std::sscanf(f.c_str(), "worker-%d.", &id) != 1 || id < 0) continue;
+    auto c = PushLedger::Read(e.path().string());
+    if (!c.ok()) {
+      unreadable.push_back(c.status().message());
+      continue;
+    }
+    PerWorker& t = by_worker[id];
+    ++t.processes;
+    t.c.pushed += c->pushed;
+    t.c.acknowledged += c->acknowledged;
+    t.c.dropped += c->dropped;
+    t.c.refused += c->refused;
+  }
+  json workers = json::object();
+  uint64_t acknowledged = 0, in_flight = 0;
+  for (const auto& [id, t] : by_worker) {
+    auto it = taken.find(id);
+    const uint64_t tk = it == taken.end() ? 0 : it->second;
+    workers[std::to_string(id)] = {{"processes", t.processes},
+                                   {"pushed", t.c.pushed},
+                                   {"acknowledged", t.c.acknowledged},
+                                   {"dropped", t.c.dropped},
+                                   {"refused", t.c.refused},
+                                   {"in_flight_at_exit", t.c.InFlight()},
+                                   {"taken", tk}};
+    acknowledged += t.c.acknowledged;
+    in_flight += t.c.InFlight();
+  }
+  json out = {{"workers", workers}, {"acknowledged", acknowledged}, {"in_flight_at_exit", in_flight}};
+  if (!unreadable.empty()) out["unreadable_ledgers"] = unreadable;
+  return out;
+}
+
+json BuildSummary(const RunRecord& run) {
+  const auto coord = ReadStats<stats::CoordinatorStats>(run.dir.stats("coordinator"));
+  const double wall = coord ? coord->training_seconds() : 0;
+  json summary = Outcome(run, coord, wall);
+  const std::set<int> promoted = PromotedShards(run);
+  const Totals t = AddUpProcesses(run, promoted);
+  AddTraffic(t, wall, summary);
+  summary["faults_injected"] = run.faults.faults();
+  summary["recoveries"] = TimeFailovers(run);
+  // Every pushed chunk a worker process saw acknowledged (applied or
+  // duplicate), from the push ledgers, which survive a killed process (the
+  // stats files do not: a restarted worker rewrites its predecessor's), and
+  // every chunk the shards' last serving processes took: equal when no
+  // acknowledged update was lost, none was applied twice, and no worker
+  // died with a push in flight (push_accounting has the difference).
+  json accounting = PushAccounting(run.dir.stats_dir(), t.taken_by_worker);
+  summary["push_accounting"] = accounting;
+  summary["pushes_acknowledged"] = accounting["acknowledged"];
+  summary["updates_taken"] = t.updates_taken;
+  summary["duplicates_answered"] = t.duplicates;
+  summary["replication"] = {{"backups", run.job.replication.backups},
+                            {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
+  if (run.wan || run.netns) {
+    summary["links"] = EmulatedLinks(run, wall);
+    summary["link_events"] = run.faults.link_events();
+  }
+  return summary;
+}
+
+StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::string& summary_file,
+                        ProgressLine& progress) {
+  std::string text = summary.dump(2);
+  GD_RETURN_IF_ERROR(WriteFileAtomic(run.dir.summary_json(), text));
+  if (!summary_file.empty()) {
+    auto parent = std::filesystem::path(summary_file).parent_path();
+    if (!parent.empty()) GD_RETURN_IF_ERROR(MakeDirs(parent.string()));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(summary_file, text));
+  }
+  const std::string& outcome = run.outcome;
+  if (summary["test_accuracy"].is_number()) {
+    double acc = summary["test_accuracy"].get<double>(), wall = summary["wall_seconds"].get<double>();
+    int64_t samples = summary["samples"].get<int64_t>();
+    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " + Fmt("%.1f", wall) +
+                       " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) + " samples/s, " +
+                       std::to_string(samples) + " samples)";
+    if (summary["seconds_to_target"].is_number())
+      line += "; reached " + Fmt("%.2f", run.job.eval.target_accuracy) + " at " +
+              Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
+    progress.Say(line);
+  } else {
+    progress.Say("geodesic: " + outcome + (run.failure.empty() ? "" : ": " + run.failure) + "; no final accuracy");
+  }
+  progress.Say("geodesic: summary written to " + (summary_file.empty() ? run.dir.summary_json() : summary_file));
+  if (outcome == "interrupted") return 130;
+  // A model without a network (synthetic, for benchmarks) has no accuracy.
+  bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == "synthetic";
+  return outcome == "finished" && evaluated ? 0 : 1;
+}
+
+}  // namespace geodesic::deploy

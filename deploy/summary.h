@@ -1,0 +1,49 @@
+// The job summary (RUN_DIR/summary.json; docs/launcher.md lists its keys):
+// built once every child has ended, from what the launcher saw and from the
+// files the processes left in the run directory (stats/*.json, push
+// ledgers, result.json). Thread-safe (no shared state).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "config/job.h"
+#include "deploy/emulated_wan.h"
+#include "deploy/faults.h"
+#include "deploy/netns.h"
+#include "deploy/progress.h"
+#include "deploy/run_dir.h"
+#include "deploy/supervisor.h"
+
+namespace geodesic::deploy {
+
+// What the launcher knows at the end of a run.
+struct RunRecord {
+  const JobSpec& job;
+  const RunDir& dir;
+  std::string outcome;  // finished, failed or interrupted
+  std::string failure;  // why, when failed
+  double total_wall_seconds = 0;
+  const Supervisor& children;
+  const FaultInjector& faults;
+  nlohmann::json recoveries;
+  nlohmann::json link_probes;  // before training, per emulated link
+  EmulatedWan* wan = nullptr;
+  NetnsWan* netns = nullptr;
+};
+
+nlohmann::json BuildSummary(const RunRecord& run);
+
+// Writes `summary` to the run directory (and `summary_file`, if given),
+// says how the job ended, and returns the launcher's exit code.
+StatusOr<int> FinishRun(const nlohmann::json& summary, const RunRecord& run, const std::string& summary_file,
+                        ProgressLine& progress);
+
+// Acknowledged vs. taken, per worker (docs/reliability.md): every worker
+// process's push ledger in `stats_dir` against `taken`, the chunks of each
+// worker's pushes that the shards' serving processes took.
+nlohmann::json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>& taken);
+
+}  // namespace geodesic::deploy
