@@ -65,10 +65,10 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
 // Configured vs measured RTT and throughput of every declared link of a job
 // (default: the three-region example), emulated and probed as a launch does.
 Status RunLinksBench(const BenchOptions& options, const std::atomic<bool>* stop);
-// The raw ZeroMQ peer of the transport bench.
 // Steps/s of a synthetic job without and with shard backups, then the
 // failover time (median over `kills` SIGKILLs of a primary) and zero loss.
 Status RunFailoverBench(const BenchOptions& options, const std::atomic<bool>* stop);
+// The raw ZeroMQ peer of the transport bench.
 Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop);
 
 }  // namespace geodesic::bench

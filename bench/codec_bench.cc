@@ -46,6 +46,78 @@ std::vector<float> Gradient(uint64_t n) {
   return g;
 }
 
+// The buffers of one size: the input gradient and what the rounds write.
+struct Buffers {
+  explicit Buffers(uint64_t n)
+      : n(n), bytes(4.0 * static_cast<double>(n)), grad(Gradient(n)), sent(n), decoded(n), copy(n) {
+    // Touch every page once so the first round does not pay for faults.
+    std::memcpy(copy.data(), grad.data(), bytes);
+    std::fill(sent.begin(), sent.end(), 0.0f);
+    std::fill(decoded.begin(), decoded.end(), 0.0f);
+  }
+  const uint64_t n;
+  const double bytes;
+  const std::vector<float> grad;
+  std::vector<float> sent, decoded, copy;
+  std::vector<uint8_t> payload, scratch;
+};
+
+// Round times of one codec (seconds).
+struct Timings {
+  std::vector<double> copy, enc, dec;
+};
+
+// Rounds of memcpy, encode and decode for --seconds (at least 3), then the
+// check that the decoded values are what the encoder said it sent.
+StatusOr<Timings> Measure(const std::string& name, const compression::CodecSpec& spec, Buffers& b, double seconds,
+                          const std::atomic<bool>* stop) {
+  compression::Encoder encoder(spec, 1);
+  compression::PayloadInfo info;
+  Timings t;
+  Status status;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (t.enc.size() < 3 || Clock::now() < deadline) {
+    if (stop && stop->load()) return Cancelled("stopped");
+    t.copy.push_back(Seconds([&] { std::memcpy(b.copy.data(), b.grad.data(), b.bytes); }));
+    t.enc.push_back(Seconds([&] { status = encoder.Encode(b.grad.data(), b.n, &b.payload, &info, b.sent.data()); }));
+    GD_RETURN_IF_ERROR(status.Annotate(name + " encode"));
+    t.dec.push_back(Seconds([&] {
+      status = compression::Decode(info, b.payload.data(), b.payload.size(), b.n, b.decoded.data(), &b.scratch);
+    }));
+    GD_RETURN_IF_ERROR(status.Annotate(name + " decode"));
+  }
+  if (std::memcmp(b.sent.data(), b.decoded.data(), b.bytes) != 0)
+    return Internal(name + ": the decoded values differ from what the encoder said it sent");
+  return t;
+}
+
+void Report(const compression::CodecSpec& spec, int mb, const Buffers& b, const Timings& t, bool as_json) {
+  const double copy_gbps = b.bytes / Median(t.copy) / 1e9;
+  const double enc_gbps = b.bytes / Median(t.enc) / 1e9;
+  const double dec_gbps = b.bytes / Median(t.dec) / 1e9;
+  const double ratio = b.bytes / static_cast<double>(std::max<size_t>(b.payload.size(), 1));
+  if (as_json) {
+    json r = {{"codec", spec.Name()},
+              {"mb", mb},
+              {"encode_gbps", enc_gbps},
+              {"decode_gbps", dec_gbps},
+              {"memcpy_gbps", copy_gbps},
+              {"encode_ratio", enc_gbps / copy_gbps},
+              {"decode_ratio", dec_gbps / copy_gbps},
+              {"ratio_bytes", ratio},
+              {"encoded_bytes", b.payload.size()},
+              {"encode_ms", Median(t.enc) * 1e3},
+              {"decode_ms", Median(t.dec) * 1e3},
+              {"rounds", t.enc.size()}};
+    std::cout << r.dump() << std::endl;
+  } else {
+    std::printf("%-22s %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %10zu  enc %.1f ms\n", spec.Name().c_str(), enc_gbps,
+                dec_gbps, copy_gbps, enc_gbps / copy_gbps, dec_gbps / copy_gbps, ratio, b.payload.size(),
+                Median(t.enc) * 1e3);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 Status RunCodecBench(const BenchOptions& options, const std::atomic<bool>* stop) {
@@ -54,62 +126,15 @@ Status RunCodecBench(const BenchOptions& options, const std::atomic<bool>* stop)
                                           "int8+zstd", "int4+zstd", "sign+zstd",  "topk:0.01+zstd", "randk:0.01+zstd"};
   for (int mb : options.sizes_mb) {
     if (mb <= 0) return InvalidArgument("--mb must be positive");
-    const uint64_t n = static_cast<uint64_t>(mb) << 18;  // MiB of float32
-    const double bytes = 4.0 * static_cast<double>(n);
-    const std::vector<float> grad = Gradient(n);
-    std::vector<float> sent(n), decoded(n), copy(n);
-    std::vector<uint8_t> payload, scratch;
-    // Touch every page once so the first round does not pay for faults.
-    std::memcpy(copy.data(), grad.data(), bytes);
-    std::fill(sent.begin(), sent.end(), 0.0f);
-    std::fill(decoded.begin(), decoded.end(), 0.0f);
-
+    Buffers buffers(static_cast<uint64_t>(mb) << 18);  // MiB of float32
     if (!options.json)
       std::printf("%-22s %8s %8s %8s %8s %8s %8s %10s  (%d MiB, one thread)\n", "codec", "enc GB/s", "dec GB/s",
                   "memcpy", "enc/mcp", "dec/mcp", "ratio", "bytes", mb);
     for (const std::string& name : names) {
       if (stop && stop->load()) return Cancelled("stopped");
       GD_ASSIGN_OR_RETURN(compression::CodecSpec spec, compression::ParseCodecSpec(name));
-      compression::Encoder encoder(spec, 1);
-      compression::PayloadInfo info;
-      std::vector<double> t_copy, t_enc, t_dec;
-      Status status;
-      const auto deadline = Clock::now() + std::chrono::duration<double>(options.seconds);
-      while (t_enc.size() < 3 || Clock::now() < deadline) {
-        if (stop && stop->load()) return Cancelled("stopped");
-        t_copy.push_back(Seconds([&] { std::memcpy(copy.data(), grad.data(), bytes); }));
-        t_enc.push_back(Seconds([&] { status = encoder.Encode(grad.data(), n, &payload, &info, sent.data()); }));
-        GD_RETURN_IF_ERROR(status.Annotate(name + " encode"));
-        t_dec.push_back(Seconds(
-            [&] { status = compression::Decode(info, payload.data(), payload.size(), n, decoded.data(), &scratch); }));
-        GD_RETURN_IF_ERROR(status.Annotate(name + " decode"));
-      }
-      if (std::memcmp(sent.data(), decoded.data(), bytes) != 0)
-        return Internal(name + ": the decoded values differ from what the encoder said it sent");
-      const double copy_gbps = bytes / Median(t_copy) / 1e9;
-      const double enc_gbps = bytes / Median(t_enc) / 1e9;
-      const double dec_gbps = bytes / Median(t_dec) / 1e9;
-      const double ratio = bytes / static_cast<double>(std::max<size_t>(payload.size(), 1));
-      if (options.json) {
-        json r = {{"codec", spec.Name()},
-                  {"mb", mb},
-                  {"encode_gbps", enc_gbps},
-                  {"decode_gbps", dec_gbps},
-                  {"memcpy_gbps", copy_gbps},
-                  {"encode_ratio", enc_gbps / copy_gbps},
-                  {"decode_ratio", dec_gbps / copy_gbps},
-                  {"ratio_bytes", ratio},
-                  {"encoded_bytes", payload.size()},
-                  {"encode_ms", Median(t_enc) * 1e3},
-                  {"decode_ms", Median(t_dec) * 1e3},
-                  {"rounds", t_enc.size()}};
-        std::cout << r.dump() << std::endl;
-      } else {
-        std::printf("%-22s %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %10zu  enc %.1f ms\n", spec.Name().c_str(), enc_gbps,
-                    dec_gbps, copy_gbps, enc_gbps / copy_gbps, dec_gbps / copy_gbps, ratio, payload.size(),
-                    Median(t_enc) * 1e3);
-        std::fflush(stdout);
-      }
+      GD_ASSIGN_OR_RETURN(Timings t, Measure(name, spec, buffers, options.seconds, stop));
+      Report(spec, mb, buffers, t, options.json);
     }
   }
   return Status::Ok();

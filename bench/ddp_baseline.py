@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch DistributedDataParallel (gloo) baseline for Geodesic's comparisons.
 
-Trains the reference CNN of DESIGN.md (conv 1->32 5x5, ReLU, maxpool 2,
+Trains the reference CNN of docs/architecture.md (conv 1->32 5x5, ReLU, maxpool 2,
 conv 32->64 5x5, ReLU, maxpool 2, linear 1024->128, ReLU, linear 128->10;
 inputs normalized with mean 0.2860, std 0.3530; SGD lr 0.05, momentum 0.9;
 batch 64 per worker) on Fashion-MNIST with an IID partition (a fixed

@@ -44,17 +44,10 @@ bool RunAll(std::vector<std::unique_ptr<deploy::Child>>& children, const std::at
   return true;
 }
 
-}  // namespace
-
-Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* stop) {
-  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file));
-  const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
-  char tmpl[] = "/tmp/geodesic-overhead-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-
-  // 1. Plain LibTorch, one single-thread process per core, side by side.
+// 1. Plain LibTorch, one single-thread process per core, side by side: the
+// processes' results (bench plain-train's JSON).
+StatusOr<json> RunPlain(const BenchOptions& options, const std::string& exe, const std::string& dir,
+                        const std::atomic<bool>* stop) {
   std::vector<std::unique_ptr<deploy::Child>> plain;
   for (int i = 0; i < options.processes; ++i)
     plain.push_back(std::make_unique<deploy::Child>(
@@ -65,16 +58,18 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
         dir + "/plain-" + std::to_string(i) + ".log"));
   GD_LOG(INFO) << "plain LibTorch: " << options.processes << " processes for " << options.seconds << " s";
   if (!RunAll(plain, stop)) return Internal("plain training failed (logs in " + dir + ")");
-  double plain_sps = 0;
   json plain_runs = json::array();
   for (int i = 0; i < options.processes; ++i) {
     GD_ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/plain-" + std::to_string(i) + ".json"));
-    json r = json::parse(text);
-    plain_sps += r["samples_per_second"].get<double>();
-    plain_runs.push_back(r);
+    plain_runs.push_back(json::parse(text));
   }
+  return plain_runs;
+}
 
-  // 2. The same model through Geodesic, asynchronous within the bound.
+// 2. The same model through Geodesic, asynchronous within the bound: the
+// launch's summary.
+StatusOr<json> RunGeodesic(const BenchOptions& options, const std::string& exe, const std::string& dir,
+                           const std::atomic<bool>* stop) {
   std::vector<std::string> args = {
       exe,          "launch",  options.job_file, "--run-dir",
       dir + "/run", "--quiet", "--set",          "training.staleness_bound=" + std::to_string(options.staleness_bound)};
@@ -87,9 +82,23 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
   GD_LOG(INFO) << "geodesic: the job with staleness bound " << options.staleness_bound;
   if (!RunAll(launch, stop)) return Internal("geodesic launch failed (logs in " + dir + ")");
   GD_ASSIGN_OR_RETURN(std::string text, ReadFile(dir + "/run/summary.json"));
-  json s = json::parse(text);
-  double ours = s["samples_per_second"].get<double>();
+  return json::parse(text);
+}
 
+}  // namespace
+
+Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* stop) {
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file));
+  const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
+  char tmpl[] = "/tmp/geodesic-overhead-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  GD_ASSIGN_OR_RETURN(json plain_runs, RunPlain(options, exe, dir, stop));
+  double plain_sps = 0;
+  for (const json& r : plain_runs) plain_sps += r["samples_per_second"].get<double>();
+  GD_ASSIGN_OR_RETURN(json s, RunGeodesic(options, exe, dir, stop));
+  double ours = s["samples_per_second"].get<double>();
   json out = {{"model", job.model.name},
               {"workers", job.NumWorkers()},
               {"servers", job.NumServers()},

@@ -83,16 +83,19 @@ class RawClient {
   int64_t chunk_;
 };
 
+// SIGTERM, up to 3 s to exit, then SIGKILL; returns once it has exited.
+void StopChild(deploy::Child& c) {
+  c.Signal(SIGTERM);
+  for (int i = 0; i < 300 && !c.Poll(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  c.Signal(SIGKILL);
+  while (!c.Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
 struct Cluster {
   std::unique_ptr<deploy::Child> coordinator, server;
   ~Cluster() {
     for (auto* c : {server.get(), coordinator.get()})
-      if (c) {
-        c->Signal(SIGTERM);
-        for (int i = 0; i < 300 && !c->Poll(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        c->Signal(SIGKILL);
-        while (c && !c->Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      if (c) StopChild(*c);
   }
 };
 
@@ -113,37 +116,53 @@ struct Rig {
     GD_RETURN_IF_ERROR(MakeDirs(dir));
     const std::string job_path = dir + "/job.yaml";
     GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
-    const bool secure = job.security.mode == "curve";
-    std::string secret;
-    if (secure) {
-      GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file));
-    }
-    auto token = [&](const std::string& role) {
-      return transport::MintToken(
-          secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = transport::UnixNow() + 86400});
-    };
+    GD_ASSIGN_OR_RETURN(std::string coord, StartCoordinator(exe, dir, job_path, job));
+    cluster::MemberOptions mo;
+    GD_RETURN_IF_ERROR(StartServer(exe, dir, job_path, job, coord, mo));
+    return Join(ctx, job, coord, floats, mo, stop);
+  }
+
+  // The coordinator's endpoint once it is up.
+  StatusOr<std::string> StartCoordinator(const std::string& exe, const std::string& dir, const std::string& job_path,
+                                         const JobSpec& job) {
     std::filesystem::remove(dir + "/coord");
     std::vector<std::string> cargs = {
         exe, "coordinator", "--job", job_path, "--endpoint-file", dir + "/coord", "--no-evaluator"};
-    if (secure) cargs.insert(cargs.end(), {"--key-file", dir + "/coord.key"});
+    if (job.security.mode == "curve") cargs.insert(cargs.end(), {"--key-file", dir + "/coord.key"});
     cluster.coordinator = std::make_unique<deploy::Child>("coordinator", cargs, dir + "/coordinator.log");
     GD_RETURN_IF_ERROR(cluster.coordinator->Start());
     std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
     if (coord.empty()) return Unavailable("the coordinator did not start; see " + dir + "/coordinator.log");
+    return coord;
+  }
+
+  // Starts the shard; in a secured job also fills in this worker's CURVE
+  // credentials in `mo`.
+  Status StartServer(const std::string& exe, const std::string& dir, const std::string& job_path, const JobSpec& job,
+                     const std::string& coord, cluster::MemberOptions& mo) {
     std::vector<std::string> sargs = {exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord};
-    cluster::MemberOptions mo;
-    transport::CurveKeyPair keys;
-    if (secure) {
+    if (job.security.mode == "curve") {
+      GD_ASSIGN_OR_RETURN(std::string secret, transport::LoadSecret(job.security.secret_file));
+      auto token = [&](const std::string& role) {
+        return transport::MintToken(
+            secret, {.job = job.name, .role = role, .id = 0, .expiry_unix = transport::UnixNow() + 86400});
+      };
       GD_ASSIGN_OR_RETURN(std::string server_token, token("server"));
       GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/server.token", server_token, false, 0600));
       sargs.insert(sargs.end(), {"--coordinator-key-file", dir + "/coord.key", "--token-file", dir + "/server.token"});
-      GD_ASSIGN_OR_RETURN(keys, transport::GenerateCurveKeyPair());
+      GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys, transport::GenerateCurveKeyPair());
       GD_ASSIGN_OR_RETURN(std::string coord_key, ReadFile(dir + "/coord.key"));
       mo.curve = {.keys = keys, .server_key = coord_key};
       GD_ASSIGN_OR_RETURN(mo.token, token("worker"));
     }
     cluster.server = std::make_unique<deploy::Child>("server", sargs, dir + "/server.log");
-    GD_RETURN_IF_ERROR(cluster.server->Start());
+    return cluster.server->Start();
+  }
+
+  // Joins as worker 0 of a synthetic model of `floats` parameters and
+  // initializes the shard.
+  Status Join(zmq::context_t& ctx, const JobSpec& job, const std::string& coord, int64_t floats,
+              cluster::MemberOptions& mo, const std::atomic<bool>* stop) {
     mo.job = job.name;
     mo.role = wire::WORKER;
     mo.id = 0;
@@ -161,7 +180,7 @@ struct Rig {
     po.id = 0;
     po.wire = job.wire;
     po.timing = job.membership;
-    po.curve_keys = keys;
+    po.curve_keys = mo.curve.keys;
     ps = std::make_unique<worker::PsClient>(ctx, po, assignment, &counters, RealClock::Get());
     GD_RETURN_IF_ERROR(ps->Connect());
     params = std::shared_ptr<float[]>(new float[floats]);
@@ -224,17 +243,123 @@ Status RunZmqSink(const BenchOptions& options, const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
+namespace {
+
+// A one-shard job with a synthetic model of `bytes`, written to `job_path`
+// with the overrides applied (the shard reads the same file).
+StatusOr<JobSpec> WriteBenchJob(const std::string& job_path, int mb, int64_t bytes, const BenchOptions& options) {
+  const int64_t chunk = options.chunk_bytes;
+  const std::string job_name = "bench-transport-" + std::to_string(mb);
+  GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, "name: " + job_name +
+                                                   "\nregions:\n  local: {servers: 1, workers: 1}\n"
+                                                   "model: {name: synthetic, synthetic_params: " +
+                                                   std::to_string(bytes / 4) +
+                                                   "}\n"
+                                                   "training: {staleness_bound: inf, steps: 1000000000}\n"
+                                                   "wire: {chunk_bytes: " +
+                                                   std::to_string(chunk) + ", message_bytes: " + std::to_string(chunk) +
+                                                   ", max_message_bytes: " + std::to_string(chunk * 2) +
+                                                   "}\n"
+                                                   "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_path, options.overrides));
+  GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
+  return job;
+}
+
+// The plain shard and, with --curve, the same job with security.mode curve
+// in its own coordinator and shard, measured in the same rounds.
+StatusOr<std::vector<std::unique_ptr<Rig>>> StartRigs(const std::string& exe, const std::string& dir,
+                                                      const JobSpec& job, zmq::context_t& ctx, int64_t floats,
+                                                      bool curve, const std::atomic<bool>* stop) {
+  std::vector<std::unique_ptr<Rig>> rigs;
+  rigs.push_back(std::make_unique<Rig>());
+  GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/plain", job, ctx, floats, stop));
+  if (curve) {
+    JobSpec secured = job;
+    secured.name = job.name + "-curve";
+    secured.security.mode = "curve";
+    secured.security.secret_file = dir + "/secret";
+    if (!std::filesystem::exists(secured.security.secret_file))
+      GD_RETURN_IF_ERROR(transport::CreateSecretFile(secured.security.secret_file));
+    rigs.push_back(std::make_unique<Rig>());
+    GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/curve", secured, ctx, floats, stop));
+  }
+  return rigs;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Alternating rounds of the raw peer and each rig, after two warm-up rounds
+// (page faults, TCP windows): the record of one size.
+StatusOr<json> Measure(std::vector<std::unique_ptr<Rig>>& rigs, RawClient& raw, int64_t bytes,
+                       const BenchOptions& options, const std::atomic<bool>* stop) {
+  for (int i = 0; i < 2; ++i) {
+    for (auto& rig : rigs) GD_RETURN_IF_ERROR(rig->Round(stop));
+    raw.Round();
+  }
+  std::vector<double> theirs;
+  std::vector<std::vector<double>> ours(rigs.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * options.seconds);
+  while ((std::chrono::steady_clock::now() < deadline || theirs.size() < 5) && theirs.size() < 2000) {
+    if (stop->load()) return Cancelled("interrupted");
+    auto t0 = std::chrono::steady_clock::now();
+    raw.Round();
+    theirs.push_back(SecondsSince(t0));
+    for (size_t i = 0; i < rigs.size(); ++i) {
+      auto t1 = std::chrono::steady_clock::now();
+      GD_RETURN_IF_ERROR(rigs[i]->Round(stop));
+      ours[i].push_back(SecondsSince(t1));
+    }
+  }
+  double moved = 2.0 * static_cast<double>(bytes);
+  double g = moved / Median(ours[0]) / 1e9, r = moved / Median(theirs) / 1e9;
+  json rec = {{"bytes", bytes}, {"geodesic_gbps", g},      {"raw_zmq_gbps", r},
+              {"ratio", g / r}, {"rounds", theirs.size()}, {"chunk_bytes", options.chunk_bytes}};
+  if (options.curve) {
+    double c = moved / Median(ours[1]) / 1e9;
+    rec["curve_gbps"] = c;
+    rec["curve_vs_plain"] = c / g;
+  }
+  return rec;
+}
+
+void PrintRecords(const json& records, bool curve) {
+  std::printf("%10s %16s %16s %8s", "size", "geodesic GB/s", "raw ZeroMQ GB/s", "ratio");
+  if (curve) std::printf(" %14s %14s", "curve GB/s", "curve/plain");
+  std::printf("\n");
+  for (const auto& r : records) {
+    std::printf("%7lld MB %16.2f %16.2f %8.2f", static_cast<long long>(r["bytes"].get<int64_t>() >> 20),
+                r["geodesic_gbps"].get<double>(), r["raw_zmq_gbps"].get<double>(), r["ratio"].get<double>());
+    if (curve) std::printf(" %14.3f %14.3f", r["curve_gbps"].get<double>(), r["curve_vs_plain"].get<double>());
+    std::printf("\n");
+  }
+  std::printf("GB/s = 10^9 payload bytes per second, push + pull (both directions) through one shard on loopback.\n");
+}
+
+// Removes the bench's temporary directory.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// Stops the raw peer when the bench ends.
+struct StopOnExit {
+  deploy::Child& child;
+  ~StopOnExit() { StopChild(child); }
+};
+
+}  // namespace
+
 Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* stop) {
   const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
   char tmpl[] = "/tmp/geodesic-bench-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
-  struct Cleanup {
-    std::string d;
-    ~Cleanup() {
-      std::error_code ec;
-      std::filesystem::remove_all(d, ec);
-    }
-  } cleanup{dir};
+  const TempDir tmp{::mkdtemp(tmpl)};
+  const std::string& dir = tmp.path;
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
 
   // The raw peer lives for the whole bench.
@@ -242,84 +367,17 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
   GD_RETURN_IF_ERROR(sink.Start());
   std::string sink_endpoint = WaitForFile(dir + "/sink.endpoint", sink, 20);
   if (sink_endpoint.empty()) return Unavailable("the raw ZeroMQ peer did not start");
-  struct KillSink {
-    deploy::Child& c;
-    ~KillSink() {
-      c.Signal(SIGTERM);
-      for (int i = 0; i < 300 && !c.Poll(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      c.Signal(SIGKILL);
-      while (!c.Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } kill_sink{sink};
+  const StopOnExit stop_sink{sink};
 
-  const int64_t kChunkBytes = options.chunk_bytes;
   zmq::context_t ctx(1);
   json records = json::array();
   for (int mb : options.sizes_mb) {
     if (stop->load()) return Cancelled("interrupted");
     const int64_t bytes = int64_t{mb} << 20;
-    const int64_t floats = bytes / 4;
-    // A one-shard job with a synthetic model of this size.
-    const std::string job_path = dir + "/job-" + std::to_string(mb) + ".yaml";
-    const std::string job_name = "bench-transport-" + std::to_string(mb);
-    GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, "name: " + job_name +
-                                                     "\nregions:\n  local: {servers: 1, workers: 1}\n"
-                                                     "model: {name: synthetic, synthetic_params: " +
-                                                     std::to_string(floats) +
-                                                     "}\n"
-                                                     "training: {staleness_bound: inf, steps: 1000000000}\n"
-                                                     "wire: {chunk_bytes: " +
-                                                     std::to_string(kChunkBytes) +
-                                                     ", message_bytes: " + std::to_string(kChunkBytes) +
-                                                     ", max_message_bytes: " + std::to_string(kChunkBytes * 2) +
-                                                     "}\n"
-                                                     "membership: {heartbeat_ms: 200, lease_ms: 60000}\n"));
-    GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_path, options.overrides));
-    GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));  // the shard reads the same overrides
-    std::vector<std::unique_ptr<Rig>> rigs;
-    rigs.push_back(std::make_unique<Rig>());
-    GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/plain", job, ctx, floats, stop));
-    if (options.curve) {
-      // The same job with security.mode curve, in its own coordinator and
-      // shard, measured in the same rounds.
-      JobSpec secured = job;
-      secured.name = job.name + "-curve";
-      secured.security.mode = "curve";
-      secured.security.secret_file = dir + "/secret";
-      if (!std::filesystem::exists(secured.security.secret_file))
-        GD_RETURN_IF_ERROR(transport::CreateSecretFile(secured.security.secret_file));
-      rigs.push_back(std::make_unique<Rig>());
-      GD_RETURN_IF_ERROR(rigs.back()->Start(exe, dir + "/curve", secured, ctx, floats, stop));
-    }
-    RawClient raw(ctx, sink_endpoint, bytes, kChunkBytes);
-    // Warm up every path (page faults, TCP windows).
-    for (int i = 0; i < 2; ++i) {
-      for (auto& rig : rigs) GD_RETURN_IF_ERROR(rig->Round(stop));
-      raw.Round();
-    }
-    std::vector<double> theirs;
-    std::vector<std::vector<double>> ours(rigs.size());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(2 * options.seconds);
-    while ((std::chrono::steady_clock::now() < deadline || theirs.size() < 5) && theirs.size() < 2000) {
-      if (stop->load()) return Cancelled("interrupted");
-      auto t0 = std::chrono::steady_clock::now();
-      raw.Round();
-      theirs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      for (size_t i = 0; i < rigs.size(); ++i) {
-        auto t1 = std::chrono::steady_clock::now();
-        GD_RETURN_IF_ERROR(rigs[i]->Round(stop));
-        ours[i].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-      }
-    }
-    double moved = 2.0 * static_cast<double>(bytes);
-    double g = moved / Median(ours[0]) / 1e9, r = moved / Median(theirs) / 1e9;
-    json rec = {{"bytes", bytes}, {"geodesic_gbps", g},      {"raw_zmq_gbps", r},
-                {"ratio", g / r}, {"rounds", theirs.size()}, {"chunk_bytes", kChunkBytes}};
-    if (options.curve) {
-      double c = moved / Median(ours[1]) / 1e9;
-      rec["curve_gbps"] = c;
-      rec["curve_vs_plain"] = c / g;
-    }
+    GD_ASSIGN_OR_RETURN(JobSpec job, WriteBenchJob(dir + "/job-" + std::to_string(mb) + ".yaml", mb, bytes, options));
+    GD_ASSIGN_OR_RETURN(auto rigs, StartRigs(exe, dir, job, ctx, bytes / 4, options.curve, stop));
+    RawClient raw(ctx, sink_endpoint, bytes, options.chunk_bytes);
+    GD_ASSIGN_OR_RETURN(json rec, Measure(rigs, raw, bytes, options, stop));
     records.push_back(rec);
     for (auto& rig : rigs)
       if (rig->ps->pushes_refused()) return Internal("the shard refused bench pushes; see " + dir + "/*/server.log");
@@ -327,17 +385,7 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
   if (options.json) {
     std::cout << records.dump(2) << std::endl;
   } else {
-    std::printf("%10s %16s %16s %8s", "size", "geodesic GB/s", "raw ZeroMQ GB/s", "ratio");
-    if (options.curve) std::printf(" %14s %14s", "curve GB/s", "curve/plain");
-    std::printf("\n");
-    for (const auto& r : records) {
-      std::printf("%7lld MB %16.2f %16.2f %8.2f", static_cast<long long>(r["bytes"].get<int64_t>() >> 20),
-                  r["geodesic_gbps"].get<double>(), r["raw_zmq_gbps"].get<double>(), r["ratio"].get<double>());
-      if (options.curve)
-        std::printf(" %14.3f %14.3f", r["curve_gbps"].get<double>(), r["curve_vs_plain"].get<double>());
-      std::printf("\n");
-    }
-    std::printf("GB/s = 10^9 payload bytes per second, push + pull (both directions) through one shard on loopback.\n");
+    PrintRecords(records, options.curve);
   }
   return Status::Ok();
 }

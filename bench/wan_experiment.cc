@@ -139,15 +139,8 @@ StatusOr<json> RunDdp(const BenchOptions& o, const std::string& out, const json&
               {"torch", r.value("torch", std::string())}};
 }
 
-}  // namespace
-
-Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* stop) {
-  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
-  if (job.wan.links.empty()) return InvalidArgument(options.job_file + ": the experiment needs wan.links");
-  const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
-  const std::string out = options.result_file.empty() ? "runs/wan" : options.result_file;
-  GD_RETURN_IF_ERROR(MakeDirs(out));
-
+// The configurations --configs names (default: those run by default).
+StatusOr<std::vector<WanConfig>> SelectConfigs(const BenchOptions& options) {
   std::vector<WanConfig> configs;
   std::string names;
   for (const WanConfig& c : Configs(options)) {
@@ -161,73 +154,133 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   for (const std::string& n : options.configs)
     if (std::none_of(configs.begin(), configs.end(), [&](const WanConfig& c) { return c.name == n; }))
       return InvalidArgument("--configs: no configuration " + n + "; there are " + names);
+  return configs;
+}
 
-  std::ofstream curves(out + "/curves.csv"), links(out + "/links.csv");
-  curves << "config,seconds,step,accuracy\n";
-  links << "config,from,to,bytes,configured_mbit,probed_mbit,probed_rtt_ms\n";
-  json rows = json::array();
-  // The planner's compute term is calibrated by the LAN run's step time: on
-  // one machine, workers share its cores, which no constant can know.
-  std::string compute_ms, local_compute_ms;
-  for (const WanConfig& c : configs) {
-    if (c.name == "ddp") {
-      GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
-      auto row = RunDdp(options, out, BestWanSeconds(rows), job.eval.target_accuracy, curves, stop);
-      if (!row.ok()) return row.status().Annotate("ddp");
-      rows.push_back(*row);
-      curves.flush();
-      continue;
-    }
-    JobRun jr{exe, options.job_file, out + "/" + c.name, options.overrides, {}};
-    jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
-    const std::string& compute = c.local ? local_compute_ms : compute_ms;
-    if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
-    jr.overrides.push_back("eval.snapshot_every_s=" + std::to_string(options.snapshot_every_s));
-    if (c.local)
-      jr.overrides.push_back("training.epochs=" + std::to_string(options.local_epochs));
-    else if (options.epochs > 0)
-      jr.overrides.push_back("training.epochs=" + std::to_string(options.epochs));
-    GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
-    auto summary = RunJob(jr, stop);
-    if (!summary.ok()) return summary.status().Annotate(c.name);
-    const json& s = *summary;
-    const int64_t steps = StepsOf(s);
-    double wall = s.value("wall_seconds", 0.0);
-    json row = {{"config", c.name},
-                {"what", c.what},
-                {"own_lan", c.own_lan},
-                {"emulation", c.name.starts_with("lan") ? "none" : job.wan.emulation},
-                {"test_accuracy", s["test_accuracy"]},
-                {"seconds_to_target", s["seconds_to_target"]},
-                {"wall_seconds", wall},
-                {"steps", steps},
-                {"observed_step_ms", steps > 0 ? 1000 * wall / steps : 0.0},
-                {"bytes_per_step", s.value("bytes_per_step", json::object())},
-                {"step_time_breakdown", s["step_time_breakdown"]}};
-    if (s.contains("plan")) {
-      row["plan"] = s["plan"];
-      row["predicted_step_ms"] = s["plan"]["predicted_step_ms"];
-    }
-    // The planner's compute term: the LAN run's step time, for local SGD
-    // its own LAN twin's (its step has no exchange in it).
-    if (c.name == "lan" && steps > 0) compute_ms = std::to_string(1000 * wall / steps);
-    if (c.name == "lan-local" && steps > 0) local_compute_ms = std::to_string(1000 * wall / steps);
-    rows.push_back(row);
-    for (const auto& p : s["accuracy_curve"])
-      curves << c.name << "," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>() << "\n";
-    if (s.contains("links"))
-      for (const auto& l : s["links"])
-        links << c.name << "," << l["from"].get<std::string>() << "," << l["to"].get<std::string>() << ","
-              << l.value("bytes", json(0)) << "," << l["bandwidth_mbit"] << "," << l.value("probed_mbit", json()) << ","
-              << l.value("probed_rtt_ms", json()) << "\n";
-    curves.flush();
-    links.flush();
-    GD_LOG(INFO) << c.name << ": accuracy " << s["test_accuracy"] << ", " << job.eval.target_accuracy << " after "
-                 << s["seconds_to_target"] << " s, " << wall << " s of training";
+// The per-configuration files: accuracy curves and bytes per link.
+struct CurveFiles {
+  std::ofstream curves, links;
+};
+
+void AppendCurvesAndLinks(const std::string& name, const json& s, CurveFiles& files) {
+  for (const auto& p : s["accuracy_curve"])
+    files.curves << name << "," << p[0].get<double>() << "," << p[1].get<int64_t>() << "," << p[2].get<double>()
+                 << "\n";
+  if (s.contains("links"))
+    for (const auto& l : s["links"])
+      files.links << name << "," << l["from"].get<std::string>() << "," << l["to"].get<std::string>() << ","
+                  << l.value("bytes", json(0)) << "," << l["bandwidth_mbit"] << "," << l.value("probed_mbit", json())
+                  << "," << l.value("probed_rtt_ms", json()) << "\n";
+  files.curves.flush();
+  files.links.flush();
+}
+
+// The table row of a finished Geodesic run.
+json RowOf(const WanConfig& c, const JobSpec& job, const json& s) {
+  const int64_t steps = StepsOf(s);
+  const double wall = s.value("wall_seconds", 0.0);
+  json row = {{"config", c.name},
+              {"what", c.what},
+              {"own_lan", c.own_lan},
+              {"emulation", c.name.starts_with("lan") ? "none" : job.wan.emulation},
+              {"test_accuracy", s["test_accuracy"]},
+              {"seconds_to_target", s["seconds_to_target"]},
+              {"wall_seconds", wall},
+              {"steps", steps},
+              {"observed_step_ms", steps > 0 ? 1000 * wall / steps : 0.0},
+              {"bytes_per_step", s.value("bytes_per_step", json::object())},
+              {"step_time_breakdown", s["step_time_breakdown"]}};
+  if (s.contains("plan")) {
+    row["plan"] = s["plan"];
+    row["predicted_step_ms"] = s["plan"]["predicted_step_ms"];
+  }
+  return row;
+}
+
+// Runs the configurations in order, each as a launched job (ddp: the
+// PyTorch baseline), and returns their rows.
+class WanRunner {
+ public:
+  WanRunner(const BenchOptions& options, const JobSpec& job, std::string out, const std::atomic<bool>* stop)
+      : o_(options),
+        job_(job),
+        exe_(options.binary.empty() ? deploy::SelfBinary() : options.binary),
+        out_(std::move(out)),
+        stop_(stop) {
+    files_.curves.open(out_ + "/curves.csv");
+    files_.links.open(out_ + "/links.csv");
+    files_.curves << "config,seconds,step,accuracy\n";
+    files_.links << "config,from,to,bytes,configured_mbit,probed_mbit,probed_rtt_ms\n";
   }
 
-  // The table, with ratios to the LAN time, to the configuration's own LAN
-  // time, and DDP's time over each configuration's.
+  StatusOr<json> RunAll(const std::vector<WanConfig>& configs) {
+    json rows = json::array();
+    for (const WanConfig& c : configs) {
+      GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
+      if (c.name == "ddp") {
+        auto row = RunDdp(o_, out_, BestWanSeconds(rows), job_.eval.target_accuracy, files_.curves, stop_);
+        if (!row.ok()) return row.status().Annotate("ddp");
+        rows.push_back(*row);
+        files_.curves.flush();
+        continue;
+      }
+      GD_ASSIGN_OR_RETURN(json row, Run(c));
+      rows.push_back(row);
+    }
+    return rows;
+  }
+
+ private:
+  StatusOr<json> Run(const WanConfig& c) {
+    JobRun jr{exe_, o_.job_file, out_ + "/" + c.name, o_.overrides, {}};
+    jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
+    const std::string& compute = c.local ? local_compute_ms_ : compute_ms_;
+    if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
+    jr.overrides.push_back("eval.snapshot_every_s=" + std::to_string(o_.snapshot_every_s));
+    if (c.local)
+      jr.overrides.push_back("training.epochs=" + std::to_string(o_.local_epochs));
+    else if (o_.epochs > 0)
+      jr.overrides.push_back("training.epochs=" + std::to_string(o_.epochs));
+    auto summary = RunJob(jr, stop_);
+    if (!summary.ok()) return summary.status().Annotate(c.name);
+    const json& s = *summary;
+    json row = RowOf(c, job_, s);
+    // The planner's compute term: the LAN run's step time, for local SGD
+    // its own LAN twin's (its step has no exchange in it).
+    const int64_t steps = row["steps"];
+    const double wall = row["wall_seconds"];
+    if (c.name == "lan" && steps > 0) compute_ms_ = std::to_string(1000 * wall / steps);
+    if (c.name == "lan-local" && steps > 0) local_compute_ms_ = std::to_string(1000 * wall / steps);
+    AppendCurvesAndLinks(c.name, s, files_);
+    GD_LOG(INFO) << c.name << ": accuracy " << s["test_accuracy"] << ", " << job_.eval.target_accuracy << " after "
+                 << s["seconds_to_target"] << " s, " << wall << " s of training";
+    return row;
+  }
+
+  const BenchOptions& o_;
+  const JobSpec& job_;
+  const std::string exe_, out_;
+  const std::atomic<bool>* stop_;
+  CurveFiles files_;
+  // The planner's compute term is calibrated by the LAN run's step time: on
+  // one machine, workers share its cores, which no constant can know.
+  std::string compute_ms_, local_compute_ms_;
+};
+
+json Ratio(const json& a, const json& b) {
+  return a.is_number() && b.is_number() && b.get<double>() > 0 ? json(a.get<double>() / b.get<double>()) : json();
+}
+
+std::string Num(const json& v, const char* fmt, const char* missing = "not reached") {
+  if (!v.is_number()) return std::string(missing);
+  char b[96];
+  std::snprintf(b, sizeof(b), fmt, v.get<double>());
+  return std::string(b);
+}
+
+// Adds each row's ratios: to the LAN time, to the configuration's own LAN
+// time, and DDP's time over the row's.
+void AddRatios(json& rows) {
   auto seconds_of = [&](const std::string& name) -> json {
     for (const auto& r : rows)
       if (r["config"] == name) return r["seconds_to_target"];
@@ -240,46 +293,55 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
       ddp_seconds = r["seconds_to_target"];
       if (!ddp_seconds.is_number()) ddp_bound = r["wall_seconds"];
     }
-  auto ratio = [](const json& a, const json& b) {
-    return a.is_number() && b.is_number() && b.get<double>() > 0 ? json(a.get<double>() / b.get<double>()) : json();
-  };
-  auto num = [](const json& v, const char* fmt, const char* missing = "not reached") {
-    if (!v.is_number()) return std::string(missing);
-    char b[96];
-    std::snprintf(b, sizeof(b), fmt, v.get<double>());
-    return std::string(b);
-  };
+  for (auto& r : rows) {
+    const json t = r["seconds_to_target"];
+    r["vs_lan"] = Ratio(t, lan);
+    r["vs_own_lan"] = r.value("own_lan", std::string()).empty() ? json() : Ratio(t, seconds_of(r["own_lan"]));
+    if (r["config"] != "ddp") {
+      r["ddp_over_this"] = Ratio(ddp_seconds, t);
+      r["ddp_over_this_at_least"] = Ratio(ddp_bound, t);
+    }
+  }
+}
+
+// wan.csv and wan.md: one line per row.
+void WriteTables(const json& rows, double target, const std::string& out) {
   std::ofstream md(out + "/wan.md"), csv(out + "/wan.csv");
   csv << "config,emulation,test_accuracy,seconds_to_target,vs_lan,vs_own_lan,ddp_over_this,ddp_over_this_at_least,"
          "wall_seconds,steps,observed_step_ms,predicted_step_ms\n";
-  md << "| configuration | links | time to " << job.eval.target_accuracy << " (s) | vs LAN | vs own LAN | DDP / this | "
+  md << "| configuration | links | time to " << target << " (s) | vs LAN | vs own LAN | DDP / this | "
      << "final accuracy | training (s) | steps | step (ms) | predicted step (ms) | predicted / observed |\n"
      << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (auto& r : rows) {
+  for (const auto& r : rows) {
     const json t = r["seconds_to_target"];
     const std::string name = r["config"].get<std::string>();
-    r["vs_lan"] = ratio(t, lan);
-    r["vs_own_lan"] = r.value("own_lan", std::string()).empty() ? json() : ratio(t, seconds_of(r["own_lan"]));
-    if (name != "ddp") {
-      r["ddp_over_this"] = ratio(ddp_seconds, t);
-      r["ddp_over_this_at_least"] = ratio(ddp_bound, t);
-    }
     const json pred = r.value("predicted_step_ms", json());
-    std::string ddp_col = num(r.value("ddp_over_this", json()), "%.1fx", "-");
-    if (r.value("ddp_over_this_at_least", json()).is_number()) ddp_col = num(r["ddp_over_this_at_least"], ">= %.1fx");
+    std::string ddp_col = Num(r.value("ddp_over_this", json()), "%.1fx", "-");
+    if (r.value("ddp_over_this_at_least", json()).is_number()) ddp_col = Num(r["ddp_over_this_at_least"], ">= %.1fx");
     csv << name << "," << r["emulation"].get<std::string>() << "," << r["test_accuracy"] << "," << t << ","
         << r["vs_lan"] << "," << r["vs_own_lan"] << "," << r.value("ddp_over_this", json()) << ","
         << r.value("ddp_over_this_at_least", json()) << "," << r["wall_seconds"] << "," << r["steps"] << ","
         << r["observed_step_ms"] << "," << pred << "\n";
     md << "| " << name << " (" << r["what"].get<std::string>() << ") | " << r["emulation"].get<std::string>() << " | "
-       << (t.is_number() ? num(t, "%.1f") : "> " + num(r["wall_seconds"], "%.0f") + " (not reached)") << " | "
-       << num(r["vs_lan"], "%.2fx", "-") << " | " << num(r["vs_own_lan"], "%.2fx", "-") << " | " << ddp_col << " | "
-       << num(r["test_accuracy"], "%.4f") << " | " << num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | "
-       << num(r["observed_step_ms"], "%.0f") << " | " << num(pred, "%.0f", "-") << " | "
-       << num(ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " |\n";
+       << (t.is_number() ? Num(t, "%.1f") : "> " + Num(r["wall_seconds"], "%.0f") + " (not reached)") << " | "
+       << Num(r["vs_lan"], "%.2fx", "-") << " | " << Num(r["vs_own_lan"], "%.2fx", "-") << " | " << ddp_col << " | "
+       << Num(r["test_accuracy"], "%.4f") << " | " << Num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | "
+       << Num(r["observed_step_ms"], "%.0f") << " | " << Num(pred, "%.0f", "-") << " | "
+       << Num(Ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " |\n";
   }
-  md.close();
-  csv.close();
+}
+
+}  // namespace
+
+Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* stop) {
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));
+  if (job.wan.links.empty()) return InvalidArgument(options.job_file + ": the experiment needs wan.links");
+  const std::string out = options.result_file.empty() ? "runs/wan" : options.result_file;
+  GD_RETURN_IF_ERROR(MakeDirs(out));
+  GD_ASSIGN_OR_RETURN(std::vector<WanConfig> configs, SelectConfigs(options));
+  GD_ASSIGN_OR_RETURN(json rows, WanRunner(options, job, out, stop).RunAll(configs));
+  AddRatios(rows);
+  WriteTables(rows, job.eval.target_accuracy, out);
   GD_RETURN_IF_ERROR(WriteFileAtomic(out + "/wan.json", rows.dump(2)));
   std::string plot = std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_wan.py";
   std::string cmd = "/usr/bin/python3 '" + plot + "' '" + out + "'";

@@ -177,44 +177,38 @@ void Release(Queue& q, Nanos now, bool all) {
     std::fprintf(stderr, "geodesic-nfq-delay: verdict on queue %u failed: %s\n", q.num, std::strerror(errno));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options opt = ParseArgs(argc, argv);
-  // Wake-ups within ~10 us of the due time (the default slack is 50 us).
-  prctl(PR_SET_TIMERSLACK, 10'000UL, 0, 0, 0);
-
-  nfq_handle* h = nfq_open();
-  if (!h) {
-    std::fprintf(stderr, "geodesic-nfq-delay: nfq_open failed: %s (needs root / CAP_NET_ADMIN)\n",
-                 std::strerror(errno));
-    return 1;
-  }
-  Context ctx{&opt.queues, std::mt19937_64(opt.seed)};
+// Binds every queue of `opt` to `h`; false (after saying why) on failure.
+bool BindQueues(nfq_handle* h, Options& opt, Context* ctx) {
   for (Queue& q : opt.queues) {
-    q.handle = nfq_create_queue(h, q.num, &OnPacket, &ctx);
+    q.handle = nfq_create_queue(h, q.num, &OnPacket, ctx);
     if (!q.handle) {
       std::fprintf(stderr, "geodesic-nfq-delay: cannot bind queue %u: %s (is another program bound to it?)\n", q.num,
                    std::strerror(errno));
-      return 1;
+      return false;
     }
     if (nfq_set_mode(q.handle, NFQNL_COPY_META, 0) < 0 || nfq_set_queue_maxlen(q.handle, opt.maxlen) < 0) {
       std::fprintf(stderr, "geodesic-nfq-delay: configuring queue %u failed: %s\n", q.num, std::strerror(errno));
-      return 1;
+      return false;
     }
     // Whole GSO packets; older kernels without the flag segment them instead.
     if (nfq_set_queue_flags(q.handle, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO) < 0)
       std::fprintf(stderr, "geodesic-nfq-delay: queue %u: no NFQA_CFG_F_GSO; packets come segmented\n", q.num);
   }
-  int fd = nfq_fd(h);
-  // A deep receive buffer so that a burst waits in the socket, and no
-  // ENOBUFS error if it overflows anyway (the kernel then drops the packet).
+  return true;
+}
+
+// A deep receive buffer so that a burst waits in the socket, and no ENOBUFS
+// error if it overflows anyway (the kernel then drops the packet).
+void DeepenReceiveBuffer(int fd) {
   int rcvbuf = 16 << 20, one = 1;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof(rcvbuf)) < 0)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+}
 
-  // SIGTERM/SIGINT are blocked except inside ppoll, so none is missed.
+// SIGTERM/SIGINT are blocked except inside ppoll, so none is missed. Returns
+// the mask to wait with.
+sigset_t BlockStopSignals() {
   sigset_t block, orig;
   sigemptyset(&block);
   sigaddset(&block, SIGTERM);
@@ -227,27 +221,54 @@ int main(int argc, char** argv) {
   sigset_t wait_mask = orig;
   sigdelset(&wait_mask, SIGTERM);
   sigdelset(&wait_mask, SIGINT);
+  return wait_mask;
+}
 
-  if (!opt.ready_file.empty()) {
-    std::ofstream(opt.ready_file) << getpid() << "\n";
+// Reads the netlink socket's messages in batches of kBatch (recvmmsg).
+class Reader {
+ public:
+  Reader() : bufs_(kBatch * kBufBytes), iov_(kBatch), msgs_(kBatch) {
+    for (int i = 0; i < kBatch; ++i) {
+      iov_[i] = {bufs_.data() + i * kBufBytes, kBufBytes};
+      msgs_[i] = {};
+      msgs_[i].msg_hdr.msg_iov = &iov_[i];
+      msgs_[i].msg_hdr.msg_iovlen = 1;
+    }
   }
-  std::fprintf(stderr, "geodesic-nfq-delay: serving %zu queue(s), maxlen %u\n", opt.queues.size(), opt.maxlen);
 
-  constexpr int kBatch = 64, kBufBytes = 4096;
-  std::vector<char> bufs(kBatch * kBufBytes);
-  std::vector<iovec> iov(kBatch);
-  std::vector<mmsghdr> msgs(kBatch);
-  for (int i = 0; i < kBatch; ++i) {
-    iov[i] = {bufs.data() + i * kBufBytes, kBufBytes};
-    msgs[i] = {};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
+  // Drains the socket: up to a few batches, each handed to OnPacket with
+  // its arrival time, so that what is due is released between batches.
+  void Drain(int fd, nfq_handle* h, Context& ctx) {
+    for (int round = 0; round < 8; ++round) {
+      int n = recvmmsg(fd, msgs_.data(), kBatch, MSG_DONTWAIT, nullptr);
+      if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ENOBUFS) ++read_errors;
+        break;
+      }
+      ctx.now = Now();
+      for (int i = 0; i < n; ++i)
+        nfq_handle_packet(h, bufs_.data() + i * kBufBytes, static_cast<int>(msgs_[i].msg_len));
+      if (n < kBatch) break;
+    }
   }
+
   uint64_t read_errors = 0;
+
+ private:
+  static constexpr int kBatch = 64, kBufBytes = 4096;
+  std::vector<char> bufs_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> msgs_;
+};
+
+// Releases what is due, then sleeps until the next packet is due or one
+// arrives; until SIGTERM/SIGINT.
+void Serve(nfq_handle* h, std::vector<Queue>& queues, Context& ctx, const sigset_t& wait_mask, Reader& reader) {
+  const int fd = nfq_fd(h);
   while (!g_stop) {
     Nanos now = Now();
     Nanos next = std::numeric_limits<Nanos>::max();
-    for (Queue& q : opt.queues) {
+    for (Queue& q : queues) {
       Release(q, now, false);
       if (!q.held.empty()) next = std::min(next, q.held.front().release);
     }
@@ -264,26 +285,40 @@ int main(int argc, char** argv) {
       std::perror("geodesic-nfq-delay: ppoll");
       break;
     }
-    if (r == 0) continue;
-    // Drain the socket: up to a few batches, then release what is due.
-    for (int round = 0; round < 8; ++round) {
-      int n = recvmmsg(fd, msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
-      if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ENOBUFS) ++read_errors;
-        break;
-      }
-      ctx.now = Now();
-      for (int i = 0; i < n; ++i) nfq_handle_packet(h, bufs.data() + i * kBufBytes, static_cast<int>(msgs[i].msg_len));
-      if (n < kBatch) break;
-    }
+    if (r > 0) reader.Drain(fd, h, ctx);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = ParseArgs(argc, argv);
+  // Wake-ups within ~10 us of the due time (the default slack is 50 us).
+  prctl(PR_SET_TIMERSLACK, 10'000UL, 0, 0, 0);
+  nfq_handle* h = nfq_open();
+  if (!h) {
+    std::fprintf(stderr, "geodesic-nfq-delay: nfq_open failed: %s (needs root / CAP_NET_ADMIN)\n",
+                 std::strerror(errno));
+    return 1;
+  }
+  Context ctx{&opt.queues, std::mt19937_64(opt.seed)};
+  if (!BindQueues(h, opt, &ctx)) return 1;
+  DeepenReceiveBuffer(nfq_fd(h));
+  const sigset_t wait_mask = BlockStopSignals();
+  if (!opt.ready_file.empty()) {
+    std::ofstream(opt.ready_file) << getpid() << "\n";
+  }
+  std::fprintf(stderr, "geodesic-nfq-delay: serving %zu queue(s), maxlen %u\n", opt.queues.size(), opt.maxlen);
+  Reader reader;
+  Serve(h, opt.queues, ctx, wait_mask, reader);
   for (Queue& q : opt.queues) {
     Release(q, 0, /*all=*/true);
     std::fprintf(stderr, "geodesic-nfq-delay: queue %u: %llu packets delayed\n", q.num,
                  static_cast<unsigned long long>(q.packets));
     nfq_destroy_queue(q.handle);
   }
-  if (read_errors) std::fprintf(stderr, "geodesic-nfq-delay: %llu read errors\n", (unsigned long long)read_errors);
+  if (reader.read_errors)
+    std::fprintf(stderr, "geodesic-nfq-delay: %llu read errors\n", (unsigned long long)reader.read_errors);
   nfq_close(h);
   return 0;
 }

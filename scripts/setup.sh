@@ -9,7 +9,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config clang-format
   # clang for the libFuzzer targets and the sanitizer build of the codecs
   clang libclang-rt-14-dev
-  # libraries (DESIGN.md lists why each is there)
+  # libraries: sockets, wire format, models, compression, job files, JSON, flags,
+  # IDX.gz data, tests, the link-emulating proxy
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev libzstd-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev libasio-dev
   # SHA-256 of checkpoints, HMAC tokens

@@ -12,5 +12,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 scripts/check-format.sh
+scripts/check-layers.sh --self-test
+scripts/check-layers.sh
 ctest --test-dir "${GEODESIC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 scripts/fuzz.sh

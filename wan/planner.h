@@ -12,9 +12,9 @@
 // search of single-chunk moves and swaps; everything is deterministic.
 //
 // A Planner is immutable once created and its methods are const and
-// thread-safe. It uses only the header-inline parts of server/chunking.h
-// (geodesic_server links geodesic_wan, not the other way round), so callers
-// that want the bytes-balanced placement compared pass PlaceChunks's owners in.
+// thread-safe. Callers that want the bytes-balanced placement
+// (cluster::PlaceChunks) compared pass its owners in. wan/plan_report.h
+// prints a plan.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,10 @@ inline constexpr double kLoopbackMbit = 10000;
 inline constexpr double kMssBytes = 1448;
 // Assumed size after the zstd stage, as a share of the codec's bytes.
 inline constexpr double kZstdFactor = 0.9;
+// Under BBR a push and its pull, however small, take at least this many
+// RTTs beyond the round trip itself: after an idle spell BBR paces a burst
+// at about the rate its last, app-limited burst was delivered at.
+inline constexpr double kBbrExchangeRtts = 0.85;
 // Measured compute time of one CNN step (forward + backward) on a batch of
 // 64 per worker, sharing a core with the job's other processes.
 inline constexpr double kCnnComputeMsPer64 = 30;
@@ -214,12 +218,5 @@ class Planner {
   explicit Planner(std::shared_ptr<const Problem> p) : p_(std::move(p)) {}
   std::shared_ptr<const Problem> p_;
 };
-
-// What `geodesic plan` prints: the link matrix, the plan (chunks and bytes
-// per server, codecs per region pair), the predicted time per link and per
-// step, and the same prediction for round robin and each of `baselines`
-// (name, owners) with the plan's codecs. Text, or JSON if `json`.
-std::string PlanReport(const Planner& planner, const Plan& plan,
-                       const std::vector<std::pair<std::string, std::vector<int32_t>>>& baselines, bool json);
 
 }  // namespace geodesic::wan

@@ -104,6 +104,147 @@ Status RunUntil(asio::io_context& io, const bool& done, Time deadline, const std
                           " ms");
 }
 
+// One probe's connection: each phase starts asynchronous operations on the
+// socket and runs them to completion, failure or the probe's deadline.
+class ProbeClient {
+ public:
+  ProbeClient(std::string where, const ProbeOptions& options)
+      : where_(std::move(where)),
+        options_(options),
+        deadline_(SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                           std::chrono::duration<double, std::milli>(options.timeout_ms))) {}
+
+  Status Connect(const std::string& host, int port) {
+    std::error_code ec;
+    tcp::resolver resolver(io_);
+    const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (ec) return Unavailable(where_ + ": cannot resolve: " + ec.message());
+    asio::async_connect(socket_, endpoints, [this](std::error_code connect_ec, const tcp::endpoint&) {
+      if (connect_ec) return Fail(connect_ec);
+      done_ = true;
+    });
+    GD_RETURN_IF_ERROR(Run("connect"));
+    socket_.set_option(tcp::no_delay(true), ec);
+    return Status::Ok();
+  }
+
+  // Pings, sent on a schedule while the echoes are read: fills the RTTs.
+  Status Pings(LinkMeasurement& m) {
+    pings_ = options_.pings;
+    first_ping_ = SteadyClock::now();
+    sent_.assign(static_cast<size_t>(pings_), Time{});
+    echoed_.assign(static_cast<size_t>(pings_), false);
+    done_ = false;
+    SendPing();
+    ReadEcho();
+    if (Status s = Run("pings"); !s.ok())
+      return Status(s.code(), s.message() + " (" + std::to_string(rtts_.size()) + " of " + std::to_string(pings_) +
+                                  " pings echoed)");
+    m.rtt_ms = Median(rtts_);
+    m.min_rtt_ms = *std::min_element(rtts_.begin(), rtts_.end());
+    m.max_rtt_ms = *std::max_element(rtts_.begin(), rtts_.end());
+    return Status::Ok();
+  }
+
+  // Bulk: n bytes out, one byte back once they have all arrived. Needs the
+  // RTT (Pings) to take out of the transfer time.
+  Status Bulk(LinkMeasurement& m) {
+    const int64_t n = options_.bulk_bytes;
+    const std::vector<uint8_t> bulk(static_cast<size_t>(n));
+    const Header bulk_header = Encode(kBulk, static_cast<uint64_t>(n));
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(bulk_header), asio::buffer(bulk)};
+    uint8_t ack = 0;
+    bool written = false;
+    Time acked{};
+    done_ = false;
+    const Time start = SteadyClock::now();
+    asio::async_write(socket_, buffers, [&](std::error_code write_ec, size_t) {
+      if (write_ec) return Fail(write_ec);
+      written = true;
+      done_ = acked != Time{};
+    });
+    asio::async_read(socket_, asio::buffer(&ack, 1), [&](std::error_code read_ec, size_t) {
+      if (read_ec) return Fail(read_ec);
+      if (ack != kAck) return Fail(asio::error::make_error_code(asio::error::invalid_argument));
+      acked = SteadyClock::now();
+      done_ = written;
+    });
+    GD_RETURN_IF_ERROR(Run("bulk transfer of " + std::to_string(n) + " bytes"));
+    m.bulk_bytes = n;
+    m.bulk_ms = MsBetween(start, acked);
+    // Guards against a transfer shorter than the RTT's noise (bulk_bytes too
+    // small for the link): the figure is then an overestimate.
+    const double transfer_ms = std::max(m.bulk_ms - m.rtt_ms, 0.05 * m.bulk_ms);
+    m.mbit = static_cast<double>(n) * 8 / (transfer_ms * 1e3);
+    return Status::Ok();
+  }
+
+ private:
+  void Fail(std::error_code ec) {
+    if (!failure_) failure_ = ec;
+    done_ = true;
+    timer_.cancel();
+  }
+
+  Status Run(const std::string& phase) {
+    auto abort = [this] {
+      std::error_code ignored;
+      socket_.close(ignored);
+      timer_.cancel();
+    };
+    GD_RETURN_IF_ERROR(RunUntil(io_, done_, deadline_, abort, where_ + ": " + phase, options_.timeout_ms));
+    if (failure_) return Unavailable(where_ + ": " + phase + ": " + failure_.message());
+    return Status::Ok();
+  }
+
+  void SendPing() {
+    out_ = Encode(kPing, static_cast<uint64_t>(next_ping_));
+    sent_[static_cast<size_t>(next_ping_++)] = SteadyClock::now();
+    asio::async_write(socket_, asio::buffer(out_), [this](std::error_code write_ec, size_t) {
+      if (write_ec) return Fail(write_ec);
+      if (next_ping_ == pings_ || done_) return;
+      timer_.expires_at(first_ping_ +
+                        std::chrono::duration_cast<SteadyClock::duration>(
+                            std::chrono::duration<double, std::milli>(options_.ping_interval_ms * next_ping_)));
+      timer_.async_wait([this](std::error_code wait_ec) {
+        if (!wait_ec && !done_) SendPing();
+      });
+    });
+  }
+
+  void ReadEcho() {
+    asio::async_read(socket_, asio::buffer(in_), [this](std::error_code read_ec, size_t) {
+      if (read_ec) return Fail(read_ec);
+      const uint64_t seq = ValueOf(in_);
+      if (in_[0] != kPing || seq >= static_cast<uint64_t>(next_ping_) || echoed_[seq])
+        return Fail(asio::error::make_error_code(asio::error::invalid_argument));
+      echoed_[seq] = true;
+      rtts_.push_back(MsBetween(sent_[seq], SteadyClock::now()));
+      if (static_cast<int>(rtts_.size()) == pings_) {
+        done_ = true;
+      } else {
+        ReadEcho();
+      }
+    });
+  }
+
+  const std::string where_;
+  const ProbeOptions options_;
+  const Time deadline_;
+  asio::io_context io_;
+  tcp::socket socket_{io_};
+  asio::steady_timer timer_{io_};
+  std::error_code failure_;  // the first failed operation
+  bool done_ = false;
+  // Pings.
+  int pings_ = 0, next_ping_ = 0;
+  Time first_ping_{};
+  std::vector<Time> sent_;
+  std::vector<bool> echoed_;
+  std::vector<double> rtts_;
+  Header out_{}, in_{};
+};
+
 }  // namespace
 
 StatusOr<LinkMeasurement> ProbeLink(const std::string& host, int port, const ProbeOptions& options) {
@@ -112,117 +253,12 @@ StatusOr<LinkMeasurement> ProbeLink(const std::string& host, int port, const Pro
       static_cast<uint64_t>(options.bulk_bytes) > kMaxBulkBytes || options.timeout_ms <= 0)
     return InvalidArgument(where +
                            ": need pings >= 1, ping_interval_ms >= 0, 0 <= bulk_bytes <= 1 GiB, timeout_ms > 0");
-  const Time deadline = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
-                                                 std::chrono::duration<double, std::milli>(options.timeout_ms));
-  asio::io_context io;
-  tcp::socket socket(io);
-  asio::steady_timer timer(io);
-  std::error_code failure;  // the first failed operation
-  bool done = false;
-  auto fail = [&](std::error_code ec) {
-    if (!failure) failure = ec;
-    done = true;
-    timer.cancel();
-  };
-  auto abort = [&] {
-    std::error_code ignored;
-    socket.close(ignored);
-    timer.cancel();
-  };
-  auto run = [&](const std::string& phase) -> Status {
-    GD_RETURN_IF_ERROR(RunUntil(io, done, deadline, abort, where + ": " + phase, options.timeout_ms));
-    if (failure) return Unavailable(where + ": " + phase + ": " + failure.message());
-    return Status::Ok();
-  };
-
-  std::error_code ec;
-  tcp::resolver resolver(io);
-  const auto endpoints = resolver.resolve(host, std::to_string(port), ec);
-  if (ec) return Unavailable(where + ": cannot resolve: " + ec.message());
-  asio::async_connect(socket, endpoints, [&](std::error_code connect_ec, const tcp::endpoint&) {
-    if (connect_ec) return fail(connect_ec);
-    done = true;
-  });
-  GD_RETURN_IF_ERROR(run("connect"));
-  socket.set_option(tcp::no_delay(true), ec);
-
-  // Pings, sent on a schedule while the echoes are read.
-  const int pings = options.pings;
-  const Time first_ping = SteadyClock::now();
-  std::vector<Time> sent(static_cast<size_t>(pings));
-  std::vector<bool> echoed(static_cast<size_t>(pings));
-  std::vector<double> rtts;
-  Header out{}, in{};
-  int next_ping = 0;
-  done = false;
-  std::function<void()> send_ping = [&] {
-    out = Encode(kPing, static_cast<uint64_t>(next_ping));
-    sent[static_cast<size_t>(next_ping++)] = SteadyClock::now();
-    asio::async_write(socket, asio::buffer(out), [&](std::error_code write_ec, size_t) {
-      if (write_ec) return fail(write_ec);
-      if (next_ping == pings || done) return;
-      timer.expires_at(first_ping +
-                       std::chrono::duration_cast<SteadyClock::duration>(
-                           std::chrono::duration<double, std::milli>(options.ping_interval_ms * next_ping)));
-      timer.async_wait([&](std::error_code wait_ec) {
-        if (!wait_ec && !done) send_ping();
-      });
-    });
-  };
-  std::function<void()> read_echo = [&] {
-    asio::async_read(socket, asio::buffer(in), [&](std::error_code read_ec, size_t) {
-      if (read_ec) return fail(read_ec);
-      const uint64_t seq = ValueOf(in);
-      if (in[0] != kPing || seq >= static_cast<uint64_t>(next_ping) || echoed[seq])
-        return fail(asio::error::make_error_code(asio::error::invalid_argument));
-      echoed[seq] = true;
-      rtts.push_back(MsBetween(sent[seq], SteadyClock::now()));
-      if (static_cast<int>(rtts.size()) == pings) {
-        done = true;
-      } else {
-        read_echo();
-      }
-    });
-  };
-  send_ping();
-  read_echo();
-  if (Status s = run("pings"); !s.ok())
-    return Status(s.code(),
-                  s.message() + " (" + std::to_string(rtts.size()) + " of " + std::to_string(pings) + " pings echoed)");
-
+  ProbeClient client(where, options);
+  GD_RETURN_IF_ERROR(client.Connect(host, port));
   LinkMeasurement m;
-  m.rtt_ms = Median(rtts);
-  m.min_rtt_ms = *std::min_element(rtts.begin(), rtts.end());
-  m.max_rtt_ms = *std::max_element(rtts.begin(), rtts.end());
+  GD_RETURN_IF_ERROR(client.Pings(m));
   if (options.bulk_bytes == 0) return m;
-
-  // Bulk: n bytes out, one byte back once they have all arrived.
-  const std::vector<uint8_t> bulk(static_cast<size_t>(options.bulk_bytes));
-  const Header bulk_header = Encode(kBulk, static_cast<uint64_t>(options.bulk_bytes));
-  const std::array<asio::const_buffer, 2> buffers = {asio::buffer(bulk_header), asio::buffer(bulk)};
-  uint8_t ack = 0;
-  bool written = false;
-  Time acked{};
-  done = false;
-  const Time start = SteadyClock::now();
-  asio::async_write(socket, buffers, [&](std::error_code write_ec, size_t) {
-    if (write_ec) return fail(write_ec);
-    written = true;
-    done = acked != Time{};
-  });
-  asio::async_read(socket, asio::buffer(&ack, 1), [&](std::error_code read_ec, size_t) {
-    if (read_ec) return fail(read_ec);
-    if (ack != kAck) return fail(asio::error::make_error_code(asio::error::invalid_argument));
-    acked = SteadyClock::now();
-    done = written;
-  });
-  GD_RETURN_IF_ERROR(run("bulk transfer of " + std::to_string(options.bulk_bytes) + " bytes"));
-  m.bulk_bytes = options.bulk_bytes;
-  m.bulk_ms = MsBetween(start, acked);
-  // Guards against a transfer shorter than the RTT's noise (bulk_bytes too
-  // small for the link): the figure is then an overestimate.
-  const double transfer_ms = std::max(m.bulk_ms - m.rtt_ms, 0.05 * m.bulk_ms);
-  m.mbit = static_cast<double>(options.bulk_bytes) * 8 / (transfer_ms * 1e3);
+  GD_RETURN_IF_ERROR(client.Bulk(m));
   return m;
 }
 

@@ -24,7 +24,7 @@ struct ImageSet {
   std::vector<uint8_t> labels;  // count, 0..9
 };
 
-// Normalization constants of Fashion-MNIST (DESIGN.md): x = (p/255 - mean) / std.
+// Mean and std of the 60k Fashion-MNIST training pixels in [0, 1]: x = (p/255 - mean) / std.
 inline constexpr float kFashionMean = 0.2860f;
 inline constexpr float kFashionStd = 0.3530f;
 

@@ -2,7 +2,7 @@
 // in one flat float32 tensor, so that chunks of the flat vector can be
 // pulled into and pushed out of the model without gathering tensors.
 //
-// Models: "cnn" (the reference CNN of DESIGN.md, ~185k parameters), "mlp"
+// Models: "cnn" (the reference CNN of docs/architecture.md, ~185k parameters), "mlp"
 // (784 -> hidden... -> 10), "synthetic" (a flat vector of N parameters with
 // no network, for communication benchmarks). Construction is seeded, so
 // every process building the same spec gets the same initial values.

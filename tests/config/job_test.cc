@@ -25,7 +25,7 @@ TEST(JobTest, ParsesRegionsInFileOrderAndCountsRoles) {
   EXPECT_EQ(job->RegionOfWorker(1).name, "us");
   EXPECT_EQ(job->RegionOfWorker(2).name, "eu");
   EXPECT_EQ(job->coordinator_region, "us");
-  // Defaults from DESIGN.md's reference setup.
+  // Defaults of the reference setup (docs/architecture.md, the reference CNN).
   EXPECT_EQ(job->model.name, "cnn");
   EXPECT_DOUBLE_EQ(job->optimizer.lr, 0.05);
   EXPECT_EQ(job->data.batch_size, 64);

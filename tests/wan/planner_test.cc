@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cluster/chunking.h"
+#include "wan/plan_report.h"
 
 namespace geodesic::wan {
 namespace {

@@ -1,0 +1,145 @@
+// Whole jobs on this machine and the run directories of running ones:
+// launch, wan, plan, checkpoint, status.
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "cluster/chunking.h"
+#include "common/log.h"
+#include "config/job.h"
+#include "deploy/launcher.h"
+#include "wan/plan_report.h"
+#include "wan/planner.h"
+#include "worker/model.h"
+
+namespace geodesic::cli {
+namespace {
+
+int RunLaunch(const deploy::LaunchOptions& launch, const CLI::Option* job_arg) {
+  SetLogPrefix("launch");
+  if (job_arg->count() == 0 && launch.resume_dir.empty())
+    return Fail(InvalidArgument("launch needs a job file (or --resume RUN_DIR)"));
+  auto r = deploy::Launch(launch, &g_stop);
+  if (!r.ok()) return Fail(r.status());
+  return *r;
+}
+
+struct WanFlags {
+  std::string action, run_dir, region_a, region_b;
+};
+
+int RunWan(const WanFlags& f) {
+  if (f.action == "replan") {
+    Status s = deploy::RequestReplan(f.run_dir);
+    if (s.ok()) std::cout << "asked the coordinator to re-plan; see " << f.run_dir << "/logs\n";
+    return s.ok() ? 0 : Fail(s);
+  }
+  if (f.region_a.empty() || f.region_b.empty()) return Fail(InvalidArgument("wan cut/heal needs two regions"));
+  Status s = deploy::ControlLink(f.run_dir, f.action, f.region_a, f.region_b);
+  return s.ok() ? 0 : Fail(s);
+}
+
+struct PlanFlags {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  wan::PlannerOptions options;
+  double compute_ms = 0;
+  bool json = false;
+};
+
+// Builds the job's model for its parameter count, plans, and compares with
+// the bytes-balanced placement the coordinator uses without the planner.
+int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
+  if (compute_opt->count() > 0) f.options.compute_ms = f.compute_ms;
+  auto job = LoadJobFile(f.job_file, f.overrides);
+  if (!job.ok()) return Fail(job.status());
+  auto model = worker::FlatModel::Create(job->model, job->seed);
+  if (!model.ok()) return Fail(model.status());
+  const cluster::ChunkLayout layout((*model)->num_params(), cluster::ChunkElemsFor(job->wire.chunk_bytes));
+  auto planner = wan::Planner::Create(*job, layout, f.options);
+  if (!planner.ok()) return Fail(planner.status());
+  const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;
+  const wan::Plan plan = planner->MakePlan(planner->declared_links(), {balanced});
+  std::cout << wan::PlanReport(*planner, plan, {{"bytes-balanced", balanced}}, f.json);
+  return 0;
+}
+
+int RunCheckpoint(const std::string& run_dir) {
+  auto asked = deploy::RequestCheckpoint(run_dir);
+  if (!asked.ok()) return Fail(asked.status());
+  std::cout << "asked " << *asked << " server(s) for a checkpoint; see " << run_dir << "/checkpoints\n";
+  return 0;
+}
+
+int RunStatus(const std::string& run_dir) {
+  auto r = deploy::QueryStatus(run_dir, 3000);
+  if (!r.ok()) return Fail(r.status());
+  std::cout << *r << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command AddLaunch(CLI::App& app) {
+  auto launch = std::make_shared<deploy::LaunchOptions>();
+  auto* cmd = app.add_subcommand("launch", "run a whole job on this machine: coordinator, servers, workers");
+  auto* job_arg = cmd->add_option("job", launch->job_file, "job file (YAML)")->check(CLI::ExistingFile);
+  cmd->add_option("--resume", launch->resume_dir,
+                  "continue the stopped job in this run directory from its checkpoints (job file optional)")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--set", launch->overrides, "override a job-file key, e.g. training.staleness_bound=0");
+  cmd->add_option("--summary", launch->summary_file, "write the job summary JSON here");
+  cmd->add_option("--run-dir", launch->run_dir, "directory for logs, stats and snapshots (default runs/<job>-<time>)");
+  cmd->add_option("--kill", launch->kills,
+                  "fault injection: signal ROLE:ID after SECONDS of training: ROLE:ID@SECONDS[:SIGNAL], "
+                  "e.g. worker:2@5 (SIGKILL), worker:2@5:STOP then worker:2@9:CONT (repeatable)");
+  cmd->add_option("--cut", launch->cuts,
+                  "partition on emulated links: cut regions A and B apart after SECONDS of training for "
+                  "DURATION seconds: A:B@SECONDS+DURATION, e.g. us:asia@10+5 (repeatable)");
+  cmd->add_flag("--restart-workers", launch->restart_workers,
+                "restart a worker that dies; it rejoins at the live workers' clock (default: go on without it)");
+  cmd->add_flag("--quiet", launch->quiet, "no live progress line");
+  return {cmd, [launch, job_arg] { return RunLaunch(*launch, job_arg); }};
+}
+
+Command AddWan(CLI::App& app) {
+  auto f = std::make_shared<WanFlags>();
+  auto* cmd = app.add_subcommand(
+      "wan", "cut or heal an emulated link of a running job, or make it re-plan its shard placement now (wan.replan)");
+  cmd->add_option("action", f->action, "cut | heal | replan")
+      ->required()
+      ->check(CLI::IsMember({"cut", "heal", "replan"}));
+  cmd->add_option("run_dir", f->run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("region_a", f->region_a, "one region (cut, heal)");
+  cmd->add_option("region_b", f->region_b, "the other region (cut, heal)");
+  return {cmd, [f] { return RunWan(*f); }};
+}
+
+Command AddPlan(CLI::App& app) {
+  auto f = std::make_shared<PlanFlags>();
+  auto* cmd = app.add_subcommand("plan", "print the planner's shard placement, codecs and predicted step time");
+  cmd->add_option("job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--set", f->overrides, "override a job-file key, e.g. wan.replan_drift=0.3");
+  auto* compute_opt = cmd->add_option("--compute-ms", f->compute_ms,
+                                      "compute time of one step per worker, ms (default: 30 per batch of 64 for "
+                                      "the CNN; see docs/planner.md)");
+  compute_opt->check(CLI::Range(0.0, 1e6));
+  cmd->add_flag("--json", f->json, "print JSON");
+  return {cmd, [f, compute_opt] { return RunPlan(*f, compute_opt); }};
+}
+
+Command AddCheckpoint(CLI::App& app) {
+  auto run_dir = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("checkpoint", "ask every server of a running job to write a checkpoint now");
+  cmd->add_option("run_dir", *run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
+  return {cmd, [run_dir] { return RunCheckpoint(*run_dir); }};
+}
+
+Command AddStatus(CLI::App& app) {
+  auto run_dir = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("status", "print a running job's status (from its run directory) as JSON");
+  cmd->add_option("run_dir", *run_dir, "the job's run directory")->required()->check(CLI::ExistingDirectory);
+  return {cmd, [run_dir] { return RunStatus(*run_dir); }};
+}
+
+}  // namespace geodesic::cli

@@ -1,0 +1,306 @@
+// The job's members (coordinator, server, worker, evaluator) and the join
+// tokens of secured jobs.
+#include <zmq.hpp>
+
+#include <cctype>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "cli/command.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "config/job.h"
+#include "server/checkpoint.h"
+#include "server/coordinator.h"
+#include "server/server.h"
+#include "transport/routes.h"
+#include "transport/security.h"
+#include "worker/trainer.h"
+
+namespace geodesic::cli {
+namespace {
+
+struct JobFlags {
+  std::string job_file;
+  std::vector<std::string> overrides;
+  std::vector<std::string> routes;
+  void Add(CLI::App* app) {
+    app->add_option("--job", job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
+    app->add_option("--set", overrides, "override a job-file key, e.g. training.staleness_bound=0");
+    app->add_option("--route", routes,
+                    "connect to TO whenever told to connect to FROM: FROM=TO (the launcher routes "
+                    "cross-region traffic through emulated links this way; repeatable)");
+  }
+  // Installs the routes (process-wide) and loads the job.
+  StatusOr<JobSpec> Load() const {
+    GD_ASSIGN_OR_RETURN(auto parsed, transport::ParseRoutes(routes));
+    transport::SetRoutes(std::move(parsed));
+    return LoadJobFile(job_file, overrides);
+  }
+};
+
+// Credentials of a member (server, worker, evaluator) in a secured job: a
+// fresh keypair, the coordinator's public key, and the join token, which
+// comes from a file or the environment, never from argv (`ps` shows argv).
+struct MemberSecurityFlags {
+  std::string coordinator_key_file;
+  std::string token_file;
+  void Add(CLI::App* app) {
+    app->add_option("--coordinator-key-file", coordinator_key_file,
+                    "secured jobs: file with the coordinator's CURVE public key (the launcher writes "
+                    "RUN_DIR/coordinator.key)");
+    app->add_option("--token-file", token_file,
+                    "secured jobs: file with this member's join token (`geodesic token`); default: the "
+                    "GEODESIC_TOKEN environment variable");
+  }
+};
+
+void TrimTrailingSpace(std::string& s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+}
+
+StatusOr<transport::MemberCredentials> MemberCredentials(const JobSpec& job, const MemberSecurityFlags& f) {
+  transport::MemberCredentials c;
+  if (job.security.mode != "curve") return c;
+  GD_ASSIGN_OR_RETURN(c.keys, transport::GenerateCurveKeyPair());
+  if (f.coordinator_key_file.empty())
+    return InvalidArgument("security.mode is curve: --coordinator-key-file is required");
+  GD_ASSIGN_OR_RETURN(std::string key, ReadFile(f.coordinator_key_file));
+  TrimTrailingSpace(key);
+  if (!transport::IsCurveKey(key))
+    return InvalidArgument("--coordinator-key-file " + f.coordinator_key_file +
+                           ": not a CURVE public key (40 Z85 characters)");
+  c.coordinator_key = key;
+  if (!f.token_file.empty()) {
+    GD_ASSIGN_OR_RETURN(c.token, ReadFile(f.token_file));
+  } else if (const char* env = std::getenv("GEODESIC_TOKEN")) {
+    c.token = env;
+  }
+  TrimTrailingSpace(c.token);
+  if (c.token.empty())
+    return InvalidArgument(
+        "security.mode is curve: this member needs a join token (--token-file, or GEODESIC_TOKEN; mint one with "
+        "`geodesic token`)");
+  return c;
+}
+
+// The job secret: --secret-file, else the job's security.secret_file.
+StatusOr<std::string> JobSecret(const JobSpec& job, const std::string& flag) {
+  std::string path = flag.empty() ? job.security.secret_file : flag;
+  if (path.empty()) return InvalidArgument("security.mode is curve: give --secret-file or set security.secret_file");
+  return transport::LoadSecret(path);
+}
+
+Status CheckId(const char* role, int id, int count) {
+  if (id >= 0 && id < count) return Status::Ok();
+  return InvalidArgument("--id " + std::to_string(id) + " but the job has " + std::to_string(count) + " " + role);
+}
+
+struct CoordinatorFlags {
+  JobFlags job;
+  server::CoordinatorProcessOptions options;
+  bool no_evaluator = false;
+  std::string resume;
+  std::string secret_file;
+  std::string keypair_file;
+};
+
+// Fills in what the flags name but the options hold as values: the resume
+// plan's clocks and, in secured jobs, the secret and the keypair.
+Status CompleteCoordinatorOptions(const JobSpec& job, CoordinatorFlags& f) {
+  server::CoordinatorProcessOptions& o = f.options;
+  o.coordinator = server::CoordinatorOptions::FromJob(job);
+  o.coordinator.expect_evaluator = !f.no_evaluator;
+  if (!f.resume.empty()) {
+    GD_ASSIGN_OR_RETURN(std::string text, ReadFile(f.resume));
+    GD_ASSIGN_OR_RETURN(server::ResumePlan plan, server::ResumePlan::FromJson(text, f.resume));
+    o.coordinator.worker_start_clocks = plan.worker_clocks;
+  }
+  if (job.security.mode == "curve") {
+    GD_ASSIGN_OR_RETURN(o.coordinator.secret, JobSecret(job, f.secret_file));
+    GD_ASSIGN_OR_RETURN(o.keys, f.keypair_file.empty() ? transport::GenerateCurveKeyPair()
+                                                       : transport::LoadOrCreateKeyPair(f.keypair_file));
+  }
+  o.replan_requests = &g_replan_requests;
+  return Status::Ok();
+}
+
+int RunCoordinator(CoordinatorFlags& f) {
+  SetLogPrefix("coordinator");
+  auto job = f.job.Load();
+  if (!job.ok()) return Fail(job.status());
+  if (Status s = CompleteCoordinatorOptions(*job, f); !s.ok()) return Fail(s);
+  zmq::context_t ctx(1);
+  server::Coordinator c(f.options, ctx, RealClock::Get());
+  Status s = c.Run(&g_stop);
+  return s.ok() ? 0 : Fail(s);
+}
+
+// A member's flags: the job, its Options struct, and its credentials.
+template <typename Options>
+struct MemberFlags {
+  JobFlags job;
+  Options options;
+  MemberSecurityFlags security;
+};
+
+// Loads the job, lets `prepare` check and complete the options with it, adds
+// the job and the credentials, and runs the member until it ends or g_stop.
+template <typename Options, typename Prepare, typename Run>
+int RunMember(MemberFlags<Options>& f, const std::string& log_prefix, Prepare prepare, Run run) {
+  SetLogPrefix(log_prefix);
+  auto job = f.job.Load();
+  if (!job.ok()) return Fail(job.status());
+  if (Status s = prepare(*job, f.options); !s.ok()) return Fail(s);
+  f.options.job = *job;
+  auto cred = MemberCredentials(*job, f.security);
+  if (!cred.ok()) return Fail(cred.status());
+  f.options.credentials = *cred;
+  zmq::context_t ctx(1);
+  Status s = run(f.options, ctx);
+  return s.ok() ? 0 : Fail(s);
+}
+
+using ServerFlags = MemberFlags<server::ServerProcessOptions>;
+using WorkerFlags = MemberFlags<worker::WorkerProcessOptions>;
+using EvaluatorFlags = MemberFlags<worker::EvaluatorOptions>;
+
+int RunServer(ServerFlags& f) {
+  auto prepare = [](const JobSpec& job, server::ServerProcessOptions& o) {
+    GD_RETURN_IF_ERROR(CheckId("servers", o.id, job.NumServers()));
+    o.checkpoint_requests = &g_checkpoint_requests;
+    if (o.bind.empty()) o.bind = "tcp://" + job.RegionOfServer(o.id).host + ":*";
+    return Status::Ok();
+  };
+  return RunMember(f, "server " + std::to_string(f.options.id), prepare,
+                   [](const server::ServerProcessOptions& o, zmq::context_t& ctx) {
+                     server::Server server(o, ctx, RealClock::Get());
+                     return server.Run(&g_stop);
+                   });
+}
+
+int RunWorker(WorkerFlags& f) {
+  auto prepare = [](const JobSpec& job, const worker::WorkerProcessOptions& o) {
+    return CheckId("workers", o.id, job.NumWorkers());
+  };
+  return RunMember(
+      f, "worker " + std::to_string(f.options.id), prepare,
+      [](const worker::WorkerProcessOptions& o, zmq::context_t& ctx) { return worker::RunWorker(o, ctx, &g_stop); });
+}
+
+int RunEvaluator(EvaluatorFlags& f) {
+  return RunMember(
+      f, "evaluator", [](const JobSpec&, const worker::EvaluatorOptions&) { return Status::Ok(); },
+      [](const worker::EvaluatorOptions& o, zmq::context_t& ctx) { return worker::RunEvaluator(o, ctx, &g_stop); });
+}
+
+struct TokenFlags {
+  std::string job_file, role, secret_file;
+  int id = -1;
+  int64_t ttl_s = 0;
+};
+
+int RunToken(const TokenFlags& f) {
+  auto job = LoadJobFile(f.job_file);
+  if (!job.ok()) return Fail(job.status());
+  if (job->security.mode != "curve")
+    return Fail(InvalidArgument(f.job_file + ": security.mode is " + job->security.mode + "; tokens need curve"));
+  auto secret = JobSecret(*job, f.secret_file);
+  if (!secret.ok()) return Fail(secret.status());
+  auto token = transport::MintToken(
+      *secret, {.job = job->name,
+                .role = f.role,
+                .id = f.id,
+                .expiry_unix = transport::UnixNow() + (f.ttl_s > 0 ? f.ttl_s : job->security.token_ttl_s)});
+  if (!token.ok()) return Fail(token.status());
+  std::cout << *token << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command AddCoordinator(CLI::App& app) {
+  auto f = std::make_shared<CoordinatorFlags>();
+  auto* cmd = app.add_subcommand("coordinator", "run the job's coordinator (membership, leases, shard map)");
+  f->job.Add(cmd);
+  cmd->add_option("--bind", f->options.bind, "ZeroMQ endpoint to bind (port * picks a free one)")
+      ->default_val("tcp://127.0.0.1:*");
+  cmd->add_option("--endpoint-file", f->options.endpoint_file, "write the bound endpoint here");
+  cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  cmd->add_option("--state-file", f->options.state_file,
+                  "keep the coordinator's state here; continue from it if it exists (a restart)");
+  cmd->add_flag("--no-evaluator", f->no_evaluator, "do not wait for an evaluator before ending the job");
+  cmd->add_option("--resume", f->resume, "start workers at the clocks of this resume plan (JSON)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--secret-file", f->secret_file,
+                  "secured jobs: the job secret that join tokens are checked against (default: "
+                  "security.secret_file)");
+  cmd->add_option("--key-file", f->options.key_file, "secured jobs: write the coordinator's CURVE public key here");
+  cmd->add_option("--keypair-file", f->keypair_file,
+                  "secured jobs: keep the coordinator's CURVE keypair in this file (created, mode 0600, if "
+                  "missing), so that a restarted coordinator has the key its members know");
+  return {cmd, [f] { return RunCoordinator(*f); }};
+}
+
+Command AddServer(CLI::App& app) {
+  auto f = std::make_shared<ServerFlags>();
+  server::ServerProcessOptions& o = f->options;
+  auto* cmd = app.add_subcommand("server", "run one parameter-server shard");
+  f->job.Add(cmd);
+  cmd->add_option("--id", o.id, "server id (0-based, as counted in the job file)")->required();
+  cmd->add_option("--coordinator", o.coordinator, "coordinator endpoint")->required();
+  cmd->add_option("--bind", o.bind, "endpoint to bind (default: the region's host, free port)");
+  cmd->add_option("--stats-file", o.stats_file, "write stats JSON here");
+  cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints under this directory");
+  cmd->add_option("--resume", o.resume_file, "load the shard from this resume plan (JSON) before serving")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--recover", o.recover,
+                "restarted after a crash: load this shard's newest checkpoint from --checkpoint-dir");
+  cmd->add_flag("--backup", o.backup,
+                "be this shard's backup (replication.backups: 1): apply the primary's updates and take over "
+                "when it dies");
+  f->security.Add(cmd);
+  return {cmd, [f] { return RunServer(*f); }};
+}
+
+Command AddWorker(CLI::App& app) {
+  auto f = std::make_shared<WorkerFlags>();
+  auto* cmd = app.add_subcommand("worker", "run one training worker");
+  f->job.Add(cmd);
+  cmd->add_option("--id", f->options.id, "worker id (0-based, as counted in the job file)")->required();
+  cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
+  cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "worker 0: save parameter snapshots here");
+  f->security.Add(cmd);
+  return {cmd, [f] { return RunWorker(*f); }};
+}
+
+Command AddEvaluator(CLI::App& app) {
+  auto f = std::make_shared<EvaluatorFlags>();
+  auto* cmd = app.add_subcommand("eval", "wait for training to end, then evaluate the final model and snapshots");
+  f->job.Add(cmd);
+  cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
+  cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "where worker 0 saved snapshots");
+  cmd->add_option("--result-file", f->options.result_file, "write the result JSON here")->required();
+  cmd->add_option("--dump-params", f->options.dump_params, "also write the final parameters as raw float32");
+  f->security.Add(cmd);
+  return {cmd, [f] { return RunEvaluator(*f); }};
+}
+
+Command AddToken(CLI::App& app) {
+  auto f = std::make_shared<TokenFlags>();
+  auto* cmd = app.add_subcommand("token", "print a join token for a secured job (security.mode: curve)");
+  cmd->add_option("--job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--role", f->role, "server | worker | evaluator | client")
+      ->required()
+      ->check(CLI::IsMember({"server", "worker", "evaluator", "client"}));
+  cmd->add_option("--id", f->id, "bind the token to this id of the role (default: any id)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--ttl", f->ttl_s, "seconds the token stays valid (default: security.token_ttl_s)")
+      ->check(CLI::Range(int64_t{1}, int64_t{366} * 86400));
+  cmd->add_option("--secret-file", f->secret_file, "the job secret (default: security.secret_file)");
+  return {cmd, [f] { return RunToken(*f); }};
+}
+
+}  // namespace geodesic::cli
