@@ -3,7 +3,9 @@
 
 A folder may include only itself and lower layers:
   common < proto < config < compression < transport < cluster < wan
-         < server < worker < deploy < bench < cli
+         < {server, worker} < deploy < bench < cli
+server and worker are one layer of two siblings: neither includes the other
+(a shard and a worker share only what lies below them).
 ("proto" is the generated "proto/*.pb.h"). Includes of anything else
 (system headers, "x.h" without a folder, third-party folders) are not checked.
 
@@ -17,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 
-LAYERS = ["common", "proto", "config", "compression", "transport", "cluster", "wan", "server", "worker", "deploy",
-          "bench", "cli"]
-RANK = {name: i for i, name in enumerate(LAYERS)}
+ORDER = [["common"], ["proto"], ["config"], ["compression"], ["transport"], ["cluster"], ["wan"], ["server", "worker"],
+         ["deploy"], ["bench"], ["cli"]]
+LAYERS = [name for group in ORDER for name in group]
+RANK = {name: i for i, group in enumerate(ORDER) for name in group}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"/]+)/[^"]*"')
 SOURCES = (".cc", ".h", ".cpp", ".hpp", ".proto")
 
@@ -36,10 +39,10 @@ def violations(root):
                 with open(path, encoding="utf-8", errors="replace") as f:
                     for number, line in enumerate(f, 1):
                         m = INCLUDE.match(line)
-                        if m and m.group(1) in RANK and RANK[m.group(1)] > RANK[layer]:
+                        if m and m.group(1) in RANK and m.group(1) != layer and RANK[m.group(1)] >= RANK[layer]:
                             rel = os.path.relpath(path, root)
                             header = line.split('"')[1]
-                            yield f'{rel}:{number}: includes "{header}" ({layer} is below {m.group(1)})'
+                            yield f'{rel}:{number}: includes "{header}" ({layer} may not include {m.group(1)})'
 
 
 def check(root):
@@ -47,7 +50,7 @@ def check(root):
     for v in bad:
         print(v)
     if bad:
-        print(f"check-layers: {len(bad)} include(s) of a higher layer; order: {' < '.join(LAYERS)}")
+        print(f"check-layers: {len(bad)} include(s) of a higher layer; order: {' < '.join('{' + ', '.join(g) + '}' if len(g) > 1 else g[0] for g in ORDER)}")
     return 1 if bad else 0
 
 
@@ -65,11 +68,17 @@ def self_test():
         good = subprocess.run(run, capture_output=True, text=True)
         write("common/log.cc", '#include "common/log.h"\n#include "worker/trainer.h"\n')
         bad = subprocess.run(run, capture_output=True, text=True)
+        write("common/log.cc", '#include "common/log.h"\n')
+        write("worker/worker.cc", '#include "server/server.h"\n')
+        sibling = subprocess.run(run, capture_output=True, text=True)
     if good.returncode != 0:
         print("check-layers self-test: a clean tree failed:\n" + good.stdout)
         return 1
     if bad.returncode == 0 or 'common/log.cc:2: includes "worker/trainer.h"' not in bad.stdout:
         print("check-layers self-test: common including worker was not reported:\n" + bad.stdout)
+        return 1
+    if sibling.returncode == 0 or 'worker/worker.cc:1: includes "server/server.h"' not in sibling.stdout:
+        print("check-layers self-test: worker including server was not reported:\n" + sibling.stdout)
         return 1
     print("check-layers self-test: ok")
     return 0
