@@ -896,21 +896,23 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
                                                      bool* refused) {
   *refused = false;
   wire::Header reply;
-  auto refuse = [&](const ::geodesic::Status& s) {
+  auto refuse = [&](wire::Refusal why, const ::geodesic::Status& s) {
     *refused = true;
     GD_LOG(WARNING) << "refused " << transport::BodyName(h) << " from " << RoleName(h.sender_role()) << " "
                     << h.sender_id() << ": " << s;
     reply.mutable_error_reply()->set_code(transport::ToWire(s.code()));
     reply.mutable_error_reply()->set_message(s.message());
+    reply.mutable_error_reply()->set_reason(why);
     return reply;
   };
   if (h.body_case() == wire::Header::kHeartbeat || h.body_case() == wire::Header::kLeaveRequest) {
-    if (::geodesic::Status s = CheckKey(h.sender_role(), h.sender_id(), peer_key); !s.ok()) return refuse(s);
+    if (::geodesic::Status s = CheckKey(h.sender_role(), h.sender_id(), peer_key); !s.ok())
+      return refuse(wire::REFUSAL_UNAUTHORIZED, s);
   }
   switch (h.body_case()) {
     case wire::Header::kRegisterRequest: {
       auto r = Register(h.sender_role(), h.sender_id(), h.register_request(), peer_key);
-      if (!r.ok()) return refuse(r.status());
+      if (!r.ok()) return refuse(wire::REFUSAL_REGISTRATION, r.status());
       *reply.mutable_register_reply() = *r;
       return reply;
     }
@@ -927,13 +929,14 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
                           ? StatusOr<transport::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
                           : transport::VerifyToken(options_.secret, h.status_request().token(), options_.job_name,
                                                    "client", 0, options_.unix_now());
-        if (!claims.ok()) return refuse(claims.status());
+        if (!claims.ok()) return refuse(wire::REFUSAL_UNAUTHORIZED, claims.status());
       }
       *reply.mutable_status_reply() = Status();
       return reply;
     }
     default:
-      return refuse(InvalidArgument("the coordinator does not serve " + transport::BodyName(h)));
+      return refuse(wire::REFUSAL_UNSUPPORTED_TYPE,
+                    InvalidArgument("the coordinator does not serve " + transport::BodyName(h)));
   }
 }
 

@@ -33,12 +33,12 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()) {}
 
-void Server::Refuse(const transport::Message& m, const std::string& reason, const Status& status) {
-  refused_[reason]++;
+void Server::Refuse(const transport::Message& m, wire::Refusal reason, const Status& status) {
+  refused_[transport::RefusalName(reason)]++;
   counters_.messages_refused++;
   GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from "
                   << (m.header.sender_role() == wire::WORKER ? "worker " : "peer ") << m.header.sender_id() << " ("
-                  << reason << "): " << status.message();
+                  << transport::RefusalName(reason) << "): " << status.message();
   if (m.peer.empty()) return;
   wire::Header reply;
   reply.set_request_id(m.header.request_id());
@@ -87,14 +87,14 @@ Status Server::CheckSender(const transport::Message& m) const {
 }
 
 void Server::Handle(transport::Message& m) {
-  if (Status s = CheckSender(m); !s.ok()) return Refuse(m, "unauthorized", s);
+  if (Status s = CheckSender(m); !s.ok()) return Refuse(m, wire::REFUSAL_UNAUTHORIZED, s);
   if (m.header.has_replicate_request()) return HandleReplicate(m);
   if (m.header.has_chunk_transfer()) return HandleTransfer(m);
   if (!moved_away_.empty())
     if (auto c = MovedChunk(m.header)) {
       // Never applied to a copy that is no longer the chunk's: the sender
       // keeps the request and sends it to the new owner (worker/ps_client.h).
-      return Refuse(m, "moved",
+      return Refuse(m, wire::REFUSAL_MOVED,
                     FailedPrecondition("chunk " + std::to_string(*c) + " moved to server " +
                                        std::to_string(moved_away_.at(*c)) + " (shard map version " +
                                        std::to_string(map_version_ + (migration_done_ > map_version_ ? 1 : 0)) + ")"));
@@ -102,7 +102,8 @@ void Server::Handle(transport::Message& m) {
   if (!serving()) {
     // A worker redirected before this backup saw its own promotion: keep the
     // request for then (the worker would otherwise wait its retry interval).
-    if (parked_.size() >= 10000) return Refuse(m, "not_primary", Unavailable("this backup is not serving yet"));
+    if (parked_.size() >= 10000)
+      return Refuse(m, wire::REFUSAL_NOT_PRIMARY, Unavailable("this backup is not serving yet"));
     parked_.push_back(std::move(m));
     return;
   }
@@ -114,7 +115,7 @@ void Server::Handle(transport::Message& m) {
     case wire::Header::kInitRequest:
       return HandleInit(m);
     default:
-      Refuse(m, "unsupported_type",
+      Refuse(m, wire::REFUSAL_UNSUPPORTED_TYPE,
              InvalidArgument("a server does not serve " + transport::BodyName(m.header) + " messages"));
   }
 }
@@ -143,27 +144,28 @@ void Server::HandleTransfer(transport::Message& m) {
     (void)socket_.Send(std::move(ack), {}, m.peer);
   };
   if (m.header.sender_role() != wire::SERVER)
-    return Refuse(m, "bad_sender", PermissionDenied("chunk transfers come from server shards only"));
+    return Refuse(m, wire::REFUSAL_BAD_SENDER, PermissionDenied("chunk transfers come from server shards only"));
   if (!options_.job.wan.replan)
-    return Refuse(m, "unsupported_type", FailedPrecondition("this job does not re-plan (wan.replan: false)"));
+    return Refuse(m, wire::REFUSAL_UNSUPPORTED_TYPE,
+                  FailedPrecondition("this job does not re-plan (wan.replan: false)"));
   auto map = cluster::ShardMap::FromWire(t.new_map(), options_.job.NumServers());
-  if (!map.ok()) return Refuse(m, "bad_map", map.status());
+  if (!map.ok()) return Refuse(m, wire::REFUSAL_BAD_MAP, map.status());
   if (map->layout.num_params() != shard_->layout().num_params() ||
       map->layout.chunk_elems() != shard_->layout().chunk_elems() || t.chunk_id() >= map->layout.num_chunks())
-    return Refuse(m, "bad_map", InvalidArgument("chunk transfer for another layout"));
+    return Refuse(m, wire::REFUSAL_BAD_MAP, InvalidArgument("chunk transfer for another layout"));
   if (map->owner[t.chunk_id()] != options_.id)
-    return Refuse(m, "chunk_not_owned",
+    return Refuse(m, wire::REFUSAL_CHUNK_NOT_OWNED,
                   InvalidArgument("the migration's map gives chunk " + std::to_string(t.chunk_id()) + " to server " +
                                   std::to_string(map->owner[t.chunk_id()])));
   if (shard_->Owns(t.chunk_id())) {
     auto it = adopted_.find(t.chunk_id());
     if (it != adopted_.end() && it->second == t.migration_id()) return reply();  // a resend
-    return Refuse(m, "already_owned",
+    return Refuse(m, wire::REFUSAL_ALREADY_OWNED,
                   FailedPrecondition("chunk " + std::to_string(t.chunk_id()) + " is already owned here"));
   }
   const uint64_t n = shard_->layout().Size(t.chunk_id());
   if (t.num_elems() != n || m.frames.size() != 1 + t.optimizer_arrays())
-    return Refuse(m, "wrong_shape", InvalidArgument("chunk transfer of the wrong shape"));
+    return Refuse(m, wire::REFUSAL_WRONG_SHAPE, InvalidArgument("chunk transfer of the wrong shape"));
   wire::ChunkCheckpoint ck;
   ck.set_chunk_id(t.chunk_id());
   ck.set_num_elems(t.num_elems());
@@ -174,7 +176,7 @@ void Server::HandleTransfer(transport::Message& m) {
   ck.set_params(static_cast<const char*>(m.frames[0].data()), m.frames[0].size());
   for (size_t i = 1; i < m.frames.size(); ++i)
     ck.add_optimizer_arrays(static_cast<const char*>(m.frames[i].data()), m.frames[i].size());
-  if (Status s = shard_->AdoptChunk(ck); !s.ok()) return Refuse(m, "bad_chunk_state", s);
+  if (Status s = shard_->AdoptChunk(ck); !s.ok()) return Refuse(m, wire::REFUSAL_BAD_CHUNK_STATE, s);
   pulls_.ForgetChunk(t.chunk_id());  // every puller gets full values of it first
   adopted_[t.chunk_id()] = t.migration_id();
   moved_away_.erase(t.chunk_id());
@@ -253,7 +255,7 @@ void Server::SyncMigration() {
       o.payloads.push_back(transport::CopyPayload(state->params().data(), state->params().size()));
       for (const std::string& a : state->optimizer_arrays())
         o.payloads.push_back(transport::CopyPayload(a.data(), a.size()));
-      // From here on this shard refuses the chunk ("moved"): nothing more
+      // From here on this shard refuses the chunk (REFUSAL_MOVED): nothing more
       // may be applied to a copy that is no longer the chunk's.
       shard_->DropChunk(c);
       pulls_.ForgetChunk(c);
@@ -401,15 +403,15 @@ void Server::DrainReplica() {
     const wire::Header& h = in->message.header;
     if (h.has_error_reply()) {
       const std::string& msg = h.error_reply().message();
-      const std::string& reason = h.error_reply().reason();
-      if (reason == "not_backup") {
+      const wire::Refusal reason = h.error_reply().reason();
+      if (reason == wire::REFUSAL_NOT_BACKUP) {
         // We were declared dead and our backup serves now: acknowledging
         // anything more here could lose it. Workers resend to the backup.
         fenced_ = "the backup was promoted (" + msg + ")";
         pending_ops_.clear();
         return;
       }
-      if (reason == "replication_gap") {
+      if (reason == wire::REFUSAL_REPLICATION_GAP) {
         // Ops lost with a connection (a partition, a reset): send them again.
         ResendPending("the backup misses ops: " + msg);
         continue;
@@ -445,7 +447,7 @@ void Server::DrainReplica() {
 void Server::HandleReplicate(transport::Message& m) {
   if (!options_.backup || promoted_)
     return Refuse(
-        m, "not_backup",
+        m, wire::REFUSAL_NOT_BACKUP,
         FailedPrecondition(std::string("server ") + std::to_string(options_.id) +
                            (promoted_ ? " was promoted and" : " is a primary and") + " takes no replication"));
   Handled h = ApplyReplicate(Context(), &applied_seq_, m);
@@ -471,7 +473,7 @@ void Server::Promote() {
 void Server::HandlePull(transport::Message& m) {
   const auto& req = m.header.pull_request();
   HeldPull p;
-  std::string reason;
+  wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   Status s = ValidatePull(*shard_, options_.id, m, &reason, &p.chunks);
   if (!s.ok()) return Refuse(m, reason, s);
   const wire::Role role = m.header.sender_role();
@@ -940,16 +942,14 @@ Status Server::Run(const std::atomic<bool>* stop) {
         auto in = socket_.Receive();
         if (!in) break;
         if (!in->status.ok()) {
-          std::string reason =
-              in->status.message().find("unknown message type") != std::string::npos ? "unknown_type" : "malformed";
-          Refuse(in->message, reason, in->status);
+          Refuse(in->message, in->refusal, in->status);
           counters_.messages_refused--;  // the socket already counted it
           continue;
         }
         try {
           Handle(in->message);
         } catch (const std::exception& e) {
-          Refuse(in->message, "internal", Internal(e.what()));
+          Refuse(in->message, wire::REFUSAL_INTERNAL, Internal(e.what()));
         }
       }
     }

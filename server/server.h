@@ -99,7 +99,7 @@ class Server {
   // Backup: takes over the shard (its clocks are the primary's last ones).
   void Promote();
   bool serving() const { return !options_.backup || promoted_; }
-  void Refuse(const transport::Message& m, const std::string& reason, const Status& status);
+  void Refuse(const transport::Message& m, wire::Refusal reason, const Status& status);
   ShardContext Context();
   const compression::CodecSpec& PullCodecFor(int worker) const;
   // Whether the bound and initialization allow the read at all.
