@@ -20,9 +20,9 @@ size_t CountUnusable(const float* v, uint64_t n, uint64_t* first) {
   return bad;
 }
 
-Handled Refused(std::string reason, Status status) {
+Handled Refused(wire::Refusal reason, Status status) {
   Handled h;
-  h.reason = std::move(reason);
+  h.reason = reason;
   h.status = std::move(status);
   return h;
 }
@@ -31,10 +31,10 @@ Handled Refused(std::string reason, Status status) {
 
 Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
                                       const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                                      std::string* reason, std::vector<const float*>* values) {
+                                      wire::Refusal* reason, std::vector<const float*>* values) {
   values->clear();
   if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
-    *reason = "frame_count";
+    *reason = wire::REFUSAL_FRAME_COUNT;
     return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
                            " payload frames");
   }
@@ -43,33 +43,34 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
     const wire::ChunkData& c = chunks[i];
     const std::string name = "chunk " + std::to_string(c.chunk_id());
     if (c.chunk_id() >= shard.layout().num_chunks()) {
-      *reason = "chunk_out_of_range";
+      *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
       return OutOfRange(name + " does not exist (the model has " + std::to_string(shard.layout().num_chunks()) +
                         " chunks)");
     }
     if (!shard.Owns(c.chunk_id())) {
-      *reason = "chunk_not_owned";
+      *reason = wire::REFUSAL_CHUNK_NOT_OWNED;
       return OutOfRange(name + " is not owned by server " + std::to_string(server_id));
     }
     if (!seen.insert(c.chunk_id()).second) {
-      *reason = "duplicate_chunk";
+      *reason = wire::REFUSAL_DUPLICATE_CHUNK;
       return InvalidArgument(name + " appears twice");
     }
     uint64_t expected = shard.layout().Size(c.chunk_id());
     if (c.num_elems() != expected) {
-      *reason = "wrong_shape";
+      *reason = wire::REFUSAL_WRONG_SHAPE;
       return InvalidArgument(name + " has " + std::to_string(expected) + " values, message says " +
                              std::to_string(c.num_elems()));
     }
     if (c.delta()) {
-      *reason = "bad_payload";
+      *reason = wire::REFUSAL_BAD_PAYLOAD;
       return InvalidArgument(name + ": only pull replies carry deltas");
     }
     const compression::PayloadInfo info = compression::PayloadInfo::FromWire(c);
     const zmq::message_t& frame = m.frames[i];
     Status s = compression::CheckPayloadSize(info, c.num_elems(), frame.size());
     if (!s.ok()) {
-      *reason = compression::MaxEncodedBytes(info, c.num_elems()) == 0 ? "unknown_codec" : "bad_payload_size";
+      *reason = compression::MaxEncodedBytes(info, c.num_elems()) == 0 ? wire::REFUSAL_UNKNOWN_CODEC
+                                                                       : wire::REFUSAL_BAD_PAYLOAD_SIZE;
       return s.Annotate(name);
     }
     if (decoded_.size() <= static_cast<size_t>(i)) decoded_.resize(i + 1);
@@ -81,7 +82,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
       decoded_[i].resize(c.num_elems());
       s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
       if (!s.ok()) {
-        *reason = s.message().find("finite") != std::string::npos ? "non_finite" : "bad_payload";
+        *reason = wire::REFUSAL_BAD_PAYLOAD;
         return s.Annotate(name + " (" + compression::CodecName(info.codec) + ")");
       }
       v = decoded_[i].data();
@@ -89,7 +90,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
     uint64_t first = 0;
     if (size_t bad = CountUnusable(v, c.num_elems(), &first)) {
       const bool finite = std::isfinite(v[first]);
-      *reason = finite ? "value_too_large" : "non_finite";
+      *reason = finite ? wire::REFUSAL_VALUE_TOO_LARGE : wire::REFUSAL_NON_FINITE;
       return InvalidArgument(name + " holds " + std::to_string(bad) +
                              (finite ? " values beyond +-1e18" : " non-finite or too large values") +
                              " (first at index " + std::to_string(first) + ": " + std::to_string(v[first]) + ")");
@@ -102,7 +103,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
 Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.init_request();
   if (m.header.sender_role() != wire::WORKER)
-    return Refused("bad_sender", InvalidArgument("only workers send initial values"));
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers send initial values"));
   Handled h;
   std::vector<const float*> values;
   h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
@@ -122,17 +123,19 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
   if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= ctx.num_workers)
-    return Refused("bad_sender", InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
-  if (req.clock() < 0) return Refused("bad_clock", InvalidArgument("negative clock"));
+    return Refused(wire::REFUSAL_BAD_SENDER,
+                   InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
+  if (req.clock() < 0) return Refused(wire::REFUSAL_BAD_CLOCK, InvalidArgument("negative clock"));
   if (req.clock() >= kMaxClock)
-    return Refused("bad_clock", InvalidArgument("clock " + std::to_string(req.clock()) + " is beyond any job"));
+    return Refused(wire::REFUSAL_BAD_CLOCK,
+                   InvalidArgument("clock " + std::to_string(req.clock()) + " is beyond any job"));
   Handled h;
   h.reply.set_request_id(m.header.request_id());
   auto* ack = h.reply.mutable_push_ack();
   ack->set_clock(req.clock());
   if (req.skipped()) {
     if (!m.frames.empty() || req.chunks_size() != 0)
-      return Refused("frame_count", InvalidArgument("a skipped push carries no chunks"));
+      return Refused(wire::REFUSAL_FRAME_COUNT, InvalidArgument("a skipped push carries no chunks"));
     h.completed = ctx.shard->Skip(worker, req.clock());
     ack->set_result(h.completed ? wire::APPLIED : wire::DUPLICATE);
   } else {
@@ -145,7 +148,7 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
     }
     for (const auto& c : req.chunks())
       if (!ctx.shard->IsInitialized(c.chunk_id()))
-        return Refused("not_initialized",
+        return Refused(wire::REFUSAL_NOT_INITIALIZED,
                        FailedPrecondition("chunk " + std::to_string(c.chunk_id()) + " has no initial value yet"));
     for (int i = 0; i < req.chunks_size(); ++i) {
       const auto& c = req.chunks(i);
@@ -213,9 +216,9 @@ std::vector<transport::Payload> TakeFrames(transport::Message& m) {
 Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport::Message& m) {
   const auto& req = m.header.replicate_request();
   if (m.header.sender_role() != wire::SERVER || m.header.sender_id() != ctx.server_id)
-    return Refused("bad_sender", PermissionDenied("only server " + std::to_string(ctx.server_id) +
-                                                  "'s primary replicates to this backup"));
-  if (req.seq() == 0) return Refused("bad_seq", InvalidArgument("replication sequence numbers start at 1"));
+    return Refused(wire::REFUSAL_BAD_SENDER, PermissionDenied("only server " + std::to_string(ctx.server_id) +
+                                                              "'s primary replicates to this backup"));
+  if (req.seq() == 0) return Refused(wire::REFUSAL_BAD_SEQ, InvalidArgument("replication sequence numbers start at 1"));
   Handled h;
   h.reply.set_request_id(m.header.request_id());
   h.reply.mutable_replicate_ack()->set_seq(req.seq());
@@ -224,7 +227,7 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport
     return h;  // a duplicate: already applied
   }
   if (req.seq() != *applied_seq + 1)
-    return Refused("replication_gap",
+    return Refused(wire::REFUSAL_REPLICATION_GAP,
                    FailedPrecondition("replication op " + std::to_string(req.seq()) + " after op " +
                                       std::to_string(*applied_seq) + " (ops in between are missing)"));
   switch (req.op_case()) {
@@ -255,56 +258,60 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport
     }
     case wire::ReplicateRequest::kMembership: {
       const auto& mem = req.membership();
-      if (!m.frames.empty()) return Refused("frame_count", InvalidArgument("a membership op carries no frames"));
+      if (!m.frames.empty())
+        return Refused(wire::REFUSAL_FRAME_COUNT, InvalidArgument("a membership op carries no frames"));
       if (mem.live_workers_size() != mem.live_worker_clocks_size())
-        return Refused("bad_membership", InvalidArgument("live_workers and live_worker_clocks differ in length"));
+        return Refused(wire::REFUSAL_BAD_MEMBERSHIP,
+                       InvalidArgument("live_workers and live_worker_clocks differ in length"));
       std::vector<int> live;
       for (int w : mem.live_workers()) {
         if (w < 0 || w >= ctx.num_workers)
-          return Refused("bad_membership", OutOfRange("live worker " + std::to_string(w) + " is not in this job"));
+          return Refused(wire::REFUSAL_BAD_MEMBERSHIP,
+                         OutOfRange("live worker " + std::to_string(w) + " is not in this job"));
         live.push_back(w);
       }
       for (int64_t c : mem.live_worker_clocks())
-        if (c < 0 || c >= kMaxClock) return Refused("bad_clock", InvalidArgument("live worker clock out of range"));
+        if (c < 0 || c >= kMaxClock)
+          return Refused(wire::REFUSAL_BAD_CLOCK, InvalidArgument("live worker clock out of range"));
       ctx.clocks->SetLive(live, {mem.live_worker_clocks().begin(), mem.live_worker_clocks().end()});
       h.completed = ctx.shard->CloseRounds(*ctx.clocks) > 0;
       break;
     }
     default:
-      return Refused("bad_op", InvalidArgument("a replication request carries no op"));
+      return Refused(wire::REFUSAL_BAD_OP, InvalidArgument("a replication request carries no op"));
   }
   *applied_seq = req.seq();
   return h;
 }
 
-Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, std::string* reason,
+Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, wire::Refusal* reason,
                     std::vector<uint32_t>* chunks) {
   const auto& req = m.header.pull_request();
   const wire::Role role = m.header.sender_role();
   chunks->clear();
-  *reason = "bad_sender";
+  *reason = wire::REFUSAL_BAD_SENDER;
   if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT)
     return InvalidArgument("pulls come from workers, the evaluator or tools");
   if (req.final() && role == wire::WORKER) return InvalidArgument("workers may not skip the staleness bound");
-  *reason = "bad_clock";
+  *reason = wire::REFUSAL_BAD_CLOCK;
   if (!req.final() && (req.clock() < 0 || req.clock() >= kMaxClock))
     return InvalidArgument("pull at clock " + std::to_string(req.clock()) + " (a clock is 0 or more, below 2^48)");
-  *reason = "frame_count";
+  *reason = wire::REFUSAL_FRAME_COUNT;
   if (!m.frames.empty()) return InvalidArgument("a pull request carries no payload");
   std::set<uint32_t> seen;
   for (uint32_t c : req.chunk_ids()) {
     if (c >= shard.layout().num_chunks() || !shard.Owns(c)) {
-      *reason = "chunk_out_of_range";
+      *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
       return OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(server_id));
     }
     if (!seen.insert(c).second) {
-      *reason = "duplicate_chunk";
+      *reason = wire::REFUSAL_DUPLICATE_CHUNK;
       return InvalidArgument("chunk " + std::to_string(c) + " asked twice");
     }
     chunks->push_back(c);
   }
   if (chunks->empty()) *chunks = shard.owned();
-  reason->clear();
+  *reason = wire::REFUSAL_UNSPECIFIED;
   return Status::Ok();
 }
 

@@ -20,21 +20,14 @@
 namespace geodesic::server {
 
 // Gradients and initial values beyond this magnitude are refused
-// ("value_too_large"). It keeps every optimizer step finite: with momentum
+// (REFUSAL_VALUE_TOO_LARGE). It keeps every optimizer step finite: with momentum
 // below 1 and lr below 1000 (the job file's limits) parameters would need
 // more than 10^10 steps to overflow float, and Adam's squared gradients
 // stay below FLT_MAX. Real gradients this large mean a diverged worker.
 inline constexpr float kMaxValueMagnitude = 1e18f;
-// Clocks at or above this are refused ("bad_clock"): far beyond any job,
+// Clocks at or above this are refused (REFUSAL_BAD_CLOCK): far beyond any job,
 // and clock + 1 never overflows.
 inline constexpr int64_t kMaxClock = int64_t{1} << 48;
-
-// What a check found wrong: `reason` is the key counted in the shard's
-// refused_by_reason stats ("chunk_not_owned", "non_finite", ...).
-struct Refusal {
-  std::string reason;
-  Status status;
-};
 
 class RequestDecoder {
  public:
@@ -43,9 +36,11 @@ class RequestDecoder {
   // a known codec with a payload of the right size, values finite and
   // within kMaxValueMagnitude. On success `values` holds each chunk's
   // values (in the frame for aligned fp32, else decoded into this object's
-  // buffers, valid until the next call).
+  // buffers, valid until the next call). On failure `reason` says which
+  // check failed; a payload its codec cannot decode (non-finite values in
+  // a compressed payload included) is REFUSAL_BAD_PAYLOAD.
   Status ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
-                        const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, std::string* reason,
+                        const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, wire::Refusal* reason,
                         std::vector<const float*>* values);
 
  private:
@@ -66,7 +61,7 @@ struct ShardContext {
 // nothing applied) or taken, with the acknowledgement to send.
 struct Handled {
   Status status;
-  std::string reason;
+  wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   wire::Header reply;      // the ack, request id set
   bool completed = false;  // a worker's clock completed here (held pulls may be served)
   uint32_t taken = 0;      // ApplyReplicate: chunks of the replicated push applied (APPLIED) here
@@ -87,7 +82,7 @@ std::vector<transport::Payload> TakeFrames(transport::Message& m);
 
 // Backup side: checks and applies one ReplicateRequest. Refused unless it
 // comes from this shard's primary (role SERVER, id ctx.server_id), carries
-// one op, and its seq is *applied_seq + 1 ("replication_gap") or at most
+// one op, and its seq is *applied_seq + 1 (REFUSAL_REPLICATION_GAP) or at most
 // *applied_seq (a duplicate: acknowledged, nothing applied). The op's init
 // or push goes through ApplyInit / ApplyPush as if its worker had sent it,
 // so it is validated again; a membership op installs the live set and
@@ -96,9 +91,10 @@ std::vector<transport::Payload> TakeFrames(transport::Message& m);
 Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport::Message& m);
 
 // Checks a pull request: sender role, a non-negative clock below kMaxClock,
-// no payload, chunk ids owned and unique. On success `chunks` holds the
+// no payload, chunk ids owned and unique; `reason` says which failed. On
+// success `chunks` holds the
 // chunks to read (every owned one when the request names none).
-Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, std::string* reason,
+Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, wire::Refusal* reason,
                     std::vector<uint32_t>* chunks);
 
 }  // namespace geodesic::server

@@ -3,18 +3,21 @@
 // gives it, and then serves pulls, pushes and initial values until the job
 // finishes or it is told to stop.
 //
+// Server dispatches; the parts own their state: PullService (held pulls,
+// replies), Replicator and ReplicaBackup (replication), Migration
+// (re-planning) and Checkpointer (checkpoints and starting from them).
+//
 // Threading: Run() is a single-threaded event loop that owns the ROUTER
-// socket and the ShardState; the cluster::MemberClient's heartbeat thread only reads
-// the atomic progress counters. ZeroMQ's I/O thread moves bytes in the
-// background, so the loop applies one message's gradients while the next
-// ones are still arriving. See docs/architecture.md.
+// socket, the ShardState and every part; the cluster::MemberClient's
+// heartbeat thread reads the atomic progress mirrors and installs the
+// authorized keys (Authorize, under keys_mu_). ZeroMQ's I/O thread moves
+// bytes in the background, so the loop applies one message's gradients
+// while the next ones are still arriving. See docs/architecture.md.
 #pragma once
 
 #include <atomic>
-#include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,9 +26,12 @@
 #include "cluster/member_client.h"
 #include "common/clock.h"
 #include "common/status.h"
-#include "compression/codec.h"
+#include "common/thread_annotations.h"
 #include "config/job.h"
-#include "server/pull_compressor.h"
+#include "server/checkpointer.h"
+#include "server/migration.h"
+#include "server/pull_service.h"
+#include "server/replicator.h"
 #include "server/requests.h"
 #include "server/shard.h"
 #include "transport/message.h"
@@ -65,19 +71,17 @@ class Server {
   const std::map<std::string, uint64_t>& refused() const { return refused_; }
 
  private:
-  struct HeldPull {
-    std::string peer;
-    uint64_t request_id = 0;
-    int sender_id = 0;
-    wire::Role role = wire::WORKER;
-    int64_t clock = 0;
-    std::vector<uint32_t> chunks;
-    TimePoint since{};
-    bool wait_for_own_push = false;
-    bool full = false;                   // exact values, and the puller's copy starts over
-    TimePoint hold_until{};              // give up waiting for the own push then
-    std::optional<TimePoint> bound_met;  // when the staleness bound first allowed it
-  };
+  // Start-up, in Run's order.
+  Status Listen();
+  StatusOr<wire::RegisterReply> Join(const std::atomic<bool>* stop);
+  Status TakeShard(const wire::RegisterReply& assignment);
+  Status ConnectBackup(const wire::RegisterReply& assignment);
+  void StartHeartbeat();
+
+  // One turn of the loop: waits up to `wait_ms` and handles what arrived.
+  void ReceiveAll(int wait_ms);
+  // The loop's bookkeeping after receiving; a status when the loop ends.
+  std::optional<Status> AfterReceive();
 
   void Handle(transport::Message& m);
   void HandlePull(transport::Message& m);
@@ -85,147 +89,59 @@ class Server {
   void HandleInit(transport::Message& m);
   // Backup: one op of the primary's log.
   void HandleReplicate(transport::Message& m);
-  // Primary: sends the taken request `m` to the backup and holds `reply`
-  // until the backup acknowledges it; without a backup, sends `reply` now.
-  void Replicate(transport::Message& m, wire::Header reply);
-  // Primary: the backup's acks (and refusals); gives up on a silent backup.
-  void DrainReplica();
-  void ReplicationDegraded(const std::string& why);
-  // Sends op `seq` to the backup and keeps it until acknowledged; `reply`
-  // goes to `peer` then.
-  void SendOp(uint64_t seq, wire::Header op, std::vector<transport::Payload> payloads, const std::string& peer,
-              std::optional<wire::Header> reply);
-  void ResendPending(const std::string& why);
-  // Backup: takes over the shard (its clocks are the primary's last ones).
-  void Promote();
-  bool serving() const { return !options_.backup || promoted_; }
-  void Refuse(const transport::Message& m, const std::string& reason, const Status& status);
-  ShardContext Context();
-  const compression::CodecSpec& PullCodecFor(int worker) const;
-  // Whether the bound and initialization allow the read at all.
-  bool BoundAllows(const HeldPull& p) const;
-  bool CanServe(HeldPull& p);
-  // Sends `chunks` of pull `p` (all of them if null).
-  void ServePull(const HeldPull& p, const std::vector<uint32_t>* chunks = nullptr);
-  void ServeHeldPulls();
-  void SyncMembership();
-  void ReportHeldPulls();
-  void WriteStats() const;
-  void PublishProgress();
-  // Loads the resume plan's checkpoints into shard_ and seeds the clocks.
-  Status Resume();
-  // Loads this shard's newest valid checkpoint (options_.recover).
-  Status Recover();
-  // Writes a checkpoint when the clock passed the next multiple of
-  // checkpoint.every_clocks, or one was requested, or `reason` is given.
-  void MaybeCheckpoint(const char* reason = nullptr);
-  // Re-planning (wan.replan; docs/planner.md "In a running job"): follows the
-  // coordinator's migration (sends this shard's moving chunks once told to,
-  // resends unacknowledged ones, reports when all were taken) and its
-  // published shard map.
-  void SyncMigration();
   // A destination shard: takes one chunk of a migration.
   void HandleTransfer(transport::Message& m);
-  // A source shard: the destinations' acknowledgements.
-  void DrainTransfers();
-  // The chunk a pull or push names that moved away from here, if any.
-  std::optional<uint32_t> MovedChunk(const wire::Header& h) const;
+  // Backup: takes over the shard (its clocks are the primary's last ones).
+  void Promote();
+  bool serving() const { return backup_.serving(); }
+  void Refuse(const transport::Message& m, wire::Refusal reason, const Status& status);
+  ShardContext Context();
+  void SyncMembership();
+  // Recovering: seeds the clocks from the coordinator's first view.
+  void SeedClocks(const cluster::MembershipView& v);
+  // Primary: the coordinator's word on this shard's endpoint and backup.
+  void FollowServers(const cluster::MembershipView& v);
+  void WriteStats() const;
+  void PublishProgress();
   // Secured jobs: installs the coordinator's list of authorized client keys
   // (heartbeat thread), and checks a message's key against its sender.
-  void Authorize(const wire::HeartbeatReply& r);
-  Status CheckSender(const transport::Message& m) const;
+  void Authorize(const wire::HeartbeatReply& r) GD_EXCLUDES(keys_mu_);
+  Status CheckSender(const transport::Message& m) const GD_EXCLUDES(keys_mu_);
 
+  // Everything below is the loop thread's, except what is marked shared.
   ServerProcessOptions options_;
   const Clock* clock_;
   zmq::context_t& ctx_;
-  transport::TrafficCounters counters_;
+  transport::TrafficCounters counters_;         // shared: atomics
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
   transport::Socket socket_;
-  mutable std::mutex keys_mu_;
-  std::map<std::string, int> key_owner_;  // guarded by keys_mu_: key -> worker id (-1: evaluator)
-  std::string primary_key_;               // guarded by keys_mu_: a backup's primary's key (secured jobs)
-  std::unique_ptr<cluster::MemberClient> member_;
+  // Shared with the heartbeat thread (Authorize).
+  mutable Mutex keys_mu_;
+  std::map<std::string, int> key_owner_ GD_GUARDED_BY(keys_mu_);  // key -> worker id (-1: evaluator)
+  std::string primary_key_ GD_GUARDED_BY(keys_mu_);               // a backup's primary's key (secured jobs)
+  std::unique_ptr<cluster::MemberClient> member_;                 // thread-safe
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;
   int num_workers_ = 0;
-  std::vector<HeldPull> held_;
   uint64_t seen_replies_ = 0;
-  std::map<std::string, uint64_t> refused_;
-  TimePoint next_report_{};
-  // Mirrors for the heartbeat thread.
+  std::map<std::string, uint64_t> refused_;  // by transport::RefusalName
+  // Mirrors for the heartbeat thread (shared: atomics).
   std::atomic<uint64_t> pub_updates_{0}, pub_dropped_{0}, pub_refused_{0}, pub_held_{0};
   std::atomic<double> pub_stale_mean_{0};
   std::atomic<int64_t> pub_stale_max_{0};
   std::atomic<bool> pub_promoted_{false};
   std::atomic<uint64_t> pub_updates_at_promotion_{0};
   RequestDecoder decoder_;
-  std::map<int, compression::CodecSpec> pull_codecs_;  // by worker
-  compression::CodecSpec fp32_;
-  PullCompressor pulls_{cluster::ChunkLayout(), 0};
   std::string reported_error_;
-  int64_t next_checkpoint_clock_ = 0;
-  bool clocks_from_coordinator_ = false;
-  bool restored_ = false;  // started from a checkpoint (no initial checkpoint then)  // recovering: seed clocks_ from
-                           // the first membership view
-  int64_t last_min_clock_ = 0;  // the slowest live worker's clock when one was last live
-  uint64_t seen_checkpoint_requests_ = 0;
-  uint64_t checkpoints_written_ = 0;
-  int64_t last_checkpoint_clock_ = -1;
-  double last_checkpoint_ms_ = 0;
-  std::string last_checkpoint_error_;
-  // Replication. Primary: the DEALER to the backup, the last op sent, the
-  // ops the backup has not acknowledged yet (kept to send again: a lost
-  // connection may lose what was in flight) with the workers' acks they
-  // hold, the live set last sent.
-  struct PendingOp {
-    uint64_t seq = 0;
-    wire::Header op;
-    std::vector<transport::Payload> payloads;  // shared with the first send
-    std::string peer;                          // the worker whose ack waits, if any
-    std::optional<wire::Header> reply;         // that ack (none for a live-set op)
-    TimePoint since{};
-  };
-  std::unique_ptr<transport::Socket> replica_;
-  std::string replica_endpoint_;
-  uint64_t replica_seq_ = 0;
-  std::deque<PendingOp> pending_ops_;
-  TimePoint last_resend_{};
-  uint64_t ops_resent_ = 0;
-  std::vector<int> replicated_live_;
-  bool degraded_ = false;
-  std::string fenced_;  // why this primary stopped serving: its backup was promoted
-  uint64_t replicated_ops_ = 0;
-  // Backup: the last op applied, requests that came before the promotion.
-  uint64_t applied_seq_ = 0;
-  bool promoted_ = false;
-  std::vector<transport::Message> parked_;
-  TimePoint promoted_at_{};
-  uint64_t updates_at_promotion_ = 0;
-  double first_update_unix_ = 0;  // promoted: wall time of the first update applied since
-  // Re-planning. Source: the chunks being sent for migration_id_, each kept
-  // (header and frames) until its destination acknowledges it.
-  struct Outgoing {
-    int to = 0;
-    std::string endpoint;
-    wire::Header header;
-    std::vector<transport::Payload> payloads;
-    TimePoint sent{};
-    bool acked = false;
-  };
-  uint64_t migration_id_ = 0;    // the migration whose transfers run (or ran) here
-  uint64_t migration_done_ = 0;  // the last one whose transfers were all acknowledged
-  uint64_t seen_migration_replies_ = 0;
-  wire::Migration migration_;  // the latest announced (id 0: none)
-  std::map<uint32_t, Outgoing> outgoing_;
-  std::map<std::string, std::unique_ptr<transport::Socket>> peers_;  // DEALERs to destination shards, by endpoint
-  std::map<uint32_t, uint64_t> adopted_;                             // chunk -> migration it was taken in
-  std::map<uint32_t, int> moved_away_;                               // chunk -> the shard it went to
-  uint64_t map_version_ = 0;                                         // the shard map version this shard follows
-  uint64_t chunks_sent_ = 0, chunks_adopted_ = 0;
-  std::atomic<uint64_t> pub_migration_done_{0};
+  bool clocks_from_coordinator_ = false;  // recovering: seed clocks_ from the first membership view
   // Chunks of pushes taken (APPLIED) here, replicated ones included, by the
   // pushing worker (their sum is the stats' updates_taken).
   std::map<int, uint64_t> taken_by_worker_;
+  PullService pulls_;
+  Replicator replicator_;  // primary side
+  ReplicaBackup backup_;   // backup side
+  Migration migration_;
+  Checkpointer checkpoints_;
 };
 
 }  // namespace geodesic::server

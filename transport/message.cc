@@ -1,6 +1,8 @@
 #include "transport/message.h"
 
+#include <cctype>
 #include <cstring>
+#include <string_view>
 
 #include "common/log.h"
 #include "transport/routes.h"
@@ -137,6 +139,7 @@ std::optional<Incoming> Socket::Receive() {
     if (parts.empty()) return std::nullopt;
     Incoming in;
     in.status = Unavailable(std::string("receive failed: ") + e.what());
+    in.refusal = wire::REFUSAL_MALFORMED;
     return in;
   }
 
@@ -157,8 +160,9 @@ Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const Sock
   }
   for (size_t i = first; i < parts.size(); ++i) m.wire_bytes += parts[i].size();
 
-  auto refuse = [&](Status s) {
+  auto refuse = [&](Status s, wire::Refusal why = wire::REFUSAL_MALFORMED) {
     in.status = std::move(s);
+    in.refusal = why;
     return std::move(in);
   };
   if (parts.size() <= first) return refuse(InvalidArgument("malformed message: no header frame"));
@@ -184,7 +188,7 @@ Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const Sock
     return refuse(InvalidArgument("header declares " + std::to_string(m.header.payload_frames()) + " payload frames, " +
                                   std::to_string(payload_frames) + " arrived"));
   if (m.header.body_case() == wire::Header::BODY_NOT_SET)
-    return refuse(InvalidArgument("unknown message type (no known body in the header)"));
+    return refuse(InvalidArgument("unknown message type (no known body in the header)"), wire::REFUSAL_UNKNOWN_TYPE);
   m.frames.reserve(payload_frames);
   for (size_t i = first + 1; i < parts.size(); ++i) m.frames.push_back(std::move(parts[i]));
   return in;
@@ -205,6 +209,15 @@ Code FromWire(wire::ErrorCode code) {
   int c = static_cast<int>(code);
   if (c < 0 || c > static_cast<int>(Code::kPermissionDenied)) return Code::kInternal;
   return static_cast<Code>(c);
+}
+
+std::string RefusalName(wire::Refusal refusal) {
+  static constexpr std::string_view kPrefix = "REFUSAL_";
+  std::string name = wire::Refusal_Name(refusal);
+  if (name.empty()) return "unknown";
+  if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
 }
 
 std::string BodyName(const wire::Header& header) {

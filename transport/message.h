@@ -23,7 +23,7 @@
 
 namespace geodesic::transport {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: ErrorReply.reason became the Refusal enum
 
 // Bytes for one payload frame, kept alive by `owner` until sent.
 struct Payload {
@@ -55,9 +55,12 @@ struct Message {
 };
 
 // What arrived: a valid message (`status` OK), or one refused by the framing
-// checks, with as much of it as could be read (for an ErrorReply).
+// checks, with as much of it as could be read (for an ErrorReply) and the
+// refusal to answer with (REFUSAL_UNKNOWN_TYPE for a body this version does
+// not know, REFUSAL_MALFORMED for everything else).
 struct Incoming {
   Status status;
+  wire::Refusal refusal = wire::REFUSAL_UNSPECIFIED;  // set when status is not OK
   Message message;
 };
 
@@ -128,6 +131,10 @@ Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const Sock
 
 wire::ErrorCode ToWire(Code code);
 Code FromWire(wire::ErrorCode code);
+
+// A refusal's name as shards count it in their stats: the enum value's
+// name without "REFUSAL_", lower case (REFUSAL_NOT_BACKUP: "not_backup").
+std::string RefusalName(wire::Refusal refusal);
 
 // Short name of a body, e.g. "push_request", for logs.
 std::string BodyName(const wire::Header& header);

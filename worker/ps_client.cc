@@ -303,7 +303,7 @@ void PsClient::OnErrorReply(int shard, const wire::Header& h) {
   Status err(transport::FromWire(h.error_reply().code()),
              "server " + std::to_string(shards_[shard].id) + ": " + h.error_reply().message());
   if (transport::OutboxEntry* push = pushes_.Find(h.request_id())) {
-    if (h.error_reply().reason() == "moved") {
+    if (h.error_reply().reason() == wire::REFUSAL_MOVED) {
       // A chunk of it moved to another shard (a migration): nothing was
       // applied; the push stays pending and goes to the new owner once
       // we hold the new map (SwitchMap), or here again after the retry.
@@ -322,7 +322,7 @@ void PsClient::OnErrorReply(int shard, const wire::Header& h) {
     init_errors_.push_back(err);
     return;
   }
-  if (h.error_reply().reason() == "moved") {
+  if (h.error_reply().reason() == wire::REFUSAL_MOVED) {
     ++moved_refusals_;  // asked again of the new owner after SwitchMap (or the retry)
     return;
   }

@@ -59,10 +59,11 @@ void CheckFinite(const ShardState& s) {
   }
 }
 
-void CheckRefused(const Status& s, const std::string& reason, const Fingerprint& before, const ShardState& shard) {
+void CheckRefused(const Status& s, wire::Refusal reason, const Fingerprint& before, const ShardState& shard) {
   fuzz::CheckRefusal(s, "shard");
-  if (reason.empty()) fuzz::Fail("a refusal without a reason", s);
-  if (!(Take(shard) == before)) fuzz::Fail("a refused request (" + reason + ") changed the shard", s);
+  if (reason == wire::REFUSAL_UNSPECIFIED) fuzz::Fail("a refusal without a reason", s);
+  if (!(Take(shard) == before))
+    fuzz::Fail("a refused request (" + transport::RefusalName(reason) + ") changed the shard", s);
 }
 
 }  // namespace
@@ -124,7 +125,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case wire::Header::kPullRequest: {
         std::vector<uint32_t> chunks;
-        std::string reason;
+        wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
         Status s = ValidatePull(shard, 0, m, &reason, &chunks);
         if (!s.ok()) {
           CheckRefused(s, reason, before, shard);

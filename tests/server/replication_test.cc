@@ -153,7 +153,7 @@ TEST_F(ReplicationRefusalTest, OnlyThePrimaryMayReplicate) {
     m.header.set_sender_role(role);
     m.header.set_sender_id(id);
     Handled h = ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, m);
-    EXPECT_EQ(h.reason, "bad_sender") << h.status;
+    EXPECT_EQ(h.reason, wire::REFUSAL_BAD_SENDER) << h.status;
     EXPECT_EQ(h.status.code(), Code::kPermissionDenied);
   }
   EXPECT_EQ(backup_.applied_seq, 0u);
@@ -163,7 +163,7 @@ TEST_F(ReplicationRefusalTest, OnlyThePrimaryMayReplicate) {
 TEST_F(ReplicationRefusalTest, GapIsRefusedAndDuplicateChangesNothing) {
   transport::Message gap = Op(2);
   Handled h = ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, gap);
-  EXPECT_EQ(h.reason, "replication_gap") << h.status;
+  EXPECT_EQ(h.reason, wire::REFUSAL_REPLICATION_GAP) << h.status;
   EXPECT_EQ(backup_.shard.updates_applied(), 0u);
 
   transport::Message first = Op(1);
@@ -180,22 +180,22 @@ TEST_F(ReplicationRefusalTest, GapIsRefusedAndDuplicateChangesNothing) {
 TEST_F(ReplicationRefusalTest, BadOpsAreRefusedWhole) {
   transport::Message none = Forward(wire::Header(), {});
   none.header.mutable_replicate_request()->set_seq(1);
-  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, none).reason, "bad_op");
+  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, none).reason, wire::REFUSAL_BAD_OP);
 
   transport::Message zero = Op(0);
-  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, zero).reason, "bad_seq");
+  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, zero).reason, wire::REFUSAL_BAD_SEQ);
 
   transport::Message stranger = Forward(ReplicateMembership(1, {0, 7}, {0, 0}), {});
-  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, stranger).reason, "bad_membership");
+  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, stranger).reason, wire::REFUSAL_BAD_MEMBERSHIP);
 
   transport::Message uneven = Forward(ReplicateMembership(1, {0, 1}, {0}), {});
-  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, uneven).reason, "bad_membership");
+  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, uneven).reason, wire::REFUSAL_BAD_MEMBERSHIP);
 
   // A push that fails the shard's checks (a non-finite value) is refused as a worker's would be.
   transport::Message bad = Op(1);
   float nan = std::numeric_limits<float>::quiet_NaN();
   std::memcpy(bad.frames[0].data(), &nan, sizeof nan);
-  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, bad).reason, "non_finite");
+  EXPECT_EQ(ApplyReplicate(backup_.Ctx(), &backup_.applied_seq, bad).reason, wire::REFUSAL_NON_FINITE);
   EXPECT_EQ(backup_.applied_seq, 0u);
   EXPECT_EQ(backup_.shard.updates_applied(), 0u);
 }

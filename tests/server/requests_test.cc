@@ -59,7 +59,7 @@ TEST_F(RequestsTest, GoodPushIsApplied) {
 TEST_F(RequestsTest, HugeFiniteGradientIsRefusedWhole) {
   for (int clock = 0; clock < 4; ++clock) {
     Handled h = ApplyPush(Ctx(), Push(clock, 3e38f));
-    EXPECT_EQ(h.reason, "value_too_large") << h.status;
+    EXPECT_EQ(h.reason, wire::REFUSAL_VALUE_TOO_LARGE) << h.status;
     EXPECT_EQ(h.status.code(), Code::kInvalidArgument);
   }
   EXPECT_EQ(shard_.updates_applied(), 0u);
@@ -70,7 +70,7 @@ TEST_F(RequestsTest, HugeFiniteGradientIsRefusedWhole) {
 // the clock table.
 TEST_F(RequestsTest, ClockBeyondAnyJobIsRefused) {
   Handled h = ApplyPush(Ctx(), Push(INT64_MAX, 1.0f));
-  EXPECT_EQ(h.reason, "bad_clock");
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_CLOCK);
   EXPECT_EQ(shard_.LastClock(0, 0), -1);
 }
 
@@ -80,11 +80,11 @@ TEST_F(RequestsTest, PullWithNegativeClockIsRefused) {
   transport::Message m;
   m.header.set_sender_role(wire::WORKER);
   m.header.mutable_pull_request()->set_clock(-5);
-  std::string reason;
+  wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   std::vector<uint32_t> chunks;
   Status s = ValidatePull(shard_, 0, m, &reason, &chunks);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_EQ(reason, "bad_clock");
+  EXPECT_EQ(reason, wire::REFUSAL_BAD_CLOCK);
   m.header.mutable_pull_request()->set_clock(3);
   ASSERT_TRUE(ValidatePull(shard_, 0, m, &reason, &chunks).ok());
   EXPECT_EQ(chunks, (std::vector<uint32_t>{0, 1}));

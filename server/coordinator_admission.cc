@@ -1,0 +1,80 @@
+// Secured jobs (security.mode curve): who may register (a join token for
+// the role and id, over an authenticated CURVE connection), which key may
+// speak for a member, and when a member waits for the shards to admit its
+// key.
+#include <algorithm>
+
+#include "server/coordinator_names.h"
+#include "server/coordinator_state.h"
+
+namespace geodesic::server {
+using coordinator_names::Fmt;
+using coordinator_names::IdList;
+using coordinator_names::RoleName;
+
+::geodesic::Status CoordinatorState::Admit(wire::Role role, int id, const wire::RegisterRequest& req,
+                                           const std::string& peer_key) const {
+  if (secure()) {
+    if (peer_key.empty()) return PermissionDenied("registration did not arrive over an authenticated CURVE connection");
+    // A backup joins with a server token for its shard.
+    auto claims = transport::VerifyToken(options_.secret, req.token(), options_.job_name,
+                                         RoleName(role == wire::BACKUP ? wire::SERVER : role), id, options_.unix_now());
+    if (!claims.ok()) return claims.status();
+  }
+  return ::geodesic::Status::Ok();
+}
+
+std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) const {
+  if (!secure() || !started_) return "";
+  // A primary replicates to its backup, which must admit its key first
+  // (ZeroMQ does not retry a connection whose handshake ZAP refused).
+  if (role == wire::SERVER) {
+    if (!replicated() || promoted_[id] || !backups_[id].live || backups_[id].keys_installed >= m.key_epoch) return "";
+    return "the backup of server " + std::to_string(id) + " to authorize its primary's key (at its next heartbeat)";
+  }
+  if (role != wire::WORKER && role != wire::EVALUATOR) return "";
+  // Every process that serves a shard now, or may after a failover.
+  std::vector<int> behind, behind_backups;
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
+    if (servers_[i].live && servers_[i].keys_installed < m.key_epoch) behind.push_back(i);
+  for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
+    if (!promoted_[i] && backups_[i].live && backups_[i].keys_installed < m.key_epoch) behind_backups.push_back(i);
+  if (behind.empty() && behind_backups.empty()) return "";
+  std::string who;
+  if (!behind.empty()) who = std::string(behind.size() == 1 ? "server " : "servers ") + IdList(behind);
+  if (!behind_backups.empty())
+    who += (who.empty() ? "" : " and ") + std::string("the backup") +
+           (behind_backups.size() == 1 ? " of server " : "s of servers ") + IdList(behind_backups);
+  return who + " to authorize " + RoleName(role) + " " + std::to_string(id) + "'s key (at its next heartbeat)";
+}
+
+::geodesic::Status CoordinatorState::CheckKey(wire::Role role, int id, const std::string& peer_key) const {
+  if (!secure()) return ::geodesic::Status::Ok();
+  const Member* m = Find(role, id);
+  if (!m || m->key.empty()) return ::geodesic::Status::Ok();
+  if (peer_key != m->key)
+    return PermissionDenied(std::string("request as ") + RoleName(role) + " " + std::to_string(id) +
+                            " came with another CURVE key than the one it registered with");
+  return ::geodesic::Status::Ok();
+}
+
+bool CoordinatorState::IsMemberKey(const std::string& peer_key) const {
+  if (peer_key.empty()) return false;
+  for (const auto* group : {&servers_, &backups_, &workers_})
+    for (const auto& m : *group)
+      if (m.key == peer_key) return true;
+  return evaluator_.key == peer_key;
+}
+
+void CoordinatorState::AddKeys(wire::Role role, int id, const wire::Heartbeat& hb, Member* m,
+                               wire::HeartbeatReply* r) const {
+  m->keys_installed = std::max(m->keys_installed, hb.keys_epoch());
+  if (hb.keys_epoch() >= keys_epoch_) return;
+  r->set_keys_epoch(keys_epoch_);
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+    if (!workers_[i].key.empty()) r->add_authorized_keys(workers_[i].key), r->add_authorized_ids(i);
+  if (!evaluator_.key.empty()) r->add_authorized_keys(evaluator_.key), r->add_authorized_ids(-1);
+  if (role == wire::BACKUP && !promoted_[id]) r->set_primary_key(servers_[id].key);
+}
+
+}  // namespace geodesic::server

@@ -1,0 +1,35 @@
+// CoordinatorStore: the coordinator's state file (coordinator.state), so a
+// restarted coordinator continues the job. The file holds a serialized
+// wire::CoordinatorSnapshot (proto/checkpoint.proto; CoordinatorState::Save
+// and Restore); it is rewritten atomically when the state changed, at most
+// every 200 ms unless asked to write now. Not synchronized: the
+// coordinator's thread owns it.
+#pragma once
+
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "server/coordinator_state.h"
+
+namespace geodesic::server {
+
+class CoordinatorStore {
+ public:
+  // `path` empty: nothing is kept.
+  CoordinatorStore(std::string path, const Clock* clock) : path_(std::move(path)), clock_(clock) {}
+
+  // Restores `state` from the file if it exists (OK when it does not);
+  // `lease_ms` only goes into the log line.
+  Status Load(CoordinatorState* state, int64_t lease_ms);
+  // Rewrites the file if the state changed.
+  void Save(const CoordinatorState& state, bool now);
+
+ private:
+  const std::string path_;
+  const Clock* clock_;
+  std::string saved_;  // the last snapshot written, without training_seconds
+  TimePoint saved_at_{};
+};
+
+}  // namespace geodesic::server

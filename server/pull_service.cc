@@ -1,0 +1,189 @@
+#include "server/pull_service.h"
+
+#include <algorithm>
+
+#include "cluster/chunking.h"
+#include "common/log.h"
+
+namespace geodesic::server {
+namespace {
+
+uint64_t Micros(Duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+}  // namespace
+
+PullService::PullService(const JobSpec& job, int server_id, const Clock* clock, transport::Socket* socket)
+    : job_(job), server_id_(server_id), clock_(clock), socket_(socket) {}
+
+Status PullService::LoadCodecs() {
+  const std::string& my_region = job_.RegionOfServer(server_id_).name;
+  for (int w = 0; w < job_.NumWorkers(); ++w) {
+    const std::string& name = job_.PullCodec(job_.RegionOfWorker(w).name, my_region);
+    auto spec = compression::ParseCodecSpec(name);
+    if (!spec.ok()) return spec.status().Annotate("compression (pull codec for worker " + std::to_string(w) + ")");
+    codecs_[w] = *spec;
+  }
+  return Status::Ok();
+}
+
+void PullService::Start(const ShardState* shard, const ClockTable* clocks, uint64_t seed) {
+  shard_ = shard;
+  clocks_ = clocks;
+  compressor_ = PullCompressor(shard->layout(), seed);
+}
+
+const compression::CodecSpec& PullService::CodecFor(int worker) const {
+  auto it = codecs_.find(worker);
+  return it == codecs_.end() ? fp32_ : it->second;
+}
+
+void PullService::Take(const transport::Message& m, std::vector<uint32_t> chunks) {
+  const auto& req = m.header.pull_request();
+  const wire::Role role = m.header.sender_role();
+  HeldPull p;
+  p.chunks = std::move(chunks);
+  p.peer = m.peer;
+  p.request_id = m.header.request_id();
+  p.sender_id = m.header.sender_id();
+  p.role = role;
+  p.clock = req.final() ? -1 : req.clock();
+  p.since = clock_->Now();
+  p.wait_for_own_push = req.wait_for_own_push() && role == wire::WORKER && !req.final();
+  p.full = req.full() || req.final();
+  p.hold_until = p.since + std::chrono::microseconds(std::min<uint64_t>(req.max_hold_us(), 60'000'000));
+  if (CanServe(p)) return Serve(p);
+  // A resent request replaces the one already held.
+  for (auto& h : held_)
+    if (h.peer == p.peer && h.clock == p.clock) {
+      h.request_id = p.request_id;
+      h.wait_for_own_push = p.wait_for_own_push;
+      h.hold_until = p.hold_until;
+      h.full = h.full || p.full;
+      return;
+    }
+  held_.push_back(std::move(p));
+}
+
+bool PullService::BoundAllows(const HeldPull& p) const {
+  for (uint32_t c : p.chunks)
+    if (!shard_->IsInitialized(c)) return false;
+  // A final read (the evaluator's) waits only for rounds still open.
+  if (p.clock < 0) return !shard_->HasOpenRounds();
+  return clocks_->CanRead(p.clock);
+}
+
+bool PullService::CanServe(HeldPull& p) {
+  if (!BoundAllows(p)) return false;
+  if (!p.bound_met) p.bound_met = clock_->Now();
+  if (!p.wait_for_own_push) return true;
+  return clocks_->ClockOf(p.sender_id) >= p.clock || clock_->Now() >= p.hold_until;
+}
+
+bool PullService::FillReply(const HeldPull& p, const std::vector<uint32_t>& batch, wire::Header* reply,
+                            std::vector<transport::Payload>* payloads) {
+  auto* r = reply->mutable_pull_reply();
+  for (uint32_t c : batch) {
+    auto snap = shard_->Read(c);
+    auto* d = r->add_chunks();
+    d->set_chunk_id(c);
+    d->set_num_elems(shard_->layout().Size(c));
+    d->set_version(snap.version);
+    // Workers get their link's pull codec; the evaluator and tools exact values.
+    const bool worker = p.role == wire::WORKER;
+    auto payload = compressor_.Encode(worker ? p.sender_id : -1 - p.sender_id, worker ? CodecFor(p.sender_id) : fp32_,
+                                      c, snap, p.full, d);
+    if (!payload.ok()) {
+      GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();
+      return false;
+    }
+    payloads->push_back(std::move(*payload));
+  }
+  return true;
+}
+
+void PullService::Serve(const HeldPull& p, const std::vector<uint32_t>* only) {
+  const std::vector<uint32_t>& chunks = only ? *only : p.chunks;
+  TimePoint now = clock_->Now();
+  int64_t min_clock = clocks_->MinClock();
+  if (min_clock == ClockTable::kNoWorkers) min_clock = -1;
+  for (const auto& batch : cluster::BatchChunks(shard_->layout(), chunks, job_.wire.message_bytes)) {
+    wire::Header reply;
+    reply.set_request_id(p.request_id);
+    auto* r = reply.mutable_pull_reply();
+    r->set_clock(p.clock);
+    r->set_min_clock(min_clock);
+    r->set_held_us(Micros(p.bound_met.value_or(now) - p.since));
+    r->set_hold_us(Micros(now - p.since));
+    std::vector<transport::Payload> payloads;
+    if (!FillReply(p, batch, &reply, &payloads)) return;
+    if (Status s = socket_->Send(std::move(reply), payloads, p.peer); !s.ok()) {
+      GD_LOG(WARNING) << "pull reply to " << p.sender_id << " failed: " << s;
+      return;
+    }
+  }
+}
+
+void PullService::ServeHeld() {
+  if (held_.empty()) return;
+  std::vector<HeldPull> still;
+  for (auto& p : held_) {
+    if (CanServe(p)) {
+      Serve(p);
+      continue;
+    }
+    // A pull waiting for its sender's own push pipelines: each chunk goes
+    // out as soon as that push has been applied to it, while later chunks
+    // are still arriving and being applied.
+    if (p.wait_for_own_push && p.bound_met) {
+      std::vector<uint32_t> ready, rest;
+      for (uint32_t c : p.chunks) (shard_->LastClock(p.sender_id, c) >= p.clock - 1 ? ready : rest).push_back(c);
+      if (!ready.empty()) {
+        Serve(p, &ready);
+        p.chunks = std::move(rest);
+      }
+      if (p.chunks.empty()) continue;
+    }
+    still.push_back(std::move(p));
+  }
+  held_ = std::move(still);
+}
+
+int PullService::WaitMs(int max_ms) const {
+  // A pull the staleness bound still holds is woken by pushes and
+  // membership, not by its hold (which may have long expired: waking for it
+  // would spin).
+  int wait_ms = max_ms;
+  for (const auto& p : held_)
+    if (p.wait_for_own_push && p.bound_met) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(p.hold_until - clock_->Now()).count();
+      wait_ms = std::clamp<int>(static_cast<int>(left) + 1, 0, wait_ms);
+    }
+  return wait_ms;
+}
+
+void PullService::ReportHeld() {
+  TimePoint now = clock_->Now();
+  if (now < next_report_ || held_.empty()) return;
+  const Duration after = std::chrono::seconds(job_.membership.report_after_s);
+  next_report_ = now + after;
+  const HeldPull* oldest = &held_.front();
+  for (const auto& p : held_)
+    if (p.since < oldest->since) oldest = &p;
+  if (now - oldest->since < after) return;
+  std::string why;
+  bool uninit = false;
+  for (uint32_t c : oldest->chunks) uninit |= !shard_->IsInitialized(c);
+  if (uninit) {
+    why = "its chunks have no initial values yet (waiting for a worker's init)";
+  } else {
+    int slow = clocks_->SlowestWorker();
+    why = "staleness bound " + std::to_string(clocks_->bound()) + " waits for worker " + std::to_string(slow) +
+          " at clock " + std::to_string(clocks_->ClockOf(slow));
+  }
+  GD_LOG(INFO) << "holding " << held_.size() << " pull(s); worker " << oldest->sender_id << " at clock "
+               << oldest->clock << " has waited " << static_cast<int>(Seconds(now - oldest->since)) << " s: " << why;
+}
+
+}  // namespace geodesic::server

@@ -1,0 +1,94 @@
+// PullService: a shard's pulls. A validated pull is answered at once when
+// the staleness bound (and, for a worker waiting for its own push, that
+// push) allows it; otherwise it is held until a push, a membership change or
+// its hold time lets it go. Replies are cut into wire-sized messages by
+// cluster::BatchChunks, each chunk encoded with its puller's codec
+// (PullCompressor: a worker's link codec, exact values for the evaluator
+// and tools). A resent pull replaces the one held for the same clock.
+//
+// Owns the held pulls, the per-worker codecs and the compressor's copies.
+// Reads the ShardState and ClockTable it is given (the server owns them)
+// and answers on the server's ROUTER socket. Not synchronized: the server
+// loop's thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "compression/codec.h"
+#include "config/job.h"
+#include "server/consistency.h"
+#include "server/pull_compressor.h"
+#include "server/shard.h"
+#include "transport/message.h"
+
+namespace geodesic::server {
+
+class PullService {
+ public:
+  PullService(const JobSpec& job, int server_id, const Clock* clock, transport::Socket* socket);
+
+  // The pull codec of every worker's link to this shard; refuses a bad
+  // codec name (a server started by hand checks it at start-up too).
+  Status LoadCodecs();
+  // Once the shard exists: what to read and the compressor's seed.
+  void Start(const ShardState* shard, const ClockTable* clocks, uint64_t seed);
+
+  // A pull that passed ValidatePull, for `chunks`.
+  void Take(const transport::Message& m, std::vector<uint32_t> chunks);
+  // Answers every held pull that may go now (chunk by chunk for a worker
+  // waiting for its own push).
+  void ServeHeld();
+  // Logs the oldest held pull and why it waits, every report_after_s.
+  void ReportHeld();
+  // How long the loop may wait (at most `max_ms`) before an own-push hold
+  // expires.
+  int WaitMs(int max_ms) const;
+  // Every puller's copy of `chunk` starts over (it moved to or from here).
+  void ForgetChunk(uint32_t chunk) { compressor_.ForgetChunk(chunk); }
+  size_t held() const { return held_.size(); }
+
+ private:
+  struct HeldPull {
+    std::string peer;
+    uint64_t request_id = 0;
+    int sender_id = 0;
+    wire::Role role = wire::WORKER;
+    int64_t clock = 0;
+    std::vector<uint32_t> chunks;
+    TimePoint since{};
+    bool wait_for_own_push = false;
+    bool full = false;                   // exact values, and the puller's copy starts over
+    TimePoint hold_until{};              // give up waiting for the own push then
+    std::optional<TimePoint> bound_met;  // when the staleness bound first allowed it
+  };
+
+  // Whether the bound and initialization allow the read at all.
+  bool BoundAllows(const HeldPull& p) const;
+  bool CanServe(HeldPull& p);
+  // Sends `chunks` of pull `p` (all of them if null).
+  void Serve(const HeldPull& p, const std::vector<uint32_t>* chunks = nullptr);
+  // One reply message of `p` with `batch`; false if a chunk would not encode.
+  bool FillReply(const HeldPull& p, const std::vector<uint32_t>& batch, wire::Header* reply,
+                 std::vector<transport::Payload>* payloads);
+  const compression::CodecSpec& CodecFor(int worker) const;
+
+  const JobSpec& job_;
+  const int server_id_;
+  const Clock* clock_;
+  transport::Socket* socket_;
+  const ShardState* shard_ = nullptr;
+  const ClockTable* clocks_ = nullptr;
+  std::vector<HeldPull> held_;
+  std::map<int, compression::CodecSpec> codecs_;  // by worker
+  compression::CodecSpec fp32_;
+  PullCompressor compressor_{cluster::ChunkLayout(), 0};
+  TimePoint next_report_{};
+};
+
+}  // namespace geodesic::server
