@@ -32,6 +32,11 @@ enum class Code {
 
 const char* CodeName(Code code);
 
+// What was wrong with a bad value, where a caller acts on it beyond the code
+// (a shard counts non-finite payloads apart from malformed ones). Survives
+// Annotate, so callers never classify an error by its text.
+enum class Detail { kNone, kNonFinite };
+
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -46,9 +51,16 @@ class [[nodiscard]] Status {
   // Prefixes the message with context ("loading checkpoint: ...").
   Status Annotate(const std::string& context) const;
 
+  Detail detail() const { return detail_; }
+  Status WithDetail(Detail detail) && {
+    detail_ = detail;
+    return std::move(*this);
+  }
+
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  Detail detail_ = Detail::kNone;
 };
 
 std::ostream& operator<<(std::ostream& os, const Status& s);

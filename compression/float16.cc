@@ -28,7 +28,8 @@ uint64_t FirstBad(uint64_t n, F bad) {
 
 Status NonFiniteError(const char* codec, uint64_t count, uint64_t first) {
   return InvalidArgument(std::string(codec) + " payload holds " + std::to_string(count) +
-                         " non-finite value(s), the first at index " + std::to_string(first));
+                         " non-finite value(s), the first at index " + std::to_string(first))
+      .WithDetail(Detail::kNonFinite);
 }
 
 // One loop body per 16-bit format and per value of "is `sent` wanted", so

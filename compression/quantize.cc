@@ -297,10 +297,12 @@ Status BadBlock(const char* codec, const uint8_t* p, uint64_t n, uint32_t block,
                 uint64_t (*bytes_for)(uint64_t), float levels, const char* level_rule) {
   const uint64_t first = b * block, last = std::min(n, first + block) - 1;
   const float s = LoadF32(p + b * (4 + bytes_for(block)));
-  std::string what = ValidScale(s, levels) ? std::string("a level outside ") + level_rule
-                                           : "an invalid scale " + std::to_string(s) + " (must be finite, >= 0)";
+  const bool bad_scale = !ValidScale(s, levels);
+  std::string what = bad_scale ? "an invalid scale " + std::to_string(s) + " (must be finite, >= 0)"
+                               : std::string("a level outside ") + level_rule;
   return InvalidArgument(std::string(codec) + " payload: block " + std::to_string(b) + " (values " +
-                         std::to_string(first) + ".." + std::to_string(last) + ") has " + what);
+                         std::to_string(first) + ".." + std::to_string(last) + ") has " + what)
+      .WithDetail(bad_scale ? Detail::kNonFinite : Detail::kNone);
 }
 
 uint64_t Int8LevelBytes(uint64_t len) { return len; }

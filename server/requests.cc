@@ -82,7 +82,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
       decoded_[i].resize(c.num_elems());
       s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
       if (!s.ok()) {
-        *reason = wire::REFUSAL_BAD_PAYLOAD;
+        *reason = s.detail() == Detail::kNonFinite ? wire::REFUSAL_NON_FINITE : wire::REFUSAL_BAD_PAYLOAD;
         return s.Annotate(name + " (" + compression::CodecName(info.codec) + ")");
       }
       v = decoded_[i].data();

@@ -182,6 +182,32 @@ TEST(LayoutTest, Int8IsScaleThenLevelsPerBlock) {
   EXPECT_EQ(Decode(info, bad.data(), bad.size(), x.size(), out.data(), nullptr).code(), Code::kInvalidArgument);
 }
 
+TEST(DecodeTest, NonFiniteValuesAndScalesSayItAsADetailNotInText) {
+  // A receiver counts non-finite payloads apart from malformed ones by the
+  // Status detail, which survives Annotate.
+  std::vector<float> x = {1, 2, 3, 4};
+  std::vector<float> out(x.size());
+  for (const char* spec : {"fp16", "int8"}) {
+    Encoder enc(*ParseCodecSpec(spec), 1);
+    std::vector<uint8_t> p;
+    PayloadInfo info;
+    ASSERT_TRUE(enc.Encode(x.data(), x.size(), &p, &info, nullptr).ok());
+    std::vector<uint8_t> bad = p;
+    if (info.codec == wire::FP16) {
+      bad[0] = 0x00, bad[1] = 0x7c;  // +Inf
+    } else {
+      const float inf = std::numeric_limits<float>::infinity();
+      std::memcpy(bad.data(), &inf, 4);  // the block's scale
+    }
+    Status s = Decode(info, bad.data(), bad.size(), x.size(), out.data(), nullptr).Annotate("chunk 0");
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << spec;
+    EXPECT_EQ(s.detail(), Detail::kNonFinite) << spec << ": " << s;
+    bad = p;
+    bad.pop_back();
+    EXPECT_EQ(Decode(info, bad.data(), bad.size(), x.size(), out.data(), nullptr).detail(), Detail::kNone) << spec;
+  }
+}
+
 TEST(LayoutTest, Int4PacksLowNibbleFirstAndPadsOddBlocks) {
   std::vector<float> x = {7, -7, 0, 7, -7, 7, 0, 0, 7};  // one block of 9, scale 1
   Encoder enc(*ParseCodecSpec("int4:block=9"), 1);
