@@ -90,7 +90,7 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
   json s = json::parse(text);
   double ours = s["samples_per_second"].get<double>();
 
-  json out = {{"model", job.model.name},
+  json out = {{"model", ToString(job.model.name)},
               {"workers", job.NumWorkers()},
               {"servers", job.NumServers()},
               {"staleness_bound", options.staleness_bound},

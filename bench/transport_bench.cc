@@ -113,7 +113,7 @@ struct Rig {
     GD_RETURN_IF_ERROR(MakeDirs(dir));
     const std::string job_path = dir + "/job.yaml";
     GD_RETURN_IF_ERROR(WriteFileAtomic(job_path, JobToYaml(job)));
-    const bool secure = job.security.mode == "curve";
+    const bool secure = job.security.mode == SecurityMode::kCurve;
     std::string secret;
     if (secure) {
       GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file));
@@ -284,7 +284,7 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
       // shard, measured in the same rounds.
       JobSpec secured = job;
       secured.name = job.name + "-curve";
-      secured.security.mode = "curve";
+      secured.security.mode = SecurityMode::kCurve;
       secured.security.secret_file = dir + "/secret";
       if (!std::filesystem::exists(secured.security.secret_file))
         GD_RETURN_IF_ERROR(transport::CreateSecretFile(secured.security.secret_file));

@@ -196,7 +196,7 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
     json row = {{"config", c.name},
                 {"what", c.what},
                 {"own_lan", c.own_lan},
-                {"emulation", c.name.starts_with("lan") ? "none" : job.wan.emulation},
+                {"emulation", c.name.starts_with("lan") ? "none" : ToString(job.wan.emulation)},
                 {"test_accuracy", s["test_accuracy"]},
                 {"seconds_to_target", s["seconds_to_target"]},
                 {"wall_seconds", wall},

@@ -94,7 +94,7 @@ geodesic::StatusOr<geodesic::transport::MemberCredentials> MemberCredentials(con
                                                                              const MemberSecurityFlags& f) {
   using namespace geodesic;
   transport::MemberCredentials c;
-  if (job.security.mode != "curve") return c;
+  if (job.security.mode != SecurityMode::kCurve) return c;
   GD_ASSIGN_OR_RETURN(c.keys, transport::GenerateCurveKeyPair());
   if (f.coordinator_key_file.empty())
     return InvalidArgument("security.mode is curve: --coordinator-key-file is required");
@@ -413,7 +413,7 @@ int main(int argc, char** argv) {
       if (!plan.ok()) return Fail(plan.status());
       coord.coordinator.worker_start_clocks = plan->worker_clocks;
     }
-    if (job->security.mode == "curve") {
+    if (job->security.mode == SecurityMode::kCurve) {
       auto secret = JobSecret(*job, coord_secret_file);
       if (!secret.ok()) return Fail(secret.status());
       coord.coordinator.secret = *secret;
@@ -500,8 +500,9 @@ int main(int argc, char** argv) {
   if (tk_cmd->parsed()) {
     auto job = LoadJobFile(token_job);
     if (!job.ok()) return Fail(job.status());
-    if (job->security.mode != "curve")
-      return Fail(InvalidArgument(token_job + ": security.mode is " + job->security.mode + "; tokens need curve"));
+    if (job->security.mode != SecurityMode::kCurve)
+      return Fail(
+          InvalidArgument(token_job + ": security.mode is " + ToString(job->security.mode) + "; tokens need curve"));
     auto secret = JobSecret(*job, token_secret);
     if (!secret.ok()) return Fail(secret.status());
     auto token = transport::MintToken(

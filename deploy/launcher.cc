@@ -94,7 +94,7 @@ StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, co
 // (nothing in a plaintext one).
 StatusOr<std::pair<transport::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
                                                                        const std::string& key_file, int64_t ttl_s = 0) {
-  if (job.security.mode != "curve") return std::pair<transport::CurveSocket, std::string>{};
+  if (job.security.mode != SecurityMode::kCurve) return std::pair<transport::CurveSocket, std::string>{};
   transport::CurveSocket curve;
   GD_ASSIGN_OR_RETURN(curve.keys, transport::GenerateCurveKeyPair());
   GD_ASSIGN_OR_RETURN(curve.server_key, ReadFile(key_file));
@@ -329,7 +329,7 @@ StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, cons
     }
     if (!ok || !(c.after_s >= 0) || !(c.for_s > 0))
       return InvalidArgument("--cut '" + s + "': expected REGION:REGION@SECONDS+DURATION, e.g. us:asia@10+5");
-    if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+    if (job.wan.emulation == WanEmulation::kNone)
       return InvalidArgument("--cut needs emulated links (wan.emulation: proxy or netns, and wan.links)");
     if (!job.Link(c.a, c.b) && !job.Link(c.b, c.a))
       return InvalidArgument("--cut '" + s + "': no link is declared between " + c.a + " and " + c.b);
@@ -343,7 +343,7 @@ StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, cons
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {
   if (action != "cut" && action != "heal") return InvalidArgument("action must be cut or heal, not '" + action + "'");
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
-  if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+  if (job.wan.emulation == WanEmulation::kNone)
     return FailedPrecondition("the job in " + run_dir + " has no emulated links");
   if (!job.Link(a, b) && !job.Link(b, a)) return InvalidArgument("no link is declared between " + a + " and " + b);
   GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/wan-control"));
@@ -408,7 +408,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       if (!spec.ok()) return InvalidArgument(job_file + ": " + where + ": " + spec.status().message());
     }
   }
-  if (job.model.name != "synthetic") {
+  if (job.model.name != ModelKind::kSynthetic) {
     for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                           "t10k-labels-idx1-ubyte.gz"}) {
       std::string p = job.data.path + "/" + f;
@@ -448,7 +448,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // theirs and bind its address. Taken down when Launch returns (after every
   // child ended, or on a failure or Ctrl-C).
   std::unique_ptr<NetnsWan> netns;
-  if (job.wan.emulation == "netns") {
+  if (job.wan.emulation == WanEmulation::kNetns) {
     GD_ASSIGN_OR_RETURN(netns, NetnsWan::Up(job, run_dir));
     for (auto& r : job.regions) r.host = netns->Address(r.name);
   }
@@ -459,7 +459,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // Security (security.mode curve; docs/security.md): the job secret (made
   // here, mode 0600, unless the job names one), and a token per member in a
   // 0600 file that its command line names (a token in argv would show in ps).
-  const bool secure = job.security.mode == "curve";
+  const bool secure = job.security.mode == SecurityMode::kCurve;
   const std::string key_path = run_dir + "/coordinator.key";
   std::filesystem::remove(key_path);
   // Secured jobs: the coordinator's keypair, kept for its restarts (not
@@ -496,7 +496,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   ProgressLine progress(options.quiet);
   progress.Say("geodesic: job '" + job.name + "': " + std::to_string(job.regions.size()) + " region(s), " +
                std::to_string(job.NumServers()) + " server(s), " + std::to_string(job.NumWorkers()) +
-               " worker(s), model " + job.model.name + ", staleness bound " +
+               " worker(s), model " + ToString(job.model.name) + ", staleness bound " +
                (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
                                                                    : std::to_string(job.training.staleness_bound)) +
                "; logs in " + run_dir + "/logs");
@@ -515,7 +515,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   // Emulated WAN links: fixed ports, routes through the links, probes.
   std::unique_ptr<EmulatedWan> wan;
   json link_probes = json::array();
-  if (job.wan.emulation == "proxy" && !job.wan.links.empty()) {
+  if (job.wan.emulation == WanEmulation::kProxy && !job.wan.links.empty()) {
     GD_ASSIGN_OR_RETURN(wan, EmulatedWan::Start(job));
   }
   if ((wan || netns) && job.wan.probe && !job.wan.links.empty()) {
@@ -1181,7 +1181,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   progress.Say("geodesic: summary written to " + where);
   if (outcome == "interrupted") return 130;
   // A model without a network (synthetic, for benchmarks) has no accuracy.
-  bool evaluated = summary["test_accuracy"].is_number() || job.model.name == "synthetic";
+  bool evaluated = summary["test_accuracy"].is_number() || job.model.name == ModelKind::kSynthetic;
   return outcome == "finished" && evaluated ? 0 : 1;
 }
 
@@ -1189,7 +1189,7 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   GD_ASSIGN_OR_RETURN(std::string endpoint, ReadFile(run_dir + "/coordinator.endpoint"));
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
   std::string secret;
-  if (job.security.mode == "curve") {
+  if (job.security.mode == SecurityMode::kCurve) {
     // Whoever may read the job's secret may ask; a client token lives a minute.
     GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret"
                                                                                        : job.security.secret_file));

@@ -86,8 +86,8 @@ std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(co
   };
 }
 
-torch::Device PickDevice(const std::string& want) {
-  if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
+torch::Device PickDevice(TrainingDevice want) {
+  if (want == TrainingDevice::kCuda || (want == TrainingDevice::kAuto && torch::cuda::is_available())) {
     if (!torch::cuda::is_available())
       GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
     else
@@ -107,13 +107,11 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   device = torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
 
   // Data first: a missing dataset should fail before we join the job.
-  bool synthetic = job.model.name == "synthetic";
+  bool synthetic = job.model.name == ModelKind::kSynthetic;
   torch::Tensor images, labels;
   std::unique_ptr<BatchSampler> sampler;
-  int64_t train_samples = 60000;
   if (!synthetic) {
     GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
-    train_samples = train.count;
     std::vector<int64_t> part = IidPartition(train.count, job.NumWorkers(), options.id, job.seed);
     // Keep only this worker's partition, renumbered 0..n-1.
     images = ImagesTensor(train, &part);
@@ -125,7 +123,6 @@ Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const
   }
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, device));
   const int64_t n = model->num_params();
-  (void)train_samples;
   const int64_t total_steps = job.StepsPerWorker();  // minibatch steps
   const int64_t steps = job.ClocksPerWorker();       // clocks: pushes (rounds of local steps)
   const int local_steps = job.training.local_steps;
