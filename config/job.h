@@ -114,7 +114,7 @@ struct DataSpec {
 };
 
 struct OptimizerSpec {
-  OptimizerKind name = OptimizerKind::kSgd;  // sgd (with momentum) | adam
+  OptimizerKind name = OptimizerKind::kSgd;  // sgd is SGD with momentum
   double lr = 0.05;                          // applied to the mean gradient of one clock
   double momentum = 0.9;                     // sgd only
   double weight_decay = 0.0;

@@ -222,7 +222,8 @@ void ParseSecurity(MapReader& top, SecuritySpec* s, Errors* errors) {
   ParseWord(mode, &s->mode, errors, "security.mode", "use none or curve");
   Check(s->token_ttl_s >= 10 && s->token_ttl_s <= 366LL * 86400, errors, "security.token_ttl_s",
         "must be in [10, 31622400] seconds");
-  Check(s->secret_file.empty() || s->mode == SecurityMode::kCurve, errors, "security.secret_file", "needs security.mode: curve");
+  Check(s->secret_file.empty() || s->mode == SecurityMode::kCurve, errors, "security.secret_file",
+        "needs security.mode: curve");
 }
 
 void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
@@ -232,8 +233,8 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   r.Get("test_samples", &e->test_samples);
   r.Finish();
   Check(Finite(e->snapshot_every_s) && e->snapshot_every_s > 0, errors, "eval.snapshot_every_s", "must be > 0");
-  Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors,
-        "eval.target_accuracy", "must be in (0, 1]");
+  Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
+        "must be in (0, 1]");
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
 }
 
@@ -342,8 +343,7 @@ void ParseWanLinks(const YAML::Node& links, std::vector<LinkSpec>* out, Errors* 
     errors->push_back("wan.links: must be a list of {regions: [a, b] | from: a, to: b, rtt_ms | delay_ms, ...}");
     return;
   }
-  for (size_t i = 0; i < links.size(); ++i)
-    ParseWanLink(links[i], "wan.links[" + std::to_string(i) + "]", out, errors);
+  for (size_t i = 0; i < links.size(); ++i) ParseWanLink(links[i], "wan.links[" + std::to_string(i) + "]", out, errors);
 }
 
 void ParseWan(MapReader& top, WanSpec* w, Errors* errors) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "config/job.h"

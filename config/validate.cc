@@ -1,5 +1,7 @@
 // The job file's rules that span sections, checked once every section is
 // parsed (parse.cc checks the rules inside one section).
+#include <cctype>
+
 #include "config/reader.h"
 
 namespace geodesic::config_internal {
