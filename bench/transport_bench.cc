@@ -128,7 +128,7 @@ struct Rig {
     std::filesystem::remove(dir + "/coord");
     std::vector<std::string> cargs = {
         exe, "coordinator", "--job", job_path, "--endpoint-file", dir + "/coord", "--no-evaluator"};
-    if (job.security.mode == "curve") cargs.insert(cargs.end(), {"--key-file", dir + "/coord.key"});
+    if (job.security.mode == SecurityMode::kCurve) cargs.insert(cargs.end(), {"--key-file", dir + "/coord.key"});
     cluster.coordinator = std::make_unique<deploy::Child>("coordinator", cargs, dir + "/coordinator.log");
     GD_RETURN_IF_ERROR(cluster.coordinator->Start());
     std::string coord = WaitForFile(dir + "/coord", *cluster.coordinator, 20);
@@ -141,7 +141,7 @@ struct Rig {
   Status StartServer(const std::string& exe, const std::string& dir, const std::string& job_path, const JobSpec& job,
                      const std::string& coord, cluster::MemberOptions& mo) {
     std::vector<std::string> sargs = {exe, "server", "--job", job_path, "--id", "0", "--coordinator", coord};
-    if (job.security.mode == "curve") {
+    if (job.security.mode == SecurityMode::kCurve) {
       GD_ASSIGN_OR_RETURN(std::string secret, transport::LoadSecret(job.security.secret_file));
       auto token = [&](const std::string& role) {
         return transport::MintToken(
@@ -277,7 +277,7 @@ StatusOr<std::vector<std::unique_ptr<Rig>>> StartRigs(const std::string& exe, co
   if (curve) {
     JobSpec secured = job;
     secured.name = job.name + "-curve";
-    secured.security.mode = "curve";
+    secured.security.mode = SecurityMode::kCurve;
     secured.security.secret_file = dir + "/secret";
     if (!std::filesystem::exists(secured.security.secret_file))
       GD_RETURN_IF_ERROR(transport::CreateSecretFile(secured.security.secret_file));

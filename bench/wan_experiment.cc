@@ -182,7 +182,7 @@ json RowOf(const WanConfig& c, const JobSpec& job, const json& s) {
   json row = {{"config", c.name},
               {"what", c.what},
               {"own_lan", c.own_lan},
-              {"emulation", c.name.starts_with("lan") ? "none" : job.wan.emulation},
+              {"emulation", c.name.starts_with("lan") ? "none" : ToString(job.wan.emulation)},
               {"test_accuracy", s["test_accuracy"]},
               {"seconds_to_target", s["seconds_to_target"]},
               {"wall_seconds", wall},

@@ -62,7 +62,7 @@ void TrimTrailingSpace(std::string& s) {
 
 StatusOr<transport::MemberCredentials> MemberCredentials(const JobSpec& job, const MemberSecurityFlags& f) {
   transport::MemberCredentials c;
-  if (job.security.mode != "curve") return c;
+  if (job.security.mode != SecurityMode::kCurve) return c;
   GD_ASSIGN_OR_RETURN(c.keys, transport::GenerateCurveKeyPair());
   if (f.coordinator_key_file.empty())
     return InvalidArgument("security.mode is curve: --coordinator-key-file is required");
@@ -117,7 +117,7 @@ Status CompleteCoordinatorOptions(const JobSpec& job, CoordinatorFlags& f) {
     GD_ASSIGN_OR_RETURN(server::ResumePlan plan, server::ResumePlan::FromJson(text, f.resume));
     o.coordinator.worker_start_clocks = plan.worker_clocks;
   }
-  if (job.security.mode == "curve") {
+  if (job.security.mode == SecurityMode::kCurve) {
     GD_ASSIGN_OR_RETURN(o.coordinator.secret, JobSecret(job, f.secret_file));
     GD_ASSIGN_OR_RETURN(o.keys, f.keypair_file.empty() ? transport::GenerateCurveKeyPair()
                                                        : transport::LoadOrCreateKeyPair(f.keypair_file));
@@ -204,8 +204,9 @@ struct TokenFlags {
 int RunToken(const TokenFlags& f) {
   auto job = LoadJobFile(f.job_file);
   if (!job.ok()) return Fail(job.status());
-  if (job->security.mode != "curve")
-    return Fail(InvalidArgument(f.job_file + ": security.mode is " + job->security.mode + "; tokens need curve"));
+  if (job->security.mode != SecurityMode::kCurve)
+    return Fail(
+        InvalidArgument(f.job_file + ": security.mode is " + ToString(job->security.mode) + "; tokens need curve"));
   auto secret = JobSecret(*job, f.secret_file);
   if (!secret.ok()) return Fail(secret.status());
   auto token = transport::MintToken(

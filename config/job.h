@@ -6,12 +6,92 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
+#include <optional>
+#include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 
 namespace geodesic {
+
+// The fixed-vocabulary settings of a job file. Code compares the enums; the
+// words below are what job files, YAML output and logs use (ToString).
+enum class ModelKind { kCnn, kMlp, kSynthetic };
+enum class DatasetKind { kFashionMnist };
+enum class DataPartition { kIid };
+enum class OptimizerKind { kSgd, kAdam };
+enum class LrSchedule { kConstant, kCosine };
+enum class TrainingDevice { kCpu, kCuda, kAuto };
+enum class WanEmulation { kNone, kProxy, kNetns };
+enum class TcpCongestionControl { kAuto, kBbr, kCubic, kReno };
+enum class SecurityMode { kNone, kCurve };
+
+// Each enum's words, in declaration order.
+template <typename E>
+struct EnumWords;
+template <>
+struct EnumWords<ModelKind> {
+  static constexpr std::string_view kWords[] = {"cnn", "mlp", "synthetic"};
+};
+template <>
+struct EnumWords<DatasetKind> {
+  static constexpr std::string_view kWords[] = {"fashion-mnist"};
+};
+template <>
+struct EnumWords<DataPartition> {
+  static constexpr std::string_view kWords[] = {"iid"};
+};
+template <>
+struct EnumWords<OptimizerKind> {
+  static constexpr std::string_view kWords[] = {"sgd", "adam"};
+};
+template <>
+struct EnumWords<LrSchedule> {
+  static constexpr std::string_view kWords[] = {"constant", "cosine"};
+};
+template <>
+struct EnumWords<TrainingDevice> {
+  static constexpr std::string_view kWords[] = {"cpu", "cuda", "auto"};
+};
+template <>
+struct EnumWords<WanEmulation> {
+  static constexpr std::string_view kWords[] = {"none", "proxy", "netns"};
+};
+template <>
+struct EnumWords<TcpCongestionControl> {
+  static constexpr std::string_view kWords[] = {"auto", "bbr", "cubic", "reno"};
+};
+template <>
+struct EnumWords<SecurityMode> {
+  static constexpr std::string_view kWords[] = {"none", "curve"};
+};
+
+template <typename E>
+concept JobEnum = requires {
+  EnumWords<E>::kWords;
+};
+
+template <JobEnum E>
+std::string ToString(E value) {
+  return std::string(EnumWords<E>::kWords[static_cast<size_t>(value)]);
+}
+
+// The value a job file's `word` names, or nullopt.
+template <JobEnum E>
+std::optional<E> FromString(std::string_view word) {
+  const auto& words = EnumWords<E>::kWords;
+  for (size_t i = 0; i < std::size(words); ++i)
+    if (words[i] == word) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+template <JobEnum E>
+std::ostream& operator<<(std::ostream& os, E value) {
+  return os << EnumWords<E>::kWords[static_cast<size_t>(value)];
+}
 
 struct RegionSpec {
   std::string name;
@@ -21,29 +101,29 @@ struct RegionSpec {
 };
 
 struct ModelSpec {
-  std::string name = "cnn";             // cnn | mlp | synthetic
+  ModelKind name = ModelKind::kCnn;
   std::vector<int> mlp_hidden = {256};  // hidden widths for mlp
   int64_t synthetic_params = 1 << 20;   // float32 parameters of `synthetic`
 };
 
 struct DataSpec {
-  std::string dataset = "fashion-mnist";
+  DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
-  std::string partition = "iid";                           // how the training set is split across workers
+  DataPartition partition = DataPartition::kIid;           // how the training set is split across workers
   int batch_size = 64;                                     // per worker
 };
 
 struct OptimizerSpec {
-  std::string name = "sgd";  // sgd (with momentum) | adam
-  double lr = 0.05;          // applied to the mean gradient of one clock
-  double momentum = 0.9;     // sgd only
+  OptimizerKind name = OptimizerKind::kSgd;  // sgd is SGD with momentum
+  double lr = 0.05;                          // applied to the mean gradient of one clock
+  double momentum = 0.9;                     // sgd only
   double weight_decay = 0.0;
   double beta1 = 0.9;  // adam only
   double beta2 = 0.999;
   double eps = 1e-8;
   // Learning-rate schedule over the job's clocks: "constant", or "cosine"
   // (lr * (1 + cos(pi * clock / clocks)) / 2, reaching 0 at the last clock).
-  std::string schedule = "constant";
+  LrSchedule schedule = LrSchedule::kConstant;
 };
 
 struct TrainingSpec {
@@ -54,8 +134,8 @@ struct TrainingSpec {
   int64_t staleness_bound = 2;
   // Divide each asynchronous update's learning rate by its staleness.
   bool staleness_scaling = true;
-  std::string device = "cpu";  // cpu | cuda | auto
-  int threads = 1;             // intra-op threads per worker; one per core is fastest
+  TrainingDevice device = TrainingDevice::kCpu;
+  int threads = 1;  // intra-op threads per worker; one per core is fastest
   // Send each pull before computing the step before it, so network time
   // overlaps compute. Servers answer it once the worker's previous push is
   // in or when the reply must leave to arrive in time, whichever is first.
@@ -135,7 +215,7 @@ struct WanSpec {
   // How cross-region links are emulated on one machine: none (loopback
   // speed), proxy (user-space link-emulating TCP proxies, no root), netns
   // (network namespaces per region, root).
-  std::string emulation = "none";
+  WanEmulation emulation = WanEmulation::kNone;
   std::vector<LinkSpec> links;  // the declared link matrix, one entry per direction
   bool probe = true;            // measure every region pair at start-up
   bool planner = true;          // place chunks with the planner (wan/planner.h) when links are declared
@@ -146,7 +226,7 @@ struct WanSpec {
   // congestion control (cubic, reno) is capped by the Mathis formula; bbr
   // paces at the measured bottleneck rate and loses only the dropped
   // packets. auto: this machine's net.ipv4.tcp_congestion_control.
-  std::string congestion_control = "auto";
+  TcpCongestionControl congestion_control = TcpCongestionControl::kAuto;
   // Re-plan a running job (docs/planner.md "In a running job"): the
   // coordinator builds the link matrix from the workers' passive estimates,
   // calls the planner's drift check, and moves chunks between live shards
@@ -196,7 +276,7 @@ struct ReplicationSpec {
 // reach a port can join. `curve`: every connection runs CurveZMQ and joining
 // needs a token signed with the job's secret.
 struct SecuritySpec {
-  std::string mode = "none";  // none | curve
+  SecurityMode mode = SecurityMode::kNone;
   // The job's secret (>= 32 bytes, mode 0600). Empty: `geodesic launch`
   // creates one in the run directory; other commands then need --secret-file.
   std::string secret_file;

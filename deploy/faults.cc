@@ -73,7 +73,7 @@ StatusOr<Cut> ParseCut(const std::string& s, const JobSpec& job) {
   }
   if (!ok || !(c.after_s >= 0) || !(c.for_s > 0))
     return InvalidArgument("--cut '" + s + "': expected REGION:REGION@SECONDS+DURATION, e.g. us:asia@10+5");
-  if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+  if (job.wan.emulation != WanEmulation::kProxy && job.wan.emulation != WanEmulation::kNetns)
     return InvalidArgument("--cut needs emulated links (wan.emulation: proxy or netns, and wan.links)");
   if (!job.Link(c.a, c.b) && !job.Link(c.b, c.a))
     return InvalidArgument("--cut '" + s + "': no link is declared between " + c.a + " and " + c.b);

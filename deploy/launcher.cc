@@ -57,7 +57,7 @@ Status CheckCodecs(const JobSpec& job, const std::string& job_file) {
 }
 
 Status CheckDataset(const JobSpec& job) {
-  if (job.model.name == "synthetic") return Status::Ok();
+  if (job.model.name == ModelKind::kSynthetic) return Status::Ok();
   for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
                         "t10k-labels-idx1-ubyte.gz"}) {
     std::string p = job.data.path + "/" + f;
@@ -79,7 +79,7 @@ struct MemberSecurity {
 
   static StatusOr<MemberSecurity> Prepare(const JobSpec& job, const RunDir& dir) {
     MemberSecurity s;
-    s.secure = job.security.mode == "curve";
+    s.secure = job.security.mode == SecurityMode::kCurve;
     s.key_path = dir.coordinator_key();
     // Secured jobs: the coordinator's keypair, kept for its restarts (not
     // across launches: members of a new launch learn the new key).
@@ -117,7 +117,7 @@ void Announce(const JobSpec& job, const RunDir& dir, const std::optional<server:
               ProgressLine& progress) {
   progress.Say("geodesic: job '" + job.name + "': " + std::to_string(job.regions.size()) + " region(s), " +
                std::to_string(job.NumServers()) + " server(s), " + std::to_string(job.NumWorkers()) +
-               " worker(s), model " + job.model.name + ", staleness bound " +
+               " worker(s), model " + ToString(job.model.name) + ", staleness bound " +
                (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
                                                                    : std::to_string(job.training.staleness_bound)) +
                "; logs in " + dir.logs());
@@ -176,7 +176,7 @@ struct Session {
 
 // Brings up the emulated links and writes the job file the children read.
 Status PrepareLinks(Session& s, ProgressLine& progress) {
-  if (s.job.wan.emulation == "netns") {
+  if (s.job.wan.emulation == WanEmulation::kNetns) {
     GD_ASSIGN_OR_RETURN(s.netns, NetnsWan::Up(s.job, s.dir.path));
     for (auto& r : s.job.regions) r.host = s.netns->Address(r.name);
   }
@@ -186,7 +186,7 @@ Status PrepareLinks(Session& s, ProgressLine& progress) {
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
   ::setenv("OMP_NUM_THREADS", "1", 1);
   Announce(s.job, s.dir, s.resume, progress);
-  if (s.job.wan.emulation == "proxy" && !s.job.wan.links.empty()) {
+  if (s.job.wan.emulation == WanEmulation::kProxy && !s.job.wan.links.empty()) {
     GD_ASSIGN_OR_RETURN(s.wan, EmulatedWan::Start(s.job));
   }
   GD_ASSIGN_OR_RETURN(s.link_probes, ProbeLinks(s.job, s.wan.get(), s.netns.get(), progress));
@@ -547,7 +547,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {
   if (action != "cut" && action != "heal") return InvalidArgument("action must be cut or heal, not '" + action + "'");
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
-  if (job.wan.emulation != "proxy" && job.wan.emulation != "netns")
+  if (job.wan.emulation != WanEmulation::kProxy && job.wan.emulation != WanEmulation::kNetns)
     return FailedPrecondition("the job in " + run_dir + " has no emulated links");
   if (!job.Link(a, b) && !job.Link(b, a)) return InvalidArgument("no link is declared between " + a + " and " + b);
   GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/wan-control"));
@@ -580,7 +580,7 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
   GD_ASSIGN_OR_RETURN(std::string endpoint, ReadFile(run_dir + "/coordinator.endpoint"));
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(run_dir + "/job.yaml"));
   std::string secret;
-  if (job.security.mode == "curve") {
+  if (job.security.mode == SecurityMode::kCurve) {
     // Whoever may read the job's secret may ask; a client token lives a minute.
     GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret"
                                                                                        : job.security.secret_file));

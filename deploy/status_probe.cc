@@ -7,7 +7,7 @@ namespace geodesic::deploy {
 
 StatusOr<std::pair<transport::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
                                                                        const std::string& key_file, int64_t ttl_s) {
-  if (job.security.mode != "curve") return std::pair<transport::CurveSocket, std::string>{};
+  if (job.security.mode != SecurityMode::kCurve) return std::pair<transport::CurveSocket, std::string>{};
   transport::CurveSocket curve;
   GD_ASSIGN_OR_RETURN(curve.keys, transport::GenerateCurveKeyPair());
   GD_ASSIGN_OR_RETURN(curve.server_key, ReadFile(key_file));

@@ -367,7 +367,7 @@ StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::st
   progress.Say("geodesic: summary written to " + (summary_file.empty() ? run.dir.summary_json() : summary_file));
   if (outcome == "interrupted") return 130;
   // A model without a network (synthetic, for benchmarks) has no accuracy.
-  bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == "synthetic";
+  bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == ModelKind::kSynthetic;
   return outcome == "finished" && evaluated ? 0 : 1;
 }
 

@@ -132,7 +132,7 @@ class Adam final : public ChunkOptimizer {
 }  // namespace
 
 std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n) {
-  if (spec.name == "adam") return std::make_unique<Adam>(spec, n);
+  if (spec.name == OptimizerKind::kAdam) return std::make_unique<Adam>(spec, n);
   return std::make_unique<Sgd>(spec, n);
 }
 

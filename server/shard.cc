@@ -208,7 +208,7 @@ StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoi
   }
   auto probe = MakeChunkOptimizer(options_.optimizer, size);
   if (!probe->Load(st))
-    return DataLoss(where + ": optimizer state does not fit a " + options_.optimizer.name + " optimizer of " +
+    return DataLoss(where + ": optimizer state does not fit a " + ToString(options_.optimizer.name) + " optimizer of " +
                     std::to_string(size) + " values");
   return st;
 }
@@ -270,7 +270,7 @@ wire::ShardCheckpoint ShardState::ToCheckpoint(int64_t min_live_clock) const {
   wire::ShardCheckpoint ck;
   ck.set_shard_id(options_.shard_id);
   ck.set_clock(CheckpointClock(min_live_clock));
-  ck.set_optimizer(options_.optimizer.name);
+  ck.set_optimizer(ToString(options_.optimizer.name));
   ck.set_staleness_bound(options_.staleness_bound);
   ck.set_num_params(layout_.num_params());
   ck.set_chunk_elems(layout_.chunk_elems());
@@ -289,9 +289,9 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
                               std::to_string(ck.chunk_elems()) + "; this job has " +
                               std::to_string(layout_.num_params()) + " in chunks of " +
                               std::to_string(layout_.chunk_elems()));
-  if (ck.optimizer() != options_.optimizer.name)
+  if (ck.optimizer() != ToString(options_.optimizer.name))
     return FailedPrecondition("checkpoint of shard " + std::to_string(ck.shard_id()) + " holds " + ck.optimizer() +
-                              " state; this job runs " + options_.optimizer.name);
+                              " state; this job runs " + ToString(options_.optimizer.name));
   // Check every owned chunk first, so that a bad one changes nothing.
   std::vector<std::pair<const wire::ChunkCheckpoint*, ChunkOptimizer::State>> take;
   for (const auto& in : ck.chunks()) {

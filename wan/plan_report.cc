@@ -61,8 +61,8 @@ std::vector<std::string> Notes(const Report& r) {
   for (int a = 0; a < r.R; ++a)
     for (int b = 0; b < r.R; ++b) lossy_links |= r.plan.links.at(a, b).loss > 0;
   std::vector<std::string> notes = {};
-  if (lossy_links && r.planner.emulation() != "netns")
-    notes.push_back("wan.emulation is " + r.planner.emulation() +
+  if (lossy_links && r.planner.emulation() != WanEmulation::kNetns)
+    notes.push_back("wan.emulation is " + ToString(r.planner.emulation()) +
                     ": declared loss is not emulated, so measured times on lossy links will be lower");
   notes.push_back(r.planner.overlapped()
                       ? "staleness bound >= 1: the model overlaps compute with the round trip and pushes with pulls"

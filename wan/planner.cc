@@ -118,7 +118,7 @@ struct Planner::Problem {
   std::vector<int> chunk_class;       // size class per chunk
   std::vector<uint32_t> by_size;      // chunks, largest first, then by index
   LinkMatrix declared;
-  std::string emulation;
+  WanEmulation emulation = WanEmulation::kNone;
   double compute_ms = 0, codec_gain = 0, drift = 0;
   // A staleness bound >= 1 with prefetch: a worker's pull is answered
   // without waiting for the other workers' pushes, the next pull's round
@@ -503,17 +503,17 @@ LinkMatrix LinkMatrix::FromJob(const JobSpec& job) {
     s.bandwidth_mbit = l.bandwidth_mbit > 0 ? l.bandwidth_mbit : kLoopbackMbit;
     // A user-space proxy cannot drop packets (TCP hides loss from it), so
     // under proxy emulation the declared loss does not happen.
-    s.loss = job.wan.emulation == "proxy" ? 0 : l.loss;
+    s.loss = job.wan.emulation == WanEmulation::kProxy ? 0 : l.loss;
     s.declared = true;
   }
   // Nor does any TCP sender there see the link's round trip, so nothing
   // paces to it.
-  m.set_bbr(CongestionControl(job) == "bbr" && job.wan.emulation != "proxy");
+  m.set_bbr(CongestionControl(job) == "bbr" && job.wan.emulation != WanEmulation::kProxy);
   return m;
 }
 
 std::string CongestionControl(const JobSpec& job) {
-  if (job.wan.congestion_control != "auto") return job.wan.congestion_control;
+  if (job.wan.congestion_control != TcpCongestionControl::kAuto) return ToString(job.wan.congestion_control);
   std::ifstream in("/proc/sys/net/ipv4/tcp_congestion_control");
   std::string cc;
   return in >> cc ? cc : "cubic";
@@ -538,7 +538,7 @@ double LinkMatrix::GoodputMbit(int from, int to) const {
 
 double DefaultComputeMs(const JobSpec& job) {
   if (job.wan.compute_ms > 0) return job.wan.compute_ms;
-  if (job.model.name == "synthetic") return 0;
+  if (job.model.name == ModelKind::kSynthetic) return 0;
   return kCnnComputeMsPer64 * job.data.batch_size / 64.0;
 }
 
@@ -606,7 +606,7 @@ int Planner::num_servers() const { return p_->S(); }
 const std::vector<std::string>& Planner::regions() const { return p_->regions; }
 const std::vector<int>& Planner::workers_per_region() const { return p_->workers; }
 const std::vector<int>& Planner::server_regions() const { return p_->server_region; }
-const std::string& Planner::emulation() const { return p_->emulation; }
+WanEmulation Planner::emulation() const { return p_->emulation; }
 CodecTable Planner::JobCodecs() const { return Names(*p_, p_->job); }
 std::vector<int32_t> Planner::RoundRobin() const { return RoundRobinOwners(*p_); }
 

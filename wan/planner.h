@@ -184,7 +184,7 @@ class Planner {
   const std::vector<std::string>& regions() const;
   const std::vector<int>& workers_per_region() const;
   const std::vector<int>& server_regions() const;  // region index per server id
-  const std::string& emulation() const;            // wan.emulation
+  WanEmulation emulation() const;                  // wan.emulation
   // The job's own codecs (compression.push/pull and compression.links).
   CodecTable JobCodecs() const;
 

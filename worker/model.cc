@@ -37,17 +37,17 @@ uint64_t Fnv1a(uint64_t h, const std::string& s) {
 StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, uint64_t seed, torch::Device device) {
   std::unique_ptr<FlatModel> m(new FlatModel());
   torch::manual_seed(seed);
-  m->signature_.set_name(spec.name);
+  m->signature_.set_name(ToString(spec.name));
   uint64_t digest = 14695981039346656037ull;
-  if (spec.name == "cnn") {
+  if (spec.name == ModelKind::kCnn) {
     m->net_ = MakeCnn();
-  } else if (spec.name == "mlp") {
+  } else if (spec.name == ModelKind::kMlp) {
     m->net_ = MakeMlp(spec.mlp_hidden);
-  } else if (spec.name == "synthetic") {
+  } else if (spec.name == ModelKind::kSynthetic) {
     m->params_ = torch::randn({spec.synthetic_params}, torch::TensorOptions().dtype(torch::kFloat32)) * 0.01;
     digest = Fnv1a(digest, "synthetic:" + std::to_string(spec.synthetic_params));
   } else {
-    return InvalidArgument("unknown model '" + spec.name + "'");
+    return InvalidArgument("unknown model '" + ToString(spec.name) + "'");
   }
   if (m->net_) {
     m->net_->to(device);

@@ -25,8 +25,8 @@ namespace {
 
 constexpr int64_t kNoBarrier = std::numeric_limits<int64_t>::max();
 
-torch::Device PickDevice(const std::string& want) {
-  if (want == "cuda" || (want == "auto" && torch::cuda::is_available())) {
+torch::Device PickDevice(TrainingDevice want) {
+  if (want == TrainingDevice::kCuda || (want == TrainingDevice::kAuto && torch::cuda::is_available())) {
     if (!torch::cuda::is_available())
       GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
     else
@@ -84,7 +84,7 @@ Status Worker::LoadData() {
   device = torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
 
   // Data first: a missing dataset should fail before we join the job.
-  synthetic_ = job_.model.name == "synthetic";
+  synthetic_ = job_.model.name == ModelKind::kSynthetic;
   if (!synthetic_) {
     GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
     std::vector<int64_t> part = IidPartition(train.count, job_.NumWorkers(), options_.id, job_.seed);

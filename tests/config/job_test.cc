@@ -26,7 +26,7 @@ TEST(JobTest, ParsesRegionsInFileOrderAndCountsRoles) {
   EXPECT_EQ(job->RegionOfWorker(2).name, "eu");
   EXPECT_EQ(job->coordinator_region, "us");
   // Defaults of the reference setup (docs/architecture.md, the reference CNN).
-  EXPECT_EQ(job->model.name, "cnn");
+  EXPECT_EQ(job->model.name, ModelKind::kCnn);
   EXPECT_DOUBLE_EQ(job->optimizer.lr, 0.05);
   EXPECT_EQ(job->data.batch_size, 64);
 }
@@ -72,7 +72,7 @@ TEST(JobTest, OverridesApplyBeforeValidation) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->training.staleness_bound, 0);
   EXPECT_EQ(job->regions[0].workers, 5);
-  EXPECT_EQ(job->model.name, "mlp");
+  EXPECT_EQ(job->model.name, ModelKind::kMlp);
   EXPECT_FALSE(ParseJob(kMinimal, "t", {"training.staleness_bound=-1"}).ok());
   EXPECT_FALSE(ParseJob(kMinimal, "t", {"no-equals-sign"}).ok());
   EXPECT_FALSE(ParseJob(kMinimal, "t", {"name.inner=1"}).ok());  // name is a scalar
@@ -129,11 +129,11 @@ TEST(JobTest, ShippedExampleParses) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->NumServers(), 2);
   EXPECT_EQ(job->NumWorkers(), 4);
-  EXPECT_EQ(job->model.name, "cnn");
+  EXPECT_EQ(job->model.name, ModelKind::kCnn);
   auto three = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_EQ(three->wan.links.size(), 6u);
-  EXPECT_EQ(three->wan.emulation, "proxy");
+  EXPECT_EQ(three->wan.emulation, WanEmulation::kProxy);
 }
 
 TEST(JobTest, WanLinksBothWaysOrOneWay) {
@@ -193,7 +193,7 @@ TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
   EXPECT_EQ(ok->StepsPerWorker(), 10);
   EXPECT_EQ(ok->ClocksPerWorker(), 3);  // 4 + 4 + 2 steps
   OptimizerSpec shard = ok->ShardOptimizer();
-  EXPECT_EQ(shard.name, "sgd");
+  EXPECT_EQ(shard.name, OptimizerKind::kSgd);
   EXPECT_DOUBLE_EQ(shard.lr, 1.0);
   EXPECT_DOUBLE_EQ(shard.momentum, 0.5);
   EXPECT_DOUBLE_EQ(shard.weight_decay, 0.0);  // the workers apply it
@@ -280,13 +280,13 @@ TEST(JobTest, BackupsGoToTheNextRegion) {
 TEST(JobTest, SecuritySectionDefaultsParsesAndNamesBadKeys) {
   auto plain = ParseJob(kMinimal, "t");
   ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->security.mode, "none");
+  EXPECT_EQ(plain->security.mode, SecurityMode::kNone);
   EXPECT_EQ(plain->security.token_ttl_s, 86400);
 
   auto curve =
       ParseJob(kMinimal, "t", {"security.mode=curve", "security.secret_file=/tmp/s", "security.token_ttl_s=60"});
   ASSERT_TRUE(curve.ok()) << curve.status();
-  EXPECT_EQ(curve->security.mode, "curve");
+  EXPECT_EQ(curve->security.mode, SecurityMode::kCurve);
   EXPECT_EQ(curve->security.secret_file, "/tmp/s");
   EXPECT_EQ(curve->security.token_ttl_s, 60);
   auto again = ParseJob(JobToYaml(*curve), "roundtrip");

@@ -78,8 +78,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t bounds[] = {0, 1, 3, 1'000'000};
   so.staleness_bound = bounds[(setup >> 3) & 3];
   so.staleness_scaling = setup & 32;
-  so.optimizer.name = (setup & 64) ? "adam" : "sgd";
-  so.optimizer.schedule = (setup & 128) ? "cosine" : "constant";
+  so.optimizer.name = (setup & 64) ? OptimizerKind::kAdam : OptimizerKind::kSgd;
+  so.optimizer.schedule = (setup & 128) ? LrSchedule::kCosine : LrSchedule::kConstant;
   so.total_clocks = 10;
   ShardState shard(so, layout, map.ChunksOf(0));
   ClockTable clocks(so.staleness_bound);

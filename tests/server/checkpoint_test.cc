@@ -18,7 +18,7 @@ namespace {
 ShardOptions Options(int64_t bound, const std::string& optimizer = "sgd") {
   ShardOptions o;
   o.staleness_bound = bound;
-  o.optimizer.name = optimizer;
+  o.optimizer.name = *FromString<OptimizerKind>(optimizer);
   o.optimizer.lr = 0.1;
   o.optimizer.momentum = 0.9;
   o.total_clocks = 20;

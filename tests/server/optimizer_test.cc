@@ -21,7 +21,7 @@ void CompareWithTorch(const OptimizerSpec& spec, int steps) {
 
   torch::Tensor ref = p.clone().set_requires_grad(true);
   std::unique_ptr<torch::optim::Optimizer> opt;
-  if (spec.name == "adam")
+  if (spec.name == OptimizerKind::kAdam)
     opt = std::make_unique<torch::optim::Adam>(std::vector<torch::Tensor>{ref}, torch::optim::AdamOptions(spec.lr)
                                                                                     .betas({spec.beta1, spec.beta2})
                                                                                     .eps(spec.eps)
@@ -47,7 +47,7 @@ TEST(OptimizerTest, SgdMatchesTorch) {
   for (double mom : {0.0, 0.9})
     for (double wd : {0.0, 1e-3}) {
       OptimizerSpec s;
-      s.name = "sgd";
+      s.name = OptimizerKind::kSgd;
       s.lr = 0.05;
       s.momentum = mom;
       s.weight_decay = wd;
@@ -58,7 +58,7 @@ TEST(OptimizerTest, SgdMatchesTorch) {
 TEST(OptimizerTest, AdamMatchesTorch) {
   for (double wd : {0.0, 1e-2}) {
     OptimizerSpec s;
-    s.name = "adam";
+    s.name = OptimizerKind::kAdam;
     s.lr = 1e-3;
     s.weight_decay = wd;
     CompareWithTorch(s, 25);
@@ -76,7 +76,7 @@ TEST(OptimizerTest, GradScaleIsTheMeanAndOutOfPlaceMatchesInPlace) {
   EXPECT_EQ(out, pb);
   EXPECT_EQ(pa, (std::vector<float>{1, 2}));  // input untouched when writing elsewhere
   EXPECT_TRUE(a->ScalesGradientForStaleness());
-  s.name = "adam";
+  s.name = OptimizerKind::kAdam;
   EXPECT_FALSE(MakeChunkOptimizer(s, 2)->ScalesGradientForStaleness());
 }
 

@@ -17,7 +17,8 @@ constexpr int kWorkers = 3;
 struct Replica {
   Replica(int64_t bound, const char* optimizer)
       : shard(ShardOptions{.staleness_bound = bound,
-                           .optimizer = OptimizerSpec{.name = optimizer, .lr = 0.1, .momentum = 0.9},
+                           .optimizer =
+                               OptimizerSpec{.name = *FromString<OptimizerKind>(optimizer), .lr = 0.1, .momentum = 0.9},
                            .total_clocks = 100},
               cluster::ChunkLayout(40, 16), {0, 1, 2}),
         clocks(bound) {

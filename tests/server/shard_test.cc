@@ -11,7 +11,7 @@ ShardOptions Options(int64_t bound, double momentum = 0.0, bool scaling = true) 
   ShardOptions o;
   o.staleness_bound = bound;
   o.staleness_scaling = scaling;
-  o.optimizer.name = "sgd";
+  o.optimizer.name = OptimizerKind::kSgd;
   o.optimizer.lr = 0.5;
   o.optimizer.momentum = momentum;
   return o;

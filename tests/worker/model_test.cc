@@ -26,7 +26,7 @@ TEST(ModelTest, ParametersAreViewsOfTheFlatVector) {
 
 TEST(ModelTest, BackwardWritesIntoTheFlatGradBuffer) {
   ModelSpec spec;
-  spec.name = "mlp";
+  spec.name = ModelKind::kMlp;
   spec.mlp_hidden = {16};
   auto m = std::move(FlatModel::Create(spec, 1).value());
   torch::Tensor g = m->NewGradBuffer();
@@ -46,11 +46,11 @@ TEST(ModelTest, SameSeedSameInitAndSignature) {
   EXPECT_TRUE(torch::equal(a->params(), b->params()));
   EXPECT_EQ(a->signature().layout_digest(), b->signature().layout_digest());
   ModelSpec mlp;
-  mlp.name = "mlp";
+  mlp.name = ModelKind::kMlp;
   auto c = std::move(FlatModel::Create(mlp, 5).value());
   EXPECT_NE(a->signature().layout_digest(), c->signature().layout_digest());
   ModelSpec syn;
-  syn.name = "synthetic";
+  syn.name = ModelKind::kSynthetic;
   syn.synthetic_params = 1000;
   auto d = std::move(FlatModel::Create(syn, 5).value());
   EXPECT_EQ(d->num_params(), 1000);
@@ -59,7 +59,7 @@ TEST(ModelTest, SameSeedSameInitAndSignature) {
 
 TEST(ModelTest, EvaluateCountsCorrectPredictions) {
   ModelSpec spec;
-  spec.name = "mlp";
+  spec.name = ModelKind::kMlp;
   auto m = std::move(FlatModel::Create(spec, 1).value());
   m->params().zero_();  // every logit 0: argmax picks class 0
   torch::Tensor x = torch::zeros({4, 1, 28, 28});

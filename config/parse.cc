@@ -1,0 +1,443 @@
+// YAML text -> JobSpec: one function per section of the job file, each
+// reading its keys and checking the rules that involve only that section;
+// rules across sections are in validate.cc.
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "config/job.h"
+#include "config/reader.h"
+
+namespace geodesic {
+namespace {
+
+using config_internal::Check;
+using config_internal::Finite;
+using config_internal::MapReader;
+using Errors = std::vector<std::string>;
+
+constexpr int64_t kInfiniteStaleness = int64_t{1} << 40;
+
+Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) return InvalidArgument("override '" + assignment + "' is not key.path=value");
+  std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("override '" + assignment + "': " + e.what());
+  }
+  std::vector<std::string> keys;
+  std::stringstream ss(path);
+  for (std::string k; std::getline(ss, k, '.');) {
+    if (k.empty()) return InvalidArgument("override '" + assignment + "' has an empty key");
+    keys.push_back(k);
+  }
+  // yaml-cpp nodes are handles: walk with reset() so we never assign through.
+  YAML::Node cur;
+  cur.reset(root);
+  for (size_t i = 0; i + 1 < keys.size(); ++i) {
+    if (!cur.IsMap() && !cur.IsNull())
+      return InvalidArgument("override '" + assignment + "': '" + keys[i] + "' is inside a non-map");
+    YAML::Node next = cur[keys[i]];
+    if (!next) {
+      cur[keys[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[keys[i]];
+    }
+    cur.reset(next);
+  }
+  if (!cur.IsMap() && !cur.IsNull())
+    return InvalidArgument("override '" + assignment + "': parent of '" + keys.back() + "' is not a map");
+  cur[keys.back()] = value;
+  return Status::Ok();
+}
+
+// Sets *out to the value `word` names, or reports `what` at `where`.
+template <JobEnum E>
+void ParseWord(const std::string& word, E* out, Errors* errors, const std::string& where, const std::string& what) {
+  std::optional<E> value = FromString<E>(word);
+  if (value)
+    *out = *value;
+  else
+    errors->push_back(where + ": " + what);
+}
+
+void ParseStaleness(MapReader& r, int64_t* out, Errors* errors) {
+  YAML::Node n = r.child("staleness_bound");
+  if (!n || n.IsNull()) return;
+  std::string where = r.ChildPath("staleness_bound");
+  if (!n.IsScalar()) {
+    errors->push_back(where + ": expected an integer or 'inf'");
+    return;
+  }
+  std::string s = n.Scalar();
+  if (s == "inf" || s == "async") {
+    *out = kInfiniteStaleness;
+    return;
+  }
+  try {
+    *out = n.as<int64_t>();
+  } catch (const YAML::Exception&) {
+    errors->push_back(where + ": expected an integer or 'inf', got '" + s + "'");
+    return;
+  }
+  Check(*out >= 0, errors, where, "must be >= 0 (0 is BSP)");
+  if (*out > kInfiniteStaleness) *out = kInfiniteStaleness;
+}
+
+void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) {
+  YAML::Node regions = top.child("regions");
+  if (!regions || !regions.IsMap() || regions.size() == 0) {
+    errors->push_back("regions: required, a mapping from region name to {servers, workers, host}");
+    return;
+  }
+  for (const auto& kv : regions) {
+    RegionSpec region;
+    region.name = kv.first.IsScalar() ? kv.first.Scalar() : std::string("<not a name>");
+    std::string where = "regions." + region.name;
+    Check(config_internal::ValidName(region.name), errors, where, "region names use letters, digits, '-' and '_'");
+    MapReader r(kv.second, where, errors);
+    r.Get("host", &region.host);
+    r.Get("servers", &region.servers);
+    r.Get("workers", &region.workers);
+    r.Finish();
+    Check(region.servers >= 0 && region.servers <= 256, errors, where + ".servers", "must be in [0, 256]");
+    Check(region.workers >= 0 && region.workers <= 4096, errors, where + ".workers", "must be in [0, 4096]");
+    Check(!region.host.empty(), errors, where + ".host", "must not be empty");
+    out->push_back(region);
+  }
+}
+
+void ParseModel(MapReader& top, ModelSpec* m, Errors* errors) {
+  MapReader r(top.child("model"), "model", errors);
+  std::string name = ToString(m->name);
+  r.Get("name", &name);
+  r.Get("mlp_hidden", &m->mlp_hidden);
+  r.Get("synthetic_params", &m->synthetic_params);
+  r.Finish();
+  ParseWord(name, &m->name, errors, "model.name", "'" + name + "' is not a model; use cnn, mlp or synthetic");
+  for (int h : m->mlp_hidden) Check(h > 0 && h <= 65536, errors, "model.mlp_hidden", "widths must be in [1, 65536]");
+  Check(m->synthetic_params > 0 && m->synthetic_params <= (int64_t{1} << 31), errors, "model.synthetic_params",
+        "must be in [1, 2^31]");
+}
+
+void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
+  MapReader r(top.child("data"), "data", errors);
+  std::string dataset = ToString(d->dataset), partition = ToString(d->partition);
+  r.Get("dataset", &dataset);
+  r.Get("path", &d->path);
+  r.Get("partition", &partition);
+  r.Get("batch_size", &d->batch_size);
+  r.Finish();
+  ParseWord(dataset, &d->dataset, errors, "data.dataset", "'" + dataset + "' is not supported; use fashion-mnist");
+  ParseWord(partition, &d->partition, errors, "data.partition", "'" + partition + "' is not supported; use iid");
+  Check(d->batch_size >= 1 && d->batch_size <= 65536, errors, "data.batch_size", "must be in [1, 65536]");
+}
+
+void ParseOptimizer(MapReader& top, OptimizerSpec* o, Errors* errors) {
+  MapReader r(top.child("optimizer"), "optimizer", errors);
+  std::string name = ToString(o->name), schedule = ToString(o->schedule);
+  r.Get("name", &name);
+  r.Get("lr", &o->lr);
+  r.Get("momentum", &o->momentum);
+  r.Get("weight_decay", &o->weight_decay);
+  r.Get("beta1", &o->beta1);
+  r.Get("beta2", &o->beta2);
+  r.Get("eps", &o->eps);
+  r.Get("schedule", &schedule);
+  r.Finish();
+  ParseWord(schedule, &o->schedule, errors, "optimizer.schedule",
+            "'" + schedule + "' is not a schedule; use constant or cosine");
+  ParseWord(name, &o->name, errors, "optimizer.name", "'" + name + "' is not an optimizer; use sgd or adam");
+  Check(Finite(o->lr) && o->lr > 0 && o->lr < 1e3, errors, "optimizer.lr", "must be in (0, 1000)");
+  Check(Finite(o->momentum) && o->momentum >= 0 && o->momentum < 1, errors, "optimizer.momentum", "must be in [0, 1)");
+  Check(Finite(o->weight_decay) && o->weight_decay >= 0, errors, "optimizer.weight_decay", "must be >= 0");
+  Check(Finite(o->beta1) && o->beta1 >= 0 && o->beta1 < 1, errors, "optimizer.beta1", "must be in [0, 1)");
+  Check(Finite(o->beta2) && o->beta2 >= 0 && o->beta2 < 1, errors, "optimizer.beta2", "must be in [0, 1)");
+  Check(Finite(o->eps) && o->eps > 0, errors, "optimizer.eps", "must be > 0");
+}
+
+void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
+  MapReader r(top.child("training"), "training", errors);
+  std::string device = ToString(t->device);
+  r.Get("epochs", &t->epochs);
+  r.Get("steps", &t->steps);
+  ParseStaleness(r, &t->staleness_bound, errors);
+  r.Get("staleness_scaling", &t->staleness_scaling);
+  r.Get("device", &device);
+  r.Get("threads", &t->threads);
+  r.Get("prefetch", &t->prefetch);
+  r.Get("pipeline_depth", &t->pipeline_depth);
+  r.Get("local_steps", &t->local_steps);
+  r.Get("overlap_rounds", &t->overlap_rounds);
+  r.Get("outer_lr", &t->outer_lr);
+  r.Get("outer_momentum", &t->outer_momentum);
+  r.Finish();
+  Check(t->steps >= 0, errors, "training.steps", "must be >= 0");
+  Check(t->steps > 0 || (Finite(t->epochs) && t->epochs > 0 && t->epochs <= 10000), errors, "training.epochs",
+        "must be in (0, 10000] unless training.steps is set");
+  ParseWord(device, &t->device, errors, "training.device", "use cpu, cuda or auto");
+  Check(t->threads >= 1 && t->threads <= 256, errors, "training.threads", "must be in [1, 256]");
+}
+
+void ParseWire(MapReader& top, WireSpec* w, Errors* errors) {
+  MapReader r(top.child("wire"), "wire", errors);
+  r.Get("chunk_bytes", &w->chunk_bytes);
+  r.Get("message_bytes", &w->message_bytes);
+  r.Get("max_message_bytes", &w->max_message_bytes);
+  r.Finish();
+  Check(w->chunk_bytes >= 1024 && w->chunk_bytes <= (64 << 20) && w->chunk_bytes % 4 == 0, errors, "wire.chunk_bytes",
+        "must be a multiple of 4 in [1 KiB, 64 MiB]");
+  Check(w->message_bytes >= 1024 && w->message_bytes <= (256 << 20), errors, "wire.message_bytes",
+        "must be in [1 KiB, 256 MiB]");
+  Check(w->max_message_bytes >= w->message_bytes && w->max_message_bytes >= w->chunk_bytes + 65536, errors,
+        "wire.max_message_bytes", "must exceed message_bytes and chunk_bytes by a header's room (64 KiB)");
+}
+
+void ParseMembership(MapReader& top, MembershipSpec* m, Errors* errors) {
+  MapReader r(top.child("membership"), "membership", errors);
+  r.Get("heartbeat_ms", &m->heartbeat_ms);
+  r.Get("lease_ms", &m->lease_ms);
+  r.Get("rendezvous_timeout_s", &m->rendezvous_timeout_s);
+  r.Get("rpc_timeout_s", &m->rpc_timeout_s);
+  r.Get("report_after_s", &m->report_after_s);
+  r.Finish();
+  Check(m->heartbeat_ms >= 10 && m->heartbeat_ms <= 60000, errors, "membership.heartbeat_ms", "must be in [10, 60000]");
+  Check(m->lease_ms >= 2 * m->heartbeat_ms, errors, "membership.lease_ms", "must be at least twice heartbeat_ms");
+  Check(m->rendezvous_timeout_s > 0, errors, "membership.rendezvous_timeout_s", "must be > 0");
+  Check(m->rpc_timeout_s > 0, errors, "membership.rpc_timeout_s", "must be > 0");
+  Check(m->report_after_s > 0, errors, "membership.report_after_s", "must be > 0");
+}
+
+void ParseSecurity(MapReader& top, SecuritySpec* s, Errors* errors) {
+  MapReader r(top.child("security"), "security", errors);
+  std::string mode = ToString(s->mode);
+  r.Get("mode", &mode);
+  r.Get("secret_file", &s->secret_file);
+  r.Get("token_ttl_s", &s->token_ttl_s);
+  r.Finish();
+  ParseWord(mode, &s->mode, errors, "security.mode", "use none or curve");
+  Check(s->token_ttl_s >= 10 && s->token_ttl_s <= 366LL * 86400, errors, "security.token_ttl_s",
+        "must be in [10, 31622400] seconds");
+  Check(s->secret_file.empty() || s->mode == SecurityMode::kCurve, errors, "security.secret_file",
+        "needs security.mode: curve");
+}
+
+void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
+  MapReader r(top.child("eval"), "eval", errors);
+  r.Get("snapshot_every_s", &e->snapshot_every_s);
+  r.Get("target_accuracy", &e->target_accuracy);
+  r.Get("test_samples", &e->test_samples);
+  r.Finish();
+  Check(Finite(e->snapshot_every_s) && e->snapshot_every_s > 0, errors, "eval.snapshot_every_s", "must be > 0");
+  Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
+        "must be in (0, 1]");
+  Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
+}
+
+void ParseCheckpoint(MapReader& top, CheckpointSpec* c, Errors* errors) {
+  MapReader r(top.child("checkpoint"), "checkpoint", errors);
+  r.Get("every_clocks", &c->every_clocks);
+  r.Get("keep", &c->keep);
+  r.Get("on_stop", &c->on_stop);
+  r.Finish();
+  Check(c->every_clocks >= 0, errors, "checkpoint.every_clocks", "must be >= 0 (0: no periodic checkpoints)");
+  Check(c->keep >= 2 && c->keep <= 1000, errors, "checkpoint.keep",
+        "must be in [2, 1000] (the previous checkpoint is the fallback for a corrupt newest one)");
+}
+
+void ParseReplication(MapReader& top, ReplicationSpec* rep, Errors* errors) {
+  MapReader r(top.child("replication"), "replication", errors);
+  r.Get("backups", &rep->backups);
+  r.Finish();
+  Check(rep->backups == 0 || rep->backups == 1, errors, "replication.backups",
+        "must be 0 (no replication) or 1 (one backup per shard)");
+}
+
+void ParseCompressionLinks(const YAML::Node& links, std::vector<CompressionLinkSpec>* out, Errors* errors) {
+  if (!links || links.IsNull()) return;
+  if (!links.IsSequence()) {
+    errors->push_back("compression.links: must be a list of {regions: [a, b], push, pull}");
+    return;
+  }
+  for (size_t i = 0; i < links.size(); ++i) {
+    std::string where = "compression.links[" + std::to_string(i) + "]";
+    MapReader lr(links[i], where, errors);
+    CompressionLinkSpec l;
+    std::vector<std::string> pair;
+    lr.Get("regions", &pair);
+    lr.Get("push", &l.push);
+    lr.Get("pull", &l.pull);
+    lr.Finish();
+    if (pair.size() != 2) {
+      errors->push_back(where + ".regions: must name two regions (the same one twice for within a region)");
+      continue;
+    }
+    l.region_a = pair[0];
+    l.region_b = pair[1];
+    out->push_back(l);
+  }
+}
+
+void ParseCompression(MapReader& top, CompressionSpec* c, Errors* errors) {
+  MapReader r(top.child("compression"), "compression", errors);
+  r.Get("push", &c->push);
+  r.Get("pull", &c->pull);
+  r.Get("error_feedback", &c->error_feedback);
+  r.Get("momentum_correction", &c->momentum_correction);
+  r.Get("sparsity_warmup_steps", &c->sparsity_warmup_steps);
+  Check(c->sparsity_warmup_steps >= 0, errors, "compression.sparsity_warmup_steps", "must be >= 0");
+  ParseCompressionLinks(r.child("links"), &c->links, errors);
+  r.Finish();
+}
+
+// One wan.links entry: `regions: [a, b]` adds both directions.
+void ParseWanLink(const YAML::Node& node, const std::string& where, std::vector<LinkSpec>* out, Errors* errors) {
+  MapReader lr(node, where, errors);
+  LinkSpec l;
+  std::vector<std::string> pair;
+  double rtt_ms = std::nan("");
+  lr.Get("regions", &pair);
+  lr.Get("from", &l.from);
+  lr.Get("to", &l.to);
+  lr.Get("rtt_ms", &rtt_ms);
+  lr.Get("delay_ms", &l.delay_ms);
+  lr.Get("jitter_ms", &l.jitter_ms);
+  lr.Get("bandwidth_mbit", &l.bandwidth_mbit);
+  lr.Get("loss", &l.loss);
+  lr.Finish();
+  if (!std::isnan(rtt_ms)) l.delay_ms = rtt_ms >= 0 ? rtt_ms / 2 : -1;
+  Check(Finite(l.delay_ms) && l.delay_ms >= 0 && l.delay_ms <= 60000, errors, where + ".rtt_ms",
+        "delays must be in [0, 60 s]");
+  Check(Finite(l.jitter_ms) && l.jitter_ms >= 0 && l.jitter_ms <= 60000, errors, where + ".jitter_ms",
+        "must be in [0, 60000]");
+  Check(Finite(l.bandwidth_mbit) && l.bandwidth_mbit >= 0, errors, where + ".bandwidth_mbit",
+        "must be >= 0 (0: unlimited)");
+  Check(Finite(l.loss) && l.loss >= 0 && l.loss < 1, errors, where + ".loss", "must be in [0, 1)");
+  if (pair.empty()) {
+    if (l.from.empty() || l.to.empty())
+      errors->push_back(where + ": needs regions: [a, b] or from and to");
+    else
+      out->push_back(l);
+    return;
+  }
+  if (pair.size() != 2 || !l.from.empty() || !l.to.empty()) {
+    errors->push_back(where + ": give either regions: [a, b] (both directions) or from and to");
+    return;
+  }
+  l.from = pair[0];
+  l.to = pair[1];
+  out->push_back(l);
+  if (pair[0] != pair[1]) {
+    std::swap(l.from, l.to);
+    out->push_back(l);
+  }
+}
+
+void ParseWanLinks(const YAML::Node& links, std::vector<LinkSpec>* out, Errors* errors) {
+  if (!links || links.IsNull()) return;
+  if (!links.IsSequence()) {
+    errors->push_back("wan.links: must be a list of {regions: [a, b] | from: a, to: b, rtt_ms | delay_ms, ...}");
+    return;
+  }
+  for (size_t i = 0; i < links.size(); ++i) ParseWanLink(links[i], "wan.links[" + std::to_string(i) + "]", out, errors);
+}
+
+void ParseWan(MapReader& top, WanSpec* w, Errors* errors) {
+  MapReader r(top.child("wan"), "wan", errors);
+  std::string emulation = ToString(w->emulation), congestion_control = ToString(w->congestion_control);
+  r.Get("emulation", &emulation);
+  r.Get("probe", &w->probe);
+  r.Get("planner", &w->planner);
+  r.Get("compute_ms", &w->compute_ms);
+  Check(Finite(w->compute_ms) && w->compute_ms >= 0, errors, "wan.compute_ms", "must be >= 0");
+  r.Get("replan_drift", &w->replan_drift);
+  r.Get("congestion_control", &congestion_control);
+  r.Get("replan", &w->replan);
+  r.Get("replan_every_s", &w->replan_every_s);
+  r.Get("replan_min_samples", &w->replan_min_samples);
+  r.Get("replan_at_clock", &w->replan_at_clock);
+  r.Get("replan_from", &w->replan_from);
+  r.Get("replan_to", &w->replan_to);
+  r.Get("replan_mbit", &w->replan_mbit);
+  Check(Finite(w->replan_every_s) && w->replan_every_s >= 0, errors, "wan.replan_every_s", "must be >= 0");
+  Check(w->replan_min_samples >= 1, errors, "wan.replan_min_samples", "must be >= 1");
+  Check(w->replan_at_clock >= -1, errors, "wan.replan_at_clock", "must be >= 0, or -1 (off)");
+  Check(Finite(w->replan_mbit) && w->replan_mbit >= 0, errors, "wan.replan_mbit", "must be >= 0");
+  r.Get("planner_codecs", &w->planner_codecs);
+  ParseWord(emulation, &w->emulation, errors, "wan.emulation", "must be none, proxy or netns, not '" + emulation + "'");
+  Check(Finite(w->replan_drift) && w->replan_drift > 0, errors, "wan.replan_drift", "must be > 0");
+  ParseWord(congestion_control, &w->congestion_control, errors, "wan.congestion_control",
+            "'" + congestion_control + "': use auto, bbr, cubic or reno");
+  ParseWanLinks(r.child("links"), &w->links, errors);
+  r.Finish();
+}
+
+// The job file's root mapping with `overrides` applied.
+StatusOr<YAML::Node> LoadRoot(const std::string& yaml_text, const std::string& source_name,
+                              const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(source_name + ": not valid YAML: " + e.what());
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return InvalidArgument(source_name + ": the job file must be a YAML mapping");
+  for (const auto& o : overrides) {
+    Status s = ApplyOverride(root, o);
+    if (!s.ok()) return s.Annotate(source_name);
+  }
+  return root;
+}
+
+void ParseSections(const YAML::Node& root, JobSpec* job, Errors* errors) {
+  MapReader top(root, "", errors);
+  top.Get("name", &job->name);
+  top.Get("seed", &job->seed);
+  top.Get("coordinator_region", &job->coordinator_region);
+  ParseRegions(top, &job->regions, errors);
+  ParseModel(top, &job->model, errors);
+  ParseData(top, &job->data, errors);
+  ParseOptimizer(top, &job->optimizer, errors);
+  ParseTraining(top, &job->training, errors);
+  ParseWire(top, &job->wire, errors);
+  ParseMembership(top, &job->membership, errors);
+  ParseSecurity(top, &job->security, errors);
+  ParseEval(top, &job->eval, errors);
+  ParseCheckpoint(top, &job->checkpoint, errors);
+  ParseReplication(top, &job->replication, errors);
+  ParseCompression(top, &job->compression, errors);
+  ParseWan(top, &job->wan, errors);
+  top.Finish();
+}
+
+}  // namespace
+
+StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
+                           const std::vector<std::string>& overrides) {
+  GD_ASSIGN_OR_RETURN(YAML::Node root, LoadRoot(yaml_text, source_name, overrides));
+  JobSpec job;
+  std::vector<std::string> errors;
+  ParseSections(root, &job, &errors);
+  config_internal::ValidateJob(&job, &errors);
+  if (!errors.empty()) {
+    std::string msg = source_name + ": " + std::to_string(errors.size()) + " problem(s) in the job file:";
+    for (const auto& e : errors) msg += "\n  " + e;
+    return InvalidArgument(msg);
+  }
+  return job;
+}
+
+StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot open job file '" + path + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseJob(ss.str(), path, overrides);
+}
+
+}  // namespace geodesic

@@ -1,0 +1,114 @@
+// The job file's rules that span sections, checked once every section is
+// parsed (parse.cc checks the rules inside one section).
+#include <cctype>
+
+#include "config/reader.h"
+
+namespace geodesic::config_internal {
+namespace {
+
+using Errors = std::vector<std::string>;
+
+void ValidatePipeline(const TrainingSpec& t, Errors* errors) {
+  Check(t.pipeline_depth >= 1 && t.pipeline_depth <= 16, errors, "training.pipeline_depth", "must be in [1, 16]");
+  Check(t.pipeline_depth <= 1 || t.pipeline_depth - 1 <= t.staleness_bound, errors, "training.pipeline_depth",
+        "must be at most training.staleness_bound + 1 (a deeper pipeline reads staler)");
+  Check(t.pipeline_depth <= 1 || t.prefetch, errors, "training.pipeline_depth", "needs training.prefetch");
+}
+
+void ValidateLocalSteps(const JobSpec& job, Errors* errors) {
+  const TrainingSpec& t = job.training;
+  Check(t.local_steps >= 1 && t.local_steps <= 1000, errors, "training.local_steps", "must be in [1, 1000]");
+  Check(Finite(t.outer_lr) && t.outer_lr > 0 && t.outer_lr <= 10, errors, "training.outer_lr", "must be in (0, 10]");
+  Check(Finite(t.outer_momentum) && t.outer_momentum >= 0 && t.outer_momentum < 1, errors, "training.outer_momentum",
+        "must be in [0, 1)");
+  if (t.local_steps <= 1) return;
+  Check(t.staleness_bound == 0, errors, "training.local_steps",
+        "needs training.staleness_bound: 0 (rounds are averaged synchronously; overlap_rounds hides the round "
+        "trip instead)");
+  Check(t.pipeline_depth == 1, errors, "training.local_steps", "cannot be combined with training.pipeline_depth");
+  Check(job.optimizer.name == OptimizerKind::kSgd, errors, "training.local_steps", "needs optimizer.name: sgd");
+  Check(!job.compression.momentum_correction, errors, "training.local_steps",
+        "cannot be combined with compression.momentum_correction (the workers already keep the momentum)");
+}
+
+void ValidateCompression(const JobSpec& job, Errors* errors) {
+  Check(!job.compression.momentum_correction || job.optimizer.name == OptimizerKind::kSgd, errors,
+        "compression.momentum_correction", "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
+  for (size_t i = 0; i < job.compression.links.size(); ++i)
+    for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b})
+      Check(job.FindRegion(*region), errors, "compression.links[" + std::to_string(i) + "].regions",
+            "'" + *region + "' is not a region of this job");
+}
+
+void ValidateWanLinks(const JobSpec& job, Errors* errors) {
+  for (size_t i = 0; i < job.wan.links.size(); ++i) {
+    const LinkSpec& l = job.wan.links[i];
+    for (const std::string* region : {&l.from, &l.to})
+      Check(job.FindRegion(*region), errors, "wan.links", "'" + *region + "' is not a region of this job");
+    for (size_t j = 0; j < i; ++j)
+      Check(job.wan.links[j].from != l.from || job.wan.links[j].to != l.to, errors, "wan.links",
+            "the link " + l.from + " -> " + l.to + " is declared twice");
+  }
+}
+
+void ValidateReplan(const JobSpec& job, Errors* errors) {
+  if (job.wan.replan) {
+    Check(!job.wan.links.empty(), errors, "wan.replan", "needs declared wan.links (the planner re-plans against them)");
+    Check(job.wan.planner, errors, "wan.replan", "needs wan.planner: true");
+    // A migration hands a chunk's state from one shard process to another;
+    // a backup would have to follow it (not built), so refuse rather than
+    // lose the replica's guarantee silently.
+    Check(job.replication.backups == 0, errors, "wan.replan",
+          "cannot be combined with replication.backups > 0 (moving a replicated chunk is not supported)");
+    Check(job.security.mode != SecurityMode::kCurve, errors, "wan.replan",
+          "cannot be combined with security.mode: curve (shard-to-shard chunk transfers are not authenticated yet)");
+    // A periodic checkpoint written during a migration could miss the chunk
+    // in flight, and a resume would then refuse the set.
+    Check(job.checkpoint.every_clocks == 0, errors, "wan.replan",
+          "needs checkpoint.every_clocks: 0 (periodic checkpoints during a migration are not supported)");
+    // An overlapped round keeps a pull in flight across the barrier, which
+    // the migration's floor does not account for yet; and the barrier's
+    // last clock is taken from WorkerProgress.target_steps, which counts
+    // minibatches, not rounds.
+    Check(job.training.local_steps == 1, errors, "wan.replan",
+          "cannot be combined with training.local_steps > 1 (not supported yet)");
+  }
+  if (job.wan.replan_at_clock >= 0) {
+    Check(job.wan.replan, errors, "wan.replan_at_clock", "needs wan.replan: true");
+    for (const std::string* region : {&job.wan.replan_from, &job.wan.replan_to})
+      Check(job.FindRegion(*region), errors, "wan.replan_from/replan_to",
+            "'" + *region + "' is not a region of this job");
+    Check(job.wan.replan_mbit > 0, errors, "wan.replan_mbit", "must be > 0 with wan.replan_at_clock");
+  }
+}
+
+void ValidateRoles(JobSpec* job, Errors* errors) {
+  if (job->regions.empty()) return;
+  Check(job->NumServers() >= 1, errors, "regions", "the job needs at least one server");
+  Check(job->NumWorkers() >= 1, errors, "regions", "the job needs at least one worker");
+  if (job->coordinator_region.empty()) job->coordinator_region = job->regions.front().name;
+  Check(job->FindRegion(job->coordinator_region), errors, "coordinator_region",
+        "'" + job->coordinator_region + "' is not a region of this job");
+}
+
+}  // namespace
+
+bool ValidName(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+void ValidateJob(JobSpec* job, Errors* errors) {
+  ValidatePipeline(job->training, errors);
+  ValidateLocalSteps(*job, errors);
+  ValidateCompression(*job, errors);
+  ValidateWanLinks(*job, errors);
+  ValidateReplan(*job, errors);
+  ValidateRoles(job, errors);
+  Check(ValidName(job->name), errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
+}
+
+}  // namespace geodesic::config_internal

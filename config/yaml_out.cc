@@ -1,0 +1,215 @@
+// JobSpec -> YAML that ParseJob reads back to the same spec: one function
+// per section of the job file.
+#include <yaml-cpp/yaml.h>
+
+#include "config/job.h"
+
+namespace geodesic {
+namespace {
+
+template <typename T>
+void Put(YAML::Emitter& out, const char* key, const T& value) {
+  out << YAML::Key << key << YAML::Value << value;
+}
+
+template <JobEnum E>
+void Put(YAML::Emitter& out, const char* key, const E& value) {
+  out << YAML::Key << key << YAML::Value << ToString(value);
+}
+
+template <typename T>
+void PutFlow(YAML::Emitter& out, const char* key, const std::vector<T>& list) {
+  out << YAML::Key << key << YAML::Value << YAML::Flow << list;
+}
+
+void BeginSection(YAML::Emitter& out, const char* key) { out << YAML::Key << key << YAML::Value << YAML::BeginMap; }
+
+void EmitRegions(YAML::Emitter& out, const std::vector<RegionSpec>& regions) {
+  BeginSection(out, "regions");
+  for (const auto& r : regions) {
+    BeginSection(out, r.name.c_str());
+    Put(out, "host", r.host);
+    Put(out, "servers", r.servers);
+    Put(out, "workers", r.workers);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+}
+
+void EmitModel(YAML::Emitter& out, const ModelSpec& m) {
+  BeginSection(out, "model");
+  Put(out, "name", m.name);
+  PutFlow(out, "mlp_hidden", m.mlp_hidden);
+  Put(out, "synthetic_params", m.synthetic_params);
+  out << YAML::EndMap;
+}
+
+void EmitData(YAML::Emitter& out, const DataSpec& d) {
+  BeginSection(out, "data");
+  Put(out, "dataset", d.dataset);
+  Put(out, "path", d.path);
+  Put(out, "partition", d.partition);
+  Put(out, "batch_size", d.batch_size);
+  out << YAML::EndMap;
+}
+
+void EmitOptimizer(YAML::Emitter& out, const OptimizerSpec& o) {
+  BeginSection(out, "optimizer");
+  Put(out, "name", o.name);
+  Put(out, "lr", o.lr);
+  Put(out, "momentum", o.momentum);
+  Put(out, "weight_decay", o.weight_decay);
+  Put(out, "beta1", o.beta1);
+  Put(out, "beta2", o.beta2);
+  Put(out, "eps", o.eps);
+  Put(out, "schedule", o.schedule);
+  out << YAML::EndMap;
+}
+
+void EmitTraining(YAML::Emitter& out, const TrainingSpec& t) {
+  BeginSection(out, "training");
+  Put(out, "epochs", t.epochs);
+  Put(out, "steps", t.steps);
+  Put(out, "staleness_bound", t.staleness_bound);
+  Put(out, "staleness_scaling", t.staleness_scaling);
+  Put(out, "device", t.device);
+  Put(out, "threads", t.threads);
+  Put(out, "prefetch", t.prefetch);
+  Put(out, "pipeline_depth", t.pipeline_depth);
+  Put(out, "local_steps", t.local_steps);
+  Put(out, "overlap_rounds", t.overlap_rounds);
+  Put(out, "outer_lr", t.outer_lr);
+  Put(out, "outer_momentum", t.outer_momentum);
+  out << YAML::EndMap;
+}
+
+void EmitWire(YAML::Emitter& out, const WireSpec& w) {
+  BeginSection(out, "wire");
+  Put(out, "chunk_bytes", w.chunk_bytes);
+  Put(out, "message_bytes", w.message_bytes);
+  Put(out, "max_message_bytes", w.max_message_bytes);
+  out << YAML::EndMap;
+}
+
+void EmitMembership(YAML::Emitter& out, const MembershipSpec& m) {
+  BeginSection(out, "membership");
+  Put(out, "heartbeat_ms", m.heartbeat_ms);
+  Put(out, "lease_ms", m.lease_ms);
+  Put(out, "rendezvous_timeout_s", m.rendezvous_timeout_s);
+  Put(out, "rpc_timeout_s", m.rpc_timeout_s);
+  Put(out, "report_after_s", m.report_after_s);
+  out << YAML::EndMap;
+}
+
+void EmitCompression(YAML::Emitter& out, const CompressionSpec& c) {
+  BeginSection(out, "compression");
+  Put(out, "push", c.push);
+  Put(out, "pull", c.pull);
+  Put(out, "error_feedback", c.error_feedback);
+  Put(out, "momentum_correction", c.momentum_correction);
+  Put(out, "sparsity_warmup_steps", c.sparsity_warmup_steps);
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const auto& l : c.links) {
+    out << YAML::BeginMap;
+    PutFlow(out, "regions", std::vector<std::string>{l.region_a, l.region_b});
+    if (!l.push.empty()) Put(out, "push", l.push);
+    if (!l.pull.empty()) Put(out, "pull", l.pull);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::EndMap;
+}
+
+void EmitWanLinks(YAML::Emitter& out, const std::vector<LinkSpec>& links) {
+  out << YAML::Key << "links" << YAML::Value << YAML::BeginSeq;
+  for (const auto& l : links) {
+    out << YAML::BeginMap;
+    Put(out, "from", l.from);
+    Put(out, "to", l.to);
+    Put(out, "delay_ms", l.delay_ms);
+    Put(out, "jitter_ms", l.jitter_ms);
+    Put(out, "bandwidth_mbit", l.bandwidth_mbit);
+    Put(out, "loss", l.loss);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+void EmitWan(YAML::Emitter& out, const WanSpec& w) {
+  BeginSection(out, "wan");
+  Put(out, "emulation", w.emulation);
+  Put(out, "probe", w.probe);
+  Put(out, "planner", w.planner);
+  Put(out, "compute_ms", w.compute_ms);
+  Put(out, "replan_drift", w.replan_drift);
+  Put(out, "congestion_control", w.congestion_control);
+  Put(out, "replan", w.replan);
+  Put(out, "replan_every_s", w.replan_every_s);
+  Put(out, "replan_min_samples", w.replan_min_samples);
+  Put(out, "replan_at_clock", w.replan_at_clock);
+  Put(out, "replan_from", w.replan_from);
+  Put(out, "replan_to", w.replan_to);
+  Put(out, "replan_mbit", w.replan_mbit);
+  PutFlow(out, "planner_codecs", w.planner_codecs);
+  EmitWanLinks(out, w.links);
+  out << YAML::EndMap;
+}
+
+void EmitCheckpoint(YAML::Emitter& out, const CheckpointSpec& c) {
+  BeginSection(out, "checkpoint");
+  Put(out, "every_clocks", c.every_clocks);
+  Put(out, "keep", c.keep);
+  Put(out, "on_stop", c.on_stop);
+  out << YAML::EndMap;
+}
+
+void EmitReplication(YAML::Emitter& out, const ReplicationSpec& r) {
+  BeginSection(out, "replication");
+  Put(out, "backups", r.backups);
+  out << YAML::EndMap;
+}
+
+void EmitSecurity(YAML::Emitter& out, const SecuritySpec& s) {
+  BeginSection(out, "security");
+  Put(out, "mode", s.mode);
+  Put(out, "secret_file", s.secret_file);
+  Put(out, "token_ttl_s", s.token_ttl_s);
+  out << YAML::EndMap;
+}
+
+void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
+  BeginSection(out, "eval");
+  Put(out, "snapshot_every_s", e.snapshot_every_s);
+  Put(out, "target_accuracy", e.target_accuracy);
+  Put(out, "test_samples", e.test_samples);
+  out << YAML::EndMap;
+}
+
+}  // namespace
+
+std::string JobToYaml(const JobSpec& job) {
+  YAML::Emitter out;
+  // Doubles round-trip exactly (only sections from optimizer on hold any).
+  out.SetDoublePrecision(17);
+  out << YAML::BeginMap;
+  Put(out, "name", job.name);
+  Put(out, "seed", job.seed);
+  Put(out, "coordinator_region", job.coordinator_region);
+  EmitRegions(out, job.regions);
+  EmitModel(out, job.model);
+  EmitData(out, job.data);
+  EmitOptimizer(out, job.optimizer);
+  EmitTraining(out, job.training);
+  EmitWire(out, job.wire);
+  EmitMembership(out, job.membership);
+  EmitCompression(out, job.compression);
+  EmitWan(out, job.wan);
+  EmitCheckpoint(out, job.checkpoint);
+  EmitReplication(out, job.replication);
+  EmitSecurity(out, job.security);
+  EmitEval(out, job.eval);
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace geodesic
