@@ -8,7 +8,6 @@
 #include "server/coordinator_state.h"
 
 namespace geodesic::server {
-using coordinator_names::Fmt;
 using coordinator_names::IdList;
 using coordinator_names::RoleName;
 

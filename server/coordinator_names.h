@@ -40,11 +40,4 @@ inline const char* RoleName(wire::Role role) {
   }
 }
 
-// One decimal, for milliseconds in log lines.
-inline std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f", v);
-  return buf;
-}
-
 }  // namespace geodesic::server::coordinator_names

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <limits>
 
+#include "common/format.h"
 #include "common/log.h"
 #include "server/coordinator_names.h"
 #include "server/coordinator_state.h"
 
 namespace geodesic::server {
-using coordinator_names::Fmt;
 using coordinator_names::IdList;
 using coordinator_names::RoleName;
 
@@ -169,8 +169,8 @@ void CoordinatorState::StartMigration(TimePoint now, const std::string& reason, 
              std::to_string(p.second);
   lines->push_back("re-plan " + std::to_string(mg.record.id) + " starts (" + reason + "): " + drifted + "; moving " +
                    std::to_string(replan.moves.size()) + " chunk(s) (" + moves + "), predicted step " +
-                   Fmt(mg.record.predicted_step_ms_before) + " -> " + Fmt(mg.record.predicted_step_ms_after) +
-                   " ms; barrier at clock " + std::to_string(barrier));
+                   Fmt("%.1f", mg.record.predicted_step_ms_before) + " -> " +
+                   Fmt("%.1f", mg.record.predicted_step_ms_after) + " ms; barrier at clock " + std::to_string(barrier));
   migration_ = std::move(mg);
 }
 
@@ -197,9 +197,9 @@ void CoordinatorState::AdvanceMigration(TimePoint now, std::vector<std::string>*
   planned_step_ms_ = mg.record.predicted_step_ms_after;
   lines->push_back("re-plan " + std::to_string(id) + " done: shard map version " + std::to_string(mg.new_map.version) +
                    " published; " + std::to_string(mg.record.moves.size()) + " chunk(s) moved in " +
-                   Fmt(mg.record.transfer_ms) + " ms after a " + Fmt(mg.record.barrier_ms) +
-                   " ms barrier; predicted step " + Fmt(mg.record.predicted_step_ms_before) + " -> " +
-                   Fmt(mg.record.predicted_step_ms_after) + " ms");
+                   Fmt("%.1f", mg.record.transfer_ms) + " ms after a " + Fmt("%.1f", mg.record.barrier_ms) +
+                   " ms barrier; predicted step " + Fmt("%.1f", mg.record.predicted_step_ms_before) + " -> " +
+                   Fmt("%.1f", mg.record.predicted_step_ms_after) + " ms");
   replans_.push_back(mg.record);
   migration_.reset();
   last_check_ = now;
@@ -235,8 +235,8 @@ void CoordinatorState::AdvanceToBarrier(TimePoint now, std::vector<std::string>*
     mg.record.barrier_ms = 1e3 * Seconds(now - mg.started);
     lines->push_back("re-plan " + std::to_string(id) + ": all " + std::to_string(live) +
                      " live worker(s) at the barrier (clock " + std::to_string(mg.record.clock) + ") after " +
-                     Fmt(mg.record.barrier_ms) + " ms; shards transfer " + std::to_string(mg.record.moves.size()) +
-                     " chunk(s)");
+                     Fmt("%.1f", mg.record.barrier_ms) + " ms; shards transfer " +
+                     std::to_string(mg.record.moves.size()) + " chunk(s)");
     return;
   }
   if (Seconds(now - mg.started) > 120) return Abandon(now, lines, "the workers did not reach the barrier in 120 s");

@@ -31,7 +31,7 @@ Status PullService::LoadCodecs() {
 void PullService::Start(const ShardState* shard, const ClockTable* clocks, uint64_t seed) {
   shard_ = shard;
   clocks_ = clocks;
-  compressor_ = PullCompressor(shard->layout(), seed);
+  compressor_ = compression::PullCompressor(seed);
 }
 
 const compression::CodecSpec& PullService::CodecFor(int worker) const {
@@ -93,12 +93,12 @@ bool PullService::FillReply(const HeldPull& p, const std::vector<uint32_t>& batc
     // Workers get their link's pull codec; the evaluator and tools exact values.
     const bool worker = p.role == wire::WORKER;
     auto payload = compressor_.Encode(worker ? p.sender_id : -1 - p.sender_id, worker ? CodecFor(p.sender_id) : fp32_,
-                                      c, snap, p.full, d);
+                                      c, compression::ChunkValues{snap.values, shard_->layout().Size(c)}, p.full, d);
     if (!payload.ok()) {
       GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();
       return false;
     }
-    payloads->push_back(std::move(*payload));
+    payloads->push_back(transport::Payload{payload->data, payload->size, std::move(payload->owner)});
   }
   return true;
 }

@@ -21,9 +21,9 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "compression/codec.h"
+#include "compression/pull_compressor.h"
 #include "config/job.h"
 #include "server/consistency.h"
-#include "server/pull_compressor.h"
 #include "server/shard.h"
 #include "transport/message.h"
 
@@ -87,7 +87,7 @@ class PullService {
   std::vector<HeldPull> held_;
   std::map<int, compression::CodecSpec> codecs_;  // by worker
   compression::CodecSpec fp32_;
-  PullCompressor compressor_{cluster::ChunkLayout(), 0};
+  compression::PullCompressor compressor_;
   TimePoint next_report_{};
 };
 

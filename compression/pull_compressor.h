@@ -8,7 +8,8 @@
 // whose encoded change would not be smaller than the values themselves.
 // Lossless codecs (fp32, fp32+zstd) send the values every time and keep no
 // copy. Memory: one float per parameter per worker pulling with a lossy
-// codec. Not synchronized; the shard's loop thread owns it.
+// codec. Takes and returns plain values (no shard or transport types).
+// Not synchronized; the shard's loop thread owns it.
 #pragma once
 
 #include <cstdint>
@@ -16,25 +17,37 @@
 #include <memory>
 #include <vector>
 
-#include "cluster/chunking.h"
 #include "common/status.h"
 #include "compression/codec.h"
 #include "proto/geodesic.pb.h"
-#include "server/shard.h"
-#include "transport/message.h"
 
-namespace geodesic::server {
+namespace geodesic::compression {
+
+// Bytes kept alive by `owner` (shared with whoever sends them, so that a
+// payload leaves without a copy).
+struct SharedBytes {
+  const void* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
+// One chunk's current values: an immutable buffer the caller shares (a
+// shard never writes a buffer once read, so the fp32 case sends it as is).
+struct ChunkValues {
+  std::shared_ptr<const float[]> data;
+  uint64_t n = 0;
+};
 
 class PullCompressor {
  public:
-  PullCompressor(cluster::ChunkLayout layout, uint64_t seed) : layout_(layout), seed_(seed) {}
+  explicit PullCompressor(uint64_t seed = 0) : seed_(seed) {}
 
   // Fills `d` (chunk id, element count and version already set; codec,
-  // delta and base_seq set here) and returns the payload for `chunk` of
-  // `snap` for `worker` under `codec`. `full` forces exact values and
+  // delta and base_seq set here) and returns the payload for `chunk` with
+  // `values` for `worker` under `codec`. `full` forces exact values and
   // restarts the worker's copy.
-  StatusOr<transport::Payload> Encode(int worker, const compression::CodecSpec& codec, uint32_t chunk,
-                                      const ShardState::Snapshot& snap, bool full, wire::ChunkData* d);
+  StatusOr<SharedBytes> Encode(int worker, const CodecSpec& codec, uint32_t chunk, const ChunkValues& values, bool full,
+                               wire::ChunkData* d);
 
   // Drops a worker's copies (it left the job).
   void Forget(int worker) { copies_.erase(worker); }
@@ -52,15 +65,14 @@ class PullCompressor {
     std::vector<float> values;
   };
   struct WorkerState {
-    std::unique_ptr<compression::Encoder> encoder;
+    std::unique_ptr<Encoder> encoder;
     std::string codec_name;
     std::map<uint32_t, Copy> chunks;
   };
 
-  cluster::ChunkLayout layout_;
   uint64_t seed_;
   std::map<int, WorkerState> copies_;
   std::vector<float> delta_, sent_;
 };
 
-}  // namespace geodesic::server
+}  // namespace geodesic::compression

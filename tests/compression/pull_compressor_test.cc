@@ -1,41 +1,41 @@
-#include "server/pull_compressor.h"
+#include "compression/pull_compressor.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
-namespace geodesic::server {
+namespace geodesic::compression {
 namespace {
 
 // A worker's side of the protocol: full values replace, changes are added.
 struct WorkerCopy {
   std::vector<float> values;
   int64_t seq = -1;
-  Status Apply(const wire::ChunkData& d, const transport::Payload& p) {
+  Status Apply(const wire::ChunkData& d, const SharedBytes& p) {
     std::vector<uint8_t> scratch;
-    auto info = compression::PayloadInfo::FromWire(d);
+    auto info = PayloadInfo::FromWire(d);
     values.resize(d.num_elems());
     if (!d.delta()) {
       seq = 0;
-      return compression::Decode(info, p.data, p.size, d.num_elems(), values.data(), &scratch);
+      return Decode(info, p.data, p.size, d.num_elems(), values.data(), &scratch);
     }
     if (seq < 0 || static_cast<uint64_t>(seq) != d.base_seq()) return DataLoss("out of sync");
     seq = static_cast<int64_t>(d.base_seq()) + 1;
-    return compression::DecodeAdd(info, p.data, p.size, d.num_elems(), values.data(), &scratch);
+    return DecodeAdd(info, p.data, p.size, d.num_elems(), values.data(), &scratch);
   }
 };
 
-ShardState::Snapshot Snap(const std::vector<float>& v, uint64_t version) {
+ChunkValues Snap(const std::vector<float>& v) {
   std::shared_ptr<float[]> buf(new float[v.size()]);
   std::memcpy(buf.get(), v.data(), v.size() * sizeof(float));
-  return {buf, version};
+  return {buf, v.size()};
 }
 
 TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
   const uint64_t n = 1000;
-  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
-  auto codec = compression::ParseCodecSpec("topk:0.05");
+  PullCompressor pc(7);
+  auto codec = ParseCodecSpec("topk:0.05");
   ASSERT_TRUE(codec.ok()) << codec.status();
   std::mt19937 rng(1);
   std::normal_distribution<float> noise(0, 1);
@@ -44,7 +44,7 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
   WorkerCopy worker;
   wire::ChunkData d;
   d.set_num_elems(n);
-  auto p = pc.Encode(3, *codec, 0, Snap(params, 0), /*full=*/true, &d);
+  auto p = pc.Encode(3, *codec, 0, Snap(params), /*full=*/true, &d);
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(d.delta());
   EXPECT_EQ(p->size, n * 4);
@@ -57,7 +57,7 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
     for (auto& x : params) x -= 0.01f * noise(rng);
     wire::ChunkData dd;
     dd.set_num_elems(n);
-    auto q = pc.Encode(3, *codec, 0, Snap(params, step), false, &dd);
+    auto q = pc.Encode(3, *codec, 0, Snap(params), false, &dd);
     ASSERT_TRUE(q.ok()) << q.status();
     EXPECT_TRUE(dd.delta());
     EXPECT_LT(q->size, n * 4 / 10);
@@ -68,7 +68,7 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
   for (int step = 31; step <= 80; ++step) {
     wire::ChunkData dd;
     dd.set_num_elems(n);
-    auto q = pc.Encode(3, *codec, 0, Snap(params, 30), false, &dd);
+    auto q = pc.Encode(3, *codec, 0, Snap(params), false, &dd);
     ASSERT_TRUE(q.ok());
     ASSERT_TRUE(worker.Apply(dd, *q).ok());
   }
@@ -80,53 +80,53 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
 
 TEST(PullCompressorTest, DuplicateChangeIsDetectedByTheSequence) {
   const uint64_t n = 64;
-  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
-  auto codec = *compression::ParseCodecSpec("int8");
+  PullCompressor pc(7);
+  auto codec = *ParseCodecSpec("int8");
   std::vector<float> params(n, 1.0f);
   WorkerCopy worker;
   wire::ChunkData d;
   d.set_num_elems(n);
-  auto p = pc.Encode(0, codec, 0, Snap(params, 0), true, &d);
+  auto p = pc.Encode(0, codec, 0, Snap(params), true, &d);
   ASSERT_TRUE(worker.Apply(d, *p).ok());
   params[5] = 2.0f;
   wire::ChunkData d1, d2;
   d1.set_num_elems(n);
   d2.set_num_elems(n);
-  auto p1 = pc.Encode(0, codec, 0, Snap(params, 1), false, &d1);
-  auto p2 = pc.Encode(0, codec, 0, Snap(params, 1), false, &d2);  // a resend answered twice
-  ASSERT_TRUE(worker.Apply(d1, *p1).ok());                        // the worker takes only the first...
+  auto p1 = pc.Encode(0, codec, 0, Snap(params), false, &d1);
+  auto p2 = pc.Encode(0, codec, 0, Snap(params), false, &d2);  // a resend answered twice
+  ASSERT_TRUE(worker.Apply(d1, *p1).ok());                     // the worker takes only the first...
   params[6] = 3.0f;
   wire::ChunkData d3;
   d3.set_num_elems(n);
-  auto p3 = pc.Encode(0, codec, 0, Snap(params, 2), false, &d3);
+  auto p3 = pc.Encode(0, codec, 0, Snap(params), false, &d3);
   EXPECT_EQ(worker.Apply(d3, *p3).code(), Code::kDataLoss);  // ...and then sees it is out of sync
   (void)p2;
 }
 
 TEST(PullCompressorTest, LosslessCodecsSendValuesAndOthersGetFp32) {
   const uint64_t n = 100;
-  PullCompressor pc(cluster::ChunkLayout(n, n), 7);
+  PullCompressor pc(7);
   std::vector<float> params(n, 0.5f);
   wire::ChunkData d;
   d.set_num_elems(n);
-  auto p = pc.Encode(0, compression::CodecSpec{}, 0, Snap(params, 4), false, &d);
+  auto p = pc.Encode(0, CodecSpec{}, 0, Snap(params), false, &d);
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(d.delta());
   EXPECT_EQ(d.codec(), wire::FP32);
   EXPECT_EQ(pc.workers_tracked(), 0u);  // no copies kept for fp32
   // A change no smaller than the values (top-k of everything) goes as values.
-  auto all = *compression::ParseCodecSpec("topk:1");
+  auto all = *ParseCodecSpec("topk:1");
   wire::ChunkData f;
   f.set_num_elems(n);
-  ASSERT_TRUE(pc.Encode(1, all, 0, Snap(params, 4), true, &f).ok());
+  ASSERT_TRUE(pc.Encode(1, all, 0, Snap(params), true, &f).ok());
   params[0] = 9;
   wire::ChunkData g;
   g.set_num_elems(n);
-  auto q = pc.Encode(1, all, 0, Snap(params, 5), false, &g);
+  auto q = pc.Encode(1, all, 0, Snap(params), false, &g);
   ASSERT_TRUE(q.ok());
   EXPECT_FALSE(g.delta());
   EXPECT_EQ(q->size, n * 4);
 }
 
 }  // namespace
-}  // namespace geodesic::server
+}  // namespace geodesic::compression
