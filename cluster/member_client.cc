@@ -73,7 +73,7 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
       if (!h.has_register_reply()) continue;
       const auto& r = h.register_reply();
       if (r.ready()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(mu_);
         last_reply_ = clock_->Now();
         map_version_ = r.shard_map().version();
         return r;
@@ -99,108 +99,32 @@ void MemberClient::Stop(bool leave) {
 }
 
 MembershipView MemberClient::view() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   MembershipView v = view_;
   v.seconds_since_reply = Seconds(clock_->Now() - last_reply_);
   return v;
 }
 
 Status MemberClient::error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return error_;
 }
 
 void MemberClient::Loop() {
   try {
-    const Duration every = Millis(options_.timing.heartbeat_ms);
     WaitReporter silent_report(clock_, std::chrono::seconds(options_.timing.report_after_s));
     TimePoint next = clock_->Now();
     while (!stop_.load()) {
       TimePoint now = clock_->Now();
       if (now >= next || nudge_.exchange(false)) {
-        wire::Header h;
-        auto* hb = h.mutable_heartbeat();
-        if (fill_) fill_(hb);
-        hb->set_shard_map_version(map_version_.load());
-        hb->set_keys_epoch(keys_installed_);
-        hb->set_servers_epoch(servers_epoch_);
-        h.set_request_id(next_request_++);
-        Status s = socket_.Send(h, {});
-        if (!s.ok()) GD_LOG(WARNING) << "heartbeat: " << s;
-        next = now + every;
-        double silent;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          silent = Seconds(now - last_reply_);
-        }
-        if (silent * 1000 > options_.timing.lease_ms) {
-          if (silent_report.Due())
-            GD_LOG(WARNING) << "coordinator at " << options_.coordinator << " unreachable for "
-                            << static_cast<int>(silent) << " s";
-        } else {
-          silent_report = WaitReporter(clock_, std::chrono::seconds(options_.timing.report_after_s));
-        }
+        SendHeartbeat(now, &silent_report);
+        next = now + Millis(options_.timing.heartbeat_ms);
       }
       int wait_ms =
           static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next - clock_->Now()).count());
       if (!socket_.WaitReadable(std::clamp(wait_ms, 1, 50))) continue;
-      while (auto in = socket_.Receive()) {
-        if (!in->status.ok()) continue;
-        const wire::Header& h = in->message.header;
-        if (h.has_error_reply()) {
-          std::lock_guard<std::mutex> lock(mu_);
-          error_ = Status(transport::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
-          continue;
-        }
-        if (h.has_register_reply()) {  // answer to a re-registration
-          if (h.register_reply().ready() && options_.role == wire::WORKER)
-            rejoin_clock_ = h.register_reply().start_clock();
-          continue;
-        }
-        if (!h.has_heartbeat_reply()) continue;
-        const auto& r = h.heartbeat_reply();
-        if (options_.authorize && r.keys_epoch() > keys_installed_) {
-          options_.authorize(r);
-          keys_installed_ = r.keys_epoch();
-          next = clock_->Now();  // tell the coordinator now: workers wait for it
-        }
-        if (!r.known()) {
-          // Heartbeats queued during a partition all come back unknown at
-          // once: register again once per lease period, not once per reply.
-          if (clock_->Now() - last_register_ > Millis(options_.timing.lease_ms / 2)) {
-            last_register_ = clock_->Now();
-            GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
-            wire::Header reg = RegisterHeader();
-            reg.set_request_id(next_request_++);
-            (void)socket_.Send(reg, {});
-          }
-          continue;
-        }
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          last_reply_ = clock_->Now();
-          view_.valid = true;
-          view_.epoch = r.membership_epoch();
-          view_.live.assign(r.live_workers().begin(), r.live_workers().end());
-          view_.clocks.assign(r.live_worker_clocks().begin(), r.live_worker_clocks().end());
-          view_.done = r.done_workers();
-          view_.dead = r.dead_workers();
-          view_.job_finished = r.job_finished();
-          view_.promoted = view_.promoted || r.promoted();
-          view_.migration = r.migration();
-          if (r.has_shard_map() && r.shard_map().version() > view_.shard_map.version()) {
-            view_.shard_map = r.shard_map();
-            map_version_ = r.shard_map().version();
-          }
-          if (r.servers_epoch() > servers_epoch_) {
-            servers_epoch_ = r.servers_epoch();
-            view_.servers_epoch = r.servers_epoch();
-            view_.servers.assign(r.servers().begin(), r.servers().end());
-            servers_epoch_pub_ = servers_epoch_;
-          }
-        }
-        replies_++;
-      }
+      while (auto in = socket_.Receive())
+        if (in->status.ok()) OnReply(in->message.header, &next);
     }
     if (leave_.load()) {
       wire::Header h;
@@ -209,9 +133,90 @@ void MemberClient::Loop() {
       socket_.raw().set(zmq::sockopt::linger, 500);  // let the goodbye leave before close
     }
   } catch (const std::exception& e) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     error_ = Internal(std::string("heartbeat thread: ") + e.what());
     GD_LOG(ERROR) << error_;
+  }
+}
+
+void MemberClient::SendHeartbeat(TimePoint now, WaitReporter* silent_report) {
+  wire::Header h;
+  auto* hb = h.mutable_heartbeat();
+  if (fill_) fill_(hb);
+  hb->set_shard_map_version(map_version_.load());
+  hb->set_keys_epoch(keys_installed_);
+  hb->set_servers_epoch(servers_epoch_);
+  h.set_request_id(next_request_++);
+  Status s = socket_.Send(h, {});
+  if (!s.ok()) GD_LOG(WARNING) << "heartbeat: " << s;
+  double silent;
+  {
+    MutexLock lock(mu_);
+    silent = Seconds(now - last_reply_);
+  }
+  if (silent * 1000 > options_.timing.lease_ms) {
+    if (silent_report->Due())
+      GD_LOG(WARNING) << "coordinator at " << options_.coordinator << " unreachable for " << static_cast<int>(silent)
+                      << " s";
+  } else {
+    *silent_report = WaitReporter(clock_, std::chrono::seconds(options_.timing.report_after_s));
+  }
+}
+
+void MemberClient::OnReply(const wire::Header& h, TimePoint* next) {
+  if (h.has_error_reply()) {
+    MutexLock lock(mu_);
+    error_ = Status(transport::FromWire(h.error_reply().code()), "coordinator: " + h.error_reply().message());
+    return;
+  }
+  if (h.has_register_reply()) {  // answer to a re-registration
+    if (h.register_reply().ready() && options_.role == wire::WORKER) rejoin_clock_ = h.register_reply().start_clock();
+    return;
+  }
+  if (!h.has_heartbeat_reply()) return;
+  const auto& r = h.heartbeat_reply();
+  if (options_.authorize && r.keys_epoch() > keys_installed_) {
+    options_.authorize(r);
+    keys_installed_ = r.keys_epoch();
+    *next = clock_->Now();  // tell the coordinator now: workers wait for it
+  }
+  if (!r.known()) {
+    // Heartbeats queued during a partition all come back unknown at
+    // once: register again once per lease period, not once per reply.
+    if (clock_->Now() - last_register_ > Millis(options_.timing.lease_ms / 2)) {
+      last_register_ = clock_->Now();
+      GD_LOG(WARNING) << "coordinator does not know us (lease lost); registering again";
+      wire::Header reg = RegisterHeader();
+      reg.set_request_id(next_request_++);
+      (void)socket_.Send(reg, {});
+    }
+    return;
+  }
+  TakeView(r);
+  replies_++;
+}
+
+void MemberClient::TakeView(const wire::HeartbeatReply& r) {
+  MutexLock lock(mu_);
+  last_reply_ = clock_->Now();
+  view_.valid = true;
+  view_.epoch = r.membership_epoch();
+  view_.live.assign(r.live_workers().begin(), r.live_workers().end());
+  view_.clocks.assign(r.live_worker_clocks().begin(), r.live_worker_clocks().end());
+  view_.done = r.done_workers();
+  view_.dead = r.dead_workers();
+  view_.job_finished = r.job_finished();
+  view_.promoted = view_.promoted || r.promoted();
+  view_.migration = r.migration();
+  if (r.has_shard_map() && r.shard_map().version() > view_.shard_map.version()) {
+    view_.shard_map = r.shard_map();
+    map_version_ = r.shard_map().version();
+  }
+  if (r.servers_epoch() > servers_epoch_) {
+    servers_epoch_ = r.servers_epoch();
+    view_.servers_epoch = r.servers_epoch();
+    view_.servers.assign(r.servers().begin(), r.servers().end());
+    servers_epoch_pub_ = servers_epoch_;
   }
 }
 

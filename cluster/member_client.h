@@ -20,6 +20,8 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
+#include "common/wait.h"
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "transport/message.h"
@@ -101,6 +103,9 @@ class MemberClient {
 
  private:
   void Loop();
+  void SendHeartbeat(TimePoint now, WaitReporter* silent_report);
+  void OnReply(const wire::Header& h, TimePoint* next);
+  void TakeView(const wire::HeartbeatReply& r) GD_EXCLUDES(mu_);
   wire::Header RegisterHeader() const;
 
   MemberOptions options_;
@@ -116,10 +121,10 @@ class MemberClient {
   std::atomic<uint64_t> servers_epoch_pub_{0};
   std::atomic<bool> nudge_{false};
   std::atomic<uint64_t> map_version_{0};  // the newest shard map version received (Join or heartbeat replies)
-  mutable std::mutex mu_;
-  MembershipView view_;     // guarded by mu_
-  TimePoint last_reply_{};  // guarded by mu_
-  Status error_;            // guarded by mu_
+  mutable Mutex mu_;
+  MembershipView view_ GD_GUARDED_BY(mu_);
+  TimePoint last_reply_ GD_GUARDED_BY(mu_){};
+  Status error_ GD_GUARDED_BY(mu_);
   uint64_t next_request_ = 1;
   uint64_t keys_installed_ = 0;  // heartbeat thread only
   uint64_t servers_epoch_ = 0;   // heartbeat thread only
