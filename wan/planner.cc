@@ -508,7 +508,8 @@ LinkMatrix LinkMatrix::FromJob(const JobSpec& job) {
   }
   // Nor does any TCP sender there see the link's round trip, so nothing
   // paces to it.
-  m.set_bbr(CongestionControl(job) == "bbr" && job.wan.emulation != WanEmulation::kProxy);
+  m.set_bbr(FromString<TcpCongestionControl>(CongestionControl(job)) == TcpCongestionControl::kBbr &&
+            job.wan.emulation != WanEmulation::kProxy);
   return m;
 }
 
