@@ -8,7 +8,6 @@
 // state uses this Mutex and MutexLock instead; both are as cheap as
 // std::mutex and std::lock_guard. Thread-safe.
 
-#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -33,9 +32,6 @@ class GD_CAPABILITY("mutex") Mutex {
  public:
   void Lock() GD_ACQUIRE() { mu_.lock(); }
   void Unlock() GD_RELEASE() { mu_.unlock(); }
-  // For std::condition_variable_any and std::unique_lock.
-  void lock() GD_ACQUIRE() { mu_.lock(); }
-  void unlock() GD_RELEASE() { mu_.unlock(); }
 
  private:
   std::mutex mu_;
@@ -51,26 +47,6 @@ class GD_SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex& mu_;
-};
-
-// A condition variable that waits on a Mutex held through MutexLock.
-// Wait() must be called with `mu` held; it releases and reacquires it. A
-// predicate that reads guarded members says so: [&]() GD_REQUIRES(mu) {...}.
-class CondVar {
- public:
-  template <class Pred>
-  void Wait(Mutex& mu, Pred pred) GD_REQUIRES(mu) {
-    cv_.wait(mu, pred);
-  }
-  template <class Duration, class Pred>
-  bool WaitFor(Mutex& mu, Duration d, Pred pred) GD_REQUIRES(mu) {
-    return cv_.wait_for(mu, d, pred);
-  }
-  void NotifyAll() { cv_.notify_all(); }
-  void NotifyOne() { cv_.notify_one(); }
-
- private:
-  std::condition_variable_any cv_;
 };
 
 }  // namespace geodesic

@@ -14,11 +14,11 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
-#include "proto/stats.pb.h"
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/job.h"
+#include "proto/stats.pb.h"
 #include "server/consistency.h"
 #include "server/shard.h"
 

@@ -21,11 +21,11 @@
 #include <optional>
 #include <string>
 #include <zmq.hpp>
-#include "proto/stats.pb.h"
 
 #include "cluster/member_client.h"
 #include "common/clock.h"
 #include "config/job.h"
+#include "proto/stats.pb.h"
 #include "server/pull_service.h"
 #include "server/requests.h"
 #include "server/shard.h"

@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 #include <zmq.hpp>
-#include "proto/stats.pb.h"
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/job.h"
+#include "proto/stats.pb.h"
 #include "server/requests.h"
 #include "transport/message.h"
 #include "transport/outbox.h"

@@ -105,8 +105,6 @@ class Outbox {
     auto it = entries_.find(key);
     return it == entries_.end() ? nullptr : &it->second;
   }
-  // The entry with the smallest key, or null.
-  const OutboxEntry* Oldest() const { return entries_.empty() ? nullptr : &entries_.begin()->second; }
   void Clear() { entries_.clear(); }
   bool empty() const { return entries_.empty(); }
   size_t size() const { return entries_.size(); }
