@@ -181,8 +181,9 @@ void Server::FollowServers(const cluster::MembershipView& v) {
     if (!si.endpoint().empty() && si.endpoint() != socket_.endpoint())
       replicator_.Fence("the coordinator says shard " + std::to_string(options_.id) + " is served at " + si.endpoint());
     // The coordinator declared our backup dead (it never promotes it
-    // after that): from now on we acknowledge alone.
-    else if (si.backup_endpoint().empty())
+    // after that): from now on we acknowledge alone. Once the job has
+    // finished a backup leaves on its own, which is no failure.
+    else if (si.backup_endpoint().empty() && !v.job_finished)
       replicator_.Degrade("the coordinator declared the backup dead");
   }
 }
