@@ -16,25 +16,44 @@ Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx,
                                        .role = wire::COORDINATOR,
                                        .id = 0,
                                        .max_message_bytes = options_.coordinator.max_message_bytes,
+                                       .send_timeout_ms = transport::kNeverBlock,
                                        .curve = transport::CurveSocket{.keys = options_.keys, .server_key = {}}},
               &counters_),
+      refusals_(clock),
       state_(options_.coordinator, clock),
       store_(options_.state_file, clock) {}
 
 void Coordinator::Reply(const transport::Message& request, wire::Header reply) {
   reply.set_request_id(request.header.request_id());
   Status s = socket_.Send(std::move(reply), {}, request.peer);
-  if (!s.ok()) GD_LOG(WARNING) << "reply to " << request.header.sender_id() << " failed: " << s;
+  if (s.ok()) return;
+  // At most one line a second: a peer that never reads fails every reply.
+  uint64_t skipped = 0;
+  if (failed_reply_log_.Due(clock_->Now(), &skipped))
+    GD_LOG(WARNING) << "reply to " << transport::PeerName(request) << " failed: " << s << " (and " << skipped
+                    << " more failed replies since the last such line)";
+}
+
+// Counts and logs one refusal (rate-limited); false if it goes unanswered.
+bool Coordinator::NoteRefusal(const transport::Message& m, const wire::ErrorReply& e) {
+  counters_.messages_refused++;
+  const transport::RefusalLimiter::Verdict v = refusals_.Note(m.peer, e.reason());
+  if (v.log)
+    GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from " << transport::PeerName(m) << " ("
+                    << transport::RefusalName(e.reason()) << "): " << e.message()
+                    << transport::UnloggedNote(v.unlogged, e.reason());
+  if (v.muted) GD_LOG(WARNING) << transport::MutedNote(transport::PeerName(m), refusals_.limits());
+  return v.answer;
 }
 
 void Coordinator::Handle(transport::Message& m) {
   bool refused = false;
   std::optional<wire::Header> reply = state_.Answer(m.header, m.peer_key, &refused);
-  if (refused) counters_.messages_refused++;
+  if (refused && reply && !NoteRefusal(m, reply->error_reply())) return;
   // A key bound at registration is saved before the member learns it is
   // in: a coordinator restarted from a state without it would let another
   // key speak for that member.
-  if (state_.secure() && m.header.has_register_request()) store_.Save(state_, true);
+  if (state_.secure() && m.header.has_register_request() && !refused) store_.Save(state_, true);
   if (reply) Reply(m, std::move(*reply));
 }
 
@@ -45,6 +64,10 @@ void Coordinator::WriteStats() const {
   j.set_bytes_sent(counters_.bytes_sent.load());
   j.set_bytes_received(counters_.bytes_received.load());
   j.set_messages_refused(counters_.messages_refused.load());
+  for (const auto& [reason, n] : refusals_.by_reason())
+    (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
+  j.set_refusals_unanswered(refusals_.unanswered());
+  j.set_sends_dropped(counters_.sends_dropped.load());
   j.set_training_seconds(state_.training_seconds());
   if (!state_.plan_note().empty()) {
     j.mutable_plan()->set_note(state_.plan_note());
@@ -99,7 +122,13 @@ void Coordinator::ReceiveAll() {
     auto in = socket_.Receive();
     if (!in) break;
     if (!in->status.ok()) {
-      GD_LOG(WARNING) << "refused a message from " << in->message.header.sender_id() << ": " << in->status;
+      // Framing refusals: counted by the socket, logged here, never answered
+      // (the sender may not be a member at all).
+      wire::ErrorReply e;
+      e.set_reason(in->refusal);
+      e.set_message(in->status.message());
+      (void)NoteRefusal(in->message, e);
+      counters_.messages_refused--;  // the socket already counted it
       continue;
     }
     Handle(in->message);

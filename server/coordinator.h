@@ -15,10 +15,12 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/throttle.h"
 #include "common/wait.h"
 #include "server/coordinator_state.h"
 #include "server/coordinator_store.h"
 #include "transport/message.h"
+#include "transport/refusal_limiter.h"
 #include "transport/security.h"
 
 namespace geodesic::server {
@@ -57,6 +59,7 @@ class Coordinator {
   bool Finished(TimePoint now);
   void Handle(transport::Message& m);
   void Reply(const transport::Message& request, wire::Header reply);
+  bool NoteRefusal(const transport::Message& m, const wire::ErrorReply& e);
   void WriteStats() const;
 
   CoordinatorProcessOptions options_;
@@ -68,6 +71,8 @@ class Coordinator {
   transport::TrafficCounters counters_;
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
   transport::Socket socket_;
+  transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
+  Throttle failed_reply_log_{std::chrono::seconds(1)};
   CoordinatorState state_;
   CoordinatorStore store_;
 };

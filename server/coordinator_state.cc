@@ -486,9 +486,7 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
   *refused = false;
   wire::Header reply;
   auto refuse = [&](wire::Refusal why, const ::geodesic::Status& s) {
-    *refused = true;
-    GD_LOG(WARNING) << "refused " << transport::BodyName(h) << " from " << RoleName(h.sender_role()) << " "
-                    << h.sender_id() << ": " << s;
+    *refused = true;  // the socket shell logs it (rate-limited) with the peer's name
     reply.mutable_error_reply()->set_code(transport::ToWire(s.code()));
     reply.mutable_error_reply()->set_message(s.message());
     reply.mutable_error_reply()->set_reason(why);

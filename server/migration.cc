@@ -165,6 +165,7 @@ transport::Socket* Migration::PeerFor(const std::string& endpoint) {
                                                                       .role = wire::SERVER,
                                                                       .id = server_id_,
                                                                       .max_message_bytes = job_.wire.max_message_bytes,
+                                                                      .send_timeout_ms = transport::kNeverBlock,
                                                                       .curve = {}},
                                              counters_);
   if (Status s = peer->Connect(endpoint); !s.ok()) {

@@ -119,7 +119,11 @@ void PullService::Serve(const HeldPull& p, const std::vector<uint32_t>* only) {
     std::vector<transport::Payload> payloads;
     if (!FillReply(p, batch, &reply, &payloads)) return;
     if (Status s = socket_->Send(std::move(reply), payloads, p.peer); !s.ok()) {
-      GD_LOG(WARNING) << "pull reply to " << p.sender_id << " failed: " << s;
+      // The worker asks again (worker/ps_client.h); one line a second at most.
+      uint64_t skipped = 0;
+      if (failed_reply_log_.Due(clock_->Now(), &skipped))
+        GD_LOG(WARNING) << "pull reply to worker " << p.sender_id << " failed: " << s << " (and " << skipped
+                        << " more since the last such line)";
       return;
     }
   }

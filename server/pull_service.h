@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/throttle.h"
 #include "compression/codec.h"
 #include "compression/pull_compressor.h"
 #include "config/job.h"
@@ -82,6 +83,7 @@ class PullService {
   const int server_id_;
   const Clock* clock_;
   transport::Socket* socket_;
+  Throttle failed_reply_log_{std::chrono::seconds(1)};
   const ShardState* shard_ = nullptr;
   const ClockTable* clocks_ = nullptr;
   std::vector<HeldPull> held_;

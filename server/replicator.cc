@@ -39,6 +39,7 @@ Status Replicator::Connect(const std::string& endpoint, const transport::MemberC
                                .role = wire::SERVER,
                                .id = server_id_,
                                .max_message_bytes = job_.wire.max_message_bytes,
+                               .send_timeout_ms = transport::kNeverBlock,
                                .curve = transport::CurveSocket{.keys = credentials.keys, .server_key = backup_key}},
       router_->counters());
   GD_RETURN_IF_ERROR(replica_->Connect(endpoint));
@@ -69,7 +70,10 @@ void Replicator::Send(uint64_t seq, wire::Header op, std::vector<transport::Payl
   // A send that times out (the connection is down and its queue full) is
   // not lost: the op stays pending and goes again with the next resend.
   Status s = replica_->Send(op, payloads);
-  if (!s.ok()) GD_LOG(WARNING) << "replication op " << seq << " not sent yet: " << s.message();
+  uint64_t skipped = 0;
+  if (!s.ok() && unsent_log_.Due(clock_->Now(), &skipped))
+    GD_LOG(WARNING) << "replication op " << seq << " not sent yet: " << s.message() << " (and " << skipped
+                    << " more since the last such line)";
   ++ops_sent_;
   pending_.Add(seq, 0, std::move(op), std::move(payloads), clock_->Now());
 }

@@ -29,6 +29,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/throttle.h"
 #include "config/job.h"
 #include "proto/stats.pb.h"
 #include "server/requests.h"
@@ -85,6 +86,7 @@ class Replicator {
   zmq::context_t& ctx_;
   transport::Socket* router_;
   std::unique_ptr<transport::Socket> replica_;
+  Throttle unsent_log_{std::chrono::seconds(1)};  // ops the backup's full queue did not take
   std::string endpoint_;
   uint64_t seq_ = 0;
   transport::Outbox<uint64_t> pending_;  // sent ops, until acknowledged

@@ -17,8 +17,10 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
                   .role = wire::SERVER,
                   .id = options_.id,
                   .max_message_bytes = options_.job.wire.max_message_bytes,
+                  .send_timeout_ms = transport::kNeverBlock,
                   .curve = transport::CurveSocket{.keys = options_.credentials.keys, .server_key = {}}},
               &counters_),
+      refusals_(clock),
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()),
       pulls_(options_.job, options_.id, clock, &socket_),
@@ -28,12 +30,14 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
       checkpoints_(options_.job, options_.id, options_.checkpoint_dir, options_.checkpoint_requests, clock) {}
 
 void Server::Refuse(const transport::Message& m, wire::Refusal reason, const Status& status) {
-  refused_[transport::RefusalName(reason)]++;
   counters_.messages_refused++;
-  GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from "
-                  << (m.header.sender_role() == wire::WORKER ? "worker " : "peer ") << m.header.sender_id() << " ("
-                  << transport::RefusalName(reason) << "): " << status.message();
-  if (m.peer.empty()) return;
+  const transport::RefusalLimiter::Verdict v = refusals_.Note(m.peer, reason);
+  if (v.log)
+    GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from " << transport::PeerName(m) << " ("
+                    << transport::RefusalName(reason) << "): " << status.message()
+                    << transport::UnloggedNote(v.unlogged, reason);
+  if (v.muted) GD_LOG(WARNING) << transport::MutedNote(transport::PeerName(m), refusals_.limits());
+  if (m.peer.empty() || !v.answer) return;
   wire::Header reply;
   reply.set_request_id(m.header.request_id());
   reply.mutable_error_reply()->set_code(transport::ToWire(status.code()));
@@ -236,7 +240,10 @@ void Server::WriteStats() const {
   j.set_messages_sent(counters_.messages_sent.load());
   j.set_messages_received(counters_.messages_received.load());
   j.set_messages_refused(counters_.messages_refused.load());
-  for (const auto& [reason, n] : refused_) (*j.mutable_refused_by_reason())[reason] = n;
+  for (const auto& [reason, n] : refusals_.by_reason())
+    (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
+  j.set_refusals_unanswered(refusals_.unanswered());
+  j.set_sends_dropped(counters_.sends_dropped.load());
   if (options_.job.wan.replan) migration_.AddStats(&j);
   if (shard_) {
     j.set_chunks(shard_->owned().size());

@@ -35,6 +35,7 @@
 #include "server/requests.h"
 #include "server/shard.h"
 #include "transport/message.h"
+#include "transport/refusal_limiter.h"
 
 namespace geodesic::server {
 
@@ -68,7 +69,6 @@ class Server {
   Status Run(const std::atomic<bool>* stop);
 
   // Counters for tests and the stats file.
-  const std::map<std::string, uint64_t>& refused() const { return refused_; }
 
  private:
   // Start-up, in Run's order.
@@ -115,6 +115,7 @@ class Server {
   transport::TrafficCounters counters_;         // shared: atomics
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
   transport::Socket socket_;
+  transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
   // Shared with the heartbeat thread (Authorize).
   mutable Mutex keys_mu_;
   std::map<std::string, int> key_owner_ GD_GUARDED_BY(keys_mu_);  // key -> worker id (-1: evaluator)
@@ -124,7 +125,6 @@ class Server {
   ClockTable clocks_;
   int num_workers_ = 0;
   uint64_t seen_replies_ = 0;
-  std::map<std::string, uint64_t> refused_;  // by transport::RefusalName
   // Mirrors for the heartbeat thread (shared: atomics).
   std::atomic<uint64_t> pub_updates_{0}, pub_dropped_{0}, pub_refused_{0}, pub_held_{0};
   std::atomic<double> pub_stale_mean_{0};

@@ -86,13 +86,10 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
     if (is_router_) {
       if (peer.empty()) return Internal("send on a ROUTER socket needs a peer");
       zmq::message_t id(peer.data(), peer.size());
-      if (!socket_.send(id, zmq::send_flags::sndmore)) return Unavailable("send timed out");
+      if (!socket_.send(id, zmq::send_flags::sndmore)) return QueueFull(header);
     }
     auto more = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-    if (!socket_.send(head, more)) {
-      counters_->send_failures++;
-      return Unavailable("send of " + BodyName(header) + " to " + endpoint_ + " timed out");
-    }
+    if (!socket_.send(head, more)) return QueueFull(header);
     for (size_t i = 0; i < payloads.size(); ++i) {
       const Payload& p = payloads[i];
       zmq::message_t frame;
@@ -119,6 +116,15 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
   counters_->bytes_sent += total;
   counters_->messages_sent++;
   return Status::Ok();
+}
+
+Status Socket::QueueFull(const wire::Header& header) {
+  counters_->send_failures++;
+  if (options_.send_timeout_ms == kNeverBlock) {
+    counters_->sends_dropped++;
+    return Unavailable("send of " + BodyName(header) + " dropped: the peer's queue is full (it does not read)");
+  }
+  return Unavailable("send of " + BodyName(header) + " to " + endpoint_ + " timed out");
 }
 
 std::optional<Incoming> Socket::Receive() {
@@ -170,6 +176,11 @@ Incoming DecodeFrames(std::vector<zmq::message_t> parts, bool router, const Sock
     return refuse(InvalidArgument("message of " + std::to_string(m.wire_bytes) + " bytes exceeds the limit of " +
                                   std::to_string(options.max_message_bytes)));
   zmq::message_t& head = parts[first];
+  if (router) {
+    // Frames read from a socket carry it; frames made from bytes do not (null).
+    const char* address = zmq_msg_gets(head.handle(), "Peer-Address");
+    if (address) m.peer_address = address;
+  }
   if (options.curve.enabled() && router) {
     // The key the peer proved in its CurveZMQ handshake (set by our ZAP handler).
     const char* user = zmq_msg_gets(head.handle(), "User-Id");
@@ -218,6 +229,27 @@ std::string RefusalName(wire::Refusal refusal) {
   if (name.starts_with(kPrefix)) name.erase(0, kPrefix.size());
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return name;
+}
+
+std::string PeerName(const Message& m) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const wire::Role role = m.header.sender_role();
+  std::string name = wire::Role_Name(role);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name.empty()) name = "role " + std::to_string(static_cast<int>(role));
+  if (role == wire::ROLE_UNSPECIFIED)
+    name = "unnamed peer";
+  else
+    name += " " + std::to_string(m.header.sender_id());
+  if (m.peer.empty()) return name;
+  name += " (peer ";
+  for (size_t i = 0; i < m.peer.size() && i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(m.peer[i]);
+    name += kHex[b >> 4];
+    name += kHex[b & 15];
+  }
+  if (!m.peer_address.empty()) name += " at " + m.peer_address;
+  return name + ")";
 }
 
 std::string BodyName(const wire::Header& header) {

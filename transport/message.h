@@ -24,6 +24,7 @@
 namespace geodesic::transport {
 
 inline constexpr uint32_t kProtocolVersion = 2;  // 2: ErrorReply.reason became the Refusal enum
+inline constexpr int kNeverBlock = 0;            // SocketOptions::send_timeout_ms of loops that serve many peers
 
 // Bytes for one payload frame, kept alive by `owner` until sent.
 struct Payload {
@@ -41,6 +42,8 @@ struct Message {
   Message& operator=(Message&&) = default;
 
   std::string peer;  // ROUTER sockets: the sender's routing id; empty on DEALER
+  // The sender's IP address as ZeroMQ saw it on the connection ("" if unknown).
+  std::string peer_address;
   // CURVE server sockets: the sender's public key (Z85) as the ZAP handler
   // admitted it; empty on plaintext sockets and if no handler vouched for it.
   std::string peer_key;
@@ -71,6 +74,9 @@ struct TrafficCounters {
   std::atomic<uint64_t> messages_received{0};
   std::atomic<uint64_t> messages_refused{0};  // failed framing or handler validation
   std::atomic<uint64_t> send_failures{0};
+  // Sends given up at once because the peer's queue was full (it does not
+  // read): a subset of send_failures, on sockets that never block.
+  std::atomic<uint64_t> sends_dropped{0};
 };
 
 struct SocketOptions {
@@ -78,8 +84,13 @@ struct SocketOptions {
   wire::Role role = wire::ROLE_UNSPECIFIED;
   int32_t id = -1;
   int64_t max_message_bytes = 256 << 20;  // larger inbound messages are refused unread
-  int send_timeout_ms = 5000;             // a send that cannot queue by then fails as Unavailable
-  int high_water_mark = 10000;            // messages queued per peer before sends block
+  // A send that cannot queue by then fails as Unavailable. 0: never block;
+  // a peer whose queue is full (it does not read) loses the message, which
+  // is counted in sends_dropped. Every socket an event loop serving several
+  // peers sends on uses 0 (kNeverBlock), so that no one peer can stall it;
+  // what must arrive is kept in an Outbox and resent.
+  int send_timeout_ms = 5000;
+  int high_water_mark = 10000;  // messages queued per peer before sends block or drop
   // CurveZMQ (security.mode curve): a ROUTER becomes a CURVE server, a
   // DEALER a CURVE client of `curve.server_key`. Default: plaintext.
   CurveSocket curve = {};
@@ -96,7 +107,7 @@ class Socket {
 
   // Stamps and sends `header` followed by `payloads`. `peer` is required on
   // ROUTER sockets and ignored elsewhere. Unavailable if the peer is gone or
-  // its queue stays full past send_timeout_ms.
+  // its queue stays full past send_timeout_ms (at once with kNeverBlock).
   Status Send(wire::Header header, const std::vector<Payload>& payloads, const std::string& peer = "");
 
   // Takes one waiting message without blocking; nullopt when none waits.
@@ -116,6 +127,9 @@ class Socket {
   TrafficCounters* counters_;
   std::string endpoint_;
   Status setup_;  // a failure applying the options, reported by Bind/Connect
+
+  // A send that could not queue (counted; dropped with kNeverBlock).
+  Status QueueFull(const wire::Header& header);
 };
 
 // The framing checks of Socket::Receive, on bytes (no socket; the fuzz
@@ -138,5 +152,10 @@ std::string RefusalName(wire::Refusal refusal);
 
 // Short name of a body, e.g. "push_request", for logs.
 std::string BodyName(const wire::Header& header);
+
+// Who sent `m`, for logs: the role and id it claims, then the connection's
+// routing id (hex) and address where the socket knows them, e.g.
+// "worker 3 (peer 0080000001 at 127.0.0.1)". The claim is unchecked.
+std::string PeerName(const Message& m);
 
 }  // namespace geodesic::transport

@@ -184,6 +184,70 @@ TEST(MessageLimitTest, OversizedMessageIsNotDelivered) {
   EXPECT_LT(rc.bytes_received.load(), big.size());
 }
 
+// A peer that never reads fills its queue; a never-blocking ROUTER then
+// drops what it sends that peer at once (counted) instead of waiting, and
+// still serves another peer.
+TEST(MessageLimitTest, NeverBlockingRouterDropsForAPeerThatDoesNotRead) {
+  zmq::context_t ctx(1);
+  TrafficCounters rc, dc;
+  SocketOptions ro = Opts(wire::SERVER, 0);
+  ro.send_timeout_ms = kNeverBlock;
+  ro.high_water_mark = 100;
+  Socket router(ctx, zmq::socket_type::router, ro, &rc);
+  ASSERT_TRUE(router.Bind("tcp://127.0.0.1:*").ok());
+  SocketOptions deaf_options = Opts(wire::WORKER, 0);
+  deaf_options.high_water_mark = 100;
+  Socket deaf(ctx, zmq::socket_type::dealer, deaf_options, &dc),
+      reader(ctx, zmq::socket_type::dealer, Opts(wire::WORKER, 1), &dc);
+  ASSERT_TRUE(deaf.Connect(router.endpoint()).ok());
+  ASSERT_TRUE(reader.Connect(router.endpoint()).ok());
+  wire::Header hello;
+  hello.mutable_status_request();
+  ASSERT_TRUE(deaf.Send(hello, {}).ok());
+  auto in = ReceiveWithin(router, 2000);
+  ASSERT_TRUE(in && in->status.ok());
+  const std::string deaf_peer = in->message.peer;
+  std::vector<char> bytes(64 << 10, 'x');
+  wire::Header reply;
+  reply.mutable_pull_reply();
+  const auto start = std::chrono::steady_clock::now();
+  int sent = 0, dropped = 0;
+  // The queues (ZeroMQ's and the kernel's on both ends) hold a few MB at most.
+  for (int i = 0; i < 20000 && dropped < 100; ++i)
+    router.Send(reply, {CopyPayload(bytes.data(), bytes.size())}, deaf_peer).ok() ? ++sent : ++dropped;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(dropped, 100) << "sent " << sent;
+  EXPECT_EQ(rc.sends_dropped.load(), 100u);
+  EXPECT_LT(seconds, 4.0) << "a full peer must not block the sender";
+  ASSERT_TRUE(reader.Send(hello, {}).ok());
+  in = ReceiveWithin(router, 2000);
+  ASSERT_TRUE(in && in->status.ok());
+  EXPECT_TRUE(router.Send(reply, {}, in->message.peer).ok());
+  EXPECT_TRUE(ReceiveWithin(reader, 2000).has_value());
+}
+
+TEST(MessageTest2, PeerNameSaysClaimRoutingIdAndAddress) {
+  zmq::context_t ctx(1);
+  TrafficCounters rc, dc;
+  Socket router(ctx, zmq::socket_type::router, Opts(wire::SERVER, 0), &rc);
+  Socket dealer(ctx, zmq::socket_type::dealer, Opts(wire::WORKER, 7), &dc);
+  ASSERT_TRUE(router.Bind("tcp://127.0.0.1:*").ok());
+  ASSERT_TRUE(dealer.Connect(router.endpoint()).ok());
+  wire::Header h;
+  h.mutable_status_request();
+  ASSERT_TRUE(dealer.Send(h, {}).ok());
+  auto in = ReceiveWithin(router, 2000);
+  ASSERT_TRUE(in && in->status.ok());
+  const std::string name = PeerName(in->message);
+  EXPECT_EQ(name.rfind("worker 7 (peer ", 0), 0u) << name;
+  EXPECT_NE(name.find(" at 127.0.0.1)"), std::string::npos) << name;
+  Message unnamed;
+  EXPECT_EQ(PeerName(unnamed), "unnamed peer");
+  unnamed.header.set_sender_role(static_cast<wire::Role>(77));
+  unnamed.peer = std::string("\x00\x80", 2);
+  EXPECT_EQ(PeerName(unnamed), "role 77 0 (peer 0080)");
+}
+
 TEST(MessageTest2, BodyNameAndErrorCodes) {
   wire::Header h;
   h.mutable_pull_reply();
