@@ -29,7 +29,8 @@ double Since(std::chrono::steady_clock::time_point t) {
 
 // One epoch of the default job, with a run directory `run` under `dir`.
 std::vector<std::string> LaunchArgs(const TempDir& dir, const std::string& run, bool secured) {
-  std::vector<std::string> args = {"launch", Example(), "--run-dir", dir / run, "--quiet", "--set", "training.epochs=1"};
+  std::vector<std::string> args = {"launch",  Example(), "--run-dir",        dir / run,
+                                   "--quiet", "--set",   "training.epochs=1"};
   if (secured) args.insert(args.end(), {"--set", "security.mode=curve"});
   return args;
 }
@@ -43,7 +44,8 @@ struct Timed {
 Timed Baseline(const TempDir& dir, bool secured) {
   const auto start = std::chrono::steady_clock::now();
   auto r = testing::RunGeodesic(LaunchArgs(dir, "baseline", secured), 300);
-  Timed t{.exit_code = r.exit_code, .seconds = Since(start), .summary = testing::ReadJson(dir / "baseline/summary.json")};
+  Timed t{
+      .exit_code = r.exit_code, .seconds = Since(start), .summary = testing::ReadJson(dir / "baseline/summary.json")};
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return t;
 }
@@ -82,7 +84,8 @@ std::optional<wire::StatusReply> WaitForTraining(zmq::context_t& ctx, const Temp
 // clock to `endpoint`, never reading; returns how many left this process.
 int FloodShard(zmq::socket_t& s, int garbage, int pulls) {
   int sent = 0;
-  for (int i = 0; i < garbage; ++i) sent += s.send(zmq::buffer("not a geodesic message"), zmq::send_flags::none) ? 1 : 0;
+  for (int i = 0; i < garbage; ++i)
+    sent += s.send(zmq::buffer("not a geodesic message"), zmq::send_flags::none) ? 1 : 0;
   wire::Header h;
   h.set_protocol(transport::kProtocolVersion);
   h.set_job("fashion-mnist-cnn");

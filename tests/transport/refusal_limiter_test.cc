@@ -6,7 +6,8 @@ namespace geodesic::transport {
 namespace {
 
 RefusalLimits Small() {
-  return RefusalLimits{.answers_per_peer = 3, .window = std::chrono::seconds(10), .max_peers = 4, .log_every = std::chrono::seconds(1)};
+  return RefusalLimits{
+      .answers_per_peer = 3, .window = std::chrono::seconds(10), .max_peers = 4, .log_every = std::chrono::seconds(1)};
 }
 
 TEST(RefusalLimiterTest, APeerGetsItsBudgetOfAnswersPerWindow) {

@@ -468,6 +468,42 @@ TEST_F(LinkEmulatorOneLinkTest, BackpressureBoundsWhatOneConnectionQueues) {
   EXPECT_GT(accepted, 4u << 20);
 }
 
+// A target that never reads holds up its own connection only: the
+// emulator stops reading that connection's source (backpressure) while
+// another connection on the same link keeps its full speed.
+TEST_F(LinkEmulatorOneLinkTest, ATargetThatNeverReadsStallsOnlyItsOwnConnection) {
+  constexpr double kMbit = 100;
+  constexpr size_t kBytes = 2 << 20;
+  ASSERT_TRUE(StartLink(Shape(10, kMbit)));
+  Pipe deaf = Open(emu_, link_), live = Open(emu_, link_);
+  ASSERT_GE(deaf.server.get(), 0);
+  ASSERT_GE(live.server.get(), 0);
+  fcntl(deaf.client.get(), F_SETFL, O_NONBLOCK);
+  const std::vector<uint8_t> block(1 << 20);
+  size_t stuck = 0;
+  for (const auto start = SteadyClock::now(); SecondsSince(start) < 1.0 && stuck < (64u << 20);) {
+    const ssize_t k = send(deaf.client.get(), block.data(), block.size(), MSG_NOSIGNAL);
+    if (k > 0)
+      stuck += static_cast<size_t>(k);
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(stuck, 24u << 20) << "the emulator kept reading a connection whose target does not read";
+  const std::vector<uint8_t> data = RandomBytes(kBytes, 5);
+  const auto start = SteadyClock::now();
+  std::thread sender([&] { SendAll(live.client.get(), data.data(), data.size()); });
+  std::vector<uint8_t> in(kBytes);
+  const size_t got = RecvFor(live.server.get(), in.data(), in.size(), 5000);
+  const double seconds = SecondsSince(start);
+  sender.join();
+  ASSERT_EQ(got, kBytes);
+  EXPECT_EQ(in, data);
+  const double ideal = kBytes * 8 / (kMbit * 1e6) + 0.01;
+  std::printf("%.1f MB stuck on the deaf connection; the other moved %.1f MB in %.3f s (alone: %.3f s)\n", stuck / 1e6,
+              kBytes / 1e6, seconds, ideal);
+  EXPECT_LT(seconds, 1.5 * ideal) << "the stalled connection slowed the other";
+}
+
 TEST_F(LinkEmulatorOneLinkTest, CarriesZeroMqMessages) {
   ASSERT_TRUE(StartLink(Shape(10, 200)));
   zmq::context_t ctx(1);
