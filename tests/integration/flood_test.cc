@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <zmq.hpp>
 
@@ -110,22 +111,34 @@ void ExpectLikeBaseline(const Timed& base, const Timed& attacked) {
   EXPECT_LE(attacked.seconds, 1.3 * base.seconds);
 }
 
+// The job again, with `attack` run once it trains; `attack` keeps its
+// sockets open until it returns, and this waits for the job to end first.
+Timed Attacked(const TempDir& dir, bool secured,
+               const std::function<void(zmq::context_t&, testing::Process&)>& attack) {
+  zmq::context_t ctx(1);
+  const auto start = std::chrono::steady_clock::now();
+  testing::Process launch(LaunchArgs(dir, "run", secured), dir / "launch.log");
+  attack(ctx, launch);
+  std::printf("attack over after %.1f s\n", Since(start));
+  Timed t{.exit_code = launch.Wait(300), .seconds = Since(start)};
+  t.summary = testing::ReadJson(dir / "run/summary.json");
+  return t;
+}
+
 TEST(TrainingUnderFloodTest, AShardFloodedByAPeerThatNeverReadsKeepsServing) {
   TempDir dir;
   const Timed base = Baseline(dir, /*secured=*/false);
-  zmq::context_t ctx(1);
-  const auto start = std::chrono::steady_clock::now();
-  testing::Process launch(LaunchArgs(dir, "run", false), dir / "launch.log");
-  auto status = WaitForTraining(ctx, dir);
-  ASSERT_TRUE(status && status->servers_size() == 2) << testing::ReadText(dir / "launch.log");
-  zmq::socket_t attacker(ctx, zmq::socket_type::dealer);
-  attacker.set(zmq::sockopt::linger, 0);
-  attacker.set(zmq::sockopt::sndtimeo, 2000);
-  attacker.connect(status->servers(0).endpoint());
-  const int sent = FloodShard(attacker, 60000, 40000);
-  std::printf("flood: %d messages sent to shard 0 in %.1f s\n", sent, Since(start));
-  Timed attacked{.exit_code = launch.Wait(300), .seconds = Since(start)};
-  attacked.summary = testing::ReadJson(dir / "run/summary.json");
+  const Timed attacked = Attacked(dir, false, [&](zmq::context_t& ctx, testing::Process& launch) {
+    auto status = WaitForTraining(ctx, dir);
+    ASSERT_TRUE(status && status->servers_size() == 2) << testing::ReadText(dir / "launch.log");
+    zmq::socket_t attacker(ctx, zmq::socket_type::dealer);
+    attacker.set(zmq::sockopt::linger, 0);
+    attacker.set(zmq::sockopt::sndtimeo, 2000);
+    attacker.connect(status->servers(0).endpoint());
+    std::printf("flood: %d messages sent to shard 0\n", FloodShard(attacker, 60000, 40000));
+    // Never reading, until the job ends.
+    EXPECT_EQ(launch.Wait(300), 0);
+  });
   ExpectLikeBaseline(base, attacked);
   auto shard = testing::ReadJson(dir / "run/stats/server-0.json");
   std::printf("shard 0: %s refused, %s unanswered, %s replies dropped\n", shard["messages_refused"].dump().c_str(),
@@ -142,33 +155,32 @@ TEST(TrainingUnderFloodTest, AShardFloodedByAPeerThatNeverReadsKeepsServing) {
 TEST(TrainingUnderFloodTest, ASecuredCoordinatorFloodedWithoutATokenKeepsServing) {
   TempDir dir;
   const Timed base = Baseline(dir, /*secured=*/true);
-  zmq::context_t ctx(1);
-  const auto start = std::chrono::steady_clock::now();
-  testing::Process launch(LaunchArgs(dir, "run", true), dir / "launch.log");
-  // Workers write their stats once they train.
-  ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 120)) << testing::ReadText(dir / "launch.log");
-  const std::string server_key = testing::ReadText(dir / "run/coordinator.key");
-  // Any CURVE key gets through the coordinator's handshake (join tokens
-  // decide membership); this one has no token.
-  transport::TrafficCounters counters;
-  transport::Socket attacker(ctx, zmq::socket_type::dealer,
-                             {.job = "fashion-mnist-cnn",
-                              .role = wire::WORKER,
-                              .id = 1,
-                              .send_timeout_ms = 2000,
-                              .curve = {.keys = transport::GenerateCurveKeyPair().value(), .server_key = server_key}},
-                             &counters);
-  ASSERT_TRUE(attacker.Connect(testing::ReadText(dir / "run/coordinator.endpoint")).ok());
-  wire::Header reg;
-  reg.mutable_register_request()->mutable_model()->set_name("cnn");
-  int sent = 0;
-  for (int i = 0; i < 60000; ++i) {
-    reg.set_request_id(i + 1);
-    sent += attacker.Send(reg, {}).ok() ? 1 : 0;
-  }
-  std::printf("flood: %d registrations without a token sent in %.1f s\n", sent, Since(start));
-  Timed attacked{.exit_code = launch.Wait(300), .seconds = Since(start)};
-  attacked.summary = testing::ReadJson(dir / "run/summary.json");
+  const Timed attacked = Attacked(dir, true, [&](zmq::context_t& ctx, testing::Process&) {
+    // Workers write their stats once they train.
+    ASSERT_TRUE(testing::WaitForFile(dir / "run/stats/worker-0.json", 120)) << testing::ReadText(dir / "launch.log");
+    // Any CURVE key gets through the coordinator's handshake (join tokens
+    // decide membership); this one has no token.
+    transport::TrafficCounters counters;
+    transport::Socket attacker(ctx, zmq::socket_type::dealer,
+                               {.job = "fashion-mnist-cnn",
+                                .role = wire::WORKER,
+                                .id = 1,
+                                .send_timeout_ms = 2000,
+                                .curve = {.keys = transport::GenerateCurveKeyPair().value(),
+                                          .server_key = testing::ReadText(dir / "run/coordinator.key")}},
+                               &counters);
+    ASSERT_TRUE(attacker.Connect(testing::ReadText(dir / "run/coordinator.endpoint")).ok());
+    wire::Header reg;
+    reg.mutable_register_request()->mutable_model()->set_name("cnn");
+    int sent = 0;
+    for (int i = 0; i < 60000; ++i) {
+      reg.set_request_id(i + 1);
+      sent += attacker.Send(reg, {}).ok() ? 1 : 0;
+    }
+    std::printf("flood: %d registrations without a token sent\n", sent);
+    // Held 10 s without reading, then closed (the job goes on).
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+  });
   ExpectLikeBaseline(base, attacked);
   auto coordinator = testing::ReadJson(dir / "run/stats/coordinator.json");
   std::printf("coordinator: %s refused, %s unanswered\n", coordinator["refused_by_reason"].dump().c_str(),

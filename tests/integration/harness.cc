@@ -81,10 +81,11 @@ Process::~Process() {
 }
 
 int Process::Wait(double timeout_s) {
+  if (reaped_) return exit_code_;
   int sig = 0;
-  int code = WaitPid(pid_, timeout_s, &sig, nullptr);
+  exit_code_ = WaitPid(pid_, timeout_s, &sig, nullptr);
   reaped_ = true;
-  return code;
+  return exit_code_;
 }
 
 void Process::Signal(int sig) {

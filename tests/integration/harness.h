@@ -30,13 +30,15 @@ class Process {
   Process(const std::vector<std::string>& args, const std::string& log_file);
   ~Process();
   pid_t pid() const { return pid_; }
-  // Waits up to timeout_s; returns the exit code, or -1 (signal or timeout).
+  // Waits up to timeout_s; returns the exit code, or -1 (signal or
+  // timeout); again the same once reaped.
   int Wait(double timeout_s);
   void Signal(int sig);
 
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = -1;
 };
 
 // A fresh directory under /tmp, removed at destruction.
