@@ -7,11 +7,15 @@
 # tests/fuzz/corpus/<target>/; docs/wire.md says what each feeds). Prints
 # the executions and crashes per target; exits non-zero on any crash,
 # sanitizer report or failed test. Crash inputs land in build-fuzz/fuzz/<target>/.
-# FUZZ_TARGETS="shard job" runs only those.
+# FUZZ_TARGETS="shard job" runs only those. FUZZ_RUNS=10000000 runs each
+# target for that many executions instead of a time (a long run, outside CI;
+# docs/wire.md has the latest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+LIMIT=(-max_total_time="$FUZZ_SECONDS")
+[[ -n "${FUZZ_RUNS:-}" ]] && LIMIT=(-runs="$FUZZ_RUNS")
 BUILD=build-fuzz
 CODECS=(fp32 fp16 bf16 int8 int4 sign topk randk)
 MESSAGES=(frames shard coordinator ps_client job)
@@ -28,7 +32,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 echo "== codec tests under ASan+UBSan"
 "$BUILD/tests/compression/compression_test" --gtest_brief=1
 
-echo "== fuzzing each decoder for ${FUZZ_SECONDS} s"
+echo "== fuzzing each decoder for ${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-$FUZZ_SECONDS s}"
 run_fuzzer() {
   local target=$1 binary seeds
   local dir="$BUILD/fuzz/$target"
@@ -39,7 +43,7 @@ run_fuzzer() {
   fi
   rm -rf "$dir" && mkdir -p "$dir/corpus" "$dir/crashes"
   # The first corpus directory collects new inputs; the checked-in seeds are read only.
-  "$binary" -max_total_time="$FUZZ_SECONDS" -max_len=8192 -timeout=10 \
+  "$binary" "${LIMIT[@]}" -max_len=8192 -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/crashes/" \
     "$dir/corpus" "$seeds" >"$dir/log" 2>&1
   echo $? >"$dir/rc"
