@@ -32,7 +32,7 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 echo "== codec tests under ASan+UBSan"
 "$BUILD/tests/compression/compression_test" --gtest_brief=1
 
-echo "== fuzzing each decoder for ${FUZZ_RUNS:+$FUZZ_RUNS executions}${FUZZ_RUNS:-$FUZZ_SECONDS s}"
+echo "== fuzzing each decoder for ${FUZZ_RUNS:-$FUZZ_SECONDS s}${FUZZ_RUNS:+ executions}"
 run_fuzzer() {
   local target=$1 binary seeds
   local dir="$BUILD/fuzz/$target"
