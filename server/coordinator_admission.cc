@@ -1,15 +1,40 @@
-// Secured jobs (security.mode curve): who may register (a join token for
-// the role and id, over an authenticated CURVE connection), which key may
-// speak for a member, and when a member waits for the shards to admit its
-// key.
+// Who may speak to the coordinator. Every job: heartbeats and leaves name
+// a member of the job, with a clock in range. Secured jobs (security.mode curve): who may
+// register (a join token for the role and id, over an authenticated CURVE
+// connection), which key may speak for a member, and when a member waits
+// for the shards to admit its key.
 #include <algorithm>
 
 #include "server/coordinator_names.h"
 #include "server/coordinator_state.h"
+#include "server/requests.h"
 
 namespace geodesic::server {
 using coordinator_names::IdList;
 using coordinator_names::RoleName;
+
+::geodesic::Status CoordinatorState::CheckMember(const wire::Header& h, wire::Refusal* reason) const {
+  *reason = wire::REFUSAL_UNSPECIFIED;
+  // Registrations check the id themselves (REFUSAL_REGISTRATION, which a
+  // member gives up on); status requests come from tools, not members.
+  if (h.body_case() != wire::Header::kHeartbeat && h.body_case() != wire::Header::kLeaveRequest)
+    return ::geodesic::Status::Ok();
+  const wire::Role role = h.sender_role();
+  const std::string who = std::string(RoleName(role)) + " " + std::to_string(h.sender_id());
+  if (!Find(role, h.sender_id())) {
+    *reason = wire::REFUSAL_BAD_SENDER;
+    return PermissionDenied(who + " is not a member of this job (" + std::to_string(options_.num_servers) +
+                            " servers, " + std::to_string(options_.num_workers) + " workers" +
+                            (replicated() ? ", their backups" : "") + ", one evaluator)");
+  }
+  if (role != wire::WORKER || !h.has_heartbeat()) return ::geodesic::Status::Ok();
+  const int64_t clock = h.heartbeat().clock();
+  const int64_t last = options_.total_clocks > 0 ? options_.total_clocks : kMaxClock - 1;
+  if (clock >= 0 && clock <= last) return ::geodesic::Status::Ok();
+  *reason = wire::REFUSAL_BAD_CLOCK;
+  return OutOfRange(who + " reports clock " + std::to_string(clock) + "; this job's clocks run 0.." +
+                    std::to_string(last));
+}
 
 ::geodesic::Status CoordinatorState::Admit(wire::Role role, int id, const wire::RegisterRequest& req,
                                            const std::string& peer_key) const {

@@ -18,6 +18,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.num_workers = job.NumWorkers();
   o.chunk_bytes = job.wire.chunk_bytes;
   o.staleness_bound = job.training.staleness_bound;
+  o.total_clocks = job.ClocksPerWorker();
   o.membership = job.membership;
   o.max_message_bytes = job.wire.max_message_bytes;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
@@ -492,6 +493,8 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
     reply.mutable_error_reply()->set_reason(why);
     return reply;
   };
+  wire::Refusal why = wire::REFUSAL_UNSPECIFIED;
+  if (::geodesic::Status s = CheckMember(h, &why); !s.ok()) return refuse(why, s);
   if (h.body_case() == wire::Header::kHeartbeat || h.body_case() == wire::Header::kLeaveRequest) {
     if (::geodesic::Status s = CheckKey(h.sender_role(), h.sender_id(), peer_key); !s.ok())
       return refuse(wire::REFUSAL_UNAUTHORIZED, s);

@@ -76,6 +76,9 @@ struct CoordinatorOptions {
   int num_workers = 1;
   int64_t chunk_bytes = 64 << 10;
   int64_t staleness_bound = 2;
+  // JobSpec::ClocksPerWorker: a worker's heartbeat clock is at most this
+  // (REFUSAL_BAD_CLOCK beyond). 0: not known, only server::kMaxClock bounds it.
+  int64_t total_clocks = 0;
   bool expect_evaluator = true;  // the job ends only after an evaluator has read the final model
   MembershipSpec membership;
   int64_t max_message_bytes = 256 << 20;    // wire.max_message_bytes: larger requests are refused unread
@@ -123,10 +126,11 @@ class CoordinatorState {
   // Answers one request that passed the framing checks (transport::DecodeFrames),
   // by its body: the reply to send, or nullopt for none (a LeaveRequest).
   // A request the coordinator does not serve or refuses is answered with an
-  // ErrorReply and sets `*refused`. `peer_key`: the CURVE key the request
-  // arrived with (secured jobs; empty otherwise). Coordinator::Run feeds
-  // every received message here; tests/fuzz/fuzz_coordinator.cc feeds
-  // arbitrary bytes.
+  // ErrorReply and sets `*refused` (the socket shell logs and counts it).
+  // Heartbeats and leaves must name a member of the job, with a clock in
+  // range (CheckMember). `peer_key`: the CURVE key the request arrived with
+  // (secured jobs; empty otherwise). Coordinator::Run feeds every received
+  // message here; tests/fuzz/fuzz_coordinator.cc feeds arbitrary bytes.
   std::optional<wire::Header> Answer(const wire::Header& request, const std::string& peer_key, bool* refused);
   // Ends every lease not renewed within lease_ms; returns a log line per death.
   std::vector<std::string> ExpireLeases();
@@ -214,6 +218,10 @@ class CoordinatorState {
   // lease; RegisterAnswer: the reply, or "not yet" with why.
   ::geodesic::Status Admit(wire::Role role, int id, const wire::RegisterRequest& req,
                            const std::string& peer_key) const;
+  // Whether a registration, heartbeat or leave names a member of the job
+  // (REFUSAL_BAD_SENDER) and a worker's heartbeat clock is in [0,
+  // total_clocks] (REFUSAL_BAD_CLOCK); `reason` says which failed.
+  ::geodesic::Status CheckMember(const wire::Header& h, wire::Refusal* reason) const;
   ::geodesic::Status CheckRejoin(wire::Role role, int id, const wire::RegisterRequest& req, const Member& m) const;
   ::geodesic::Status TakeEndpoint(wire::Role role, int id, const wire::RegisterRequest& req, Member* m);
   ::geodesic::Status TakeModel(int id, const wire::ModelSignature& sig);

@@ -100,11 +100,43 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
   return Status::Ok();
 }
 
+Status CheckMember(const ShardContext& ctx, const wire::Header& h, wire::Refusal* reason) {
+  const int id = h.sender_id();
+  *reason = wire::REFUSAL_BAD_SENDER;
+  switch (h.sender_role()) {
+    case wire::WORKER:
+      if (id >= 0 && id < ctx.num_workers) break;
+      return PermissionDenied("worker " + std::to_string(id) + " is not in this job (workers 0.." +
+                              std::to_string(ctx.num_workers - 1) + ")");
+    case wire::EVALUATOR:
+      if (id == kEvaluatorId) break;
+      return PermissionDenied("evaluator " + std::to_string(id) + " is not in this job (its evaluator is " +
+                              std::to_string(kEvaluatorId) + ")");
+    default:
+      break;  // the body's own check says which roles may send it
+  }
+  *reason = wire::REFUSAL_UNSPECIFIED;
+  return Status::Ok();
+}
+
+Status CheckClock(const ShardContext& ctx, int64_t clock, bool inclusive, wire::Refusal* reason) {
+  *reason = wire::REFUSAL_BAD_CLOCK;
+  if (clock < 0) return InvalidArgument("negative clock " + std::to_string(clock));
+  if (clock >= kMaxClock) return InvalidArgument("clock " + std::to_string(clock) + " is beyond any job (2^48)");
+  if (ctx.total_clocks > 0 && (inclusive ? clock > ctx.total_clocks : clock >= ctx.total_clocks))
+    return OutOfRange("clock " + std::to_string(clock) + " is beyond this job's " + std::to_string(ctx.total_clocks) +
+                      " clocks");
+  *reason = wire::REFUSAL_UNSPECIFIED;
+  return Status::Ok();
+}
+
 Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.init_request();
   if (m.header.sender_role() != wire::WORKER)
     return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers send initial values"));
   Handled h;
+  h.status = CheckMember(ctx, m.header, &h.reason);
+  if (!h.status.ok()) return h;
   std::vector<const float*> values;
   h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
   if (!h.status.ok()) return h;
@@ -122,14 +154,12 @@ Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
 Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
-  if (m.header.sender_role() != wire::WORKER || worker < 0 || worker >= ctx.num_workers)
-    return Refused(wire::REFUSAL_BAD_SENDER,
-                   InvalidArgument("pushes come from workers 0.." + std::to_string(ctx.num_workers - 1)));
-  if (req.clock() < 0) return Refused(wire::REFUSAL_BAD_CLOCK, InvalidArgument("negative clock"));
-  if (req.clock() >= kMaxClock)
-    return Refused(wire::REFUSAL_BAD_CLOCK,
-                   InvalidArgument("clock " + std::to_string(req.clock()) + " is beyond any job"));
+  if (m.header.sender_role() != wire::WORKER)
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers push"));
   Handled h;
+  h.status = CheckMember(ctx, m.header, &h.reason);
+  if (h.status.ok()) h.status = CheckClock(ctx, req.clock(), /*inclusive=*/false, &h.reason);
+  if (!h.status.ok()) return h;
   h.reply.set_request_id(m.header.request_id());
   auto* ack = h.reply.mutable_push_ack();
   ack->set_clock(req.clock());
@@ -284,8 +314,9 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport
   return h;
 }
 
-Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, wire::Refusal* reason,
+Status ValidatePull(const ShardContext& ctx, const transport::Message& m, wire::Refusal* reason,
                     std::vector<uint32_t>* chunks) {
+  const ShardState& shard = *ctx.shard;
   const auto& req = m.header.pull_request();
   const wire::Role role = m.header.sender_role();
   chunks->clear();
@@ -293,16 +324,15 @@ Status ValidatePull(const ShardState& shard, int server_id, const transport::Mes
   if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT)
     return InvalidArgument("pulls come from workers, the evaluator or tools");
   if (req.final() && role == wire::WORKER) return InvalidArgument("workers may not skip the staleness bound");
-  *reason = wire::REFUSAL_BAD_CLOCK;
-  if (!req.final() && (req.clock() < 0 || req.clock() >= kMaxClock))
-    return InvalidArgument("pull at clock " + std::to_string(req.clock()) + " (a clock is 0 or more, below 2^48)");
+  GD_RETURN_IF_ERROR(CheckMember(ctx, m.header, reason));
+  if (!req.final()) GD_RETURN_IF_ERROR(CheckClock(ctx, req.clock(), /*inclusive=*/true, reason));
   *reason = wire::REFUSAL_FRAME_COUNT;
   if (!m.frames.empty()) return InvalidArgument("a pull request carries no payload");
   std::set<uint32_t> seen;
   for (uint32_t c : req.chunk_ids()) {
     if (c >= shard.layout().num_chunks() || !shard.Owns(c)) {
       *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
-      return OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(server_id));
+      return OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(ctx.server_id));
     }
     if (!seen.insert(c).second) {
       *reason = wire::REFUSAL_DUPLICATE_CHUNK;

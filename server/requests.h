@@ -28,6 +28,8 @@ inline constexpr float kMaxValueMagnitude = 1e18f;
 // Clocks at or above this are refused (REFUSAL_BAD_CLOCK): far beyond any job,
 // and clock + 1 never overflows.
 inline constexpr int64_t kMaxClock = int64_t{1} << 48;
+// The evaluator's sender id (worker/evaluator.cc): a job has one.
+inline constexpr int kEvaluatorId = 0;
 
 class RequestDecoder {
  public:
@@ -55,7 +57,20 @@ struct ShardContext {
   int server_id = 0;
   int num_workers = 0;
   RequestDecoder* decoder = nullptr;
+  // The job's clocks per worker (JobSpec::ClocksPerWorker): a push's clock
+  // is below it, a pull's at most it. 0: not known (only kMaxClock bounds
+  // clocks), for tools and tests that have no job.
+  int64_t total_clocks = 0;
 };
+
+// Membership and clock checks every request of a worker passes first
+// (docs/wire.md "Validation"). A worker's id is in [0, num_workers); the
+// evaluator's is kEvaluatorId. A clock is in [0, kMaxClock) and, when the
+// job's length is known, at most total_clocks (`inclusive`: pulls, which
+// may ask for the state after the last clock) or below it (pushes).
+// REFUSAL_BAD_SENDER or REFUSAL_BAD_CLOCK in `reason` on failure.
+Status CheckMember(const ShardContext& ctx, const wire::Header& h, wire::Refusal* reason);
+Status CheckClock(const ShardContext& ctx, int64_t clock, bool inclusive, wire::Refusal* reason);
 
 // The outcome of an init or push: refused (status not OK, `reason` set,
 // nothing applied) or taken, with the acknowledgement to send.
@@ -90,11 +105,11 @@ std::vector<transport::Payload> TakeFrames(transport::Message& m);
 // advanced. Consumes m's frames.
 Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport::Message& m);
 
-// Checks a pull request: sender role, a non-negative clock below kMaxClock,
-// no payload, chunk ids owned and unique; `reason` says which failed. On
-// success `chunks` holds the
-// chunks to read (every owned one when the request names none).
-Status ValidatePull(const ShardState& shard, int server_id, const transport::Message& m, wire::Refusal* reason,
+// Checks a pull request: the sender (a member worker, the evaluator, or a
+// tool), its clock (CheckClock, inclusive), no payload, chunk ids owned and
+// unique; `reason` says which failed. On success `chunks` holds the chunks
+// to read (every owned one when the request names none).
+Status ValidatePull(const ShardContext& ctx, const transport::Message& m, wire::Refusal* reason,
                     std::vector<uint32_t>* chunks);
 
 }  // namespace geodesic::server

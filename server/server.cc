@@ -51,7 +51,8 @@ ShardContext Server::Context() {
                       .clocks = &clocks_,
                       .server_id = options_.id,
                       .num_workers = num_workers_,
-                      .decoder = &decoder_};
+                      .decoder = &decoder_,
+                      .total_clocks = options_.job.ClocksPerWorker()};
 }
 
 void Server::Authorize(const wire::HeartbeatReply& r) {
@@ -142,7 +143,7 @@ void Server::HandlePush(transport::Message& m) {
 void Server::HandlePull(transport::Message& m) {
   wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   std::vector<uint32_t> chunks;
-  Status s = ValidatePull(*shard_, options_.id, m, &reason, &chunks);
+  Status s = ValidatePull(Context(), m, &reason, &chunks);
   if (!s.ok()) return Refuse(m, reason, s);
   pulls_.Take(m, std::move(chunks));
 }
@@ -262,6 +263,7 @@ Status Server::Listen() {
   if (options_.credentials.enabled()) {
     zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/false);
     GD_RETURN_IF_ERROR(zap_->Start());
+    GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
   }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "");

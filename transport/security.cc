@@ -9,6 +9,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -266,54 +267,135 @@ bool ZapHandler::Allowed(const std::string& key) const {
   return allowed_.count(key) > 0;
 }
 
+Status ZapHandler::Watch(zmq::socket_t& socket) {
+  // inproc names are per context, and ZeroMQ may hold a monitor's name a
+  // while after its socket closed: a process-wide counter keeps each new one
+  // unique.
+  static std::atomic<uint64_t> next{0};
+  const std::string endpoint = "inproc://geodesic.handshakes." + std::to_string(next++);
+  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+    return Internal(std::string("cannot monitor a socket's handshakes: ") + zmq_strerror(zmq_errno()));
+  try {
+    zmq::socket_t monitor(ctx_, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(endpoint);
+    std::lock_guard<std::mutex> lock(mu_);
+    handoff_.push_back(std::move(monitor));
+  } catch (const zmq::error_t& e) {
+    return Internal(std::string("cannot monitor a socket's handshakes: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void ZapHandler::TakeWatched() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& m : handoff_) monitors_.push_back(std::move(m));
+  handoff_.clear();
+}
+
+namespace {
+
+// Why ZeroMQ failed a handshake (a monitor event's value), for the log.
+std::string HandshakeFailure(uint16_t event, uint32_t value) {
+  if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+    return "the handshake failed without detail (a peer that hung up mid-handshake, such as a plaintext one)";
+  switch (value) {
+    case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+      return "the peer does not speak CURVE (a plaintext peer)";
+    case ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+      return "the peer's CURVE handshake does not decrypt (it expects another server key)";
+    default: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "ZeroMQ protocol error 0x%08x", value);
+      return buf;
+    }
+  }
+}
+
+}  // namespace
+
+// A monitor event is two frames: 6 bytes (uint16 event, uint32 value, host
+// order) and the socket's endpoint. ZeroMQ names no peer address here.
+void ZapHandler::ReadEvent(zmq::socket_t& monitor) {
+  zmq::message_t head, where;
+  if (!monitor.recv(head, zmq::recv_flags::dontwait)) return;
+  if (head.more()) (void)monitor.recv(where, zmq::recv_flags::dontwait);
+  while (where.more()) (void)monitor.recv(where, zmq::recv_flags::dontwait);  // not expected
+  if (head.size() < 6) return;
+  uint16_t event = 0;
+  uint32_t value = 0;
+  std::memcpy(&event, head.data(), 2);
+  std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
+  if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return;
+  handshake_failures_++;
+  LogRefusal("refused a connection on " + where.to_string() + " at the handshake: " + HandshakeFailure(event, value));
+}
+
+void ZapHandler::LogRefusal(const std::string& line) {
+  uint64_t skipped = 0;
+  if (!lines_.Due(RealClock::Get()->Now(), &skipped)) return;
+  GD_LOG(WARNING) << line
+                  << (skipped
+                          ? " (and " + std::to_string(skipped) + " more refused connections since the last such line)"
+                          : std::string());
+}
+
 // ZAP (ZeroMQ RFC 27): a request is version, request id, domain, address,
 // routing id, mechanism, credentials...; the reply is version, request id,
 // status code, status text, user id, metadata. The user id we return is the
 // client's Z85 public key; ZeroMQ attaches it to every message of that
 // connection as the "User-Id" property (transport::Message::peer_key).
+void ZapHandler::AnswerZap() {
+  std::vector<zmq::message_t> parts;
+  while (true) {
+    zmq::message_t part;
+    if (!socket_.recv(part, zmq::recv_flags::none)) break;
+    bool more = part.more();
+    parts.push_back(std::move(part));
+    if (!more) break;
+  }
+  std::string version = parts.size() > 0 ? parts[0].to_string() : "";
+  std::string request_id = parts.size() > 1 ? parts[1].to_string() : "";
+  std::string domain = parts.size() > 2 ? parts[2].to_string() : "";
+  std::string mechanism = parts.size() > 5 ? parts[5].to_string() : "";
+  std::string key;
+  if (mechanism == "CURVE" && parts.size() > 6 && parts[6].size() == 32) {
+    char z85[41];
+    if (zmq_z85_encode(z85, static_cast<const uint8_t*>(parts[6].data()), 32)) key = z85;
+  }
+  bool ok = version == "1.0" && domain == kZapDomain && !key.empty() && (admit_any_ || Allowed(key));
+  (ok ? admitted_ : refused_)++;
+  if (!ok)
+    LogRefusal("refused a connection from " + (parts.size() > 3 ? parts[3].to_string() : std::string("?")) + " (" +
+               (key.empty() ? mechanism + " without a CURVE key" : "CURVE key " + key + " not authorized") + ")");
+  std::vector<std::string> reply = {"1.0",         request_id, ok ? "200" : "400", ok ? "OK" : "not authorized",
+                                    ok ? key : "", ""};
+  for (size_t i = 0; i < reply.size(); ++i)
+    socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+}
+
 void ZapHandler::Loop() {
   try {
     while (!stop_.load()) {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+      TakeWatched();
+      std::vector<zmq::pollitem_t> items{{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+      for (auto& m : monitors_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
       try {
-        zmq::poll(&item, 1, std::chrono::milliseconds(50));
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
       } catch (const zmq::error_t&) {
         continue;  // EINTR
       }
-      if (!(item.revents & ZMQ_POLLIN)) continue;
-      std::vector<zmq::message_t> parts;
-      while (true) {
-        zmq::message_t part;
-        if (!socket_.recv(part, zmq::recv_flags::none)) break;
-        bool more = part.more();
-        parts.push_back(std::move(part));
-        if (!more) break;
-      }
-      std::string version = parts.size() > 0 ? parts[0].to_string() : "";
-      std::string request_id = parts.size() > 1 ? parts[1].to_string() : "";
-      std::string domain = parts.size() > 2 ? parts[2].to_string() : "";
-      std::string mechanism = parts.size() > 5 ? parts[5].to_string() : "";
-      std::string key;
-      if (mechanism == "CURVE" && parts.size() > 6 && parts[6].size() == 32) {
-        char z85[41];
-        if (zmq_z85_encode(z85, static_cast<const uint8_t*>(parts[6].data()), 32)) key = z85;
-      }
-      bool ok = version == "1.0" && domain == kZapDomain && !key.empty() && (admit_any_ || Allowed(key));
-      (ok ? admitted_ : refused_)++;
-      if (!ok)
-        GD_LOG(WARNING) << "refused a connection from " << (parts.size() > 3 ? parts[3].to_string() : "?") << " ("
-                        << (key.empty() ? mechanism + " without a CURVE key" : "CURVE key " + key + " not authorized")
-                        << ")";
-      std::vector<std::string> reply = {"1.0",         request_id, ok ? "200" : "400", ok ? "OK" : "not authorized",
-                                        ok ? key : "", ""};
-      for (size_t i = 0; i < reply.size(); ++i)
-        socket_.send(zmq::buffer(reply[i]), i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (items[0].revents & ZMQ_POLLIN) AnswerZap();
+      for (size_t i = 1; i < items.size(); ++i)
+        if (items[i].revents & ZMQ_POLLIN) ReadEvent(monitors_[i - 1]);
     }
   } catch (const std::exception& e) {
     // Without a handler ZeroMQ completes CURVE handshakes unauthenticated;
     // receivers then see no User-Id and refuse every message (message.h).
     GD_LOG(ERROR) << "ZAP handler stopped: " << e.what() << "; secured sockets of this process refuse all requests now";
   }
+  monitors_.clear();
   socket_.close();
 }
 

@@ -14,10 +14,13 @@
 //   server socket of the process's context. One per zmq::context_t (ZeroMQ
 //   allows one ZAP endpoint per context); it must be started before a
 //   secured socket binds, or ZeroMQ admits everyone (Debian's libzmq has no
-//   stable option to fail closed).
+//   stable option to fail closed). It counts what it refuses and logs it
+//   (at most one line a second, with how many were left out), and, for the
+//   sockets it Watches, counts and logs the handshakes ZeroMQ fails before
+//   ZAP is asked (a plaintext peer; a client that expects another server key).
 //
 // Free functions are thread-safe. ZapHandler runs its own thread; its
-// allow-list methods may be called from any thread.
+// allow-list methods and counters may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -30,6 +33,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "common/throttle.h"
 
 namespace geodesic::transport {
 
@@ -123,20 +127,39 @@ class ZapHandler {
   void SetAllowed(const std::vector<std::string>& keys);
   bool Allowed(const std::string& key) const;
 
+  // Also counts and logs the failed handshakes of `socket`, a CURVE server
+  // socket of this handler's context: ZeroMQ drops a plaintext peer
+  // (mechanism mismatch) or a client that expects another server key (its
+  // handshake does not decrypt) without asking ZAP. Call from the thread
+  // that uses `socket`, before or after Start(); `socket` may close before
+  // the handler stops.
+  Status Watch(zmq::socket_t& socket);
+
   uint64_t admitted() const { return admitted_.load(); }
+  // Connections ZAP refused (a CURVE key not on the list, or no key).
   uint64_t refused() const { return refused_.load(); }
+  // Handshakes of watched sockets that failed before ZAP (see Watch).
+  uint64_t handshake_failures() const { return handshake_failures_.load(); }
 
  private:
   void Loop();
+  void AnswerZap();
+  void ReadEvent(zmq::socket_t& monitor);
+  void TakeWatched();
+  // Logs one refused connection, at most a line a second (the thread's).
+  void LogRefusal(const std::string& line);
 
   zmq::context_t& ctx_;
   const bool admit_any_;
   zmq::socket_t socket_;  // used by the thread only, after Start()
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> admitted_{0}, refused_{0};
+  std::atomic<uint64_t> admitted_{0}, refused_{0}, handshake_failures_{0};
+  Throttle lines_{std::chrono::seconds(1)};  // the thread's: refusal lines, ZAP's and the handshakes'
   mutable std::mutex mu_;
-  std::set<std::string> allowed_;  // guarded by mu_
+  std::set<std::string> allowed_;        // guarded by mu_
+  std::vector<zmq::socket_t> handoff_;   // guarded by mu_: monitors Watch made, for the thread
+  std::vector<zmq::socket_t> monitors_;  // the thread's
 };
 
 }  // namespace geodesic::transport

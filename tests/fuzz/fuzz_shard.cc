@@ -126,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case wire::Header::kPullRequest: {
         std::vector<uint32_t> chunks;
         wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
-        Status s = ValidatePull(shard, 0, m, &reason, &chunks);
+        Status s = ValidatePull(ctx, m, &reason, &chunks);
         if (!s.ok()) {
           CheckRefused(s, reason, before, shard);
           break;

@@ -31,10 +31,10 @@ class BadInputTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testing::WriteText(dir_ / "job.yaml", kJob);
-    coordinator_ =
-        std::make_unique<Process>(std::vector<std::string>{"coordinator", "--job", dir_ / "job.yaml", "--endpoint-file",
-                                                           dir_ / "coord", "--no-evaluator"},
-                                  dir_ / "coordinator.log");
+    coordinator_ = std::make_unique<Process>(
+        std::vector<std::string>{"coordinator", "--job", dir_ / "job.yaml", "--endpoint-file", dir_ / "coord",
+                                 "--no-evaluator", "--stats-file", dir_ / "coordinator.json"},
+        dir_ / "coordinator.log");
     ASSERT_TRUE(testing::WaitForFile(dir_ / "coord", 20));
     endpoint_ = testing::ReadText(dir_ / "coord");
     server_ = std::make_unique<Process>(
@@ -106,6 +106,23 @@ class BadInputTest : public ::testing::Test {
     return h;
   }
 
+  // Valid initial values (0.5) for all four chunks, as worker 0.
+  void InitAll() {
+    std::vector<float> init(1000, 0.5f);
+    wire::Header ih;
+    std::vector<transport::Payload> ip;
+    for (uint32_t c = 0; c < 4; ++c) {
+      auto* d = ih.mutable_init_request()->add_chunks();
+      d->set_chunk_id(c);
+      d->set_codec(wire::FP32);
+      uint64_t n = c < 3 ? 256 : 232;
+      d->set_num_elems(n);
+      ip.push_back(transport::CopyPayload(init.data() + 256 * c, n * 4));
+    }
+    ASSERT_TRUE(socket_->Send(ih, ip).ok());
+    ASSERT_TRUE(Await().has_init_ack());
+  }
+
   std::vector<float> PullChunk0() {
     wire::Header h;
     h.mutable_pull_request()->set_clock(0);
@@ -137,20 +154,8 @@ class BadInputTest : public ::testing::Test {
 };
 
 TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
-  // Valid initial values for all four chunks.
-  std::vector<float> init(1000, 0.5f);
-  wire::Header ih;
-  std::vector<transport::Payload> ip;
-  for (uint32_t c = 0; c < 4; ++c) {
-    auto* d = ih.mutable_init_request()->add_chunks();
-    d->set_chunk_id(c);
-    d->set_codec(wire::FP32);
-    uint64_t n = c < 3 ? 256 : 232;
-    d->set_num_elems(n);
-    ip.push_back(transport::CopyPayload(init.data() + 256 * c, n * 4));
-  }
-  ASSERT_TRUE(socket_->Send(ih, ip).ok());
-  ASSERT_TRUE(Await().has_init_ack());
+  InitAll();
+  if (HasFatalFailure()) return;
 
   std::vector<float> good(256, 1.0f), bad = good;
   bad[17] = std::numeric_limits<float>::quiet_NaN();
@@ -324,6 +329,68 @@ TEST_F(BadInputTest, MessageForAnotherJobIsRefused) {
     other.WaitReadable(10);
   }
   ADD_FAILURE() << "no reply to a message for another job";
+}
+
+// Issue 14: on a plaintext job a pull as worker -7 or 2^31-1 was answered
+// with parameters, and a heartbeat at clock 2^40 was believed. Both are
+// refused by reason and counted; the job is unaffected.
+TEST_F(BadInputTest, NonMembersAndWildClocksAreRefusedOnAPlaintextJob) {
+  InitAll();
+  if (HasFatalFailure()) return;
+  for (int id : {-7, 2147483647}) {
+    transport::Socket as(ctx_, zmq::socket_type::dealer,
+                         transport::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = id}, &counters_);
+    ASSERT_TRUE(as.Connect(assignment_.servers(0).endpoint()).ok());
+    wire::Header h;
+    h.mutable_pull_request()->set_clock(0);
+    ASSERT_TRUE(as.Send(h, {}).ok());
+    std::optional<transport::Incoming> in;
+    for (int i = 0; i < 500 && !in; ++i)
+      if (!(in = as.Receive())) as.WaitReadable(10);
+    ASSERT_TRUE(in && in->status.ok()) << "no reply to a pull as worker " << id;
+    ASSERT_TRUE(in->message.header.has_error_reply()) << transport::BodyName(in->message.header);
+    EXPECT_EQ(in->message.header.error_reply().reason(), wire::REFUSAL_BAD_SENDER);
+    EXPECT_TRUE(in->message.frames.empty());
+  }
+  // The coordinator: a heartbeat of worker 0 (a member) at clock 2^40.
+  transport::Socket coord(ctx_, zmq::socket_type::dealer,
+                          transport::SocketOptions{.job = "badinput", .role = wire::WORKER, .id = 0}, &counters_);
+  ASSERT_TRUE(coord.Connect(endpoint_).ok());
+  auto ask = [&](const wire::Header& h) {
+    EXPECT_TRUE(coord.Send(h, {}).ok());
+    for (int i = 0; i < 500; ++i) {
+      if (auto in = coord.Receive()) return in->message.header;
+      coord.WaitReadable(10);
+    }
+    ADD_FAILURE() << "the coordinator did not answer";
+    return wire::Header{};
+  };
+  wire::Header hb;
+  hb.mutable_heartbeat()->set_clock(int64_t{1} << 40);
+  wire::Header r = ask(hb);
+  ASSERT_TRUE(r.has_error_reply()) << transport::BodyName(r);
+  EXPECT_EQ(r.error_reply().reason(), wire::REFUSAL_BAD_CLOCK);
+  wire::Header status;
+  status.mutable_status_request();
+  r = ask(status);
+  ASSERT_EQ(r.status_reply().workers_size(), 1);
+  EXPECT_LT(r.status_reply().workers(0).clock(), int64_t{1} << 40);
+  EXPECT_TRUE(r.status_reply().workers(0).live());
+  // The shard serves members, and counted both refusals.
+  EXPECT_EQ(PullChunk0(), std::vector<float>(256, 0.5f));
+  // Both write their stats every 2 s.
+  auto refused = [](const nlohmann::json& stats, const char* reason) {
+    if (!stats.is_object() || !stats.contains("refused_by_reason")) return 0;
+    return stats["refused_by_reason"].value(reason, 0);
+  };
+  nlohmann::json shard, coordinator;
+  for (int i = 0; i < 50 && (refused(shard, "bad_sender") < 2 || refused(coordinator, "bad_clock") < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    shard = testing::ReadJson(dir_ / "server.json");
+    coordinator = testing::ReadJson(dir_ / "coordinator.json");
+  }
+  EXPECT_EQ(refused(shard, "bad_sender"), 2) << shard.dump();
+  EXPECT_EQ(refused(coordinator, "bad_clock"), 1) << coordinator.dump();
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ CoordinatorOptions Options(int servers, int workers) {
   o.chunk_bytes = 40;  // 10 floats per chunk
   o.membership.heartbeat_ms = 100;
   o.membership.lease_ms = 1000;
+  o.total_clocks = 100;
   return o;
 }
 
@@ -230,9 +231,51 @@ TEST_F(CoordinatorTest, AnswerRefusesWhatItDoesNotServe) {
   EXPECT_TRUE(refused);
   EXPECT_NE(reply->error_reply().message().find("does not serve push_request"), std::string::npos);
   wire::Header leave;
+  leave.set_sender_role(wire::WORKER);
   leave.mutable_leave_request();
   EXPECT_FALSE(state_.Answer(leave, "", &refused).has_value());
   EXPECT_FALSE(refused);
+}
+
+wire::Header WorkerHeartbeat(int id, int64_t clock) {
+  wire::Header h;
+  h.set_sender_role(wire::WORKER);
+  h.set_sender_id(id);
+  h.mutable_heartbeat()->set_clock(clock);
+  return h;
+}
+
+// Issue 14: heartbeats claiming non-member ids or clock 2^40 were believed
+// on a plaintext job. They are refused (BAD_SENDER, BAD_CLOCK; the socket
+// shell counts them by reason) and change nothing: the live status keeps
+// the members' clocks.
+TEST_F(CoordinatorTest, HeartbeatsFromNonMembersOrWithWildClocksAreRefused) {
+  StartAll();
+  CoordinatorState& state = state_;
+  auto refusal = [&](const wire::Header& h) {
+    bool refused = false;
+    auto reply = state.Answer(h, "", &refused);
+    EXPECT_EQ(refused, reply && reply->has_error_reply());
+    return refused ? reply->error_reply().reason() : wire::REFUSAL_UNSPECIFIED;
+  };
+  EXPECT_EQ(refusal(WorkerHeartbeat(-7, 0)), wire::REFUSAL_BAD_SENDER);
+  EXPECT_EQ(refusal(WorkerHeartbeat(INT32_MAX, 0)), wire::REFUSAL_BAD_SENDER);
+  wire::Header as_client = WorkerHeartbeat(0, 0);
+  as_client.set_sender_role(wire::CLIENT);
+  EXPECT_EQ(refusal(as_client), wire::REFUSAL_BAD_SENDER);
+  wire::Header leave;
+  leave.set_sender_role(wire::SERVER);
+  leave.set_sender_id(5);
+  leave.mutable_leave_request();
+  EXPECT_EQ(refusal(leave), wire::REFUSAL_BAD_SENDER);
+  EXPECT_EQ(refusal(WorkerHeartbeat(0, int64_t{1} << 40)), wire::REFUSAL_BAD_CLOCK);
+  EXPECT_EQ(refusal(WorkerHeartbeat(1, 101)), wire::REFUSAL_BAD_CLOCK);
+  EXPECT_EQ(refusal(WorkerHeartbeat(1, -1)), wire::REFUSAL_BAD_CLOCK);
+  const wire::StatusReply status = state.Status();
+  for (const auto& w : status.workers()) EXPECT_EQ(w.clock(), 0) << w.id();
+  // Members within the job's clocks are answered.
+  EXPECT_EQ(refusal(WorkerHeartbeat(1, 100)), wire::REFUSAL_UNSPECIFIED);
+  EXPECT_EQ(refusal(WorkerHeartbeat(0, 7)), wire::REFUSAL_UNSPECIFIED);
 }
 
 // Secured jobs: registration needs a token; a refusal changes nothing; a

@@ -38,8 +38,30 @@ class RequestsTest : public ::testing::Test {
     return m;
   }
 
+  // A job of 100 clocks per worker.
   ShardContext Ctx() {
-    return ShardContext{.shard = &shard_, .clocks = &clocks_, .server_id = 0, .num_workers = 2, .decoder = &decoder_};
+    return ShardContext{.shard = &shard_,
+                        .clocks = &clocks_,
+                        .server_id = 0,
+                        .num_workers = 2,
+                        .decoder = &decoder_,
+                        .total_clocks = 100};
+  }
+
+  static transport::Message Pull(wire::Role role, int id, int64_t clock) {
+    transport::Message m;
+    m.header.set_sender_role(role);
+    m.header.set_sender_id(id);
+    m.header.mutable_pull_request()->set_clock(clock);
+    return m;
+  }
+
+  wire::Refusal PullRefusal(const transport::Message& m) {
+    wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
+    std::vector<uint32_t> chunks;
+    Status s = ValidatePull(Ctx(), m, &reason, &chunks);
+    EXPECT_EQ(s.ok(), reason == wire::REFUSAL_UNSPECIFIED) << s;
+    return reason;
   }
 
   ShardState shard_;
@@ -82,12 +104,58 @@ TEST_F(RequestsTest, PullWithNegativeClockIsRefused) {
   m.header.mutable_pull_request()->set_clock(-5);
   wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   std::vector<uint32_t> chunks;
-  Status s = ValidatePull(shard_, 0, m, &reason, &chunks);
+  Status s = ValidatePull(Ctx(), m, &reason, &chunks);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_EQ(reason, wire::REFUSAL_BAD_CLOCK);
   m.header.mutable_pull_request()->set_clock(3);
-  ASSERT_TRUE(ValidatePull(shard_, 0, m, &reason, &chunks).ok());
+  ASSERT_TRUE(ValidatePull(Ctx(), m, &reason, &chunks).ok());
   EXPECT_EQ(chunks, (std::vector<uint32_t>{0, 1}));
+}
+
+// Issue 14: on a plaintext job pulls as workers -7 and 2^31-1 were served
+// parameters. Every worker request names a member of the job; Server::Refuse
+// counts the refusal under RefusalName(reason).
+TEST_F(RequestsTest, PullFromANonMemberIsRefused) {
+  for (int id : {-7, 2, INT32_MAX}) {
+    EXPECT_EQ(PullRefusal(Pull(wire::WORKER, id, 0)), wire::REFUSAL_BAD_SENDER) << id;
+  }
+  EXPECT_EQ(PullRefusal(Pull(wire::EVALUATOR, 3, 0)), wire::REFUSAL_BAD_SENDER);
+  EXPECT_EQ(PullRefusal(Pull(wire::SERVER, 0, 0)), wire::REFUSAL_BAD_SENDER);
+  EXPECT_EQ(transport::RefusalName(wire::REFUSAL_BAD_SENDER), "bad_sender");
+  // Members pass.
+  EXPECT_EQ(PullRefusal(Pull(wire::WORKER, 1, 0)), wire::REFUSAL_UNSPECIFIED);
+  EXPECT_EQ(PullRefusal(Pull(wire::EVALUATOR, kEvaluatorId, 0)), wire::REFUSAL_UNSPECIFIED);
+  EXPECT_EQ(PullRefusal(Pull(wire::CLIENT, 12345, 0)), wire::REFUSAL_UNSPECIFIED);
+}
+
+// Clocks beyond the job's last are refused: a pull may ask for the state
+// after the last clock (100 here), a push only for clocks 0..99.
+TEST_F(RequestsTest, ClocksBeyondTheJobAreRefused) {
+  EXPECT_EQ(PullRefusal(Pull(wire::WORKER, 0, 100)), wire::REFUSAL_UNSPECIFIED);
+  EXPECT_EQ(PullRefusal(Pull(wire::WORKER, 0, 101)), wire::REFUSAL_BAD_CLOCK);
+  EXPECT_EQ(PullRefusal(Pull(wire::WORKER, 0, int64_t{1} << 40)), wire::REFUSAL_BAD_CLOCK);
+  EXPECT_EQ(PullRefusal(Pull(wire::EVALUATOR, 0, -1)), wire::REFUSAL_BAD_CLOCK);
+  Handled h = ApplyPush(Ctx(), Push(100, 1.0f));
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_CLOCK) << h.status;
+  EXPECT_EQ(shard_.updates_applied(), 0u);
+  EXPECT_EQ(clocks_.ClockOf(0), 0);
+  h = ApplyPush(Ctx(), Push(99, 1.0f));
+  EXPECT_TRUE(h.status.ok()) << h.status;
+}
+
+TEST_F(RequestsTest, PushesAndInitsFromNonMembersAreRefusedWhole) {
+  for (int id : {-7, 2, INT32_MAX}) {
+    transport::Message m = Push(0, 1.0f);
+    m.header.set_sender_id(id);
+    Handled h = ApplyPush(Ctx(), m);
+    EXPECT_EQ(h.reason, wire::REFUSAL_BAD_SENDER) << id;
+    auto chunks = m.header.push_request().chunks();
+    *m.header.mutable_init_request()->mutable_chunks() = chunks;
+    h = ApplyInit(Ctx(), m);
+    EXPECT_EQ(h.reason, wire::REFUSAL_BAD_SENDER) << id;
+  }
+  EXPECT_EQ(shard_.updates_applied(), 0u);
+  EXPECT_FALSE(clocks_.IsLive(2));
 }
 
 }  // namespace

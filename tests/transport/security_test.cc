@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/files.h"
 #include "transport/message.h"
@@ -148,7 +149,20 @@ class ZapTest : public ::testing::Test {
         SocketOptions{
             .job = "z", .role = wire::SERVER, .id = 0, .curve = CurveSocket{.keys = server_keys_, .server_key = {}}},
         &counters_);
+    ASSERT_TRUE(zap_->Watch(router_->raw()).ok());
     ASSERT_TRUE(router_->Bind("tcp://127.0.0.1:*").ok());
+  }
+
+  // Tries an exchange that must fail, capturing stderr until `counter`
+  // rose (bounded: 3 s); returns the log.
+  std::string RefusedExchangeLog(const CurveSocket& curve, uint64_t (ZapHandler::*counter)() const) {
+    ::testing::internal::CaptureStderr();
+    std::string seen;
+    EXPECT_FALSE(Exchange(curve, &seen));
+    for (int i = 0; i < 300 && ((*zap_).*counter)() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the line follows the count
+    return ::testing::internal::GetCapturedStderr();
   }
 
   // Sends a status request from a fresh DEALER; returns whether the router
@@ -203,6 +217,62 @@ TEST_F(ZapTest, AdmitsListedKeysOnlyAndTagsTheirMessages) {
   // Lifting the key out of the list refuses new connections with it.
   zap_->SetAllowed({});
   EXPECT_FALSE(Exchange({.keys = good, .server_key = server_keys_.public_key}, &seen));
+}
+
+// Issue 14: docs/security.md promised a "refused a connection" line that
+// never appeared for a plaintext peer or a wrong server key: ZeroMQ fails
+// those handshakes without asking ZAP. Each kind is counted and logged.
+TEST_F(ZapTest, AnUnlistedKeyIsCountedAndLogged) {
+  CurveKeyPair stranger = GenerateCurveKeyPair().value();
+  std::string log = RefusedExchangeLog({.keys = stranger, .server_key = server_keys_.public_key}, &ZapHandler::refused);
+  EXPECT_GE(zap_->refused(), 1u);
+  EXPECT_NE(log.find("refused a connection from 127.0.0.1 (CURVE key " + stranger.public_key + " not authorized)"),
+            std::string::npos)
+      << log;
+}
+
+TEST_F(ZapTest, APlaintextPeerIsCountedAndLogged) {
+  std::string log = RefusedExchangeLog({}, &ZapHandler::handshake_failures);
+  EXPECT_GE(zap_->handshake_failures(), 1u);
+  EXPECT_EQ(zap_->refused(), 0u);  // ZAP was never asked
+  // ZeroMQ reports a mechanism mismatch, or (when the plaintext peer hangs
+  // up first) a failure without detail.
+  EXPECT_NE(log.find("refused a connection on tcp://127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find(" at the handshake: "), std::string::npos) << log;
+}
+
+TEST_F(ZapTest, AClientExpectingAnotherServerKeyIsCountedAndLogged) {
+  CurveKeyPair good = GenerateCurveKeyPair().value(), other = GenerateCurveKeyPair().value();
+  zap_->SetAllowed({good.public_key});
+  std::string log = RefusedExchangeLog({.keys = good, .server_key = other.public_key}, &ZapHandler::handshake_failures);
+  EXPECT_GE(zap_->handshake_failures(), 1u);
+  EXPECT_NE(log.find("at the handshake: the peer's CURVE handshake does not decrypt"), std::string::npos) << log;
+}
+
+// Refused peers that keep coming (here five plaintext connections in a
+// row) are counted every time but logged at most once a second, the next
+// line saying how many were left out.
+TEST_F(ZapTest, RepeatedRefusalsAreLoggedAtMostOncePerSecond) {
+  ::testing::internal::CaptureStderr();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    const uint64_t before = zap_->handshake_failures();
+    zmq::socket_t plain(client_ctx_, zmq::socket_type::dealer);
+    plain.set(zmq::sockopt::linger, 0);
+    plain.connect(router_->endpoint());
+    for (int k = 0; k < 200 && zap_->handshake_failures() == before; ++k)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::string log = ::testing::internal::GetCapturedStderr();
+  size_t lines = 0;
+  for (size_t at = log.find("refused a connection"); at != std::string::npos;
+       at = log.find("refused a connection", at + 1))
+    ++lines;
+  EXPECT_GE(zap_->handshake_failures(), 5u) << log;
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, 1 + static_cast<size_t>(elapsed)) << log;
 }
 
 TEST_F(ZapTest, SecondHandlerInOneContextFails) {
