@@ -68,6 +68,7 @@ void Coordinator::WriteStats() const {
     (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
   j.set_refusals_unanswered(refusals_.unanswered());
   j.set_sends_dropped(counters_.sends_dropped.load());
+  if (zap_) j.set_handshakes_refused(zap_->handshake_failures());
   j.set_training_seconds(state_.training_seconds());
   if (!state_.plan_note().empty()) {
     j.mutable_plan()->set_note(state_.plan_note());
@@ -107,6 +108,7 @@ Status Coordinator::Listen() {
     if (options_.coordinator.secret.empty()) return FailedPrecondition("a secured coordinator needs the job secret");
     zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/true);
     GD_RETURN_IF_ERROR(zap_->Start());
+    GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
     if (!options_.key_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.key_file, options_.keys.public_key));
   }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));

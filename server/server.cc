@@ -245,6 +245,7 @@ void Server::WriteStats() const {
     (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
   j.set_refusals_unanswered(refusals_.unanswered());
   j.set_sends_dropped(counters_.sends_dropped.load());
+  if (zap_) j.set_connections_refused(zap_->refused() + zap_->handshake_failures());
   if (options_.job.wan.replan) migration_.AddStats(&j);
   if (shard_) {
     j.set_chunks(shard_->owned().size());
