@@ -387,13 +387,14 @@ bool JobRun::AnyWorkerRunning() const {
 }
 
 void JobRun::Judge() {
-  if (outcome_ != Outcome::kFinished) return;
   auto result = ReadFile(s_.dir.result_json());
   if (result.ok()) {
     json r = json::parse(*result, nullptr, /*allow_exceptions=*/false);
     if (r.is_object() && r.contains("unwritten") && r["unwritten"].is_object())
-      for (const auto& [file, why] : r["unwritten"].items()) unwritten_.push_back(file + ": " + why.get<std::string>());
+      for (const auto& [file, why] : r["unwritten"].items())
+        unwritten_.push_back(file + ": " + (why.is_string() ? why.get<std::string>() : why.dump()));
   }
+  if (outcome_ != Outcome::kFinished) return;
   std::string why;
   if (!losses_.empty()) {
     why = "lost for good: ";
