@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -198,10 +200,51 @@ wan:
     - {regions: [c, d], rtt_ms: 2}
 )";
 
+// What takes a port that was only probed: any socket the kernel binds to
+// a port of its choice (bind to port 0, as the emulator's own route
+// listeners do, or the ephemeral port of a connect()). This keeps `kHeld`
+// such sockets on loopback, replacing about 1000 a second, so a port
+// released before its owner binds it is soon taken.
+class PortThief {
+ public:
+  PortThief() : thread_([this] { Run(); }) {}
+  ~PortThief() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  static constexpr size_t kHeld = 1000;
+  void Run() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    std::deque<int> held;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(280);
+    while (!stop_ && std::chrono::steady_clock::now() < deadline) {
+      for (int i = 0; i < 10; ++i) {
+        int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+          held.push_back(fd);
+        else
+          ::close(fd);
+        for (; held.size() > kHeld; held.pop_front()) ::close(held.front());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (int fd : held) ::close(fd);
+  }
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 // 30 launches, three at a time (concurrent launchers also compete for
-// ports), each bounded; every one must start and finish.
+// ports), each bounded, while a thief takes ephemeral ports; every one must
+// start and finish.
 TEST(VerdictTest, PortRaceFourRegionProxyLaunchesAllStart) {
   TempDir dir;
+  PortThief thief;
   testing::WriteText(dir / "job.yaml", kFourRegionProxy);
   const auto t0 = std::chrono::steady_clock::now();
   int started = 0, launched = 0;
