@@ -12,8 +12,8 @@ namespace geodesic::deploy {
 
 using json = nlohmann::json;
 
-StatusOr<int> ReserveTcpPort(const std::string& host) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+StatusOr<PortHold> PortHold::Take(const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Unavailable("socket(): " + std::string(strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -23,14 +23,21 @@ StatusOr<int> ReserveTcpPort(const std::string& host) {
     return InvalidArgument("'" + host + "' is not an IPv4 address (emulated links need one per region)");
   }
   socklen_t len = sizeof(addr);
+  // Bound without SO_REUSEADDR, so that the port is one no socket holds;
+  // the option set afterwards lets the owner's listener share it.
+  const int on = 1;
   if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0) {
     std::string err = strerror(errno);
     ::close(fd);
     return Unavailable("cannot reserve a port on " + host + ": " + err);
   }
-  ::close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  return PortHold(fd, static_cast<int>(ntohs(addr.sin_port)));
+}
+
+PortHold::~PortHold() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {
@@ -70,6 +77,12 @@ StatusOr<int> EmulatedWan::LinkBetween(const std::string& a, const std::string& 
   return it->second;
 }
 
+StatusOr<std::string> EmulatedWan::HoldEndpoint(const std::string& host) {
+  GD_ASSIGN_OR_RETURN(PortHold hold, PortHold::Take(host));
+  held_.push_back(std::move(hold));
+  return "tcp://" + host + ":" + std::to_string(held_.back().port());
+}
+
 Status EmulatedWan::Build() {
   // One emulator link per unordered pair with a declared direction; its
   // forward direction is the pair's first region (in job order) to the second.
@@ -82,19 +95,18 @@ Status EmulatedWan::Build() {
     }
 
   const RegionSpec& cr = job_.CoordinatorRegion();
-  GD_ASSIGN_OR_RETURN(int cport, ReserveTcpPort(cr.host));
-  coordinator_endpoint_ = "tcp://" + cr.host + ":" + std::to_string(cport);
+  GD_ASSIGN_OR_RETURN(coordinator_endpoint_, HoldEndpoint(cr.host));
   std::vector<std::pair<std::string, std::string>> targets = {{cr.name, coordinator_endpoint_}};
   for (int s = 0; s < job_.NumServers(); ++s) {
     const RegionSpec& r = job_.RegionOfServer(s);
-    GD_ASSIGN_OR_RETURN(int port, ReserveTcpPort(r.host));
-    server_endpoints_.push_back("tcp://" + r.host + ":" + std::to_string(port));
+    GD_ASSIGN_OR_RETURN(std::string endpoint, HoldEndpoint(r.host));
+    server_endpoints_.push_back(endpoint);
     targets.push_back({r.name, server_endpoints_.back()});
   }
   for (int s = 0; s < job_.NumServers() && job_.replication.backups > 0; ++s) {
     const RegionSpec& r = job_.RegionOfBackup(s);
-    GD_ASSIGN_OR_RETURN(int port, ReserveTcpPort(r.host));
-    backup_endpoints_.push_back("tcp://" + r.host + ":" + std::to_string(port));
+    GD_ASSIGN_OR_RETURN(std::string endpoint, HoldEndpoint(r.host));
+    backup_endpoints_.push_back(endpoint);
     targets.push_back({r.name, backup_endpoints_.back()});
   }
   // A route per (client region, target) whose regions have a link; clients

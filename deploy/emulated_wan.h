@@ -1,5 +1,6 @@
 // EmulatedWan: the links of a job with `wan.emulation: proxy`, on one
-// machine. It fixes the ports of the coordinator and every server shard,
+// machine. It fixes (and holds, see PortHold) the ports of the coordinator
+// and every server shard,
 // runs one emulated link (wan::LinkEmulator) per pair of regions with a
 // declared link, and gives each process `--route` flags that send its
 // connections to peers in other regions through those links. It also probes
@@ -28,6 +29,28 @@ namespace geodesic::deploy {
 // in the summary's `links`: {from, to, configured_*, probed_* or probe_error}.
 wan::ProbeOptions LinkProbeOptions(const LinkSpec& l);
 nlohmann::json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const StatusOr<wan::LinkMeasurement>& m);
+
+// A TCP port on `host` held for a process that binds it later: bound
+// exclusively (the kernel picks a port nobody holds), then marked
+// SO_REUSEADDR and never listened on. While held, no other bind without
+// SO_REUSEADDR (another launcher's reservation) and no outgoing connect()'s
+// ephemeral port can take it, yet the process's ZeroMQ listener (which sets
+// SO_REUSEADDR) binds it, and binds it again after a restart.
+// docs/launcher.md, "Ports". Movable; closes the socket when destroyed.
+class PortHold {
+ public:
+  static StatusOr<PortHold> Take(const std::string& host);
+  PortHold(PortHold&& o) noexcept : fd_(o.fd_), port_(o.port_) { o.fd_ = -1; }
+  PortHold& operator=(PortHold&&) = delete;
+  PortHold(const PortHold&) = delete;
+  ~PortHold();
+  int port() const { return port_; }
+
+ private:
+  PortHold(int fd, int port) : fd_(fd), port_(port) {}
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 class EmulatedWan {
  public:
@@ -61,8 +84,11 @@ class EmulatedWan {
   explicit EmulatedWan(const JobSpec& job);
   Status Build();
   StatusOr<int> LinkBetween(const std::string& a, const std::string& b) const;
+  // A held port on `host`, as an endpoint "tcp://HOST:PORT".
+  StatusOr<std::string> HoldEndpoint(const std::string& host);
 
   JobSpec job_;
+  std::vector<PortHold> held_;  // the fixed ports, held for the job's life
   std::unique_ptr<wan::LinkEmulator> emulator_;
   std::string coordinator_endpoint_;
   std::vector<std::string> server_endpoints_, backup_endpoints_;
@@ -71,9 +97,5 @@ class EmulatedWan {
   // Region of the client -> (target endpoint -> emulator endpoint).
   std::map<std::string, std::map<std::string, std::string>> routes_;
 };
-
-// A free TCP port on `host` now (bound and released; the caller binds it
-// next, so a race with another process is possible but unlikely).
-StatusOr<int> ReserveTcpPort(const std::string& host);
 
 }  // namespace geodesic::deploy

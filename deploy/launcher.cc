@@ -26,6 +26,7 @@
 #include "deploy/status_probe.h"
 #include "deploy/summary.h"
 #include "deploy/supervisor.h"
+#include "deploy/verdict.h"
 #include "server/checkpoint.h"
 #include "transport/security.h"
 
@@ -306,10 +307,15 @@ class JobRun {
   // Runs until every child ended, the job failed or it was interrupted.
   void Run();
   RunRecord Record(double total_wall_seconds) const {
+    TrainingSpan span = span_;
+    if (span.start_unix && !span.end_unix) span.end_unix = UnixNowSeconds();
     return RunRecord{.job = s_.job,
                      .dir = s_.dir,
                      .outcome = outcome_,
                      .failure = failure_,
+                     .losses = losses_,
+                     .unwritten = unwritten_,
+                     .span = span,
                      .total_wall_seconds = total_wall_seconds,
                      .children = *s_.children,
                      .faults = faults_,
@@ -327,6 +333,11 @@ class JobRun {
   void OnFailover(Child* c);
   void OnServerExit(Child* c);
   void OnStatus(const wire::StatusReply& st);
+  void WatchCoordinatorRestart();
+  // After the loop: a job that lost processes for good, or trained nothing
+  // to the end, or could not write its results, did not finish.
+  void Judge();
+  bool AnyWorkerRunning() const;
   Status Restart(Child* dead, const std::vector<std::string>& args, const std::string& how);
   // Ends the job as failed; `log_of`: whose log tail to show.
   void Fail(const std::string& why, const Child* log_of = nullptr);
@@ -342,8 +353,16 @@ class JobRun {
   zmq::context_t ctx_{1};
   std::unique_ptr<StatusProbe> probe_;
   std::optional<wire::StatusReply> last_status_;
-  std::string outcome_ = "finished";
+  Outcome outcome_ = Outcome::kFinished;
   std::string failure_;
+  std::vector<Loss> losses_;
+  std::vector<std::string> unwritten_;  // results the evaluator could not write
+  int workers_finished_ = 0;            // exited 0
+  TrainingSpan span_;
+  bool span_end_frozen_ = false;  // the evaluator ended while workers still ran
+  // A restarted coordinator whose log does not yet say whether it found
+  // its saved state.
+  std::optional<std::string> coordinator_restart_log_;
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at_;
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit_;
 };
@@ -358,17 +377,50 @@ Status JobRun::Start() {
 void JobRun::Run() {
   while (Step()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   progress_.Clear();
+  Judge();
+}
+
+bool JobRun::AnyWorkerRunning() const {
+  for (const auto& c : s_.children->children())
+    if (c->name().rfind("worker-", 0) == 0 && c->running()) return true;
+  return false;
+}
+
+void JobRun::Judge() {
+  auto result = ReadFile(s_.dir.result_json());
+  if (result.ok()) {
+    json r = json::parse(*result, nullptr, /*allow_exceptions=*/false);
+    if (r.is_object() && r.contains("unwritten") && r["unwritten"].is_object())
+      for (const auto& [file, why] : r["unwritten"].items())
+        unwritten_.push_back(file + ": " + (why.is_string() ? why.get<std::string>() : why.dump()));
+  }
+  if (outcome_ != Outcome::kFinished) return;
+  std::string why;
+  if (!losses_.empty()) {
+    why = "lost for good: ";
+    for (size_t i = 0; i < losses_.size(); ++i) why += (i ? "; " : "") + losses_[i].Describe();
+  } else if (workers_finished_ == 0 && s_.job.NumWorkers() > 0) {
+    why = "no worker trained to the end";
+  } else if (!unwritten_.empty()) {
+    why = "could not write " + unwritten_.front();
+  } else {
+    return;
+  }
+  outcome_ = Outcome::kFailed;
+  failure_ = why;
 }
 
 void JobRun::Fail(const std::string& why, const Child* log_of) {
-  outcome_ = "failed";
+  outcome_ = Outcome::kFailed;
   failure_ = why;
+  if (log_of && log_of->exit())
+    losses_.push_back({log_of->name(), log_of->exit()->Describe(), LastErrorLine(log_of->log_file())});
   progress_.Say("geodesic: " + failure_ + (log_of ? "; its log ends:\n" + log_of->LogTail(12) : ""));
 }
 
 bool JobRun::Step() {
   if (stop_->load()) {
-    outcome_ = "interrupted";
+    outcome_ = Outcome::kInterrupted;
     progress_.Say("geodesic: interrupted; stopping " + std::to_string(s_.children->children().size()) + " processes");
     s_.children->StopAll(SIGTERM, 5);
     return false;
@@ -379,10 +431,10 @@ bool JobRun::Step() {
   std::stable_partition(ended.begin(), ended.end(), [](Child* c) { return c->name() == "evaluator"; });
   for (Child* c : ended) OnExit(c);
   const auto now = std::chrono::steady_clock::now();
-  if (premature_exit_ && !EvaluatorDone() && outcome_ != "failed" &&
+  if (premature_exit_ && !EvaluatorDone() && outcome_ != Outcome::kFailed &&
       now - premature_exit_->second > std::chrono::seconds(5))
     Fail(premature_exit_->first + " exited before the job finished");
-  if (outcome_ == "failed") {
+  if (outcome_ == Outcome::kFailed) {
     s_.children->StopAll(SIGTERM, 5);
     return false;
   }
@@ -393,6 +445,7 @@ bool JobRun::Step() {
     return false;
   }
   if (auto st = probe_->Poll()) OnStatus(*st);
+  WatchCoordinatorRestart();
   faults_.Tick(clock_, *s_.children, progress_);
   return true;
 }
@@ -407,6 +460,7 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
   if (!clock_.started()) {
     // Faults are timed from here, on the wall clock.
     clock_.Start(st.training_seconds());
+    span_.start_unix = UnixNowSeconds() - st.training_seconds();
     progress_.Say("geodesic: all processes joined; training");
   }
   if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate));
@@ -434,6 +488,11 @@ void JobRun::OnExit(Child* c) {
   if (n == "evaluator") {
     if (e.ok()) {
       evaluator_done_at_ = std::chrono::steady_clock::now();
+      // Workers the coordinator gave up on (a stopped one) trained until then.
+      if (AnyWorkerRunning()) {
+        span_.end_unix = UnixNowSeconds();
+        span_end_frozen_ = true;
+      }
     } else {
       Fail("the evaluator " + e.Describe(), c);
     }
@@ -461,6 +520,8 @@ void JobRun::OnExit(Child* c) {
 void JobRun::OnWorkerExit(Child* c) {
   const ExitInfo& e = *c->exit();
   const std::string n = c->name();
+  if (!span_end_frozen_ && !EvaluatorDone()) span_.end_unix = UnixNowSeconds();
+  if (e.ok()) ++workers_finished_;
   if (!e.ok() && s_.options.restart_workers && e.signal && recoveries_.MayRestart(n) && !EvaluatorDone()) {
     const std::string what = n + " " + e.Describe();
     Status st = Restart(c, s_.children->StartedAs(n).first, "; restarted, it rejoins at the live workers' clock");
@@ -470,6 +531,9 @@ void JobRun::OnWorkerExit(Child* c) {
   } else if (!e.ok()) {
     progress_.Say("geodesic: " + n + " " + e.Describe() + "; the job continues without it" +
                   (e.signal ? "" : "; its log ends:\n" + c->LogTail(8)));
+    // A fault the user injected is a loss the user asked for; anything
+    // else (an error, a signal nobody sent on purpose) fails the job.
+    if (!faults_.KilledAt(n)) losses_.push_back({n, e.Describe(), LastErrorLine(c->log_file())});
   }
 }
 
@@ -483,8 +547,25 @@ void JobRun::OnCoordinatorExit(Child* c) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--bind") args[i + 1] = s_.endpoint;
   const std::string what = c->name() + " " + c->exit()->Describe();
-  Status st = Restart(c, args, "; restarted from its saved state on " + s_.endpoint);
-  if (!st.ok()) Fail(what + " and could not be restarted: " + st.message());
+  Status st = Restart(c, args, "; restarted on " + s_.endpoint);
+  if (!st.ok()) return Fail(what + " and could not be restarted: " + st.message());
+  coordinator_restart_log_ = s_.children->Find("coordinator")->log_file();
+}
+
+// What the restarted coordinator did, from its own log (CoordinatorStore::
+// Load): continued from its saved state, or, without one, listened for a
+// fresh rendezvous. The launcher does not assume either.
+void JobRun::WatchCoordinatorRestart() {
+  if (!coordinator_restart_log_) return;
+  auto text = ReadFile(*coordinator_restart_log_);
+  if (!text.ok()) return;
+  const bool saved = text->find("restarted: continuing the job from") != std::string::npos;
+  if (!saved && text->find("listening on ") == std::string::npos) return;
+  coordinator_restart_log_.reset();
+  recoveries_.Note("coordinator", "state", saved ? "saved" : "fresh_rendezvous");
+  progress_.Say(saved ? "geodesic: the restarted coordinator continued from its saved state"
+                      : "geodesic: the restarted coordinator found no saved state; members register again in a "
+                        "fresh rendezvous");
 }
 
 // A replicated primary: its backup takes over once the primary's lease

@@ -6,7 +6,10 @@
 //
 // Policy: a worker that dies is reported and the job goes on without it
 // (the coordinator drops it from the staleness bound); a coordinator,
-// server or evaluator that fails ends the job. Single-threaded.
+// server or evaluator that fails ends the job. The verdict follows what
+// happened (deploy/verdict.h): a worker lost for good (an error, or a
+// signal nobody injected, and no restart), no worker trained to the end,
+// or a result not written makes the job failed. Single-threaded.
 #pragma once
 
 #include <atomic>

@@ -16,6 +16,14 @@ void Recoveries::Restarted(const std::string& name, const std::string& exit, dou
   pending_[name] = {records_.size() - 1, std::chrono::steady_clock::now(), -1};
 }
 
+void Recoveries::Note(const std::string& name, const std::string& key, const std::string& value) {
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it)
+    if ((*it)["target"] == name) {
+      (*it)[key] = value;
+      return;
+    }
+}
+
 void Recoveries::FailedOver(const std::string& name, const std::string& exit, double t,
                             std::chrono::steady_clock::time_point since) {
   records_.push_back({{"target", name}, {"exit", exit}, {"died_at_training_seconds", t}, {"failover", true}});

@@ -26,6 +26,8 @@ class Recoveries {
   // `name` ended (`exit`) at training second `t` and was started again as
   // restart `k`, logging to `log`.
   void Restarted(const std::string& name, const std::string& exit, double t, int k, const std::string& log);
+  // Adds key: value to the newest record of `name`, if it has one.
+  void Note(const std::string& name, const std::string& key, const std::string& value);
   // Shard primary `name` ended and its backup takes over; timed from `since`.
   void FailedOver(const std::string& name, const std::string& exit, double t,
                   std::chrono::steady_clock::time_point since);

@@ -18,16 +18,19 @@ std::string Timestamp() {
 }
 
 // Removes what an earlier launch into `dir` left for its own processes.
+// What cannot be removed stays (never an exception): the process that
+// writes it then names the failure, and the job's results say so.
 void ClearPreviousRun(const RunDir& dir) {
-  std::filesystem::remove_all(dir.wan_control());
-  for (const auto& e : std::filesystem::directory_iterator(dir.snapshots())) std::filesystem::remove(e.path());
-  std::filesystem::remove(dir.endpoint_file());
-  std::filesystem::remove(dir.coordinator_state());  // a new run starts a new rendezvous
-  std::filesystem::remove(dir.result_json());
+  std::error_code ec;
+  std::filesystem::remove_all(dir.wan_control(), ec);
+  for (const auto& e : std::filesystem::directory_iterator(dir.snapshots(), ec)) std::filesystem::remove(e.path(), ec);
+  std::filesystem::remove(dir.endpoint_file(), ec);
+  std::filesystem::remove(dir.coordinator_state(), ec);  // a new run starts a new rendezvous
+  std::filesystem::remove(dir.result_json(), ec);
   // Push ledgers count per process; an earlier launch's are not this one's.
-  for (const auto& e : std::filesystem::directory_iterator(dir.stats_dir()))
-    if (e.path().extension() == ".ledger") std::filesystem::remove(e.path());
-  std::filesystem::remove(dir.final_params());
+  for (const auto& e : std::filesystem::directory_iterator(dir.stats_dir(), ec))
+    if (e.path().extension() == ".ledger") std::filesystem::remove(e.path(), ec);
+  std::filesystem::remove(dir.final_params(), ec);
 }
 
 }  // namespace

@@ -214,14 +214,37 @@ json EmulatedLinks(const RunRecord& run, double wall) {
   return links;
 }
 
+// The accuracy curve on the job's one clock (RunRecord::span): worker 0
+// times its snapshots from its own start, and the evaluator adds each
+// snapshot's Unix time, which this rebases. Also the first time at target.
+void RebaseCurve(const RunRecord& run, json& result) {
+  if (!result.is_object() || !result.contains("accuracy_curve")) return;
+  json& curve = result["accuracy_curve"];
+  const json unix_times = result.value("accuracy_curve_unix", json::array());
+  if (run.span.start_unix && unix_times.size() == curve.size())
+    for (size_t i = 0; i < curve.size(); ++i) curve[i][0] = unix_times[i].get<double>() - *run.span.start_unix;
+  json to_target = nullptr;
+  for (const auto& p : curve)
+    if (p[2].get<double>() >= run.job.eval.target_accuracy) {
+      to_target = p[0];
+      break;
+    }
+  result["seconds_to_target"] = to_target;
+}
+
 // The job, how it ended, and what the evaluator and coordinator recorded.
-json Outcome(const RunRecord& run, const std::optional<stats::CoordinatorStats>& coord, double wall) {
+json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStats>& coord, double wall) {
   json summary;
   summary["job"] = run.job.name;
   summary["run_dir"] = run.dir.path;
-  summary["status"] = run.outcome;
+  summary["status"] = ToString(run.outcome);
   if (!run.failure.empty()) summary["failure"] = run.failure;
+  json failures = json::array();
+  for (const Loss& l : run.losses) failures.push_back(l.ToJson());
+  summary["failures"] = failures;
+  if (!run.unwritten.empty()) summary["unwritten"] = run.unwritten;
   json result = ReadJson(run.dir.result_json());
+  RebaseCurve(run, result);
   summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = run.total_wall_seconds;
@@ -314,8 +337,9 @@ json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>&
 
 json BuildSummary(const RunRecord& run) {
   const auto coord = ReadStats<stats::CoordinatorStats>(run.dir.stats("coordinator"));
-  const double wall = coord ? coord->training_seconds() : 0;
-  json summary = Outcome(run, coord, wall);
+  // The launcher's clock; the coordinator's own count restarts with it.
+  const double wall = run.span.Seconds().value_or(coord ? coord->training_seconds() : 0);
+  json summary = JobOutcome(run, coord, wall);
   const std::set<int> promoted = PromotedShards(run);
   const Totals t = AddUpProcesses(run, promoted);
   AddTraffic(t, wall, summary);
@@ -341,16 +365,24 @@ json BuildSummary(const RunRecord& run) {
   return summary;
 }
 
-StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::string& summary_file,
-                        ProgressLine& progress) {
+namespace {
+
+Status WriteSummary(const json& summary, const RunRecord& run, const std::string& summary_file) {
   std::string text = summary.dump(2);
   GD_RETURN_IF_ERROR(WriteFileAtomic(run.dir.summary_json(), text));
-  if (!summary_file.empty()) {
-    auto parent = std::filesystem::path(summary_file).parent_path();
-    if (!parent.empty()) GD_RETURN_IF_ERROR(MakeDirs(parent.string()));
-    GD_RETURN_IF_ERROR(WriteFileAtomic(summary_file, text));
-  }
-  const std::string& outcome = run.outcome;
+  if (summary_file.empty()) return Status::Ok();
+  auto parent = std::filesystem::path(summary_file).parent_path();
+  if (!parent.empty()) GD_RETURN_IF_ERROR(MakeDirs(parent.string()));
+  return WriteFileAtomic(summary_file, text);
+}
+
+}  // namespace
+
+// The verdict goes to the terminal first: a summary that cannot be written
+// (a full disk) must not hide the accuracy or the failure.
+StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::string& summary_file,
+                        ProgressLine& progress) {
+  const std::string outcome = ToString(run.outcome);
   if (summary["test_accuracy"].is_number()) {
     double acc = summary["test_accuracy"].get<double>(), wall = summary["wall_seconds"].get<double>();
     int64_t samples = summary["samples"].get<int64_t>();
@@ -361,14 +393,20 @@ StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::st
       line += "; reached " + Fmt("%.2f", run.job.eval.target_accuracy) + " at " +
               Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
     progress.Say(line);
+    if (!run.failure.empty()) progress.Say("geodesic: failed: " + run.failure);
   } else {
     progress.Say("geodesic: " + outcome + (run.failure.empty() ? "" : ": " + run.failure) + "; no final accuracy");
   }
+  Status written = WriteSummary(summary, run, summary_file);
+  if (!written.ok()) {
+    progress.Say("geodesic: could not write the summary: " + written.message());
+    return 1;
+  }
   progress.Say("geodesic: summary written to " + (summary_file.empty() ? run.dir.summary_json() : summary_file));
-  if (outcome == "interrupted") return 130;
+  if (run.outcome == Outcome::kInterrupted) return 130;
   // A model without a network (synthetic, for benchmarks) has no accuracy.
   bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == ModelKind::kSynthetic;
-  return outcome == "finished" && evaluated ? 0 : 1;
+  return run.outcome == Outcome::kFinished && evaluated ? 0 : 1;
 }
 
 }  // namespace geodesic::deploy

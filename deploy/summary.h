@@ -16,6 +16,7 @@
 #include "deploy/progress.h"
 #include "deploy/run_dir.h"
 #include "deploy/supervisor.h"
+#include "deploy/verdict.h"
 
 namespace geodesic::deploy {
 
@@ -23,8 +24,11 @@ namespace geodesic::deploy {
 struct RunRecord {
   const JobSpec& job;
   const RunDir& dir;
-  std::string outcome;  // finished, failed or interrupted
-  std::string failure;  // why, when failed
+  Outcome outcome = Outcome::kFinished;
+  std::string failure;                 // why, when failed
+  std::vector<Loss> losses;            // processes that failed for good
+  std::vector<std::string> unwritten;  // "FILE: why", results not written
+  TrainingSpan span;                   // the clock wall_seconds and the curve share
   double total_wall_seconds = 0;
   const Supervisor& children;
   const FaultInjector& faults;

@@ -1,5 +1,7 @@
 #include "worker/evaluator.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -51,11 +53,19 @@ Status WaitForTraining(const JobSpec& job, const cluster::MemberClient& member, 
   return Status::Ok();
 }
 
+// When the snapshot file was written, in Unix seconds (0 if unknown): the
+// launcher puts the curve on the job's clock with it (deploy/verdict.h).
+double WrittenUnix(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
+}
+
 // Accuracy of each snapshot in `snapshot_dir`, into result's curve.
 Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model,
                          const torch::Tensor& images, const torch::Tensor& labels, const std::atomic<bool>* stop,
                          nlohmann::json* result) {
-  nlohmann::json curve = nlohmann::json::array();
+  nlohmann::json curve = nlohmann::json::array(), written = nlohmann::json::array();
   std::vector<float> values;
   std::optional<double> to_target;
   for (const auto& snap : ListSnapshots(snapshot_dir)) {
@@ -68,9 +78,11 @@ Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, Fl
     std::memcpy(model.params().data_ptr<float>(), values.data(), values.size() * sizeof(float));
     double a = Evaluate(model, images, labels);
     curve.push_back({snap.seconds, snap.step, a});
+    written.push_back(WrittenUnix(snap.path));
     if (!to_target && a >= job.eval.target_accuracy) to_target = snap.seconds;
   }
   (*result)["accuracy_curve"] = curve;
+  (*result)["accuracy_curve_unix"] = written;
   (*result)["target_accuracy"] = job.eval.target_accuracy;
   (*result)["seconds_to_target"] = to_target ? nlohmann::json(*to_target) : nlohmann::json(nullptr);
   return Status::Ok();
@@ -126,15 +138,25 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   result["workers_done"] = end_view.done;
   result["workers_dead"] = end_view.dead;
   result["num_params"] = model->num_params();
+  // The accuracy is worth more than the file: a parameter dump that cannot
+  // be written (a full disk) is named in the result, not fatal.
   if (!options.dump_params.empty()) {
     std::string raw(reinterpret_cast<const char*>(model->params().data_ptr<float>()),
                     static_cast<size_t>(model->num_params()) * sizeof(float));
-    GD_RETURN_IF_ERROR(WriteFileAtomic(options.dump_params, raw));
+    Status dumped = WriteFileAtomic(options.dump_params, raw);
+    if (!dumped.ok()) {
+      GD_LOG(ERROR) << "final parameters not written: " << dumped;
+      result["unwritten"][std::filesystem::path(options.dump_params).filename().string()] = dumped.message();
+    }
   }
   if (model->has_network())
     GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
-  GD_RETURN_IF_ERROR(WriteFileAtomic(options.result_file, result.dump(2)));
+  Status written = WriteFileAtomic(options.result_file, result.dump(2));
   member.Stop(true);
+  if (!written.ok())
+    return written.Annotate("the result (test accuracy " +
+                            (result.contains("test_accuracy") ? result["test_accuracy"].dump() : std::string("none")) +
+                            ") could not be written");
   return Status::Ok();
 }
 
