@@ -189,6 +189,7 @@ TEST(PlannerTest, LossyBurstsPayARoundTripToRecover) {
   // RTT). Under BBR the sending takes at least 0.85 RTT; the recovery
   // comes after it.
   const double serialize = 4000 * 8 / (8000 * 0.95), recover = 4 * 20 * (1 - std::pow(0.95, 3));
+  ASSERT_LT(serialize, 0.85 * 20) << "the BBR floor, not the serialization, must set the sending time here";
   EXPECT_NEAR(Pair(*pr, "b", "a")->ms, 20 + 0.85 * 20 + 2 * recover, 1e-9);
   const LinkLoad& ba = pr->links[2];  // b -> a: b's push of 4000 and b's shard's pull of 2000 bytes (2 packets)
   EXPECT_EQ(ba.from + ba.to, "ba");
