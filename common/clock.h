@@ -37,6 +37,12 @@ class FakeClock final : public Clock {
   std::atomic<int64_t> now_ns_{1'000'000'000};
 };
 
+// Wall-clock time as Unix seconds (for records compared across processes;
+// intervals use a Clock).
+inline double UnixSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 inline double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 inline Duration Millis(int64_t ms) { return std::chrono::milliseconds(ms); }
 

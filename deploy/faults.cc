@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/clock.h"
 #include "common/files.h"
 #include "common/format.h"
 
@@ -133,8 +134,7 @@ void FaultInjector::InjectKills(double t, const Supervisor& children, ProgressLi
     c->Signal(k.signal);
     // A failover is timed from the first fault (a STOP, not its CONT).
     killed_at_.emplace(k.target, std::chrono::steady_clock::now());
-    killed_unix_.emplace(k.target,
-                         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+    killed_unix_.emplace(k.target, UnixSeconds());
     progress.Say("geodesic: fault injection: " + k.signal_name + " to " + k.target + " after " + Fmt("%.1f", t) +
                  " s of training");
     faults_.push_back({{"target", k.target}, {"signal", k.signal_name}, {"at_training_seconds", t}});

@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "common/clock.h"
 #include "common/files.h"
 #include "common/format.h"
 #include "compression/codec.h"
@@ -308,7 +309,7 @@ class JobRun {
   void Run();
   RunRecord Record(double total_wall_seconds) const {
     TrainingSpan span = span_;
-    if (span.start_unix && !span.end_unix) span.end_unix = UnixNowSeconds();
+    if (span.start_unix && !span.end_unix) span.end_unix = UnixSeconds();
     return RunRecord{.job = s_.job,
                      .dir = s_.dir,
                      .outcome = outcome_,
@@ -460,7 +461,7 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
   if (!clock_.started()) {
     // Faults are timed from here, on the wall clock.
     clock_.Start(st.training_seconds());
-    span_.start_unix = UnixNowSeconds() - st.training_seconds();
+    span_.start_unix = UnixSeconds() - st.training_seconds();
     progress_.Say("geodesic: all processes joined; training");
   }
   if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate));
@@ -490,7 +491,7 @@ void JobRun::OnExit(Child* c) {
       evaluator_done_at_ = std::chrono::steady_clock::now();
       // Workers the coordinator gave up on (a stopped one) trained until then.
       if (AnyWorkerRunning()) {
-        span_.end_unix = UnixNowSeconds();
+        span_.end_unix = UnixSeconds();
         span_end_frozen_ = true;
       }
     } else {
@@ -520,7 +521,7 @@ void JobRun::OnExit(Child* c) {
 void JobRun::OnWorkerExit(Child* c) {
   const ExitInfo& e = *c->exit();
   const std::string n = c->name();
-  if (!span_end_frozen_ && !EvaluatorDone()) span_.end_unix = UnixNowSeconds();
+  if (!span_end_frozen_ && !EvaluatorDone()) span_.end_unix = UnixSeconds();
   if (e.ok()) ++workers_finished_;
   if (!e.ok() && s_.options.restart_workers && e.signal && recoveries_.MayRestart(n) && !EvaluatorDone()) {
     const std::string what = n + " " + e.Describe();

@@ -61,8 +61,4 @@ std::optional<double> TrainingSpan::Seconds() const {
   return std::max(0.0, *end_unix - *start_unix);
 }
 
-double UnixNowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace geodesic::deploy

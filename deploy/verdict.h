@@ -40,6 +40,5 @@ struct TrainingSpan {
   // Seconds from start to end; nullopt when training never started.
   std::optional<double> Seconds() const;
 };
-double UnixNowSeconds();
 
 }  // namespace geodesic::deploy

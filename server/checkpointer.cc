@@ -102,7 +102,7 @@ void Checkpointer::Write(const ShardState& shard, int64_t clock, const char* rea
   wire::ShardCheckpoint ck = shard.ToCheckpoint(last_min_clock_);
   ck.set_job(job_.name);
   ck.set_reason(reason);
-  ck.set_unix_seconds(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  ck.set_unix_seconds(UnixSeconds());
   auto path = WriteCheckpoint(dir_, ck, spec.keep);
   last_ms_ = 1e3 * Seconds(clock_->Now() - t0);
   if (!path.ok()) {

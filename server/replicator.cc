@@ -5,13 +5,6 @@
 #include "common/log.h"
 
 namespace geodesic::server {
-namespace {
-
-double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 Replicator::Replicator(const JobSpec& job, int server_id, const Clock* clock, zmq::context_t& ctx,
                        transport::Socket* router)
