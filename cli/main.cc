@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "transport/protobuf_log.h"
 
 int main(int argc, char** argv) {
   using namespace geodesic::cli;
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
       AddWan(app),         AddPlan(app),   AddCheckpoint(app), AddStatus(app),    AddBench(app),
   };
   CLI11_PARSE(app, argc, argv);
+  geodesic::transport::RouteProtobufLogs();
   InstallSignalHandlers();
   for (const Command& c : commands)
     if (c.app->parsed()) return c.run();

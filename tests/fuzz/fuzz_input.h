@@ -19,6 +19,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "transport/protobuf_log.h"
 
 namespace geodesic::fuzz {
 
@@ -63,6 +64,9 @@ class Reader {
 };
 
 // Receivers log every refusal; thousands a second would drown the report.
-inline void QuietLogs() { SetMinLogLevel(LogLevel::kFatal); }
+inline void QuietLogs() {
+  SetMinLogLevel(LogLevel::kFatal);
+  transport::RouteProtobufLogs();  // protobuf writes its own lines to stderr otherwise
+}
 
 }  // namespace geodesic::fuzz

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <thread>
 
+#include "transport/protobuf_log.h"
 #include "transport/routes.h"
 
 namespace geodesic::transport {
@@ -304,6 +305,26 @@ TEST(DecodeFramesTest, ChecksFramingOnBytes) {
   h.set_payload_frames(2);
   EXPECT_NE(DecodeFrames(Frames(h, 16), false, o).status.message().find("declares 2 payload frames"),
             std::string::npos);
+}
+
+// A header whose string field is not UTF-8 is refused, and protobuf's own
+// ERROR line for it is throttled with ours instead of written per message.
+TEST(DecodeFramesTest, NonUtf8HeadersAreRefusedAndProtobufsLinesThrottled) {
+  RouteProtobufLogs();
+  wire::Header h;
+  h.set_protocol(kProtocolVersion);
+  h.set_job("\xff\xfe");
+  h.mutable_push_request();
+  const SocketOptions o = Opts(wire::SERVER, 0);
+  const uint64_t before = ProtobufLogsSuppressed();
+  for (int i = 0; i < 6; ++i) {
+    Incoming got = DecodeFrames(Frames(h, 0), false, o);
+    EXPECT_FALSE(got.status.ok());
+    EXPECT_FALSE(got.status.message().empty());
+  }
+  // Seven protobuf lines (one from serializing, six from parsing) within a
+  // second or two: at most two pass.
+  EXPECT_GE(ProtobufLogsSuppressed() - before, 5u);
 }
 
 }  // namespace
