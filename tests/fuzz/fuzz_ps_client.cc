@@ -13,6 +13,7 @@
 // completes leaves every parameter finite; borrowed chunks are whole and
 // finite; errors carry messages.
 #include <cmath>
+#include <memory>
 
 #include "cluster/chunking.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -22,15 +23,19 @@ using namespace geodesic;
 
 namespace {
 
-// One context and two bound ROUTERs for the whole run: a context per input
+// One context and two bound ROUTERs for many inputs: a context per input
 // cost a reaper and an I/O thread each time (400-800 inputs/s). The ROUTERs
 // are bound, so the client's connects complete (a connect to an inproc name
-// nobody binds stays pending in the context for good, and a shared context
-// then runs out of file descriptors), and Drain() reads what the client sent
-// and lets ZeroMQ finish closing its sockets.
+// nobody binds stays pending in the context for good), and Drain() reads
+// what the client sent and lets ZeroMQ finish closing its sockets. Closing
+// is asynchronous: a descheduled reaper thread lets closed sockets pile up
+// towards the context's limit of 1023, so the context is replaced (its
+// destructor waits for every close) every kInputsPerContext inputs.
 struct Servers {
+  static constexpr int kInputsPerContext = 200;
   zmq::context_t ctx{1};
   zmq::socket_t router[2] = {{ctx, zmq::socket_type::router}, {ctx, zmq::socket_type::router}};
+  int inputs = 0;
   Servers() {
     for (int s = 0; s < 2; ++s) {
       router[s].set(zmq::sockopt::linger, 0);
@@ -47,8 +52,12 @@ struct Servers {
 };
 
 Servers& TheServers() {
-  static Servers servers;
-  return servers;
+  static auto servers = std::make_unique<Servers>();
+  if (++servers->inputs > Servers::kInputsPerContext) {
+    servers.reset();  // closes the ROUTERs, then waits for every socket of the context
+    servers = std::make_unique<Servers>();
+  }
+  return *servers;
 }
 
 }  // namespace
@@ -72,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   transport::TrafficCounters counters;
   FakeClock clock;
   worker::PsClient client(servers.ctx, options, assignment, &counters, &clock);
-  if (!client.Connect().ok()) fuzz::Fail("inproc connect failed");
+  if (Status s = client.Connect(); !s.ok()) fuzz::Fail("inproc connect failed", s);
   const transport::SocketOptions framing{.job = "job", .role = wire::WORKER, .id = 0, .max_message_bytes = 1 << 20};
   std::vector<float> params(client.num_params(), 0.0f);
   std::atomic<bool> stop{true};
