@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   // Declaration order is the order --help lists them in.
   const std::vector<Command> commands = {
       AddCoordinator(app), AddServer(app), AddWorker(app),     AddEvaluator(app), AddToken(app), AddLaunch(app),
-      AddWan(app),         AddPlan(app),   AddCheckpoint(app), AddStatus(app),    AddBench(app),
+      AddWan(app),         AddPlan(app),   AddCheckpoint(app), AddStatus(app),    AddPartition(app), AddBench(app),
   };
   CLI11_PARSE(app, argc, argv);
   geodesic::transport::RouteProtobufLogs();

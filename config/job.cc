@@ -1,7 +1,9 @@
-// JobSpec's derived values: role placement, codecs per link, step counts.
+// JobSpec's derived values: role placement, codecs per link, step counts; the
+// partition spec's text form.
 #include "config/job.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 
 namespace geodesic {
@@ -107,6 +109,44 @@ const RegionSpec* JobSpec::FindRegion(const std::string& name) const {
 const RegionSpec& JobSpec::CoordinatorRegion() const {
   const RegionSpec* r = FindRegion(coordinator_region);
   return r ? *r : regions.front();
+}
+
+std::string ToString(const PartitionSpec& p) {
+  std::string out = ToString(p.kind);
+  if (p.kind == DataPartition::kIid) return out;
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, p.param);  // shortest text that reads back the same
+  return out + ":" + std::string(buf, r.ptr);
+}
+
+StatusOr<PartitionSpec> ParsePartition(std::string_view text) {
+  const std::string_view usage = "; use iid, dirichlet:ALPHA, shards:K or lognormal:SIGMA";
+  const size_t colon = text.find(':');
+  const std::string_view word = text.substr(0, colon);
+  std::optional<DataPartition> kind = FromString<DataPartition>(word);
+  if (!kind) return InvalidArgument("'" + std::string(text) + "' is not a partition" + std::string(usage));
+  PartitionSpec p{.kind = *kind};
+  if (*kind == DataPartition::kIid) {
+    if (colon != std::string_view::npos) return InvalidArgument("iid takes no parameter");
+    return p;
+  }
+  const std::string_view number = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), p.param);
+  if (number.empty() || ec != std::errc() || end != number.data() + number.size() || !std::isfinite(p.param))
+    return InvalidArgument("'" + std::string(text) + "' needs a number after '" + std::string(word) + ":'" +
+                           std::string(usage));
+  switch (*kind) {
+    case DataPartition::kDirichlet:
+      if (!(p.param > 0 && p.param <= 1000)) return InvalidArgument("dirichlet's ALPHA must be in (0, 1000]");
+      break;
+    case DataPartition::kShards:
+      if (p.param != std::floor(p.param) || p.param < 1 || p.param > 1000)
+        return InvalidArgument("shards' K must be a whole number in [1, 1000]");
+      break;
+    default:
+      if (!(p.param > 0 && p.param <= 10)) return InvalidArgument("lognormal's SIGMA must be in (0, 10]");
+  }
+  return p;
 }
 
 }  // namespace geodesic

@@ -21,7 +21,7 @@ namespace geodesic {
 // words below are what job files, YAML output and logs use (ToString).
 enum class ModelKind { kCnn, kMlp, kSynthetic };
 enum class DatasetKind { kFashionMnist };
-enum class DataPartition { kIid };
+enum class DataPartition { kIid, kDirichlet, kShards, kLognormal };
 enum class OptimizerKind { kSgd, kAdam };
 enum class LrSchedule { kConstant, kCosine };
 enum class TrainingDevice { kCpu, kCuda, kAuto };
@@ -42,7 +42,7 @@ struct EnumWords<DatasetKind> {
 };
 template <>
 struct EnumWords<DataPartition> {
-  static constexpr std::string_view kWords[] = {"iid"};
+  static constexpr std::string_view kWords[] = {"iid", "dirichlet", "shards", "lognormal"};
 };
 template <>
 struct EnumWords<OptimizerKind> {
@@ -106,10 +106,25 @@ struct ModelSpec {
   int64_t synthetic_params = 1 << 20;   // float32 parameters of `synthetic`
 };
 
+// How the training set is split across workers (worker/partition.h has the
+// algorithms): "iid"; "dirichlet:ALPHA", label skew, each label's samples
+// spread over the parts by proportions drawn from Dirichlet(ALPHA) (small
+// ALPHA: few labels per part); "shards:K", the labels sorted and cut into
+// parts * K shards, K per part (McMahan et al.); "lognormal:SIGMA", quantity
+// skew, part sizes proportional to exp(SIGMA * N(0, 1)), labels IID.
+struct PartitionSpec {
+  DataPartition kind = DataPartition::kIid;
+  double param = 0;  // ALPHA, K or SIGMA; 0 for iid
+  bool operator==(const PartitionSpec&) const = default;
+};
+std::string ToString(const PartitionSpec& p);
+// "dirichlet:0.3" -> {kDirichlet, 0.3}; a clear InvalidArgument otherwise.
+StatusOr<PartitionSpec> ParsePartition(std::string_view text);
+
 struct DataSpec {
   DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
-  DataPartition partition = DataPartition::kIid;           // how the training set is split across workers
+  PartitionSpec partition;                                 // how the training set is split across workers
   int batch_size = 64;                                     // per worker
 };
 

@@ -133,7 +133,10 @@ void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
   r.Get("batch_size", &d->batch_size);
   r.Finish();
   ParseWord(dataset, &d->dataset, errors, "data.dataset", "'" + dataset + "' is not supported; use fashion-mnist");
-  ParseWord(partition, &d->partition, errors, "data.partition", "'" + partition + "' is not supported; use iid");
+  if (StatusOr<PartitionSpec> p = ParsePartition(partition); p.ok())
+    d->partition = *p;
+  else
+    errors->push_back("data.partition: " + p.status().message());
   Check(d->batch_size >= 1 && d->batch_size <= 65536, errors, "data.batch_size", "must be in [1, 65536]");
 }
 

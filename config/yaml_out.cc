@@ -48,7 +48,7 @@ void EmitData(YAML::Emitter& out, const DataSpec& d) {
   BeginSection(out, "data");
   Put(out, "dataset", d.dataset);
   Put(out, "path", d.path);
-  Put(out, "partition", d.partition);
+  Put(out, "partition", ToString(d.partition));
   Put(out, "batch_size", d.batch_size);
   out << YAML::EndMap;
 }

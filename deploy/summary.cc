@@ -56,7 +56,18 @@ struct Totals {
   std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
   uint64_t updates_taken = 0, duplicates = 0;
   std::map<int, uint64_t> taken_by_worker;
+  json partition;  // null without a partitioned dataset
 };
+
+// data.partition as the workers drew it: each worker reports the digest of
+// the whole split, so they agree unless a worker ran another build or job.
+void AddPartition(const std::string& name, const stats::WorkerStats& w, json& p) {
+  if (w.partition().empty()) return;
+  if (p.is_null()) p = {{"spec", w.partition()}, {"digest", w.partition_digest()}, {"digests_agree", true}};
+  if (p["digest"] != w.partition_digest() || p["spec"] != w.partition()) p["digests_agree"] = false;
+  p["samples_per_worker"][name] = w.partition_samples();
+  p["labels_per_worker"][name] = std::vector<int64_t>(w.partition_labels().begin(), w.partition_labels().end());
+}
 
 json ProcessEntry(const Child& c) {
   json p = {{"name", c.name()}, {"pid", c.pid()}, {"log", c.log_file()}};
@@ -78,6 +89,7 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
     link_samples += e.samples();
     ++n;
   }
+  AddPartition(name, w, t.partition);
   t.samples += w.samples();
   t.worker_steps += w.steps();
   t.push_bytes += static_cast<int64_t>(w.bytes_sent());
@@ -343,6 +355,7 @@ json BuildSummary(const RunRecord& run) {
   const std::set<int> promoted = PromotedShards(run);
   const Totals t = AddUpProcesses(run, promoted);
   AddTraffic(t, wall, summary);
+  summary["partition"] = t.partition;
   summary["faults_injected"] = run.faults.faults();
   summary["recoveries"] = TimeFailovers(run);
   // Every pushed chunk a worker process saw acknowledged (applied or

@@ -16,6 +16,7 @@
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
 #include "worker/model.h"
+#include "worker/partition.h"
 #include "worker/process_options.h"
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
@@ -35,10 +36,32 @@ torch::Device PickDevice(TrainingDevice want) {
   return torch::kCPU;
 }
 
+// This worker's part of the training set (data.partition), and what the
+// stats report about the whole split.
+struct DrawnPart {
+  std::vector<int64_t> indices;
+  std::string digest;
+  std::vector<int64_t> labels;  // samples per label
+};
+
+StatusOr<DrawnPart> DrawPart(const ImageSet& train, const JobSpec& job, int id) {
+  // Every part gets at least one full batch, which the batch sampler needs.
+  StatusOr<Partition> split =
+      PartitionSamples(train.labels, 10, job.NumWorkers(), job.data.partition, job.seed, job.data.batch_size);
+  if (!split.ok()) return InvalidArgument("data.partition: " + split.status().message());
+  DrawnPart mine;
+  mine.digest = PartitionDigest(*split);
+  mine.labels = LabelCounts(*split, train.labels, 10)[id];
+  mine.indices = std::move((*split)[id]);
+  return mine;
+}
+
 }  // namespace
 
 struct Worker::Data {
   torch::Tensor images, labels;  // this worker's partition, renumbered 0..n-1
+  std::string partition_digest;
+  std::vector<int64_t> partition_labels;
   std::unique_ptr<BatchSampler> sampler;
   std::vector<torch::Tensor> synthetic_grads;
 };
@@ -87,15 +110,19 @@ Status Worker::LoadData() {
   synthetic_ = job_.model.name == ModelKind::kSynthetic;
   if (!synthetic_) {
     GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
-    std::vector<int64_t> part = IidPartition(train.count, job_.NumWorkers(), options_.id, job_.seed);
+    GD_ASSIGN_OR_RETURN(DrawnPart drawn, DrawPart(train, job_, options_.id));
+    std::vector<int64_t>& part = drawn.indices;
     // Keep only this worker's partition, renumbered 0..n-1.
     data_->images = ImagesTensor(train, &part);
     data_->labels = LabelsTensor(train, &part);
+    data_->partition_digest = drawn.digest;
+    data_->partition_labels = drawn.labels;
     std::vector<int64_t> local(part.size());
     for (size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int64_t>(i);
     data_->sampler =
         std::make_unique<BatchSampler>(std::move(local), job_.data.batch_size, SamplerSeed(job_.seed, options_.id));
-    GD_LOG(INFO) << "partition: " << part.size() << " of " << train.count << " training samples (iid)";
+    GD_LOG(INFO) << "partition: " << part.size() << " of " << train.count << " training samples ("
+                 << ToString(job_.data.partition) << ", digest " << drawn.digest << ")";
   }
   GD_ASSIGN_OR_RETURN(model_, FlatModel::Create(job_.model, job_.seed, device));
   n_ = model_->num_params();
@@ -448,6 +475,12 @@ void Worker::WriteStats(bool final) {
     j.set_migration_barrier_seconds(barrier_s_);
     j.set_chunks_rerouted(ps_->chunks_rerouted());
     j.set_moved_refusals(ps_->moved_refusals());
+  }
+  if (!synthetic_) {
+    j.set_partition(ToString(job_.data.partition));
+    j.set_partition_digest(data_->partition_digest);
+    j.set_partition_samples(data_->labels.size(0));
+    for (int64_t n : data_->partition_labels) j.add_partition_labels(n);
   }
   j.set_pull_resyncs(ps_->resyncs());
   j.set_residual_norm(std::sqrt(ps_->error_feedback().ResidualSquaredNorm()));

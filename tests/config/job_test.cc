@@ -227,6 +227,35 @@ TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
   }
 }
 
+TEST(JobTest, PartitionSpecsParseRoundTripAndNameWhatIsWrong) {
+  for (const char* text : {"iid", "dirichlet:0.3", "dirichlet:1000", "shards:2", "lognormal:1.5", "dirichlet:1e-05"}) {
+    auto job = ParseJob(kMinimal, "t", {std::string("data.partition=") + text});
+    ASSERT_TRUE(job.ok()) << text << ": " << job.status();
+    auto back = ParseJob(JobToYaml(*job), "yaml");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->data.partition, job->data.partition) << text;
+    EXPECT_EQ(ToString(back->data.partition), ToString(*ParsePartition(text))) << text;
+  }
+  EXPECT_EQ(ParsePartition("dirichlet:0.3")->param, 0.3);
+  EXPECT_EQ(ParsePartition("shards:2")->kind, DataPartition::kShards);
+  EXPECT_NE(ParsePartition("dirichlet:").status().message().find("needs a number"), std::string::npos);
+  for (auto [bad, why] : {std::pair<const char*, const char*>{"dirichlet", "needs a number"},
+                          {"dirichlet:", "expected a string"},  // YAML reads "dirichlet:" as a map
+                          {"dirichlet:0", "(0, 1000]"},
+                          {"dirichlet:nan", "needs a number"},
+                          {"dirichlet:0.3x", "needs a number"},
+                          {"shards:1.5", "whole number"},
+                          {"shards:0", "whole number"},
+                          {"lognormal:-1", "(0, 10]"},
+                          {"iid:2", "no parameter"},
+                          {"pathological", "use iid, dirichlet:ALPHA"}}) {
+    auto r = ParseJob(kMinimal, "t", {std::string("data.partition=") + bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("data.partition"), std::string::npos) << r.status();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << bad << ": " << r.status();
+  }
+}
+
 TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
   auto ok = ParseJob(kMinimal, "t", {"checkpoint.every_clocks=50", "checkpoint.keep=4", "checkpoint.on_stop=false"});
   ASSERT_TRUE(ok.ok()) << ok.status();

@@ -123,9 +123,8 @@ Timed Attacked(const TempDir& dir, bool secured,
   testing::Process launch(LaunchArgs(dir, "run", secured), dir / "launch.log");
   attack(ctx, launch);
   std::printf("attack over after %.1f s\n", Since(start));
-  Timed t{.exit_code = launch.Wait(300), .seconds = Since(start)};
-  t.summary = testing::ReadJson(dir / "run/summary.json");
-  return t;
+  const int exit_code = launch.Wait(300);
+  return {.exit_code = exit_code, .seconds = Since(start), .summary = testing::ReadJson(dir / "run/summary.json")};
 }
 
 TEST(TrainingUnderFloodTest, AShardFloodedByAPeerThatNeverReadsKeepsServing) {

@@ -2,6 +2,9 @@
 // seconds: clear errors for bad input, a complete summary, clean Ctrl-C.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <sstream>
+
 #include "tests/integration/harness.h"
 
 namespace geodesic {
@@ -31,6 +34,7 @@ TEST(CliTest, HelpForEverySubcommand) {
                                         {"status", "--help"},
                                         {"bench", "--help"},
                                         {"plan", "--help"},
+                                        {"partition", "--help"},
                                         {"wan", "--help"},
                                         {"bench", "transport", "--help"},
                                         {"bench", "wan", "--help"},
@@ -119,6 +123,76 @@ TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
   for (auto& p : s["processes"]) EXPECT_EQ(p["exit"], "exited 0") << p.dump();
   EXPECT_TRUE(std::filesystem::exists(dir / "run/final_params.bin"));
   EXPECT_EQ(std::filesystem::file_size(dir / "run/final_params.bin"), 100000u * 4);
+}
+
+const char* kNonIidJob = R"(
+name: noniid
+seed: 5
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+model: {name: mlp, mlp_hidden: [32]}
+data: {partition: "dirichlet:0.3", batch_size: 32}
+training: {steps: 20, staleness_bound: 1}
+eval: {test_samples: 1000}
+membership: {heartbeat_ms: 100, lease_ms: 1000}
+)";
+
+// `geodesic partition` prints and writes the split a job's workers draw.
+TEST(PartitionCliTest, PrintsTheSplitAndWritesItsFiles) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kNonIidJob);
+  auto r = RunGeodesic({"partition", dir / "job.yaml", "--parts", "10", "--out", dir / "p"}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("partition dirichlet:0.3, seed 5, 10 parts"), std::string::npos) << r.output;
+  auto p = testing::ReadJson(dir / "p/partition.json");
+  ASSERT_EQ(p["parts"].size(), 10u);
+  int64_t total = 0;
+  for (auto& part : p["parts"]) total += part["samples"].get<int64_t>();
+  EXPECT_EQ(total, 60000);
+  // indices.txt: one line per part, every training sample exactly once.
+  std::istringstream lines(testing::ReadText(dir / "p/indices.txt"));
+  std::vector<int> seen(60000, 0);
+  std::string line;
+  int parts = 0;
+  for (; std::getline(lines, line); ++parts) {
+    std::istringstream in(line);
+    for (int64_t i; in >> i;) ++seen.at(i);
+  }
+  EXPECT_EQ(parts, 10);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 60000);
+  EXPECT_NE(testing::ReadText(dir / "p/partition.svg").find("</svg>"), std::string::npos);
+  EXPECT_NE(testing::ReadText(dir / "p/partition.csv").find("part,samples,label_0"), std::string::npos);
+  // The seed decides the split; a split that cannot fit is a clear error.
+  auto again = RunGeodesic({"partition", dir / "job.yaml", "--parts", "10", "--json"}, 60);
+  EXPECT_NE(again.output.find(p["digest"].get<std::string>()), std::string::npos) << again.output;
+  auto other = RunGeodesic({"partition", dir / "job.yaml", "--parts", "10", "--json", "--set", "seed=6"}, 60);
+  EXPECT_EQ(other.output.find(p["digest"].get<std::string>()), std::string::npos) << other.output;
+  auto bad = RunGeodesic({"partition", dir / "job.yaml", "--parts", "1000", "--set", "data.partition=shards:400"}, 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("use a smaller K"), std::string::npos) << bad.output;
+}
+
+// A job trains on the split `geodesic partition` shows, and its summary
+// says which (the digest every worker computed) and what each worker held.
+TEST(LaunchTest, NonIidJobReportsThePartitionItTrainedOn) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kNonIidJob);
+  auto shown = RunGeodesic({"partition", dir / "job.yaml", "--out", dir / "p"}, 60);
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  auto p = testing::ReadJson(dir / "p/partition.json");
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet"}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(s["partition"].is_object()) << s.dump();
+  EXPECT_EQ(s["partition"]["spec"], "dirichlet:0.3");
+  EXPECT_EQ(s["partition"]["digest"], p["digest"]);
+  EXPECT_EQ(s["partition"]["digests_agree"], true);
+  for (int w = 0; w < 2; ++w) {
+    const std::string name = "worker-" + std::to_string(w);
+    EXPECT_EQ(s["partition"]["samples_per_worker"][name], p["parts"][w]["samples"]) << name;
+    EXPECT_EQ(s["partition"]["labels_per_worker"][name], p["parts"][w]["labels"]) << name;
+  }
 }
 
 TEST(LaunchTest, InterruptStopsEveryProcessAndStillWritesASummary) {

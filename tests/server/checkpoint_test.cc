@@ -285,8 +285,6 @@ TEST(PlanResume, BspTakesTheNewestClockEveryShardHas) {
   WriteShards(dir.path(), 2, 0, {4, 8});
   // Server 1 also reached clock 12; server 0 did not.
   {
-    ShardOptions o = Options(0);
-    o.shard_id = 1;
     auto ck = LoadCheckpoint(CheckpointPath(dir.path(), 1, 8));
     ASSERT_TRUE(ck.ok());
     ck->set_clock(12);
@@ -341,7 +339,6 @@ TEST(PlanResume, AsyncWorkersStartAfterWhatEveryChunkTook) {
   TempDir dir;
   WriteShards(dir.path(), 2, 3, {5});
   // Server 0 took clock 5 of worker 1 on one chunk before its newer checkpoint.
-  ShardOptions o = Options(3);
   auto ck = LoadCheckpoint(CheckpointPath(dir.path(), 0, 5));
   ASSERT_TRUE(ck.ok());
   ck->mutable_chunks(0)->set_last_clock(1, 5);
