@@ -1,0 +1,111 @@
+#include "server/strategy.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace geodesic::server {
+
+bool WeightedMean(std::vector<ClientUpdate> updates, size_t n, float* out) {
+  std::stable_sort(updates.begin(), updates.end(),
+                   [](const ClientUpdate& a, const ClientUpdate& b) { return a.client < b.client; });
+  double total = 0;
+  for (const auto& u : updates) total += u.weight;
+  if (updates.empty() || !(total > 0)) return false;
+  std::vector<double> sum(n, 0.0);
+  for (const auto& u : updates)
+    for (size_t j = 0; j < n; ++j) sum[j] += u.weight * static_cast<double>(u.delta[j]);
+  for (size_t j = 0; j < n; ++j) out[j] = static_cast<float>(sum[j] / total);
+  return true;
+}
+
+double FedBuffWeight(int64_t staleness) { return 1.0 / std::sqrt(1.0 + static_cast<double>(std::max<int64_t>(staleness, 0))); }
+
+void ScaffoldControl::Update(const float* mean_control_delta, double fraction) {
+  for (size_t j = 0; j < c_.size(); ++j)
+    c_[j] = static_cast<float>(c_[j] + fraction * static_cast<double>(mean_control_delta[j]));
+}
+
+namespace {
+
+class FedAvg final : public ChunkStrategy {
+ public:
+  explicit FedAvg(double lr) : lr_(lr) {}
+  void Apply(float* x, const float* delta, size_t n) override {
+    for (size_t j = 0; j < n; ++j) x[j] = static_cast<float>(x[j] + lr_ * delta[j]);
+  }
+  ChunkOptimizer::State Save() const override { return {}; }
+  bool Load(const ChunkOptimizer::State& s) override { return s.counters.empty() && s.arrays.empty(); }
+
+ private:
+  double lr_;
+};
+
+class FedAvgM final : public ChunkStrategy {
+ public:
+  FedAvgM(double lr, double beta, size_t n) : lr_(lr), beta_(beta), v_(n, 0.0f) {}
+  void Apply(float* x, const float* delta, size_t n) override {
+    for (size_t j = 0; j < n; ++j) {
+      v_[j] = static_cast<float>(beta_ * v_[j] + delta[j]);
+      x[j] = static_cast<float>(x[j] + lr_ * v_[j]);
+    }
+  }
+  ChunkOptimizer::State Save() const override { return {{}, {v_}}; }
+  bool Load(const ChunkOptimizer::State& s) override {
+    if (!s.counters.empty() || s.arrays.size() != 1 || s.arrays[0].size() != v_.size()) return false;
+    v_ = s.arrays[0];
+    return true;
+  }
+
+ private:
+  double lr_, beta_;
+  std::vector<float> v_;
+};
+
+// FedAdam, FedYogi and FedAdagrad differ only in the second moment.
+class FedAdaptive final : public ChunkStrategy {
+ public:
+  FedAdaptive(const StrategySpec& s, size_t n)
+      : spec_(s), m_(n, 0.0f), v_(n, static_cast<float>(s.tau * s.tau)) {}
+  void Apply(float* x, const float* delta, size_t n) override {
+    const double b1 = spec_.beta1, b2 = spec_.beta2;
+    for (size_t j = 0; j < n; ++j) {
+      const double d = delta[j], d2 = d * d, v = v_[j];
+      m_[j] = static_cast<float>(b1 * m_[j] + (1 - b1) * d);
+      if (spec_.kind == StrategyKind::kFedAdam)
+        v_[j] = static_cast<float>(b2 * v + (1 - b2) * d2);
+      else if (spec_.kind == StrategyKind::kFedYogi)
+        v_[j] = static_cast<float>(v - (1 - b2) * d2 * (v > d2 ? 1.0 : v < d2 ? -1.0 : 0.0));
+      else
+        v_[j] = static_cast<float>(v + d2);
+      x[j] = static_cast<float>(x[j] + spec_.server_lr * m_[j] / (std::sqrt(static_cast<double>(v_[j])) + spec_.tau));
+    }
+  }
+  ChunkOptimizer::State Save() const override { return {{}, {m_, v_}}; }
+  bool Load(const ChunkOptimizer::State& s) override {
+    if (!s.counters.empty() || s.arrays.size() != 2 || s.arrays[0].size() != m_.size() ||
+        s.arrays[1].size() != v_.size())
+      return false;
+    m_ = s.arrays[0];
+    v_ = s.arrays[1];
+    return true;
+  }
+
+ private:
+  StrategySpec spec_;
+  std::vector<float> m_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_t n) {
+  switch (spec.kind) {
+    case StrategyKind::kFedAvg:
+      return std::make_unique<FedAvg>(spec.server_lr);
+    case StrategyKind::kFedAvgM:
+      return std::make_unique<FedAvgM>(spec.server_lr, spec.momentum, n);
+    default:
+      return std::make_unique<FedAdaptive>(spec, n);
+  }
+}
+
+}  // namespace geodesic::server

@@ -1,0 +1,82 @@
+// Federated server strategies: what a shard does with a round's client
+// updates (each client's model minus the global model it started from).
+//
+// The update rules (docs/federated.md has them with their costs):
+//   mean      Δ = Σ w_i Δ_i / Σ w_i, w_i = client i's samples (FedAvg) or a
+//             staleness weight (FedBuff)
+//   FedAvg    x += η Δ
+//   FedAvgM   v = β v + Δ;  x += η v                       (Hsu et al., 2019)
+//   FedAdam   m = β1 m + (1-β1) Δ;  v = β2 v + (1-β2) Δ²;  x += η m / (√v + τ)
+//   FedYogi   the same m;  v = v - (1-β2) Δ² sign(v - Δ²)
+//   FedAdagrad the same m;  v = v + Δ²                     (Reddi et al., 2021,
+//             Algorithm 2: no bias correction, v starts at τ²)
+//   SCAFFOLD  x as FedAvg with η = the global step size;
+//             c += (|S| / N) mean(Δc_i)                     (Karimireddy et al., 2020)
+//
+// Sums run in double, in client-id order, so a round's result does not
+// depend on the order its updates arrived in (two seeded runs agree bit for
+// bit). One ChunkStrategy per chunk, like ChunkOptimizer; not synchronized
+// (the shard's loop thread owns them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "server/optimizer.h"
+
+namespace geodesic::server {
+
+enum class StrategyKind { kFedAvg, kFedAvgM, kFedAdam, kFedYogi, kFedAdagrad };
+
+struct StrategySpec {
+  StrategyKind kind = StrategyKind::kFedAvg;
+  double server_lr = 1.0;  // η
+  double momentum = 0.9;   // FedAvgM's β
+  double beta1 = 0.9;      // FedAdam, FedYogi, FedAdagrad
+  double beta2 = 0.99;
+  double tau = 1e-3;  // adaptivity: larger τ, closer to FedAvgM
+};
+
+// One client's update to one chunk.
+struct ClientUpdate {
+  int64_t client = 0;
+  double weight = 0;             // > 0: samples trained on, or FedBuff's staleness weight
+  const float* delta = nullptr;  // n values: client model - global model
+};
+
+// out[j] = Σ w_i delta_i[j] / Σ w_i over `updates`, taken in client-id
+// order (ties: the order given) and summed in double. False, with out
+// untouched, when there are no updates or the weights do not sum to > 0.
+bool WeightedMean(std::vector<ClientUpdate> updates, size_t n, float* out);
+
+// FedBuff's staleness weight for an update computed on a model `staleness`
+// server versions old: 1 / sqrt(1 + staleness) (Nguyen et al., 2022).
+double FedBuffWeight(int64_t staleness);
+
+class ChunkStrategy {
+ public:
+  virtual ~ChunkStrategy() = default;
+  // x (n values) += the strategy's step for the round's mean update `delta`.
+  virtual void Apply(float* x, const float* delta, size_t n) = 0;
+  // Server state (momentum, moments) for checkpoints, as ChunkOptimizer's.
+  virtual ChunkOptimizer::State Save() const = 0;
+  virtual bool Load(const ChunkOptimizer::State& state) = 0;
+};
+
+std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_t n);
+
+// SCAFFOLD's server control variate c for one chunk.
+class ScaffoldControl {
+ public:
+  explicit ScaffoldControl(size_t n) : c_(n, 0.0f) {}
+  // c += fraction * mean_control_delta, fraction = participants / clients.
+  void Update(const float* mean_control_delta, double fraction);
+  const std::vector<float>& c() const { return c_; }
+
+ private:
+  std::vector<float> c_;
+};
+
+}  // namespace geodesic::server

@@ -1,0 +1,117 @@
+// Federated server strategies against hand computations.
+#include "server/strategy.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+namespace geodesic::server {
+namespace {
+
+TEST(StrategyTest, WeightedMeanWeighsBySamples) {
+  const float a[] = {5, 2}, b[] = {1, -2};
+  float out[2];
+  ASSERT_TRUE(WeightedMean({{.client = 2, .weight = 3, .delta = b}, {.client = 1, .weight = 1, .delta = a}}, 2, out));
+  EXPECT_FLOAT_EQ(out[0], 2.0f);   // (3*1 + 1*5) / 4
+  EXPECT_FLOAT_EQ(out[1], -1.0f);  // (3*-2 + 1*2) / 4
+  EXPECT_FALSE(WeightedMean({}, 2, out));
+  EXPECT_FALSE(WeightedMean({{.client = 1, .weight = 0, .delta = a}}, 2, out));
+}
+
+// The mean is summed in client-id order: the order updates arrive in does
+// not change a bit of it.
+TEST(StrategyTest, WeightedMeanDoesNotDependOnArrivalOrder) {
+  const size_t n = 1000;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> deltas(50, std::vector<float>(n));
+  std::vector<ClientUpdate> updates;
+  for (int c = 0; c < 50; ++c) {
+    for (float& v : deltas[c]) v = normal(rng) * static_cast<float>(1 << (c % 12));
+    updates.push_back({.client = c, .weight = 1.0 + c % 7, .delta = deltas[c].data()});
+  }
+  std::vector<float> first(n), again(n);
+  ASSERT_TRUE(WeightedMean(updates, n, first.data()));
+  for (int round = 0; round < 5; ++round) {
+    std::shuffle(updates.begin(), updates.end(), rng);
+    ASSERT_TRUE(WeightedMean(updates, n, again.data()));
+    EXPECT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << "round " << round;
+  }
+}
+
+TEST(StrategyTest, FedAvgAndFedAvgMStepByHand) {
+  std::vector<float> x = {1, 2};
+  const float d1[] = {0.5f, -1}, d2[] = {1, 1};
+  MakeChunkStrategy({.kind = StrategyKind::kFedAvg, .server_lr = 1}, 2)->Apply(x.data(), d1, 2);
+  EXPECT_EQ(x, (std::vector<float>{1.5f, 1}));
+  auto m = MakeChunkStrategy({.kind = StrategyKind::kFedAvgM, .server_lr = 0.5, .momentum = 0.9}, 2);
+  x = {0, 0};
+  m->Apply(x.data(), d1, 2);  // v = d1; x += 0.5 v
+  EXPECT_FLOAT_EQ(x[0], 0.25f);
+  m->Apply(x.data(), d2, 2);  // v = 0.9 d1 + d2 = {1.45, 0.1}; x += 0.5 v
+  EXPECT_FLOAT_EQ(x[0], 0.25f + 0.725f);
+  EXPECT_FLOAT_EQ(x[1], -0.5f + 0.05f);
+}
+
+// One step of each adaptive strategy from x = 1, Δ = {0.2, -0.5}, η = 0.1,
+// β1 = 0.9, β2 = 0.99, τ = 1e-3, v starting at τ² (computed by hand, in
+// double, outside this code):
+//   m = 0.1 Δ;  Adam: v = 0.99 τ² + 0.01 Δ²;  Yogi: v = τ² + 0.01 Δ²
+//   (Δ² > τ²);  Adagrad: v = τ² + Δ²;  x = 1 + 0.1 m / (√v + τ).
+TEST(StrategyTest, FedAdamYogiAdagradOneStepByHand) {
+  const float delta[] = {0.2f, -0.5f};
+  const struct {
+    StrategyKind kind;
+    double x0, x1;
+  } cases[] = {{StrategyKind::kFedAdam, 1.095126052, 0.901979810},
+               {StrategyKind::kFedYogi, 1.095124922, 0.901980002},
+               {StrategyKind::kFedAdagrad, 1.009950125, 0.990019980}};
+  for (const auto& c : cases) {
+    std::vector<float> x = {1, 1};
+    MakeChunkStrategy({.kind = c.kind, .server_lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .tau = 1e-3}, 2)
+        ->Apply(x.data(), delta, 2);
+    EXPECT_NEAR(x[0], c.x0, 1e-6) << static_cast<int>(c.kind);
+    EXPECT_NEAR(x[1], c.x1, 1e-6) << static_cast<int>(c.kind);
+  }
+}
+
+TEST(StrategyTest, SavedStateContinuesBitForBit) {
+  const StrategySpec spec{.kind = StrategyKind::kFedYogi, .server_lr = 0.05};
+  const float d1[] = {0.3f, -0.1f, 2}, d2[] = {-1, 0.4f, 0.5f};
+  auto a = MakeChunkStrategy(spec, 3);
+  std::vector<float> xa = {1, 2, 3};
+  a->Apply(xa.data(), d1, 3);
+  auto b = MakeChunkStrategy(spec, 3);
+  ASSERT_TRUE(b->Load(a->Save()));
+  std::vector<float> xb = xa;
+  a->Apply(xa.data(), d2, 3);
+  b->Apply(xb.data(), d2, 3);
+  EXPECT_EQ(xa, xb);
+  EXPECT_FALSE(MakeChunkStrategy(spec, 4)->Load(a->Save()));  // another chunk size
+  EXPECT_FALSE(MakeChunkStrategy({.kind = StrategyKind::kFedAvgM}, 3)->Load(a->Save()));
+}
+
+// SCAFFOLD's server step: x moves by η_g times the mean model change (as
+// FedAvg), c by |S|/N times the mean control change.
+TEST(StrategyTest, ScaffoldControlVariateStepByHand) {
+  ScaffoldControl c(2);
+  const float dc1[] = {1, -2}, dc2[] = {0.5f, 0.5f};
+  c.Update(dc1, 10.0 / 100);
+  EXPECT_FLOAT_EQ(c.c()[0], 0.1f);
+  EXPECT_FLOAT_EQ(c.c()[1], -0.2f);
+  c.Update(dc2, 0.5);
+  EXPECT_FLOAT_EQ(c.c()[0], 0.35f);
+  EXPECT_FLOAT_EQ(c.c()[1], 0.05f);
+}
+
+TEST(StrategyTest, FedBuffWeightsStaleUpdatesDown) {
+  EXPECT_DOUBLE_EQ(FedBuffWeight(0), 1.0);
+  EXPECT_DOUBLE_EQ(FedBuffWeight(3), 0.5);
+  EXPECT_DOUBLE_EQ(FedBuffWeight(-4), 1.0);  // a clock from the future counts as fresh
+  EXPECT_LT(FedBuffWeight(100), FedBuffWeight(99));
+}
+
+}  // namespace
+}  // namespace geodesic::server
