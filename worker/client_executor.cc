@@ -1,0 +1,107 @@
+#include "worker/client_executor.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "compression/codec.h"
+#include "worker/batcher.h"
+#include "worker/model.h"
+
+namespace geodesic::worker {
+
+struct ClientExecutor::Impl {
+  std::unique_ptr<FlatModel> model;
+  torch::Tensor grad, images, labels;
+  std::vector<float> momentum;
+  uint64_t seed = 0;
+  int batch_size = 0;
+  LocalOptimizerSpec local;
+
+  int64_t Steps(const ClientRound& r) const {
+    if (r.local_steps > 0) return r.local_steps;
+    const auto batches = static_cast<int64_t>(r.indices->size()) / batch_size;
+    return std::max<int64_t>(1, static_cast<int64_t>(std::floor(r.local_epochs * static_cast<double>(batches))));
+  }
+
+  // One minibatch's loss and gradient into `grad`; false when not finite.
+  bool Gradient(const std::vector<int64_t>& batch, double* loss) {
+    grad.zero_();
+    torch::Tensor sel =
+        torch::from_blob(const_cast<int64_t*>(batch.data()), {static_cast<int64_t>(batch.size())}, torch::kInt64);
+    torch::Tensor l = torch::nn::functional::cross_entropy(model->Forward(images.index_select(0, sel)),
+                                                           labels.index_select(0, sel));
+    l.backward();
+    *loss = l.item<double>();
+    return std::isfinite(*loss) && compression::CountNonFinite(grad.data_ptr<float>(), grad.numel()) == 0;
+  }
+};
+
+ClientExecutor::ClientExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ClientExecutor::~ClientExecutor() = default;
+
+StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec& model, uint64_t seed,
+                                                                 const ImageSet& train, int batch_size,
+                                                                 const LocalOptimizerSpec& local) {
+  if (batch_size < 1) return InvalidArgument("batch size must be at least 1");
+  auto impl = std::make_unique<Impl>();
+  GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed));
+  if (!impl->model->has_network()) return InvalidArgument("federated clients need a model with a network");
+  impl->grad = impl->model->NewGradBuffer();
+  impl->images = ImagesTensor(train);
+  impl->labels = LabelsTensor(train);
+  impl->seed = seed;
+  impl->batch_size = batch_size;
+  impl->local = local;
+  if (local.momentum != 0) impl->momentum.assign(impl->model->num_params(), 0.0f);
+  return std::unique_ptr<ClientExecutor>(new ClientExecutor(std::move(impl)));
+}
+
+int64_t ClientExecutor::num_params() const { return impl_->model->num_params(); }
+
+StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientRound& r) {
+  Impl& m = *impl_;
+  if (!r.indices || static_cast<int64_t>(r.indices->size()) < m.batch_size)
+    return InvalidArgument("client " + std::to_string(r.client) + " has fewer samples than one batch");
+  const int64_t n = num_params();
+  float* y = m.model->params().data_ptr<float>();
+  std::memcpy(y, global, n * sizeof(float));
+  std::fill(m.momentum.begin(), m.momentum.end(), 0.0f);
+  BatchSampler sampler(*r.indices, m.batch_size, ClientSeed(m.seed, r.client, r.round));
+  ClientOutcome out;
+  out.steps = m.Steps(r);
+  double loss_sum = 0;
+  for (int64_t k = 0; k < out.steps; ++k) {
+    const std::vector<int64_t>& batch = sampler.Next();
+    double loss = 0;
+    if (!m.Gradient(batch, &loss)) {
+      out.finite = false;
+      return out;
+    }
+    LocalStep(y, m.grad.data_ptr<float>(), global, r.correction, m.momentum.empty() ? nullptr : m.momentum.data(), n,
+              m.local);
+    loss_sum += loss;
+    out.samples += static_cast<int64_t>(batch.size());
+  }
+  out.mean_loss = loss_sum / static_cast<double>(out.steps);
+  out.delta.resize(n);
+  for (int64_t j = 0; j < n; ++j) out.delta[j] = y[j] - global[j];
+  if (compression::CountNonFinite(out.delta.data(), n) != 0) {
+    out.finite = false;
+    out.delta.clear();
+    return out;
+  }
+  if (r.server_control) {
+    out.control_delta.resize(n);
+    ScaffoldControlDelta(r.server_control, global, y, out.steps, m.local.lr, n, out.control_delta.data());
+  }
+  return out;
+}
+
+uint64_t ClientSeed(uint64_t job_seed, int64_t client, int64_t round) {
+  return job_seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(client) * 0xBF58476D1CE4E5B9ull) ^
+         (static_cast<uint64_t>(round) * 0x94D049BB133111EBull + 29);
+}
+
+}  // namespace geodesic::worker
