@@ -104,6 +104,9 @@ class MapReader {
     std::string best;
     size_t best_d = 3;
     for (const auto& s : seen_) {
+      // The distance is at least the difference in length: skip what cannot
+      // be close (and never run the quadratic loop on a huge fuzzed key).
+      if (k.size() >= s.size() + best_d || s.size() >= k.size() + best_d) continue;
       size_t d = EditDistance(k, s);
       if (d < best_d) best_d = d, best = s;
     }
