@@ -39,7 +39,9 @@ struct Split {
 StatusOr<Split> DrawSplit(const PartitionFlags& f) {
   Split s;
   GD_ASSIGN_OR_RETURN(s.job, LoadJobFile(f.job_file, f.overrides));
-  s.parts = f.parts > 0 ? f.parts : s.job.NumWorkers();
+  s.parts = f.parts > 0                   ? f.parts
+            : s.job.federated.enabled() ? static_cast<int>(s.job.federated.clients)
+                                        : s.job.NumWorkers();
   GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadFashionMnist(s.job.data.path, "train"));
   auto partition = worker::PartitionSamples(train.labels, kLabels, s.parts, s.job.data.partition, s.job.seed,
                                             s.job.data.batch_size);
@@ -159,7 +161,7 @@ Command AddPartition(CLI::App& app) {
   auto* cmd = app.add_subcommand("partition", "print how data.partition splits the training set (sizes, labels, digest)");
   cmd->add_option("job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", f->overrides, "override a job-file key, e.g. data.partition=dirichlet:0.3");
-  cmd->add_option("--parts", f->parts, "split into this many parts (default: the job's workers)")
+  cmd->add_option("--parts", f->parts, "split into this many parts (default: the job's workers, or federated.clients)")
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--out", f->out_dir, "also write partition.csv, partition.svg, partition.json and indices.txt here");
   cmd->add_flag("--json", f->json, "print JSON");

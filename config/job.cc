@@ -64,6 +64,7 @@ const std::string& JobSpec::PullCodec(const std::string& worker_region, const st
 }
 
 int64_t JobSpec::StepsPerWorker() const {
+  if (federated.enabled()) return federated.rounds;
   if (training.steps > 0) return training.steps;
   double total = training.epochs * static_cast<double>(kFashionTrainSamples);
   double per_step = static_cast<double>(std::max(1, NumWorkers())) * data.batch_size;
@@ -71,6 +72,7 @@ int64_t JobSpec::StepsPerWorker() const {
 }
 
 int64_t JobSpec::ClocksPerWorker() const {
+  if (federated.enabled()) return federated.rounds;
   const int64_t h = std::max(1, training.local_steps);
   return (StepsPerWorker() + h - 1) / h;
 }
@@ -78,7 +80,7 @@ int64_t JobSpec::ClocksPerWorker() const {
 OptimizerSpec JobSpec::ShardOptimizer() const {
   OptimizerSpec o = optimizer;
   if (compression.momentum_correction) o.momentum = 0;
-  if (training.local_steps > 1) {
+  if (training.local_steps > 1 || federated.enabled()) {
     o = OptimizerSpec{};
     o.name = OptimizerKind::kSgd;
     o.lr = training.outer_lr;

@@ -298,6 +298,28 @@ struct SecuritySpec {
   int64_t token_ttl_s = 86400;  // lifetime of the tokens the launcher mints; must cover the whole job
 };
 
+// federated: rounds over a population of clients (docs/federated.md).
+// Each round selects per_round clients; the workers become client
+// executors that train the selected clients one after another from the
+// round's global model (each on its part of data.partition, split into
+// `clients` parts); the shards take the weighted mean of the updates and
+// apply training.outer_lr and outer_momentum (FedAvg, or FedAvgM with
+// momentum). Off while clients is 0.
+struct FederatedSpec {
+  int64_t clients = 0;  // the population; 0: not federated
+  int64_t per_round = 10;
+  bool weighted_selection = false;  // select by samples (else uniformly)
+  int64_t rounds = 50;
+  double local_epochs = 1.0;  // passes over a client's samples per round
+  int64_t local_steps = 0;    // > 0: this many local steps instead
+  double local_lr = 0.05;
+  double local_momentum = 0.0;
+  double prox_mu = 0.0;       // FedProx's proximal weight (0: FedAvg)
+  double availability = 1.0;  // probability that a client can be selected in a round
+  double dropout = 0.0;       // probability that a selected client leaves before its update
+  bool enabled() const { return clients > 0; }
+};
+
 struct JobSpec {
   std::string name = "job";
   uint64_t seed = 1;
@@ -315,6 +337,7 @@ struct JobSpec {
   CompressionSpec compression;
   WanSpec wan;
   SecuritySpec security;
+  FederatedSpec federated;
 
   int NumServers() const;
   int NumWorkers() const;

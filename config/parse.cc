@@ -241,6 +241,36 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
 }
 
+void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
+  MapReader r(top.child("federated"), "federated", errors);
+  r.Get("clients", &f->clients);
+  r.Get("per_round", &f->per_round);
+  r.Get("weighted_selection", &f->weighted_selection);
+  r.Get("rounds", &f->rounds);
+  r.Get("local_epochs", &f->local_epochs);
+  r.Get("local_steps", &f->local_steps);
+  r.Get("local_lr", &f->local_lr);
+  r.Get("local_momentum", &f->local_momentum);
+  r.Get("prox_mu", &f->prox_mu);
+  r.Get("availability", &f->availability);
+  r.Get("dropout", &f->dropout);
+  r.Finish();
+  Check(f->clients >= 0 && f->clients <= 1000000, errors, "federated.clients", "must be in [0, 1000000] (0: off)");
+  if (!f->enabled()) return;
+  Check(f->per_round >= 1 && f->per_round <= f->clients, errors, "federated.per_round", "must be in [1, clients]");
+  Check(f->rounds >= 1 && f->rounds <= 1000000, errors, "federated.rounds", "must be in [1, 1000000]");
+  Check(Finite(f->local_epochs) && f->local_epochs > 0 && f->local_epochs <= 1000, errors, "federated.local_epochs",
+        "must be in (0, 1000]");
+  Check(f->local_steps >= 0 && f->local_steps <= 1000000, errors, "federated.local_steps", "must be in [0, 1000000]");
+  Check(Finite(f->local_lr) && f->local_lr > 0 && f->local_lr <= 10, errors, "federated.local_lr", "must be in (0, 10]");
+  Check(Finite(f->local_momentum) && f->local_momentum >= 0 && f->local_momentum < 1, errors,
+        "federated.local_momentum", "must be in [0, 1)");
+  Check(Finite(f->prox_mu) && f->prox_mu >= 0 && f->prox_mu <= 1000, errors, "federated.prox_mu", "must be in [0, 1000]");
+  Check(Finite(f->availability) && f->availability > 0 && f->availability <= 1, errors, "federated.availability",
+        "must be in (0, 1]");
+  Check(Finite(f->dropout) && f->dropout >= 0 && f->dropout < 1, errors, "federated.dropout", "must be in [0, 1)");
+}
+
 void ParseCheckpoint(MapReader& top, CheckpointSpec* c, Errors* errors) {
   MapReader r(top.child("checkpoint"), "checkpoint", errors);
   r.Get("every_clocks", &c->every_clocks);
@@ -415,6 +445,7 @@ void ParseSections(const YAML::Node& root, JobSpec* job, Errors* errors) {
   ParseReplication(top, &job->replication, errors);
   ParseCompression(top, &job->compression, errors);
   ParseWan(top, &job->wan, errors);
+  ParseFederated(top, &job->federated, errors);
   top.Finish();
 }
 

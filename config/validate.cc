@@ -32,6 +32,22 @@ void ValidateLocalSteps(const JobSpec& job, Errors* errors) {
         "cannot be combined with compression.momentum_correction (the workers already keep the momentum)");
 }
 
+// Federated rounds run on the synchronous local-SGD path.
+void ValidateFederated(const JobSpec& job, Errors* errors) {
+  if (!job.federated.enabled()) return;
+  const char* key = "federated.clients";
+  Check(job.training.staleness_bound == 0, errors, key,
+        "needs training.staleness_bound: 0 (a round aggregates its clients synchronously)");
+  Check(job.training.local_steps == 1, errors, key,
+        "sets clients' local training in federated.local_epochs or local_steps; leave training.local_steps at 1");
+  Check(job.training.pipeline_depth == 1, errors, key, "cannot be combined with training.pipeline_depth");
+  Check(job.model.name != ModelKind::kSynthetic, errors, key, "needs a model with a network (cnn or mlp)");
+  Check(!job.compression.momentum_correction, errors, key, "cannot be combined with compression.momentum_correction");
+  Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan (not supported yet)");
+  Check(job.federated.clients * job.data.batch_size <= kFashionTrainSamples, errors, key,
+        "times data.batch_size must be at most the 60000 training samples (each client needs one batch)");
+}
+
 void ValidateCompression(const JobSpec& job, Errors* errors) {
   Check(!job.compression.momentum_correction || job.optimizer.name == OptimizerKind::kSgd, errors,
         "compression.momentum_correction", "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
@@ -104,6 +120,7 @@ bool ValidName(const std::string& s) {
 void ValidateJob(JobSpec* job, Errors* errors) {
   ValidatePipeline(job->training, errors);
   ValidateLocalSteps(*job, errors);
+  ValidateFederated(*job, errors);
   ValidateCompression(*job, errors);
   ValidateWanLinks(*job, errors);
   ValidateReplan(*job, errors);

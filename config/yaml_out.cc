@@ -187,6 +187,22 @@ void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
 
 }  // namespace
 
+void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
+  BeginSection(out, "federated");
+  Put(out, "clients", f.clients);
+  Put(out, "per_round", f.per_round);
+  Put(out, "weighted_selection", f.weighted_selection);
+  Put(out, "rounds", f.rounds);
+  Put(out, "local_epochs", f.local_epochs);
+  Put(out, "local_steps", f.local_steps);
+  Put(out, "local_lr", f.local_lr);
+  Put(out, "local_momentum", f.local_momentum);
+  Put(out, "prox_mu", f.prox_mu);
+  Put(out, "availability", f.availability);
+  Put(out, "dropout", f.dropout);
+  out << YAML::EndMap;
+}
+
 std::string JobToYaml(const JobSpec& job) {
   YAML::Emitter out;
   // Doubles round-trip exactly (only sections from optimizer on hold any).
@@ -208,6 +224,7 @@ std::string JobToYaml(const JobSpec& job) {
   EmitReplication(out, job.replication);
   EmitSecurity(out, job.security);
   EmitEval(out, job.eval);
+  EmitFederated(out, job.federated);
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -57,6 +57,7 @@ struct Totals {
   uint64_t updates_taken = 0, duplicates = 0;
   std::map<int, uint64_t> taken_by_worker;
   json partition;  // null without a partitioned dataset
+  json federated;  // null unless a federated job
 };
 
 // data.partition as the workers drew it: each worker reports the digest of
@@ -90,6 +91,14 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
     ++n;
   }
   AddPartition(name, w, t.partition);
+  if (w.has_clients_trained()) {
+    if (t.federated.is_null())
+      t.federated = {{"clients_trained", 0}, {"clients_dropped", 0}, {"client_updates_unusable", 0}};
+    t.federated["clients_trained"] = t.federated["clients_trained"].get<int64_t>() + w.clients_trained();
+    t.federated["clients_dropped"] = t.federated["clients_dropped"].get<int64_t>() + w.clients_dropped();
+    t.federated["client_updates_unusable"] =
+        t.federated["client_updates_unusable"].get<int64_t>() + w.client_updates_unusable();
+  }
   t.samples += w.samples();
   t.worker_steps += w.steps();
   t.push_bytes += static_cast<int64_t>(w.bytes_sent());
@@ -356,6 +365,7 @@ json BuildSummary(const RunRecord& run) {
   const Totals t = AddUpProcesses(run, promoted);
   AddTraffic(t, wall, summary);
   summary["partition"] = t.partition;
+  summary["federated"] = t.federated;
   summary["faults_injected"] = run.faults.faults();
   summary["recoveries"] = TimeFailovers(run);
   // Every pushed chunk a worker process saw acknowledged (applied or

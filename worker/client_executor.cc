@@ -26,14 +26,15 @@ struct ClientExecutor::Impl {
   }
 
   // One minibatch's loss and gradient into `grad`; false when not finite.
-  bool Gradient(const std::vector<int64_t>& batch, double* loss) {
+  bool Gradient(const std::vector<int64_t>& batch, double* loss, double* accuracy) {
     grad.zero_();
     torch::Tensor sel =
         torch::from_blob(const_cast<int64_t*>(batch.data()), {static_cast<int64_t>(batch.size())}, torch::kInt64);
-    torch::Tensor l = torch::nn::functional::cross_entropy(model->Forward(images.index_select(0, sel)),
-                                                           labels.index_select(0, sel));
+    torch::Tensor y = labels.index_select(0, sel), logits = model->Forward(images.index_select(0, sel));
+    torch::Tensor l = torch::nn::functional::cross_entropy(logits, y);
     l.backward();
     *loss = l.item<double>();
+    *accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
     return std::isfinite(*loss) && compression::CountNonFinite(grad.data_ptr<float>(), grad.numel()) == 0;
   }
 };
@@ -71,20 +72,22 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
   BatchSampler sampler(*r.indices, m.batch_size, ClientSeed(m.seed, r.client, r.round));
   ClientOutcome out;
   out.steps = m.Steps(r);
-  double loss_sum = 0;
+  double loss_sum = 0, accuracy_sum = 0;
   for (int64_t k = 0; k < out.steps; ++k) {
     const std::vector<int64_t>& batch = sampler.Next();
-    double loss = 0;
-    if (!m.Gradient(batch, &loss)) {
+    double loss = 0, accuracy = 0;
+    if (!m.Gradient(batch, &loss, &accuracy)) {
       out.finite = false;
       return out;
     }
     LocalStep(y, m.grad.data_ptr<float>(), global, r.correction, m.momentum.empty() ? nullptr : m.momentum.data(), n,
               m.local);
     loss_sum += loss;
+    accuracy_sum += accuracy;
     out.samples += static_cast<int64_t>(batch.size());
   }
   out.mean_loss = loss_sum / static_cast<double>(out.steps);
+  out.mean_accuracy = accuracy_sum / static_cast<double>(out.steps);
   out.delta.resize(n);
   for (int64_t j = 0; j < n; ++j) out.delta[j] = y[j] - global[j];
   if (compression::CountNonFinite(out.delta.data(), n) != 0) {

@@ -34,7 +34,8 @@ struct ClientOutcome {
   std::vector<float> delta;  // client model - global model
   int64_t samples = 0;       // samples trained on: FedAvg's weight
   int64_t steps = 0;
-  double mean_loss = 0;  // over the local steps
+  double mean_loss = 0;      // over the local steps
+  double mean_accuracy = 0;  // training accuracy over the local steps
   // False when a loss or gradient was not finite: the update is not usable
   // (delta is empty) and the round goes on without it.
   bool finite = true;

@@ -7,10 +7,11 @@ LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params)
       lr_(job.optimizer.lr),
       momentum_(job.optimizer.momentum),
       weight_decay_(job.optimizer.weight_decay) {
-  if (job.training.local_steps <= 1) return;
+  // Federated rounds use global() and Restart() only (no local momentum here).
+  if (job.training.local_steps <= 1 && !job.federated.enabled()) return;
   global_ = torch::zeros_like(params.detach());
   base_ = torch::zeros_like(global_);
-  if (momentum_ > 0) velocity_ = torch::zeros_like(global_);
+  if (momentum_ > 0 && !job.federated.enabled()) velocity_ = torch::zeros_like(global_);
 }
 
 void LocalRounds::Restart() {

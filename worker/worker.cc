@@ -13,6 +13,7 @@
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
 #include "worker/batcher.h"
+#include "worker/federated_rounds.h"
 #include "worker/dataset.h"
 #include "worker/local_sgd.h"
 #include "worker/model.h"
@@ -108,7 +109,14 @@ Status Worker::LoadData() {
 
   // Data first: a missing dataset should fail before we join the job.
   synthetic_ = job_.model.name == ModelKind::kSynthetic;
-  if (!synthetic_) {
+  if (job_.federated.enabled()) {
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
+    GD_ASSIGN_OR_RETURN(federated_, FederatedRounds::Create(job_, options_.id, train));
+    data_->partition_digest = federated_->digest();
+    GD_LOG(INFO) << "federated: executor " << options_.id << " of " << job_.NumWorkers() << " for "
+                 << job_.federated.clients << " clients (" << ToString(job_.data.partition) << ", digest "
+                 << federated_->digest() << "), " << job_.federated.per_round << " a round";
+  } else if (!synthetic_) {
     GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
     GD_ASSIGN_OR_RETURN(DrawnPart drawn, DrawPart(train, job_, options_.id));
     std::vector<int64_t>& part = drawn.indices;
@@ -129,7 +137,7 @@ Status Worker::LoadData() {
   total_steps_ = job_.StepsPerWorker();
   steps_ = job_.ClocksPerWorker();
   local_steps_ = job_.training.local_steps;
-  local_ = local_steps_ > 1;
+  local_ = local_steps_ > 1 || federated_;  // federated rounds pull into rounds_->global() too
   depth_ = job_.training.pipeline_depth;
   bound_ = job_.training.staleness_bound;
   return Status::Ok();
@@ -204,13 +212,13 @@ Status Worker::Step() {
   TimePoint t1 = clock_->Now();
   compute_s_ += Seconds(t1 - t0);
   ps_->NoteComputeSeconds(Seconds(t1 - t0));
-  if (local_) GD_RETURN_IF_ERROR(FinishRound(grad, usable, &t1));
+  if (local_ && !federated_) GD_RETURN_IF_ERROR(FinishRound(grad, usable, &t1));
   GD_RETURN_IF_ERROR(PushOrSkip(grad, usable));
   if (more && (local_ || !job_.training.prefetch)) {
     GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1));
     pulled_through_ = c_ + 1;
   }
-  if (more && local_ && job_.training.overlap_rounds) pending_pull_ = c_ + 1;
+  if (more && local_ && !federated_ && job_.training.overlap_rounds) pending_pull_ = c_ + 1;
   NoteFloor();
   // Keep at most two clocks (or the pipeline's depth + 1) of pushes
   // unacknowledged, bounding memory.
@@ -327,6 +335,7 @@ Status Worker::PullThrough(int64_t through) {
 void Worker::NoteFloor() { progress_.set_barrier_floor(std::max(pushed_through_ + 1, pulled_through_)); }
 
 bool Worker::Compute(torch::Tensor& grad) {
+  if (federated_) return ComputeFederated(grad);
   if (!local_) {
     ++batches_;
     return ComputeGradient(c_, grad);
@@ -378,6 +387,26 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
   }
   samples_ += static_cast<int64_t>(idx.size());
   return usable;
+}
+
+bool Worker::ComputeFederated(torch::Tensor& grad) {
+  StatusOr<RoundReport> r = federated_->Run(c_, rounds_->global().data_ptr<float>(), grad.data_ptr<float>());
+  if (!r.ok()) {
+    GD_LOG(ERROR) << "round " << c_ << ": " << r.status();
+    return false;
+  }
+  ++batches_;
+  clients_trained_ += r->trained;
+  clients_dropped_ += r->dropped;
+  clients_unusable_ += r->unusable;
+  samples_ += r->samples;
+  if (r->trained > 0) {
+    loss_ema_ = loss_ema_ < 0 ? r->mean_loss : 0.8 * loss_ema_ + 0.2 * r->mean_loss;
+    acc_ema_ = acc_ema_ < 0 ? r->mean_accuracy : 0.8 * acc_ema_ + 0.2 * r->mean_accuracy;
+  }
+  if (r->unusable > 0)
+    GD_LOG(WARNING) << "round " << c_ << ": " << r->unusable << " client update(s) not finite; left out";
+  return true;
 }
 
 Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
@@ -476,7 +505,13 @@ void Worker::WriteStats(bool final) {
     j.set_chunks_rerouted(ps_->chunks_rerouted());
     j.set_moved_refusals(ps_->moved_refusals());
   }
-  if (!synthetic_) {
+  if (federated_) {
+    j.set_partition(ToString(job_.data.partition));
+    j.set_partition_digest(data_->partition_digest);
+    j.set_clients_trained(clients_trained_);
+    j.set_clients_dropped(clients_dropped_);
+    j.set_client_updates_unusable(clients_unusable_);
+  } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));
     j.set_partition_digest(data_->partition_digest);
     j.set_partition_samples(data_->labels.size(0));

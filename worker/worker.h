@@ -42,6 +42,7 @@ class MemberClient;
 
 namespace geodesic::worker {
 
+class FederatedRounds;
 class FlatModel;
 class LocalRounds;
 class PsClient;
@@ -79,6 +80,9 @@ class Worker {
   // false if nothing usable came out.
   bool Compute(at::Tensor& grad);
   bool ComputeGradient(int64_t step, at::Tensor& grad);
+  // Federated: this executor's clients of round c_, pushed as the round's
+  // share of the weighted mean update (worker/federated_rounds.h).
+  bool ComputeFederated(at::Tensor& grad);
   Status RequestAhead(bool more);
   // Local SGD: ends the round, folding in the previous round's average
   // first when it travelled under this round's compute (overlap_rounds).
@@ -117,6 +121,8 @@ class Worker {
   std::unique_ptr<PsClient> ps_;
   // Local SGD: pulls land in rounds_->global(); otherwise in the model.
   std::unique_ptr<LocalRounds> rounds_;
+  std::unique_ptr<FederatedRounds> federated_;  // federated jobs only
+  int64_t clients_trained_ = 0, clients_dropped_ = 0, clients_unusable_ = 0;
   float* pull_dest_ = nullptr;
 
   int64_t c_ = 0;  // the clock being trained

@@ -256,6 +256,37 @@ TEST(JobTest, PartitionSpecsParseRoundTripAndNameWhatIsWrong) {
   }
 }
 
+TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
+  auto off = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->federated.enabled());
+  const std::vector<std::string> on = {"federated.clients=100", "federated.per_round=10", "federated.rounds=7",
+                                       "federated.prox_mu=0.01", "federated.dropout=0.2",
+                                       "training.staleness_bound=0"};
+  auto job = ParseJob(kMinimal, "t", on);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->federated.clients, 100);
+  EXPECT_EQ(job->ClocksPerWorker(), 7);  // a clock is a round
+  EXPECT_EQ(job->ShardOptimizer().lr, job->training.outer_lr);
+  auto back = ParseJob(JobToYaml(*job), "yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->federated.prox_mu, 0.01);
+  EXPECT_EQ(back->federated.dropout, 0.2);
+  EXPECT_EQ(JobToYaml(*back), JobToYaml(*job));
+  for (auto [bad, key] : {std::pair<const char*, const char*>{"federated.per_round=101", "federated.per_round"},
+                          {"federated.local_lr=0", "federated.local_lr"},
+                          {"federated.availability=0", "federated.availability"},
+                          {"training.staleness_bound=3", "training.staleness_bound: 0"},
+                          {"federated.clients=5000", "at most the 60000 training samples"},
+                          {"model.name=synthetic", "needs a model with a network"}}) {
+    std::vector<std::string> o = on;
+    o.push_back(bad);
+    auto r = ParseJob(kMinimal, "t", o);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << bad << ": " << r.status();
+  }
+}
+
 TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {
   auto ok = ParseJob(kMinimal, "t", {"checkpoint.every_clocks=50", "checkpoint.keep=4", "checkpoint.on_stop=false"});
   ASSERT_TRUE(ok.ok()) << ok.status();

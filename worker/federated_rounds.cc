@@ -1,0 +1,90 @@
+#include "worker/federated_rounds.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cluster/population.h"
+
+namespace geodesic::worker {
+namespace {
+
+cluster::ProfileSpec Profiles(const FederatedSpec& f) {
+  return {.availability = f.availability, .dropout = f.dropout};
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec& job, int executor,
+                                                                   const ImageSet& train) {
+  std::unique_ptr<FederatedRounds> r(new FederatedRounds());
+  r->job_ = &job;
+  r->executor_ = executor;
+  r->executors_ = std::max(1, job.NumWorkers());
+  const FederatedSpec& f = job.federated;
+  auto split = PartitionSamples(train.labels, 10, static_cast<int>(f.clients), job.data.partition, job.seed,
+                                job.data.batch_size);
+  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
+  r->clients_ = std::move(*split);
+  r->digest_ = PartitionDigest(r->clients_);
+  for (const auto& c : r->clients_) r->sizes_.push_back(static_cast<int64_t>(c.size()));
+  const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
+  GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local));
+  return r;
+}
+
+int64_t FederatedRounds::Weight(int64_t client) const {
+  const FederatedSpec& f = job_->federated;
+  const int64_t batch = job_->data.batch_size;
+  const int64_t steps = f.local_steps > 0 ? f.local_steps
+                                          : std::max<int64_t>(1, static_cast<int64_t>(std::floor(
+                                                                     f.local_epochs * (sizes_[client] / batch))));
+  return steps * batch;
+}
+
+StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, float* push) {
+  const FederatedSpec& f = job_->federated;
+  const cluster::ProfileSpec profiles = Profiles(f);
+  const cluster::SelectionSpec selection{.per_round = f.per_round, .weighted = f.weighted_selection};
+  const std::vector<int64_t> chosen = cluster::SelectClients(selection, profiles, sizes_, round, job_->seed);
+  RoundReport report{.selected = static_cast<int64_t>(chosen.size())};
+  double total = 0;
+  std::vector<int64_t> mine;
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const bool dropped = cluster::DropsOut(profiles, chosen[i], round, job_->seed);
+    if (!dropped) total += static_cast<double>(Weight(chosen[i]));
+    if (static_cast<int>(i % executors_) != executor_) continue;
+    if (dropped)
+      ++report.dropped;
+    else
+      mine.push_back(chosen[i]);
+  }
+  std::sort(mine.begin(), mine.end());
+  const int64_t n = num_params();
+  std::vector<double> sum(n, 0.0);
+  for (int64_t client : mine) {
+    GD_ASSIGN_OR_RETURN(ClientOutcome o, exec_->Train(global, {.client = client,
+                                                                .round = round,
+                                                                .indices = &clients_[client],
+                                                                .local_epochs = f.local_epochs,
+                                                                .local_steps = f.local_steps}));
+    if (!o.finite) {
+      ++report.unusable;
+      continue;
+    }
+    const auto w = static_cast<double>(o.samples);
+    for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
+    ++report.trained;
+    report.samples += o.samples;
+    report.mean_loss += o.mean_loss;
+    report.mean_accuracy += o.mean_accuracy;
+  }
+  if (report.trained > 0) {
+    report.mean_loss /= static_cast<double>(report.trained);
+    report.mean_accuracy /= static_cast<double>(report.trained);
+  }
+  const double scale = total > 0 ? -static_cast<double>(executors_) / total : 0.0;
+  for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
+  return report;
+}
+
+}  // namespace geodesic::worker

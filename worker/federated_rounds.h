@@ -1,0 +1,67 @@
+// A worker's side of a federated job (federated.clients > 0): the worker is
+// a client executor. In round r every executor computes the same selection
+// (cluster/population.h: availability, then per_round clients) and the
+// same dropouts; the i-th selected client goes to executor i mod E. The
+// executor trains its clients one after another from the round's global
+// model (worker/client_executor.h) and pushes
+//
+//   -(E / W) Σ_i w_i Δ_i     (its clients, summed in client-id order)
+//
+// where w_i is client i's samples for the round and W the round's total
+// over every executor's clients that did not drop out, both computable by
+// every executor from the partition alone. The shards average the E pushes
+// of a round in worker order (BSP) and apply the outer step
+// x -= outer_lr * mean(push), so x += outer_lr * Σ w_i Δ_i / W: FedAvg
+// (FedAvgM with training.outer_momentum), deterministic for a seed.
+// A client whose update is unusable (a non-finite loss, gradient or update)
+// adds nothing; its weight stays in W, so the round's step shrinks by its
+// share. Torch-free header; not synchronized (the training thread owns it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "config/job.h"
+#include "worker/client_executor.h"
+#include "worker/dataset.h"
+#include "worker/partition.h"
+
+namespace geodesic::worker {
+
+struct RoundReport {
+  int64_t selected = 0;  // the round's selection, all executors
+  int64_t trained = 0;   // this executor's clients that sent a usable update
+  int64_t dropped = 0;   // this executor's clients that dropped out
+  int64_t unusable = 0;  // this executor's clients whose update was not finite
+  int64_t samples = 0;   // samples this executor's clients trained on
+  double mean_loss = 0;      // over the trained clients
+  double mean_accuracy = 0;  // their training accuracy
+};
+
+class FederatedRounds {
+ public:
+  static StatusOr<std::unique_ptr<FederatedRounds>> Create(const JobSpec& job, int executor, const ImageSet& train);
+
+  // Round `round` from `global` (n values); writes this executor's push to
+  // `push` (n values; zeros when it has no clients this round).
+  StatusOr<RoundReport> Run(int64_t round, const float* global, float* push);
+
+  const std::string& digest() const { return digest_; }
+  int64_t num_params() const { return exec_->num_params(); }
+
+ private:
+  FederatedRounds() = default;
+  int64_t Weight(int64_t client) const;  // samples client trains on per round
+
+  const JobSpec* job_ = nullptr;
+  int executor_ = 0, executors_ = 1;
+  Partition clients_;
+  std::vector<int64_t> sizes_;
+  std::string digest_;
+  std::unique_ptr<ClientExecutor> exec_;
+};
+
+}  // namespace geodesic::worker
