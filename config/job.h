@@ -28,6 +28,7 @@ enum class TrainingDevice { kCpu, kCuda, kAuto };
 enum class WanEmulation { kNone, kProxy, kNetns };
 enum class TcpCongestionControl { kAuto, kBbr, kCubic, kReno };
 enum class SecurityMode { kNone, kCurve };
+enum class FederatedStrategy { kFedAvg, kFedAdam, kFedYogi, kFedAdagrad };
 
 // Each enum's words, in declaration order.
 template <typename E>
@@ -43,6 +44,10 @@ struct EnumWords<DatasetKind> {
 template <>
 struct EnumWords<DataPartition> {
   static constexpr std::string_view kWords[] = {"iid", "dirichlet", "shards", "lognormal"};
+};
+template <>
+struct EnumWords<FederatedStrategy> {
+  static constexpr std::string_view kWords[] = {"fedavg", "fedadam", "fedyogi", "fedadagrad"};
 };
 template <>
 struct EnumWords<OptimizerKind> {
@@ -303,8 +308,10 @@ struct SecuritySpec {
 // executors that train the selected clients one after another from the
 // round's global model (each on its part of data.partition, split into
 // `clients` parts); the shards take the weighted mean of the updates and
-// apply training.outer_lr and outer_momentum (FedAvg, or FedAvgM with
-// momentum). Off while clients is 0.
+// apply the strategy with server step size training.outer_lr: fedavg runs
+// the outer SGD step (FedAvgM with training.outer_momentum), fedadam,
+// fedyogi and fedadagrad Reddi et al.'s adaptive steps (server/strategy.h).
+// Off while clients is 0.
 struct FederatedSpec {
   int64_t clients = 0;  // the population; 0: not federated
   int64_t per_round = 10;
@@ -317,6 +324,8 @@ struct FederatedSpec {
   double prox_mu = 0.0;       // FedProx's proximal weight (0: FedAvg)
   double availability = 1.0;  // probability that a client can be selected in a round
   double dropout = 0.0;       // probability that a selected client leaves before its update
+  FederatedStrategy strategy = FederatedStrategy::kFedAvg;
+  double beta1 = 0.9, beta2 = 0.99, tau = 1e-3;  // fedadam, fedyogi, fedadagrad
   bool enabled() const { return clients > 0; }
 };
 

@@ -254,7 +254,14 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("prox_mu", &f->prox_mu);
   r.Get("availability", &f->availability);
   r.Get("dropout", &f->dropout);
+  std::string strategy = ToString(f->strategy);
+  r.Get("strategy", &strategy);
+  r.Get("beta1", &f->beta1);
+  r.Get("beta2", &f->beta2);
+  r.Get("tau", &f->tau);
   r.Finish();
+  ParseWord(strategy, &f->strategy, errors, "federated.strategy",
+            "'" + strategy + "' is not a strategy; use fedavg, fedadam, fedyogi or fedadagrad");
   Check(f->clients >= 0 && f->clients <= 1000000, errors, "federated.clients", "must be in [0, 1000000] (0: off)");
   if (!f->enabled()) return;
   Check(f->per_round >= 1 && f->per_round <= f->clients, errors, "federated.per_round", "must be in [1, clients]");
@@ -269,6 +276,9 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->availability) && f->availability > 0 && f->availability <= 1, errors, "federated.availability",
         "must be in (0, 1]");
   Check(Finite(f->dropout) && f->dropout >= 0 && f->dropout < 1, errors, "federated.dropout", "must be in [0, 1)");
+  Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
+  Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
+  Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
 }
 
 void ParseCheckpoint(MapReader& top, CheckpointSpec* c, Errors* errors) {

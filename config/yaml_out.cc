@@ -200,6 +200,10 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "prox_mu", f.prox_mu);
   Put(out, "availability", f.availability);
   Put(out, "dropout", f.dropout);
+  Put(out, "strategy", f.strategy);
+  Put(out, "beta1", f.beta1);
+  Put(out, "beta2", f.beta2);
+  Put(out, "tau", f.tau);
   out << YAML::EndMap;
 }
 

@@ -302,6 +302,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   // velocities); with local steps they run the optimizer and pushes are
   // model deltas, averaged by an outer step.
   so.optimizer = options_.job.ShardOptimizer();
+  so.strategy = FederatedStrategyOf(options_.job);
   so.total_clocks = options_.job.ClocksPerWorker();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   pulls_.Start(shard_.get(), &clocks_, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));

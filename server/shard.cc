@@ -7,6 +7,13 @@
 #include "common/log.h"
 
 namespace geodesic::server {
+namespace {
+
+std::unique_ptr<ChunkOptimizer> NewOptimizer(const ShardOptions& o, size_t n) {
+  return o.strategy ? MakeStrategyOptimizer(*o.strategy, n) : MakeChunkOptimizer(o.optimizer, n);
+}
+
+}  // namespace
 
 ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::vector<uint32_t> owned)
     : options_(std::move(options)), layout_(layout), owned_(std::move(owned)) {
@@ -19,7 +26,7 @@ ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::v
     Chunk& c = chunks_[i];
     c.id = owned_[i];
     c.size = layout_.Size(c.id);
-    c.optimizer = MakeChunkOptimizer(options_.optimizer, c.size);
+    c.optimizer = NewOptimizer(options_, c.size);
   }
   uninitialized_ = chunks_.size();
 }
@@ -206,7 +213,7 @@ StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoi
     if (!a.empty()) std::memcpy(v.data(), a.data(), a.size());  // an empty vector's data() may be null
     st.arrays.push_back(std::move(v));
   }
-  auto probe = MakeChunkOptimizer(options_.optimizer, size);
+  auto probe = NewOptimizer(options_, size);
   if (!probe->Load(st))
     return DataLoss(where + ": optimizer state does not fit a " + ToString(options_.optimizer.name) + " optimizer of " +
                     std::to_string(size) + " values");
@@ -234,7 +241,7 @@ Status ShardState::AdoptChunk(const wire::ChunkCheckpoint& in) {
   Chunk c;
   c.id = id;
   c.size = size;
-  c.optimizer = MakeChunkOptimizer(options_.optimizer, size);
+  c.optimizer = NewOptimizer(options_, size);
   GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
   c.params = std::shared_ptr<float[]>(new float[size]);
   std::memcpy(c.params.get(), in.params().data(), size * sizeof(float));

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "cluster/chunking.h"
@@ -44,6 +45,7 @@
 #include "proto/geodesic.pb.h"
 #include "server/consistency.h"
 #include "server/optimizer.h"
+#include "server/strategy.h"
 
 namespace geodesic::server {
 
@@ -53,6 +55,8 @@ struct ShardOptions {
   bool staleness_scaling = true;  // divide async updates' learning rate by staleness
   OptimizerSpec optimizer;
   int64_t total_clocks = 0;  // the job's clocks, for the learning-rate schedule
+  // Federated jobs with an adaptive strategy run it instead of `optimizer`.
+  std::optional<StrategySpec> strategy = std::nullopt;
 };
 
 class ShardState {

@@ -95,7 +95,47 @@ class FedAdaptive final : public ChunkStrategy {
   std::vector<float> m_, v_;
 };
 
+class StrategyOptimizer final : public ChunkOptimizer {
+ public:
+  StrategyOptimizer(const StrategySpec& spec, size_t n) : strategy_(MakeChunkStrategy(spec, n)), delta_(n) {}
+  void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float) override {
+    for (size_t j = 0; j < n; ++j) delta_[j] = -grad[j] * grad_scale;
+    if (out != in) std::copy(in, in + n, out);
+    strategy_->Apply(out, delta_.data(), n);
+  }
+  void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale,
+                 int) override {
+    Step(in, out, grad, n, grad_scale, lr_scale);
+  }
+  bool ScalesGradientForStaleness() const override { return true; }
+  size_t StateSize() const override {
+    size_t total = 0;
+    for (const auto& a : strategy_->Save().arrays) total += a.size();
+    return total;
+  }
+  State Save() const override { return strategy_->Save(); }
+  bool Load(const State& state) override { return strategy_->Load(state); }
+
+ private:
+  std::unique_ptr<ChunkStrategy> strategy_;
+  std::vector<float> delta_;
+};
+
 }  // namespace
+
+std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job) {
+  const FederatedSpec& f = job.federated;
+  if (!f.enabled() || f.strategy == FederatedStrategy::kFedAvg) return std::nullopt;
+  const StrategyKind kind = f.strategy == FederatedStrategy::kFedAdam   ? StrategyKind::kFedAdam
+                            : f.strategy == FederatedStrategy::kFedYogi ? StrategyKind::kFedYogi
+                                                                        : StrategyKind::kFedAdagrad;
+  return StrategySpec{
+      .kind = kind, .server_lr = job.training.outer_lr, .beta1 = f.beta1, .beta2 = f.beta2, .tau = f.tau};
+}
+
+std::unique_ptr<ChunkOptimizer> MakeStrategyOptimizer(const StrategySpec& spec, size_t n) {
+  return std::make_unique<StrategyOptimizer>(spec, n);
+}
 
 std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_t n) {
   switch (spec.kind) {

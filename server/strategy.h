@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "server/optimizer.h"
@@ -66,6 +67,16 @@ class ChunkStrategy {
 };
 
 std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_t n);
+
+// A strategy as the shard's optimizer for federated rounds: the shard hands
+// it the round's mean push, -Δ (worker/federated_rounds.h), which Step
+// turns back into Δ for Apply. lr_scale (schedules) is not applied; rounds
+// are synchronous, so StepAsync is Step.
+std::unique_ptr<ChunkOptimizer> MakeStrategyOptimizer(const StrategySpec& spec, size_t n);
+
+// A federated job's adaptive strategy (server step size training.outer_lr),
+// or nullopt for fedavg and plain jobs (they run JobSpec::ShardOptimizer).
+std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job);
 
 // SCAFFOLD's server control variate c for one chunk.
 class ScaffoldControl {

@@ -69,13 +69,27 @@ TEST(FederatedTest, DropoutsAreCountedAndRoundsGoOn) {
   EXPECT_EQ(s["status"], "finished");
 }
 
+// An adaptive strategy runs on the shards (its moments per chunk) and
+// trains the model somewhere else than FedAvg does.
+TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  auto avg = Launch(dir, "avg", {"--set", "federated.rounds=6"});
+  auto adam = Launch(dir, "adam", {"--set", "federated.rounds=6", "--set", "federated.strategy=fedadam", "--set",
+                                   "training.outer_lr=0.01"});
+  EXPECT_EQ(adam["status"], "finished");
+  EXPECT_GT(adam["test_accuracy"].get<double>(), 0.5) << adam.dump();
+  EXPECT_NE(testing::ReadText(dir / "avg/final_params.bin"), testing::ReadText(dir / "adam/final_params.bin"));
+}
+
 TEST(FederatedTest, ABadFederatedJobIsAClearErrorAndStartsNothing) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
   for (auto [bad, why] : {std::pair<const char*, const char*>{"training.staleness_bound=2", "staleness_bound: 0"},
                           {"federated.per_round=41", "federated.per_round"},
                           {"federated.dropout=1", "federated.dropout"},
-                          {"training.local_steps=4", "leave training.local_steps at 1"}}) {
+                          {"training.local_steps=4", "leave training.local_steps at 1"},
+                          {"federated.strategy=fedsgd", "is not a strategy"}}) {
     auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", bad}, 30);
     EXPECT_NE(r.exit_code, 0) << bad;
     EXPECT_NE(r.output.find(why), std::string::npos) << bad << ": " << r.output;

@@ -106,6 +106,36 @@ TEST(StrategyTest, ScaffoldControlVariateStepByHand) {
   EXPECT_FLOAT_EQ(c.c()[1], 0.05f);
 }
 
+// The shard's view: a round's mean push is -Δ, and the optimizer adapter
+// steps the strategy by Δ, from `in` into `out`.
+TEST(StrategyTest, AsTheShardsOptimizerItStepsByMinusThePush) {
+  const StrategySpec spec{.kind = StrategyKind::kFedAdam, .server_lr = 0.1};
+  auto direct = MakeChunkStrategy(spec, 2);
+  auto shard = MakeStrategyOptimizer(spec, 2);
+  const float delta[] = {0.2f, -0.5f}, push[] = {-0.4f, 1.0f};  // -Δ, scaled by 2
+  std::vector<float> x = {1, 1}, in = {1, 1}, out(2);
+  direct->Apply(x.data(), delta, 2);
+  shard->Step(in.data(), out.data(), push, 2, /*grad_scale=*/0.5f, /*lr_scale=*/1.0f);
+  EXPECT_EQ(out, x);
+  EXPECT_EQ(in, (std::vector<float>{1, 1}));  // read, not written
+  EXPECT_EQ(shard->StateSize(), 4u);          // m and v
+  auto again = MakeStrategyOptimizer(spec, 2);
+  ASSERT_TRUE(again->Load(shard->Save()));
+}
+
+TEST(StrategyTest, OnlyAdaptiveFederatedJobsRunAStrategy) {
+  JobSpec job;
+  EXPECT_FALSE(FederatedStrategyOf(job));
+  job.federated.clients = 10;
+  EXPECT_FALSE(FederatedStrategyOf(job));  // fedavg: the outer SGD step
+  job.federated.strategy = FederatedStrategy::kFedYogi;
+  job.training.outer_lr = 0.03;
+  auto s = FederatedStrategyOf(job);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->kind, StrategyKind::kFedYogi);
+  EXPECT_EQ(s->server_lr, 0.03);
+}
+
 TEST(StrategyTest, FedBuffWeightsStaleUpdatesDown) {
   EXPECT_DOUBLE_EQ(FedBuffWeight(0), 1.0);
   EXPECT_DOUBLE_EQ(FedBuffWeight(3), 0.5);
