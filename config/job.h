@@ -326,6 +326,14 @@ struct FederatedSpec {
   double dropout = 0.0;       // probability that a selected client leaves before its update
   FederatedStrategy strategy = FederatedStrategy::kFedAvg;
   double beta1 = 0.9, beta2 = 0.99, tau = 1e-3;  // fedadam, fedyogi, fedadagrad
+  // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this
+  // L2 norm, weighs clients equally over a fixed denominator (per_round),
+  // and adds Gaussian noise of deviation dp_noise_multiplier * dp_clip_norm
+  // to each round's sum; the summary reports (epsilon, dp_delta).
+  double dp_clip_norm = 0;
+  double dp_noise_multiplier = 1.0;
+  double dp_delta = 1e-5;
+  bool dp() const { return dp_clip_norm > 0; }
   bool enabled() const { return clients > 0; }
 };
 

@@ -259,6 +259,9 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("beta1", &f->beta1);
   r.Get("beta2", &f->beta2);
   r.Get("tau", &f->tau);
+  r.Get("dp_clip_norm", &f->dp_clip_norm);
+  r.Get("dp_noise_multiplier", &f->dp_noise_multiplier);
+  r.Get("dp_delta", &f->dp_delta);
   r.Finish();
   ParseWord(strategy, &f->strategy, errors, "federated.strategy",
             "'" + strategy + "' is not a strategy; use fedavg, fedadam, fedyogi or fedadagrad");
@@ -279,6 +282,15 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
   Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
   Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
+  Check(Finite(f->dp_clip_norm) && f->dp_clip_norm >= 0 && f->dp_clip_norm <= 1e6, errors, "federated.dp_clip_norm",
+        "must be in [0, 1e6] (0: no DP)");
+  Check(Finite(f->dp_noise_multiplier) && f->dp_noise_multiplier > 0 && f->dp_noise_multiplier <= 100, errors,
+        "federated.dp_noise_multiplier", "must be in (0, 100]");
+  Check(Finite(f->dp_delta) && f->dp_delta > 0 && f->dp_delta < 1, errors, "federated.dp_delta", "must be in (0, 1)");
+  if (f->dp())
+    Check(!f->weighted_selection && f->availability == 1, errors, "federated.dp_clip_norm",
+          "needs uniform selection of every client (weighted_selection: false, availability: 1): the accountant "
+          "assumes a sampling rate of per_round / clients");
 }
 
 void ParseCheckpoint(MapReader& top, CheckpointSpec* c, Errors* errors) {

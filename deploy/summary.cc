@@ -15,6 +15,7 @@
 #include "common/push_ledger.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
+#include "server/privacy.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -58,7 +59,22 @@ struct Totals {
   std::map<int, uint64_t> taken_by_worker;
   json partition;  // null without a partitioned dataset
   json federated;  // null unless a federated job
+  int64_t rounds_run = 0;  // federated: the most rounds any executor ran
 };
+
+// DP-FedAvg's guarantee after the rounds that ran, and after each round
+// (at most 1000 points), from the Renyi accountant (server/privacy.h).
+json DpReport(const FederatedSpec& f, int64_t rounds) {
+  const double q = static_cast<double>(f.per_round) / static_cast<double>(f.clients);
+  const int64_t every = std::max<int64_t>(1, (rounds + 999) / 1000);
+  json by_round = json::array();
+  for (int64_t r = every; r <= rounds; r += every)
+    by_round.push_back({r, server::EpsilonAfter(q, f.dp_noise_multiplier, r, f.dp_delta).epsilon});
+  const server::DpGuarantee g = server::EpsilonAfter(q, f.dp_noise_multiplier, std::max<int64_t>(rounds, 1), f.dp_delta);
+  return {{"clip_norm", f.dp_clip_norm}, {"noise_multiplier", f.dp_noise_multiplier}, {"delta", f.dp_delta},
+          {"sampling_rate", q},          {"rounds", rounds},                          {"epsilon", g.epsilon},
+          {"renyi_order", g.order},      {"epsilon_by_round", by_round}};
+}
 
 // data.partition as the workers drew it: each worker reports the digest of
 // the whole split, so they agree unless a worker ran another build or job.
@@ -98,6 +114,10 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
     t.federated["clients_dropped"] = t.federated["clients_dropped"].get<int64_t>() + w.clients_dropped();
     t.federated["client_updates_unusable"] =
         t.federated["client_updates_unusable"].get<int64_t>() + w.client_updates_unusable();
+    if (w.has_client_updates_clipped())
+      t.federated["client_updates_clipped"] =
+          t.federated.value("client_updates_clipped", int64_t{0}) + w.client_updates_clipped();
+    t.rounds_run = std::max<int64_t>(t.rounds_run, w.clocks());
   }
   t.samples += w.samples();
   t.worker_steps += w.steps();
@@ -366,6 +386,8 @@ json BuildSummary(const RunRecord& run) {
   AddTraffic(t, wall, summary);
   summary["partition"] = t.partition;
   summary["federated"] = t.federated;
+  if (run.job.federated.dp() && t.federated.is_object())
+    summary["federated"]["dp"] = DpReport(run.job.federated, t.rounds_run);
   summary["faults_injected"] = run.faults.faults();
   summary["recoveries"] = TimeFailovers(run);
   // Every pushed chunk a worker process saw acknowledged (applied or

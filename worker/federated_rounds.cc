@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "cluster/population.h"
+#include "server/privacy.h"
 
 namespace geodesic::worker {
 namespace {
@@ -51,7 +53,7 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   std::vector<int64_t> mine;
   for (size_t i = 0; i < chosen.size(); ++i) {
     const bool dropped = cluster::DropsOut(profiles, chosen[i], round, job_->seed);
-    if (!dropped) total += static_cast<double>(Weight(chosen[i]));
+    if (!dropped) total += f.dp() ? 1.0 : static_cast<double>(Weight(chosen[i]));
     if (static_cast<int>(i % executors_) != executor_) continue;
     if (dropped)
       ++report.dropped;
@@ -71,7 +73,8 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
       ++report.unusable;
       continue;
     }
-    const auto w = static_cast<double>(o.samples);
+    if (f.dp() && server::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+    const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
     for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
     ++report.trained;
     report.samples += o.samples;
@@ -82,9 +85,26 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
     report.mean_loss /= static_cast<double>(report.trained);
     report.mean_accuracy /= static_cast<double>(report.trained);
   }
+  if (f.dp()) {
+    // DP-FedAvg: a fixed denominator (the clients asked for), and each
+    // executor's share of the round's noise N(0, (z S)^2), so the E shares
+    // add up to it.
+    total = static_cast<double>(f.per_round);
+    AddNoise(round, sum);
+  }
   const double scale = total > 0 ? -static_cast<double>(executors_) / total : 0.0;
   for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
   return report;
+}
+
+void FederatedRounds::AddNoise(int64_t round, std::vector<double>& sum) const {
+  const FederatedSpec& f = job_->federated;
+  std::vector<float> noise(sum.size(), 0.0f);
+  std::mt19937_64 rng(job_->seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(round) * 0xBF58476D1CE4E5B9ull ^
+                      static_cast<uint64_t>(executor_ + 1) * 0x94D049BB133111EBull);
+  server::AddGaussianNoise(noise.data(), noise.size(),
+                           f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), rng);
+  for (size_t j = 0; j < sum.size(); ++j) sum[j] += noise[j];
 }
 
 }  // namespace geodesic::worker

@@ -399,6 +399,7 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;
   clients_unusable_ += r->unusable;
+  clients_clipped_ += r->clipped;
   samples_ += r->samples;
   if (r->trained > 0) {
     loss_ema_ = loss_ema_ < 0 ? r->mean_loss : 0.8 * loss_ema_ + 0.2 * r->mean_loss;
@@ -511,6 +512,7 @@ void Worker::WriteStats(bool final) {
     j.set_clients_trained(clients_trained_);
     j.set_clients_dropped(clients_dropped_);
     j.set_client_updates_unusable(clients_unusable_);
+    if (job_.federated.dp()) j.set_client_updates_clipped(clients_clipped_);
   } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));
     j.set_partition_digest(data_->partition_digest);

@@ -262,7 +262,7 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   EXPECT_FALSE(off->federated.enabled());
   const std::vector<std::string> on = {"federated.clients=100", "federated.per_round=10", "federated.rounds=7",
                                        "federated.prox_mu=0.01", "federated.dropout=0.2",
-                                       "training.staleness_bound=0"};
+                                       "federated.dp_clip_norm=1.5", "training.staleness_bound=0"};
   auto job = ParseJob(kMinimal, "t", on);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->federated.clients, 100);
@@ -272,13 +272,17 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->federated.prox_mu, 0.01);
   EXPECT_EQ(back->federated.dropout, 0.2);
+  EXPECT_TRUE(back->federated.dp());
+  EXPECT_EQ(back->federated.dp_clip_norm, 1.5);
   EXPECT_EQ(JobToYaml(*back), JobToYaml(*job));
   for (auto [bad, key] : {std::pair<const char*, const char*>{"federated.per_round=101", "federated.per_round"},
                           {"federated.local_lr=0", "federated.local_lr"},
                           {"federated.availability=0", "federated.availability"},
                           {"training.staleness_bound=3", "training.staleness_bound: 0"},
                           {"federated.clients=5000", "at most the 60000 training samples"},
-                          {"model.name=synthetic", "needs a model with a network"}}) {
+                          {"model.name=synthetic", "needs a model with a network"},
+                          {"federated.dp_delta=1", "federated.dp_delta"},
+                          {"federated.availability=0.5", "needs uniform selection of every client"}}) {
     std::vector<std::string> o = on;
     o.push_back(bad);
     auto r = ParseJob(kMinimal, "t", o);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "server/privacy.h"
 #include "tests/integration/harness.h"
 
 namespace geodesic {
@@ -82,6 +83,28 @@ TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
   EXPECT_NE(testing::ReadText(dir / "avg/final_params.bin"), testing::ReadText(dir / "adam/final_params.bin"));
 }
 
+// DP-FedAvg: updates clipped and counted, seeded noise (two runs agree bit
+// for bit), and the summary's epsilon is the accountant's for q = 8/40.
+TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  const std::vector<std::string> dp = {"--set", "federated.rounds=5", "--set", "federated.dp_clip_norm=0.5",
+                                       "--set", "federated.dp_noise_multiplier=0.8"};
+  auto a = Launch(dir, "a", dp), b = Launch(dir, "b", dp);
+  ASSERT_TRUE(a["federated"]["dp"].is_object()) << a.dump();
+  EXPECT_GT(a["federated"]["client_updates_clipped"].get<int64_t>(), 0);
+  EXPECT_EQ(testing::ReadText(dir / "a/final_params.bin"), testing::ReadText(dir / "b/final_params.bin"));
+  const auto& d = a["federated"]["dp"];
+  EXPECT_EQ(d["rounds"], 5);
+  EXPECT_DOUBLE_EQ(d["epsilon"].get<double>(), server::EpsilonAfter(8.0 / 40, 0.8, 5, 1e-5).epsilon);
+  ASSERT_EQ(d["epsilon_by_round"].size(), 5u);
+  EXPECT_LT(d["epsilon_by_round"][0][1].get<double>(), d["epsilon_by_round"][4][1].get<double>());
+  // The noise is there: without it the same clipped job ends elsewhere.
+  auto quiet = Launch(dir, "quiet", {"--set", "federated.rounds=5", "--set", "federated.dp_clip_norm=0.5", "--set",
+                                     "federated.dp_noise_multiplier=0.000001"});
+  EXPECT_NE(testing::ReadText(dir / "a/final_params.bin"), testing::ReadText(dir / "quiet/final_params.bin"));
+}
+
 TEST(FederatedTest, ABadFederatedJobIsAClearErrorAndStartsNothing) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
@@ -95,6 +118,11 @@ TEST(FederatedTest, ABadFederatedJobIsAClearErrorAndStartsNothing) {
     EXPECT_NE(r.output.find(why), std::string::npos) << bad << ": " << r.output;
     EXPECT_FALSE(std::filesystem::exists(dir / "run/logs")) << bad;
   }
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "federated.dp_clip_norm=1",
+                        "--set", "federated.weighted_selection=true"},
+                       30);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("needs uniform selection"), std::string::npos) << r.output;
 }
 
 }  // namespace
