@@ -1,5 +1,7 @@
 #include "transport/message.h"
 
+#include <chrono>
+
 #include <cctype>
 #include <cstring>
 #include <string_view>
@@ -86,10 +88,10 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
     if (is_router_) {
       if (peer.empty()) return Internal("send on a ROUTER socket needs a peer");
       zmq::message_t id(peer.data(), peer.size());
-      if (!socket_.send(id, zmq::send_flags::sndmore)) return QueueFull(header);
+      if (!SendPart(id, zmq::send_flags::sndmore)) return QueueFull(header);
     }
     auto more = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
-    if (!socket_.send(head, more)) return QueueFull(header);
+    if (!SendPart(head, more)) return QueueFull(header);
     for (size_t i = 0; i < payloads.size(); ++i) {
       const Payload& p = payloads[i];
       zmq::message_t frame;
@@ -103,7 +105,7 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
       auto flags = i + 1 < payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
       // Once the first frame is queued the rest cannot block (ZeroMQ queues
       // whole multipart messages), so a failure here is a broken socket.
-      if (!socket_.send(frame, flags)) {
+      if (!SendPart(frame, flags)) {
         counters_->send_failures++;
         return Unavailable("send of payload frame timed out");
       }
@@ -116,6 +118,38 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
   counters_->bytes_sent += total;
   counters_->messages_sent++;
   return Status::Ok();
+}
+
+// ZeroMQ calls fail with EINTR when a signal arrives while they wait (the
+// SIGUSR1 and SIGUSR2 that `geodesic checkpoint` and `geodesic wan replan`
+// send, SIGCHLD in the launcher, libFuzzer's timer). Nothing was sent then,
+// so the frame is sent again, until the socket's own send timeout has
+// passed in all (then it is a timeout, as without the signal).
+std::optional<size_t> Socket::SendPart(zmq::message_t& part, zmq::send_flags flags) {
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    try {
+      return socket_.send(part, flags);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+      if (options_.send_timeout_ms >= 0 &&
+          std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(options_.send_timeout_ms))
+        return std::nullopt;
+    }
+  }
+}
+
+// The frames after a message's first are already queued (ZeroMQ delivers
+// whole messages), so a receive interrupted by a signal is simply made again;
+// giving up there would cut the message and read its rest as the next one.
+zmq::recv_result_t Socket::ReceivePart(zmq::message_t& part, zmq::recv_flags flags) {
+  for (;;) {
+    try {
+      return socket_.recv(part, flags);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
 }
 
 Status Socket::QueueFull(const wire::Header& header) {
@@ -132,7 +166,7 @@ std::optional<Incoming> Socket::Receive() {
   try {
     while (true) {
       zmq::message_t part;
-      auto got = socket_.recv(part, parts.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+      auto got = ReceivePart(part, parts.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
       if (!got) {
         if (parts.empty()) return std::nullopt;
         break;

@@ -130,6 +130,9 @@ class Socket {
 
   // A send that could not queue (counted; dropped with kNeverBlock).
   Status QueueFull(const wire::Header& header);
+  // send/recv of one frame, made again when a signal interrupts them (EINTR).
+  std::optional<size_t> SendPart(zmq::message_t& part, zmq::send_flags flags);
+  zmq::recv_result_t ReceivePart(zmq::message_t& part, zmq::recv_flags flags);
 };
 
 // The framing checks of Socket::Receive, on bytes (no socket; the fuzz

@@ -2,9 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
+#include <atomic>
 #include <numeric>
 #include <thread>
+
+#include <pthread.h>
 
 #include "transport/protobuf_log.h"
 #include "transport/routes.h"
@@ -325,6 +329,70 @@ TEST(DecodeFramesTest, NonUtf8HeadersAreRefusedAndProtobufsLinesThrottled) {
   // Seven protobuf lines (one from serializing, six from parsing) within a
   // second or two: at most two pass.
   EXPECT_GE(ProtobufLogsSuppressed() - before, 5u);
+}
+
+// Signals arrive while ZeroMQ calls run (the launcher's SIGUSR1 checkpoint
+// and SIGUSR2 re-plan requests; libFuzzer's timer): a call then fails with
+// EINTR having sent or taken nothing, and is made again. Without that, a
+// send failed outright, and a receive interrupted between the frames of one
+// message returned it cut short and read its remaining frames as the next
+// message.
+void NoteSignal(int) {}
+
+// Sends SIGUSR1 to `target` every millisecond until destroyed.
+class SignalStorm {
+ public:
+  explicit SignalStorm(pthread_t target) {
+    struct sigaction sa {};
+    sa.sa_handler = NoteSignal;  // no SA_RESTART: blocked calls return EINTR
+    sigaction(SIGUSR1, &sa, &old_);
+    thread_ = std::thread([this, target] {
+      for (int i = 0; i < 60000 && !done_.load(); ++i) {
+        pthread_kill(target, SIGUSR1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    });
+  }
+  ~SignalStorm() {
+    done_ = true;
+    thread_.join();
+    sigaction(SIGUSR1, &old_, nullptr);
+  }
+
+ private:
+  struct sigaction old_ {};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+TEST(SignalTest, ASignalDuringABlockedSendIsNotAFailure) {
+  zmq::context_t ctx(1);
+  TrafficCounters rc, dc;
+  SocketOptions ro = Opts(wire::SERVER, 1);
+  ro.high_water_mark = 1;
+  Socket router(ctx, zmq::socket_type::router, ro, &rc);  // does not read until the end
+  SocketOptions o = Opts(wire::WORKER, 3);
+  o.high_water_mark = 1;
+  o.send_timeout_ms = 300;
+  Socket dealer(ctx, zmq::socket_type::dealer, o, &dc);
+  ASSERT_TRUE(router.Bind("tcp://127.0.0.1:*").ok());
+  ASSERT_TRUE(dealer.Connect(router.endpoint()).ok());
+  std::vector<char> big(1 << 20);
+  wire::Header h;
+  h.mutable_push_request()->set_clock(1);
+  Status s;
+  {
+    SignalStorm storm(pthread_self());
+    // Fill the queue until a send blocks for its whole timeout (bounded).
+    for (int i = 0; i < 1000 && s.ok(); ++i) s = dealer.Send(h, {CopyPayload(big.data(), big.size())});
+  }
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("timed out"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find("Interrupted"), std::string::npos) << s;
+  // And the pair still works once the router reads.
+  int got = 0;
+  while (ReceiveWithin(router, 200)) ++got;
+  EXPECT_GT(got, 0);
 }
 
 }  // namespace
