@@ -66,7 +66,10 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}, ""},
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},
-      {"wan-ssp", "WAN, fp32, staleness bound " + bound, {"training.staleness_bound=" + bound, "wan.planner=false"}, ""},
+      {"wan-ssp",
+       "WAN, fp32, staleness bound " + bound,
+       {"training.staleness_bound=" + bound, "wan.planner=false"},
+       ""},
       {"wan-ssp-best",
        "WAN, staleness bound " + bound + ", push topk:0.005+zstd with momentum correction, pull int8, planner",
        with({"training.staleness_bound=" + bound, "wan.planner=true"}, compress), ""},

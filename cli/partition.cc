@@ -39,12 +39,12 @@ struct Split {
 StatusOr<Split> DrawSplit(const PartitionFlags& f) {
   Split s;
   GD_ASSIGN_OR_RETURN(s.job, LoadJobFile(f.job_file, f.overrides));
-  s.parts = f.parts > 0                   ? f.parts
+  s.parts = f.parts > 0                 ? f.parts
             : s.job.federated.enabled() ? static_cast<int>(s.job.federated.clients)
                                         : s.job.NumWorkers();
   GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadFashionMnist(s.job.data.path, "train"));
-  auto partition = worker::PartitionSamples(train.labels, kLabels, s.parts, s.job.data.partition, s.job.seed,
-                                            s.job.data.batch_size);
+  auto partition =
+      worker::PartitionSamples(train.labels, kLabels, s.parts, s.job.data.partition, s.job.seed, s.job.data.batch_size);
   if (!partition.ok()) return InvalidArgument("data.partition: " + partition.status().message());
   s.partition = std::move(*partition);
   s.counts = worker::LabelCounts(s.partition, train.labels, kLabels);
@@ -57,9 +57,8 @@ std::string Header(const Split& s) {
   for (const auto& p : s.partition) sizes.push_back(p.size());
   std::sort(sizes.begin(), sizes.end());
   return "partition " + ToString(s.job.data.partition) + ", seed " + std::to_string(s.job.seed) + ", " +
-         std::to_string(s.parts) + " parts of " + std::to_string(sizes.front()) + "-" +
-         std::to_string(sizes.back()) + " samples (median " + std::to_string(sizes[sizes.size() / 2]) +
-         "), digest " + s.digest;
+         std::to_string(s.parts) + " parts of " + std::to_string(sizes.front()) + "-" + std::to_string(sizes.back()) +
+         " samples (median " + std::to_string(sizes[sizes.size() / 2]) + "), digest " + s.digest;
 }
 
 std::string Table(const Split& s) {
@@ -71,7 +70,7 @@ std::string Table(const Split& s) {
     out += StrFormat("%6d %8zu", p, s.partition[p].size());
     for (int64_t n : c) out += StrFormat(" %6lld", static_cast<long long>(n));
     out += StrFormat("  %.2f\n", static_cast<double>(*std::max_element(c.begin(), c.end())) /
-                               static_cast<double>(s.partition[p].size()));
+                                     static_cast<double>(s.partition[p].size()));
   }
   return out;
 }
@@ -105,8 +104,11 @@ std::string Svg(const Split& s) {
   for (const auto& p : s.partition) largest = std::max(largest, p.size());
   const double bar = std::clamp(900.0 / s.parts, 1.0, 40.0), plot_h = 320, left = 60, top = 40;
   const double width = std::max(760.0, left + bar * s.parts + 120);
-  std::string out = StrFormat(R"(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">)",
-                        width, top + plot_h + 50) + "\n";
+  std::string out =
+      StrFormat(
+          R"(<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="12">)",
+          width, top + plot_h + 50) +
+      "\n";
   out += StrFormat(R"(<text x="%.0f" y="20">%s</text>)", left, Header(s).c_str()) + "\n";
   for (int p = 0; p < s.parts; ++p) {
     double y = top + plot_h;
@@ -115,14 +117,18 @@ std::string Svg(const Split& s) {
       y -= h;
       if (h > 0)
         out += StrFormat(R"(<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"/>)", left + p * bar, y,
-                   std::max(bar - (bar > 3 ? 1 : 0), 0.5), h, kColours[l]) + "\n";
+                         std::max(bar - (bar > 3 ? 1 : 0), 0.5), h, kColours[l]) +
+               "\n";
     }
   }
   out += StrFormat(R"(<text x="%.0f" y="%.0f">part (0-%d)</text>)", left, top + plot_h + 20, s.parts - 1) + "\n";
-  out += StrFormat(R"(<text x="5" y="%.0f">%zu</text><text x="5" y="%.0f">0</text>)", top + 10, largest, top + plot_h) + "\n";
+  out += StrFormat(R"(<text x="5" y="%.0f">%zu</text><text x="5" y="%.0f">0</text>)", top + 10, largest, top + plot_h) +
+         "\n";
   for (int l = 0; l < kLabels; ++l)
-    out += StrFormat(R"(<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f">label %d</text>)",
-               width - 100, top + 18.0 * l, kColours[l], width - 82, top + 18.0 * l + 11, l) + "\n";
+    out += StrFormat(
+               R"(<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f">label %d</text>)",
+               width - 100, top + 18.0 * l, kColours[l], width - 82, top + 18.0 * l + 11, l) +
+           "\n";
   return out + "</svg>\n";
 }
 
@@ -158,7 +164,8 @@ int RunPartition(const PartitionFlags& f) {
 
 Command AddPartition(CLI::App& app) {
   auto f = std::make_shared<PartitionFlags>();
-  auto* cmd = app.add_subcommand("partition", "print how data.partition splits the training set (sizes, labels, digest)");
+  auto* cmd =
+      app.add_subcommand("partition", "print how data.partition splits the training set (sizes, labels, digest)");
   cmd->add_option("job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", f->overrides, "override a job-file key, e.g. data.partition=dirichlet:0.3");
   cmd->add_option("--parts", f->parts, "split into this many parts (default: the job's workers, or federated.clients)")

@@ -72,8 +72,9 @@ std::vector<int64_t> SelectClients(const SelectionSpec& selection, const Profile
   const auto want = static_cast<size_t>(
       std::ceil(static_cast<double>(selection.per_round) * (1.0 + std::max(0.0, selection.over_selection)) - 1e-9));
   const size_t take = std::min(want, keyed.size());
-  std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(take), keyed.end(),
-                    [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+  std::partial_sort(
+      keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(take), keyed.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   std::vector<int64_t> out;
   for (size_t i = 0; i < take; ++i) out.push_back(keyed[i].second);
   return out;

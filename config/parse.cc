@@ -272,10 +272,12 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->local_epochs) && f->local_epochs > 0 && f->local_epochs <= 1000, errors, "federated.local_epochs",
         "must be in (0, 1000]");
   Check(f->local_steps >= 0 && f->local_steps <= 1000000, errors, "federated.local_steps", "must be in [0, 1000000]");
-  Check(Finite(f->local_lr) && f->local_lr > 0 && f->local_lr <= 10, errors, "federated.local_lr", "must be in (0, 10]");
+  Check(Finite(f->local_lr) && f->local_lr > 0 && f->local_lr <= 10, errors, "federated.local_lr",
+        "must be in (0, 10]");
   Check(Finite(f->local_momentum) && f->local_momentum >= 0 && f->local_momentum < 1, errors,
         "federated.local_momentum", "must be in [0, 1)");
-  Check(Finite(f->prox_mu) && f->prox_mu >= 0 && f->prox_mu <= 1000, errors, "federated.prox_mu", "must be in [0, 1000]");
+  Check(Finite(f->prox_mu) && f->prox_mu >= 0 && f->prox_mu <= 1000, errors, "federated.prox_mu",
+        "must be in [0, 1000]");
   Check(Finite(f->availability) && f->availability > 0 && f->availability <= 1, errors, "federated.availability",
         "must be in (0, 1]");
   Check(Finite(f->dropout) && f->dropout >= 0 && f->dropout < 1, errors, "federated.dropout", "must be in [0, 1)");

@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "cluster/privacy.h"
 #include "common/files.h"
 #include "common/format.h"
 #include "common/histogram.h"
@@ -15,7 +16,6 @@
 #include "common/push_ledger.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
-#include "server/privacy.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -57,23 +57,29 @@ struct Totals {
   std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
   uint64_t updates_taken = 0, duplicates = 0;
   std::map<int, uint64_t> taken_by_worker;
-  json partition;  // null without a partitioned dataset
-  json federated;  // null unless a federated job
+  json partition;          // null without a partitioned dataset
+  json federated;          // null unless a federated job
   int64_t rounds_run = 0;  // federated: the most rounds any executor ran
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
-// (at most 1000 points), from the Renyi accountant (server/privacy.h).
+// (at most 1000 points), from the Renyi accountant (cluster/privacy.h).
 json DpReport(const FederatedSpec& f, int64_t rounds) {
   const double q = static_cast<double>(f.per_round) / static_cast<double>(f.clients);
   const int64_t every = std::max<int64_t>(1, (rounds + 999) / 1000);
   json by_round = json::array();
   for (int64_t r = every; r <= rounds; r += every)
-    by_round.push_back({r, server::EpsilonAfter(q, f.dp_noise_multiplier, r, f.dp_delta).epsilon});
-  const server::DpGuarantee g = server::EpsilonAfter(q, f.dp_noise_multiplier, std::max<int64_t>(rounds, 1), f.dp_delta);
-  return {{"clip_norm", f.dp_clip_norm}, {"noise_multiplier", f.dp_noise_multiplier}, {"delta", f.dp_delta},
-          {"sampling_rate", q},          {"rounds", rounds},                          {"epsilon", g.epsilon},
-          {"renyi_order", g.order},      {"epsilon_by_round", by_round}};
+    by_round.push_back({r, cluster::EpsilonAfter(q, f.dp_noise_multiplier, r, f.dp_delta).epsilon});
+  const cluster::DpGuarantee g =
+      cluster::EpsilonAfter(q, f.dp_noise_multiplier, std::max<int64_t>(rounds, 1), f.dp_delta);
+  return {{"clip_norm", f.dp_clip_norm},
+          {"noise_multiplier", f.dp_noise_multiplier},
+          {"delta", f.dp_delta},
+          {"sampling_rate", q},
+          {"rounds", rounds},
+          {"epsilon", g.epsilon},
+          {"renyi_order", g.order},
+          {"epsilon_by_round", by_round}};
 }
 
 // data.partition as the workers drew it: each worker reports the digest of

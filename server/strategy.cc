@@ -18,7 +18,9 @@ bool WeightedMean(std::vector<ClientUpdate> updates, size_t n, float* out) {
   return true;
 }
 
-double FedBuffWeight(int64_t staleness) { return 1.0 / std::sqrt(1.0 + static_cast<double>(std::max<int64_t>(staleness, 0))); }
+double FedBuffWeight(int64_t staleness) {
+  return 1.0 / std::sqrt(1.0 + static_cast<double>(std::max<int64_t>(staleness, 0)));
+}
 
 void ScaffoldControl::Update(const float* mean_control_delta, double fraction) {
   for (size_t j = 0; j < c_.size(); ++j)
@@ -64,8 +66,7 @@ class FedAvgM final : public ChunkStrategy {
 // FedAdam, FedYogi and FedAdagrad differ only in the second moment.
 class FedAdaptive final : public ChunkStrategy {
  public:
-  FedAdaptive(const StrategySpec& s, size_t n)
-      : spec_(s), m_(n, 0.0f), v_(n, static_cast<float>(s.tau * s.tau)) {}
+  FedAdaptive(const StrategySpec& s, size_t n) : spec_(s), m_(n, 0.0f), v_(n, static_cast<float>(s.tau * s.tau)) {}
   void Apply(float* x, const float* delta, size_t n) override {
     const double b1 = spec_.beta1, b2 = spec_.beta2;
     for (size_t j = 0; j < n; ++j) {

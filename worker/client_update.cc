@@ -20,7 +20,8 @@ void ScaffoldControlDelta(const float* c, const float* x_global, const float* y,
                           float* control_delta) {
   const double scale = 1.0 / (static_cast<double>(steps) * lr);
   for (size_t j = 0; j < n; ++j)
-    control_delta[j] = static_cast<float>(-static_cast<double>(c[j]) + (static_cast<double>(x_global[j]) - y[j]) * scale);
+    control_delta[j] =
+        static_cast<float>(-static_cast<double>(c[j]) + (static_cast<double>(x_global[j]) - y[j]) * scale);
 }
 
 }  // namespace geodesic::worker

@@ -5,14 +5,12 @@
 #include <random>
 
 #include "cluster/population.h"
-#include "server/privacy.h"
+#include "cluster/privacy.h"
 
 namespace geodesic::worker {
 namespace {
 
-cluster::ProfileSpec Profiles(const FederatedSpec& f) {
-  return {.availability = f.availability, .dropout = f.dropout};
-}
+cluster::ProfileSpec Profiles(const FederatedSpec& f) { return {.availability = f.availability, .dropout = f.dropout}; }
 
 }  // namespace
 
@@ -37,9 +35,10 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
 int64_t FederatedRounds::Weight(int64_t client) const {
   const FederatedSpec& f = job_->federated;
   const int64_t batch = job_->data.batch_size;
-  const int64_t steps = f.local_steps > 0 ? f.local_steps
-                                          : std::max<int64_t>(1, static_cast<int64_t>(std::floor(
-                                                                     f.local_epochs * (sizes_[client] / batch))));
+  const int64_t steps =
+      f.local_steps > 0
+          ? f.local_steps
+          : std::max<int64_t>(1, static_cast<int64_t>(std::floor(f.local_epochs * (sizes_[client] / batch))));
   return steps * batch;
 }
 
@@ -65,15 +64,15 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   std::vector<double> sum(n, 0.0);
   for (int64_t client : mine) {
     GD_ASSIGN_OR_RETURN(ClientOutcome o, exec_->Train(global, {.client = client,
-                                                                .round = round,
-                                                                .indices = &clients_[client],
-                                                                .local_epochs = f.local_epochs,
-                                                                .local_steps = f.local_steps}));
+                                                               .round = round,
+                                                               .indices = &clients_[client],
+                                                               .local_epochs = f.local_epochs,
+                                                               .local_steps = f.local_steps}));
     if (!o.finite) {
       ++report.unusable;
       continue;
     }
-    if (f.dp() && server::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+    if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
     const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
     for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
     ++report.trained;
@@ -102,8 +101,8 @@ void FederatedRounds::AddNoise(int64_t round, std::vector<double>& sum) const {
   std::vector<float> noise(sum.size(), 0.0f);
   std::mt19937_64 rng(job_->seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(round) * 0xBF58476D1CE4E5B9ull ^
                       static_cast<uint64_t>(executor_ + 1) * 0x94D049BB133111EBull);
-  server::AddGaussianNoise(noise.data(), noise.size(),
-                           f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), rng);
+  cluster::AddGaussianNoise(noise.data(), noise.size(),
+                            f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), rng);
   for (size_t j = 0; j < sum.size(); ++j) sum[j] += noise[j];
 }
 

@@ -18,7 +18,8 @@
 // share. Under DP-FedAvg (federated.dp_clip_norm > 0) each update is
 // clipped, weighs 1, W is per_round, and each executor adds N(0, (zS)^2/E)
 // to its sum from a generator seeded by (seed, round, executor), so the
-// round's noise is N(0, (zS)^2) and runs stay deterministic. Torch-free header; not synchronized (the training thread owns it).
+// round's noise is N(0, (zS)^2) and runs stay deterministic. Torch-free header; not synchronized (the training thread
+// owns it).
 #pragma once
 
 #include <cstdint>
@@ -35,12 +36,12 @@
 namespace geodesic::worker {
 
 struct RoundReport {
-  int64_t selected = 0;  // the round's selection, all executors
-  int64_t trained = 0;   // this executor's clients that sent a usable update
-  int64_t dropped = 0;   // this executor's clients that dropped out
-  int64_t unusable = 0;  // this executor's clients whose update was not finite
-  int64_t clipped = 0;   // DP: this executor's clients whose update was clipped
-  int64_t samples = 0;   // samples this executor's clients trained on
+  int64_t selected = 0;      // the round's selection, all executors
+  int64_t trained = 0;       // this executor's clients that sent a usable update
+  int64_t dropped = 0;       // this executor's clients that dropped out
+  int64_t unusable = 0;      // this executor's clients whose update was not finite
+  int64_t clipped = 0;       // DP: this executor's clients whose update was clipped
+  int64_t samples = 0;       // samples this executor's clients trained on
   double mean_loss = 0;      // over the trained clients
   double mean_accuracy = 0;  // their training accuracy
 };
@@ -58,7 +59,7 @@ class FederatedRounds {
 
  private:
   FederatedRounds() = default;
-  int64_t Weight(int64_t client) const;  // samples client trains on per round
+  int64_t Weight(int64_t client) const;                          // samples client trains on per round
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
 
   const JobSpec* job_ = nullptr;

@@ -17,7 +17,7 @@ class Rng {
   explicit Rng(uint64_t seed) : g_(seed) {}
   uint64_t Below(uint64_t n) { return g_() % n; }
   double Uniform() { return (static_cast<double>(g_() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
-  double Normal() {  // Box-Muller
+  double Normal() {                                                                 // Box-Muller
     const double u1 = Uniform(), u2 = Uniform();
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   }
@@ -161,7 +161,8 @@ StatusOr<Partition> PartitionSamples(const std::vector<uint8_t>& labels, int num
   const auto n = static_cast<int64_t>(labels.size());
   GD_RETURN_IF_ERROR(CheckFits(n, parts, spec, min_size));
   for (uint8_t l : labels)
-    if (l >= num_labels) return InvalidArgument("label " + std::to_string(l) + " outside [0, " + std::to_string(num_labels) + ")");
+    if (l >= num_labels)
+      return InvalidArgument("label " + std::to_string(l) + " outside [0, " + std::to_string(num_labels) + ")");
   // IID keeps the split jobs had before the other kinds existed; the others
   // draw from their own stream so that no two kinds share draws.
   if (spec.kind == DataPartition::kIid) return Iid(n, parts, seed);

@@ -260,9 +260,9 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   auto off = ParseJob(kMinimal, "t");
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(off->federated.enabled());
-  const std::vector<std::string> on = {"federated.clients=100", "federated.per_round=10", "federated.rounds=7",
-                                       "federated.prox_mu=0.01", "federated.dropout=0.2",
-                                       "federated.dp_clip_norm=1.5", "training.staleness_bound=0"};
+  const std::vector<std::string> on = {
+      "federated.clients=100", "federated.per_round=10",     "federated.rounds=7",        "federated.prox_mu=0.01",
+      "federated.dropout=0.2", "federated.dp_clip_norm=1.5", "training.staleness_bound=0"};
   auto job = ParseJob(kMinimal, "t", on);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->federated.clients, 100);

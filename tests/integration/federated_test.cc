@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "server/privacy.h"
+#include "cluster/privacy.h"
 #include "tests/integration/harness.h"
 
 namespace geodesic {
@@ -76,8 +76,9 @@ TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
   auto avg = Launch(dir, "avg", {"--set", "federated.rounds=6"});
-  auto adam = Launch(dir, "adam", {"--set", "federated.rounds=6", "--set", "federated.strategy=fedadam", "--set",
-                                   "training.outer_lr=0.01"});
+  auto adam =
+      Launch(dir, "adam",
+             {"--set", "federated.rounds=6", "--set", "federated.strategy=fedadam", "--set", "training.outer_lr=0.01"});
   EXPECT_EQ(adam["status"], "finished");
   EXPECT_GT(adam["test_accuracy"].get<double>(), 0.5) << adam.dump();
   EXPECT_NE(testing::ReadText(dir / "avg/final_params.bin"), testing::ReadText(dir / "adam/final_params.bin"));
@@ -88,7 +89,8 @@ TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
 TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
-  const std::vector<std::string> dp = {"--set", "federated.rounds=5", "--set", "federated.dp_clip_norm=0.5",
+  const std::vector<std::string> dp = {"--set", "federated.rounds=5",
+                                       "--set", "federated.dp_clip_norm=0.5",
                                        "--set", "federated.dp_noise_multiplier=0.8"};
   auto a = Launch(dir, "a", dp), b = Launch(dir, "b", dp);
   ASSERT_TRUE(a["federated"]["dp"].is_object()) << a.dump();
@@ -96,12 +98,13 @@ TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {
   EXPECT_EQ(testing::ReadText(dir / "a/final_params.bin"), testing::ReadText(dir / "b/final_params.bin"));
   const auto& d = a["federated"]["dp"];
   EXPECT_EQ(d["rounds"], 5);
-  EXPECT_DOUBLE_EQ(d["epsilon"].get<double>(), server::EpsilonAfter(8.0 / 40, 0.8, 5, 1e-5).epsilon);
+  EXPECT_DOUBLE_EQ(d["epsilon"].get<double>(), cluster::EpsilonAfter(8.0 / 40, 0.8, 5, 1e-5).epsilon);
   ASSERT_EQ(d["epsilon_by_round"].size(), 5u);
   EXPECT_LT(d["epsilon_by_round"][0][1].get<double>(), d["epsilon_by_round"][4][1].get<double>());
   // The noise is there: without it the same clipped job ends elsewhere.
-  auto quiet = Launch(dir, "quiet", {"--set", "federated.rounds=5", "--set", "federated.dp_clip_norm=0.5", "--set",
-                                     "federated.dp_noise_multiplier=0.000001"});
+  auto quiet = Launch(dir, "quiet",
+                      {"--set", "federated.rounds=5", "--set", "federated.dp_clip_norm=0.5", "--set",
+                       "federated.dp_noise_multiplier=0.000001"});
   EXPECT_NE(testing::ReadText(dir / "a/final_params.bin"), testing::ReadText(dir / "quiet/final_params.bin"));
 }
 

@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
-#include <atomic>
 #include <numeric>
 #include <thread>
 

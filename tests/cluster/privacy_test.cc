@@ -1,6 +1,6 @@
 // DP-FedAvg's clipping, noise and Rényi accountant, against closed forms and
 // an independent numerical integration.
-#include "server/privacy.h"
+#include "cluster/privacy.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numbers>
 #include <vector>
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 namespace {
 
 TEST(PrivacyTest, ClipToNormScalesOnlyLongUpdatesAndZeroesBrokenOnes) {
@@ -93,4 +93,4 @@ TEST(PrivacyTest, EpsilonIsTheBestOrdersConversion) {
 }
 
 }  // namespace
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

@@ -1,11 +1,11 @@
-#include "server/privacy.h"
+#include "cluster/privacy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numbers>
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
 double ClipToNorm(float* delta, size_t n, double max_norm) {
   double sq = 0;
@@ -57,4 +57,4 @@ DpGuarantee EpsilonAfter(double q, double z, int64_t rounds, double delta) {
   return best;
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster

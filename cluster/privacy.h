@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-namespace geodesic::server {
+namespace geodesic::cluster {
 
 // Scales `delta` (n values) down to L2 norm `max_norm` if it is longer;
 // returns the factor applied (1 when it was not). A non-finite norm zeroes
@@ -38,4 +38,4 @@ struct DpGuarantee {
 //   ε = R(α) + log((α-1)/α) - (log δ + log α) / (α-1),  R = rounds * RDP(α).
 DpGuarantee EpsilonAfter(double q, double z, int64_t rounds, double delta);
 
-}  // namespace geodesic::server
+}  // namespace geodesic::cluster
