@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numbers>
+
+#include "common/draws.h"
 
 namespace geodesic::cluster {
 
@@ -21,12 +22,12 @@ double ClipToNorm(float* delta, size_t n, double max_norm) {
   return scale;
 }
 
-void AddGaussianNoise(float* values, size_t n, double stddev, std::mt19937_64& rng) {
-  auto uniform = [&rng] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
+void AddGaussianNoise(float* values, size_t n, double stddev, uint64_t key) {
+  CounterDraws draws{CounterSource(key)};
   for (size_t j = 0; j < n; j += 2) {
-    const double r = stddev * std::sqrt(-2.0 * std::log(uniform())), t = 2.0 * std::numbers::pi * uniform();
-    values[j] = static_cast<float>(values[j] + r * std::cos(t));
-    if (j + 1 < n) values[j + 1] = static_cast<float>(values[j + 1] + r * std::sin(t));
+    const auto [a, b] = draws.NormalPair();
+    values[j] = static_cast<float>(values[j] + stddev * a);
+    if (j + 1 < n) values[j + 1] = static_cast<float>(values[j + 1] + stddev * b);
   }
 }
 

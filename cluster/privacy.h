@@ -3,13 +3,12 @@
 // standard deviation z*S added to the round's sum, and a Rényi-DP
 // accountant for the Poisson-subsampled Gaussian mechanism (Mironov, Talwar
 // and Zhang, 2019) that turns (sampling rate q, noise multiplier z, rounds)
-// into (ε, δ). docs/federated.md has the formulas. Pure functions except
-// the noise, which draws from the caller's seeded generator.
+// into (ε, δ). docs/federated.md has the formulas. Pure functions; the
+// noise follows the caller's key.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 namespace geodesic::cluster {
@@ -19,9 +18,9 @@ namespace geodesic::cluster {
 // the update and returns 0.
 double ClipToNorm(float* delta, size_t n, double max_norm);
 
-// Adds N(0, stddev²) to each value, from `rng` (Box-Muller on its raw
-// output, so the noise is the same on every standard library).
-void AddGaussianNoise(float* values, size_t n, double stddev, std::mt19937_64& rng);
+// Adds N(0, stddev²) to each value, drawn from the counter stream of `key`
+// (common/draws.h: the same noise for a key on every platform).
+void AddGaussianNoise(float* values, size_t n, double stddev, uint64_t key);
 
 // Rényi DP of one round at integer order alpha >= 2: q = expected
 // participants / clients (Poisson sampling), z = noise multiplier. Exact for

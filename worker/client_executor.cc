@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/draws.h"
 #include "compression/codec.h"
 #include "worker/batcher.h"
 #include "worker/model.h"
@@ -103,8 +104,8 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
 }
 
 uint64_t ClientSeed(uint64_t job_seed, int64_t client, int64_t round) {
-  return job_seed * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(client) * 0xBF58476D1CE4E5B9ull) ^
-         (static_cast<uint64_t>(round) * 0x94D049BB133111EBull + 29);
+  constexpr uint64_t kBatchStream = 0x6261746368;  // "batch"
+  return DrawKey({job_seed, kBatchStream, static_cast<uint64_t>(client), static_cast<uint64_t>(round)});
 }
 
 }  // namespace geodesic::worker

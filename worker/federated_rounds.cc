@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "cluster/population.h"
 #include "cluster/privacy.h"
+#include "common/draws.h"
 
 namespace geodesic::worker {
 namespace {
+
+constexpr uint64_t kNoiseStream = 0x6e6f697365;  // "noise": DP noise keys apart from other draws
 
 cluster::ProfileSpec Profiles(const FederatedSpec& f) { return {.availability = f.availability, .dropout = f.dropout}; }
 
@@ -99,10 +101,10 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
 void FederatedRounds::AddNoise(int64_t round, std::vector<double>& sum) const {
   const FederatedSpec& f = job_->federated;
   std::vector<float> noise(sum.size(), 0.0f);
-  std::mt19937_64 rng(job_->seed * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(round) * 0xBF58476D1CE4E5B9ull ^
-                      static_cast<uint64_t>(executor_ + 1) * 0x94D049BB133111EBull);
+  const uint64_t key =
+      DrawKey({job_->seed, kNoiseStream, static_cast<uint64_t>(round), static_cast<uint64_t>(executor_)});
   cluster::AddGaussianNoise(noise.data(), noise.size(),
-                            f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), rng);
+                            f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), key);
   for (size_t j = 0; j < sum.size(); ++j) sum[j] += noise[j];
 }
 

@@ -2,44 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <numeric>
 #include <random>
 
 #include <cstdio>
 
+#include "common/draws.h"
+
 namespace geodesic::worker {
 namespace {
 
-// Seeded draws with fixed algorithms (see the header).
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : g_(seed) {}
-  uint64_t Below(uint64_t n) { return g_() % n; }
-  double Uniform() { return (static_cast<double>(g_() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
-  double Normal() {                                                                 // Box-Muller
-    const double u1 = Uniform(), u2 = Uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-  }
-  // Marsaglia and Tsang; shape < 1 through Gamma(shape + 1) * U^(1/shape).
-  double Gamma(double shape) {
-    if (shape < 1) return Gamma(shape + 1) * std::pow(Uniform(), 1.0 / shape);
-    const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
-    for (;;) {
-      const double x = Normal(), v0 = 1 + c * x;
-      if (v0 <= 0) continue;
-      const double v = v0 * v0 * v0, u = Uniform();
-      if (u < 1 - 0.0331 * x * x * x * x || std::log(u) < 0.5 * x * x + d * (1 - v + std::log(v))) return d * v;
-    }
-  }
-  void Shuffle(std::vector<int64_t>& v) {  // Fisher-Yates, as IidPartition draws it
-    for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i)
-      std::swap(v[i], v[Below(static_cast<uint64_t>(i + 1))]);
-  }
-
- private:
-  std::mt19937_64 g_;
-};
+// Seeded draws with fixed algorithms (common/draws.h), from one stream.
+using Rng = Draws<std::mt19937_64>;
 
 std::vector<int64_t> Iota(int64_t n) {
   std::vector<int64_t> v(n);
@@ -60,7 +34,7 @@ Partition Cut(const std::vector<int64_t>& order, const std::vector<int64_t>& siz
 
 Partition Iid(int64_t n, int parts, uint64_t seed) {
   std::vector<int64_t> perm = Iota(n);
-  Rng(seed).Shuffle(perm);
+  Rng(std::mt19937_64(seed)).Shuffle(perm);
   std::vector<int64_t> sizes(parts);
   for (int p = 0; p < parts; ++p) sizes[p] = n * (p + 1) / parts - n * p / parts;
   return Cut(perm, sizes);
@@ -166,7 +140,7 @@ StatusOr<Partition> PartitionSamples(const std::vector<uint8_t>& labels, int num
   // IID keeps the split jobs had before the other kinds existed; the others
   // draw from their own stream so that no two kinds share draws.
   if (spec.kind == DataPartition::kIid) return Iid(n, parts, seed);
-  Rng rng(seed ^ (0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(spec.kind) + 1)));
+  Rng rng(std::mt19937_64(seed ^ (kGolden64 * (static_cast<uint64_t>(spec.kind) + 1))));
   Partition out;
   if (spec.kind == DataPartition::kDirichlet)
     out = Dirichlet(labels, num_labels, parts, spec.param, rng);

@@ -2,10 +2,10 @@
 // clients later): IID, label skew (Dirichlet), label shards (McMahan et al.)
 // and quantity skew (log-normal sizes); config/job.h's PartitionSpec names
 // them. Seeded and deterministic: the same labels, parts, spec and seed give
-// the same split (our own draws on mt19937_64, whose output the standard
-// fixes, rather than libstdc++'s distributions; only libm's log, exp and cos
-// could differ between platforms), and PartitionDigest names it in the job summary so two
-// runs can be checked for the same split. docs/partitions.md has the
+// the same split (common/draws.h on mt19937_64, whose output the standard
+// fixes, rather than libstdc++'s distributions; only libm's log, exp and
+// cos could differ between platforms), and PartitionDigest names it in the
+// job summary so two runs can be checked for the same split. docs/partitions.md has the
 // algorithms and their costs. Pure functions; thread-safe.
 #pragma once
 
