@@ -333,6 +333,12 @@ struct FederatedSpec {
   double dp_clip_norm = 0;
   double dp_noise_multiplier = 1.0;
   double dp_delta = 1e-5;
+  // Per-round results (RUN_DIR/rounds.csv): executor 0 snapshots the global
+  // model every `eval_every` rounds for the test-set accuracy, and each
+  // client's accuracy is taken on its first `client_eval_samples` samples
+  // before it trains (0: not taken).
+  int64_t eval_every = 1;
+  int64_t client_eval_samples = 128;
   bool dp() const { return dp_clip_norm > 0; }
   bool enabled() const { return clients > 0; }
 };

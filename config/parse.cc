@@ -262,6 +262,8 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("dp_clip_norm", &f->dp_clip_norm);
   r.Get("dp_noise_multiplier", &f->dp_noise_multiplier);
   r.Get("dp_delta", &f->dp_delta);
+  r.Get("eval_every", &f->eval_every);
+  r.Get("client_eval_samples", &f->client_eval_samples);
   r.Finish();
   ParseWord(strategy, &f->strategy, errors, "federated.strategy",
             "'" + strategy + "' is not a strategy; use fedavg, fedadam, fedyogi or fedadagrad");
@@ -289,6 +291,10 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->dp_noise_multiplier) && f->dp_noise_multiplier > 0 && f->dp_noise_multiplier <= 100, errors,
         "federated.dp_noise_multiplier", "must be in (0, 100]");
   Check(Finite(f->dp_delta) && f->dp_delta > 0 && f->dp_delta < 1, errors, "federated.dp_delta", "must be in (0, 1)");
+  Check(f->eval_every >= 0 && f->eval_every <= 1000000, errors, "federated.eval_every",
+        "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");
+  Check(f->client_eval_samples >= 0 && f->client_eval_samples <= 60000, errors, "federated.client_eval_samples",
+        "must be in [0, 60000]");
   if (f->dp())
     Check(!f->weighted_selection && f->availability == 1, errors, "federated.dp_clip_norm",
           "needs uniform selection of every client (weighted_selection: false, availability: 1): the accountant "

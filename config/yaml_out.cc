@@ -207,6 +207,8 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "dp_clip_norm", f.dp_clip_norm);
   Put(out, "dp_noise_multiplier", f.dp_noise_multiplier);
   Put(out, "dp_delta", f.dp_delta);
+  Put(out, "eval_every", f.eval_every);
+  Put(out, "client_eval_samples", f.client_eval_samples);
   out << YAML::EndMap;
 }
 

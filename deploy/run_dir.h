@@ -37,6 +37,7 @@ struct RunDir {
   std::string wan_control() const { return File("wan-control"); }
   std::string tokens() const { return File("tokens"); }
   std::string summary_json() const { return File("summary.json"); }
+  std::string rounds_csv() const { return File("rounds.csv"); }
 
   // Records the children's pids by name (pids.json).
   Status WritePids(const nlohmann::json& pids) const;

@@ -14,6 +14,7 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "common/push_ledger.h"
+#include "deploy/rounds.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
 
@@ -60,6 +61,7 @@ struct Totals {
   json partition;          // null without a partitioned dataset
   json federated;          // null unless a federated job
   int64_t rounds_run = 0;  // federated: the most rounds any executor ran
+  std::vector<std::vector<stats::RoundStats>> round_records;  // federated: each executor's
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
@@ -124,6 +126,7 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
       t.federated["client_updates_clipped"] =
           t.federated.value("client_updates_clipped", int64_t{0}) + w.client_updates_clipped();
     t.rounds_run = std::max<int64_t>(t.rounds_run, w.clocks());
+    t.round_records.emplace_back(w.rounds().begin(), w.rounds().end());
   }
   t.samples += w.samples();
   t.worker_steps += w.steps();
@@ -315,6 +318,17 @@ json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStat
   return summary;
 }
 
+// Federated: the per-round table (deploy/rounds.h); WriteSummary also
+// writes it as rounds.csv.
+void AddRounds(const RunRecord& run, const Totals& t, json& summary) {
+  std::optional<double> final_accuracy;
+  if (summary["test_accuracy"].is_number()) final_accuracy = summary["test_accuracy"].get<double>();
+  json table = RoundTable(t.round_records, summary["accuracy_curve"], final_accuracy, run.job.federated.rounds);
+  summary["federated"]["round_totals"] = RoundTotals(table);
+  summary["federated"]["rounds_csv"] = run.dir.rounds_csv();
+  summary["federated"]["rounds"] = std::move(table);
+}
+
 void AddTraffic(const Totals& t, double wall, json& summary) {
   summary["samples"] = t.samples;
   summary["samples_per_second"] = wall > 0 ? t.samples / wall : 0.0;
@@ -394,6 +408,7 @@ json BuildSummary(const RunRecord& run) {
   summary["federated"] = t.federated;
   if (run.job.federated.dp() && t.federated.is_object())
     summary["federated"]["dp"] = DpReport(run.job.federated, t.rounds_run);
+  if (t.federated.is_object()) AddRounds(run, t, summary);
   summary["faults_injected"] = run.faults.faults();
   summary["recoveries"] = TimeFailovers(run);
   // Every pushed chunk a worker process saw acknowledged (applied or
@@ -420,6 +435,8 @@ namespace {
 
 Status WriteSummary(const json& summary, const RunRecord& run, const std::string& summary_file) {
   std::string text = summary.dump(2);
+  if (summary["federated"].is_object() && summary["federated"].contains("rounds"))
+    GD_RETURN_IF_ERROR(WriteFileAtomic(run.dir.rounds_csv(), RoundsCsv(summary["federated"]["rounds"])));
   GD_RETURN_IF_ERROR(WriteFileAtomic(run.dir.summary_json(), text));
   if (summary_file.empty()) return Status::Ok();
   auto parent = std::filesystem::path(summary_file).parent_path();

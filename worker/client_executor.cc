@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -38,6 +39,13 @@ struct ClientExecutor::Impl {
     *accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
     return std::isfinite(*loss) && compression::CountNonFinite(grad.data_ptr<float>(), grad.numel()) == 0;
   }
+
+  // Accuracy of the model as it is on the first `count` of `indices`.
+  double Accuracy(const std::vector<int64_t>& indices, int64_t count) {
+    count = std::min<int64_t>(count, static_cast<int64_t>(indices.size()));
+    torch::Tensor sel = torch::from_blob(const_cast<int64_t*>(indices.data()), {count}, torch::kInt64);
+    return Evaluate(*model, images.index_select(0, sel), labels.index_select(0, sel));
+  }
 };
 
 ClientExecutor::ClientExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -70,8 +78,13 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
   float* y = m.model->params().data_ptr<float>();
   std::memcpy(y, global, n * sizeof(float));
   std::fill(m.momentum.begin(), m.momentum.end(), 0.0f);
-  BatchSampler sampler(*r.indices, m.batch_size, ClientSeed(m.seed, r.client, r.round));
   ClientOutcome out;
+  if (r.eval_samples > 0) {
+    const auto e0 = std::chrono::steady_clock::now();
+    out.eval_accuracy = m.Accuracy(*r.indices, r.eval_samples);
+    out.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
+  }
+  BatchSampler sampler(*r.indices, m.batch_size, ClientSeed(m.seed, r.client, r.round));
   out.steps = m.Steps(r);
   double loss_sum = 0, accuracy_sum = 0;
   for (int64_t k = 0; k < out.steps; ++k) {

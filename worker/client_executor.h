@@ -28,6 +28,7 @@ struct ClientRound {
   int64_t local_steps = 0;                        // > 0: this many steps instead
   const float* correction = nullptr;              // SCAFFOLD: c - c_i (n values), else null
   const float* server_control = nullptr;          // SCAFFOLD: c, for the client's new control
+  int64_t eval_samples = 0;  // > 0: first evaluate `global` on this many of the client's samples
 };
 
 struct ClientOutcome {
@@ -40,6 +41,8 @@ struct ClientOutcome {
   // (delta is empty) and the round goes on without it.
   bool finite = true;
   std::vector<float> control_delta;  // SCAFFOLD: c_i+ - c_i
+  double eval_accuracy = -1;         // `global` on the client's first eval_samples samples; -1: not asked
+  double eval_seconds = 0;           // the time that took
 };
 
 class ClientExecutor {

@@ -1,6 +1,7 @@
 #include "worker/federated_rounds.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "cluster/population.h"
@@ -44,44 +45,64 @@ int64_t FederatedRounds::Weight(int64_t client) const {
   return steps * batch;
 }
 
-StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, float* push) {
+FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   const FederatedSpec& f = job_->federated;
   const cluster::ProfileSpec profiles = Profiles(f);
   const cluster::SelectionSpec selection{.per_round = f.per_round, .weighted = f.weighted_selection};
   const std::vector<int64_t> chosen = cluster::SelectClients(selection, profiles, sizes_, round, job_->seed);
-  RoundReport report{.selected = static_cast<int64_t>(chosen.size())};
-  double total = 0;
-  std::vector<int64_t> mine;
+  Plan plan;
+  plan.selected = static_cast<int64_t>(chosen.size());
   for (size_t i = 0; i < chosen.size(); ++i) {
     const bool dropped = cluster::DropsOut(profiles, chosen[i], round, job_->seed);
-    if (!dropped) total += f.dp() ? 1.0 : static_cast<double>(Weight(chosen[i]));
+    if (!dropped) plan.total += f.dp() ? 1.0 : static_cast<double>(Weight(chosen[i]));
     if (static_cast<int>(i % executors_) != executor_) continue;
     if (dropped)
-      ++report.dropped;
+      ++plan.dropped;
     else
-      mine.push_back(chosen[i]);
+      plan.mine.push_back(chosen[i]);
   }
-  std::sort(mine.begin(), mine.end());
+  std::sort(plan.mine.begin(), plan.mine.end());
+  return plan;
+}
+
+Status FederatedRounds::TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum,
+                                    RoundReport& report) {
+  const FederatedSpec& f = job_->federated;
+  const auto t0 = std::chrono::steady_clock::now();
+  GD_ASSIGN_OR_RETURN(ClientOutcome o, exec_->Train(global, {.client = client,
+                                                             .round = round,
+                                                             .indices = &clients_[client],
+                                                             .local_epochs = f.local_epochs,
+                                                             .local_steps = f.local_steps,
+                                                             .eval_samples = f.client_eval_samples}));
+  report.compute_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - o.eval_seconds;
+  report.eval_seconds += o.eval_seconds;
+  if (!o.finite) {
+    ++report.unusable;
+    return Status::Ok();
+  }
+  const int64_t n = num_params();
+  if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+  const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
+  for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
+  ++report.trained;
+  report.samples += o.samples;
+  report.mean_loss += o.mean_loss;
+  report.mean_accuracy += o.mean_accuracy;
+  if (o.eval_accuracy >= 0) report.client_accuracy.push_back(static_cast<float>(o.eval_accuracy));
+  return Status::Ok();
+}
+
+StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, float* push) {
+  const FederatedSpec& f = job_->federated;
+  Plan plan = PlanRound(round);
+  RoundReport report;
+  report.selected = plan.selected;
+  report.dropped = plan.dropped;
   const int64_t n = num_params();
   std::vector<double> sum(n, 0.0);
-  for (int64_t client : mine) {
-    GD_ASSIGN_OR_RETURN(ClientOutcome o, exec_->Train(global, {.client = client,
-                                                               .round = round,
-                                                               .indices = &clients_[client],
-                                                               .local_epochs = f.local_epochs,
-                                                               .local_steps = f.local_steps}));
-    if (!o.finite) {
-      ++report.unusable;
-      continue;
-    }
-    if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
-    const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
-    for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
-    ++report.trained;
-    report.samples += o.samples;
-    report.mean_loss += o.mean_loss;
-    report.mean_accuracy += o.mean_accuracy;
-  }
+  for (int64_t client : plan.mine) GD_RETURN_IF_ERROR(TrainClient(client, round, global, sum, report));
   if (report.trained > 0) {
     report.mean_loss /= static_cast<double>(report.trained);
     report.mean_accuracy /= static_cast<double>(report.trained);
@@ -90,10 +111,10 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
     // DP-FedAvg: a fixed denominator (the clients asked for), and each
     // executor's share of the round's noise N(0, (z S)^2), so the E shares
     // add up to it.
-    total = static_cast<double>(f.per_round);
+    plan.total = static_cast<double>(f.per_round);
     AddNoise(round, sum);
   }
-  const double scale = total > 0 ? -static_cast<double>(executors_) / total : 0.0;
+  const double scale = plan.total > 0 ? -static_cast<double>(executors_) / plan.total : 0.0;
   for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
   return report;
 }

@@ -44,6 +44,9 @@ struct RoundReport {
   int64_t samples = 0;       // samples this executor's clients trained on
   double mean_loss = 0;      // over the trained clients
   double mean_accuracy = 0;  // their training accuracy
+  double compute_seconds = 0;           // training this executor's clients
+  double eval_seconds = 0;              // evaluating the global model on their samples
+  std::vector<float> client_accuracy;   // the global model on each trained client's first samples
 };
 
 class FederatedRounds {
@@ -59,7 +62,16 @@ class FederatedRounds {
 
  private:
   FederatedRounds() = default;
+  struct Plan {
+    std::vector<int64_t> mine;  // this executor's clients that did not drop out, in id order
+    int64_t selected = 0, dropped = 0;
+    double total = 0;  // W: the round's total weight over every executor's clients that did not drop out
+  };
+  Plan PlanRound(int64_t round) const;
   int64_t Weight(int64_t client) const;                          // samples client trains on per round
+  // Trains `client`; adds its weighted update into `sum` and counts it.
+  Status TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum,
+                     RoundReport& report);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
 
   const JobSpec* job_ = nullptr;

@@ -65,7 +65,19 @@ struct Worker::Data {
   std::vector<int64_t> partition_labels;
   std::unique_ptr<BatchSampler> sampler;
   std::vector<torch::Tensor> synthetic_grads;
+  // Federated: one record per round (the stats file's `rounds`), and the
+  // byte counters when the open one began.
+  std::vector<stats::RoundStats> round_log;
+  double round_sent0 = 0, round_received0 = 0;
 };
+
+namespace {
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
 
 Worker::Worker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop)
     : options_(options),
@@ -203,7 +215,7 @@ Status Worker::Step() {
   const bool more = c_ + 1 < steps_;
   GD_RETURN_IF_ERROR(RequestAhead(more));
   TimePoint t0 = clock_->Now();
-  if (options_.id == 0 && Seconds(t0 - last_snapshot_) >= job_.eval.snapshot_every_s) {
+  if (SnapshotDue(t0)) {
     SaveSnapshot(c_);
     last_snapshot_ = t0;
   }
@@ -229,6 +241,7 @@ Status Worker::Step() {
     GD_RETURN_IF_ERROR(WaitPull(c_ + 1));
     if (local_) rounds_->Restart();
   }
+  if (more) CloseRoundRecord();  // the last one closes once its push is acknowledged (Finish)
   PublishProgress();
   if (Seconds(clock_->Now() - last_stats_) > 2.0) {
     WriteStats(false);
@@ -390,11 +403,26 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
 }
 
 bool Worker::ComputeFederated(torch::Tensor& grad) {
+  stats::RoundStats& rec = data_->round_log.emplace_back();
+  rec.set_round(static_cast<uint32_t>(c_));
+  rec.set_start_unix(UnixNow());
+  data_->round_sent0 = counters_.bytes_sent.load();
+  data_->round_received0 = counters_.bytes_received.load();
   StatusOr<RoundReport> r = federated_->Run(c_, rounds_->global().data_ptr<float>(), grad.data_ptr<float>());
+  rec.set_pushed_unix(UnixNow());
   if (!r.ok()) {
     GD_LOG(ERROR) << "round " << c_ << ": " << r.status();
     return false;
   }
+  rec.set_selected(static_cast<uint32_t>(r->selected));
+  rec.set_trained(static_cast<uint32_t>(r->trained));
+  rec.set_dropped(static_cast<uint32_t>(r->dropped));
+  rec.set_unusable(static_cast<uint32_t>(r->unusable));
+  rec.set_clipped(static_cast<uint32_t>(r->clipped));
+  rec.set_samples(static_cast<uint32_t>(r->samples));
+  rec.set_compute_seconds(r->compute_seconds);
+  rec.set_client_eval_seconds(r->eval_seconds);
+  for (float a : r->client_accuracy) rec.add_client_accuracy(a);
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;
@@ -470,6 +498,22 @@ std::string Worker::DescribeBlock() {
 
 // Local SGD snapshots the shards' model as last pulled (the average), not
 // this worker's own progress since; steps count minibatches.
+// Federated jobs snapshot every federated.eval_every rounds (0: by time,
+// as other jobs do).
+bool Worker::SnapshotDue(TimePoint now) const {
+  if (options_.id != 0) return false;
+  if (federated_ && job_.federated.eval_every > 0) return c_ % job_.federated.eval_every == 0;
+  return Seconds(now - last_snapshot_) >= job_.eval.snapshot_every_s;
+}
+
+void Worker::CloseRoundRecord() {
+  if (!federated_ || data_->round_log.empty() || data_->round_log.back().end_unix() > 0) return;
+  stats::RoundStats& rec = data_->round_log.back();
+  rec.set_end_unix(UnixNow());
+  rec.set_bytes_sent(counters_.bytes_sent.load() - data_->round_sent0);
+  rec.set_bytes_received(counters_.bytes_received.load() - data_->round_received0);
+}
+
 void Worker::SaveSnapshot(int64_t clock_now) {
   if (options_.id != 0 || options_.snapshot_dir.empty() || synthetic_) return;
   const float* values = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
@@ -513,6 +557,7 @@ void Worker::WriteStats(bool final) {
     j.set_clients_dropped(clients_dropped_);
     j.set_client_updates_unusable(clients_unusable_);
     if (job_.federated.dp()) j.set_client_updates_clipped(clients_clipped_);
+    for (const stats::RoundStats& r : data_->round_log) *j.add_rounds() = r;
   } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));
     j.set_partition_digest(data_->partition_digest);
@@ -540,8 +585,11 @@ void Worker::WriteStats(bool final) {
 Status Worker::Finish() {
   GD_ASSIGN_OR_RETURN(double final_wait, ps_->WaitAcks(0, stop_));
   comm_s_ += final_wait;
-  // The model as this worker last saw it closes the accuracy curve.
-  SaveSnapshot(c_);
+  CloseRoundRecord();
+  // The model as this worker last saw it closes the accuracy curve. With
+  // local rounds that is the last round's start: the shards' final model
+  // is the evaluator's test_accuracy.
+  SaveSnapshot(local_ ? std::max<int64_t>(c_ - 1, 0) : c_);
   double seconds = Seconds(clock_->Now() - start_);
   progress_.Finish(comm_s_);
   WriteStats(true);

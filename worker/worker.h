@@ -92,7 +92,9 @@ class Worker {
   void PublishProgress();
   void SkipBatches(int64_t from_clock, int64_t to_clock);
   std::string DescribeBlock();
+  bool SnapshotDue(TimePoint now) const;
   void SaveSnapshot(int64_t clock_now);
+  void CloseRoundRecord();  // federated: the round's end stamp and bytes
   void WriteStats(bool final);
   Status Finish();
 

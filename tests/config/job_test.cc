@@ -262,7 +262,8 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   EXPECT_FALSE(off->federated.enabled());
   const std::vector<std::string> on = {
       "federated.clients=100", "federated.per_round=10",     "federated.rounds=7",        "federated.prox_mu=0.01",
-      "federated.dropout=0.2", "federated.dp_clip_norm=1.5", "training.staleness_bound=0"};
+      "federated.dropout=0.2", "federated.dp_clip_norm=1.5", "training.staleness_bound=0",
+      "federated.eval_every=5"};
   auto job = ParseJob(kMinimal, "t", on);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->federated.clients, 100);
@@ -274,6 +275,8 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   EXPECT_EQ(back->federated.dropout, 0.2);
   EXPECT_TRUE(back->federated.dp());
   EXPECT_EQ(back->federated.dp_clip_norm, 1.5);
+  EXPECT_EQ(back->federated.eval_every, 5);
+  EXPECT_EQ(back->federated.client_eval_samples, 128);
   EXPECT_EQ(JobToYaml(*back), JobToYaml(*job));
   for (auto [bad, key] : {std::pair<const char*, const char*>{"federated.per_round=101", "federated.per_round"},
                           {"federated.local_lr=0", "federated.local_lr"},
@@ -282,6 +285,8 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
                           {"federated.clients=5000", "at most the 60000 training samples"},
                           {"model.name=synthetic", "needs a model with a network"},
                           {"federated.dp_delta=1", "federated.dp_delta"},
+                          {"federated.eval_every=-1", "federated.eval_every"},
+                          {"federated.client_eval_samples=70000", "federated.client_eval_samples"},
                           {"federated.availability=0.5", "needs uniform selection of every client"}}) {
     std::vector<std::string> o = on;
     o.push_back(bad);

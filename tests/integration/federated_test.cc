@@ -2,6 +2,7 @@
 // the workers as client executors and the shards averaging each round.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cluster/privacy.h"
@@ -68,6 +69,38 @@ TEST(FederatedTest, DropoutsAreCountedAndRoundsGoOn) {
   EXPECT_GT(dropped, 0);
   EXPECT_GT(trained, 0);
   EXPECT_EQ(s["status"], "finished");
+  // The per-round table: every round's counts add up, every round has the
+  // test accuracy of the model after it, and rounds.csv holds the same.
+  const nlohmann::json& rounds = s["federated"]["rounds"];
+  ASSERT_EQ(rounds.size(), 6u) << s["federated"].dump();
+  int64_t participants = 0;
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const nlohmann::json& r = rounds[i];
+    SCOPED_TRACE(r.dump());
+    EXPECT_EQ(r["round"], static_cast<int64_t>(i) + 1);
+    EXPECT_EQ(r["participants"].get<int64_t>() + r["dropped"].get<int64_t>() + r["unusable"].get<int64_t>(), 8);
+    participants += r["participants"].get<int64_t>();
+    ASSERT_TRUE(r["test_accuracy"].is_number());
+    EXPECT_GT(r["test_accuracy"].get<double>(), 0.2);  // better than chance from round 1 on
+    EXPECT_GT(r["wall_s"].get<double>(), 0);
+    EXPECT_GT(r["compute_s"].get<double>(), 0);
+    EXPECT_GE(r["straggler_wait_s"].get<double>(), 0);
+    EXPECT_GT(r["bytes_up"].get<double>(), 4 * 50890);  // at least one push of the MLP's 50,890 floats
+    EXPECT_GT(r["bytes_down"].get<double>(), 0);
+    if (r["participants"].get<int64_t>() > 0) {
+      EXPECT_LE(r["client_accuracy_p10"].get<double>(), r["client_accuracy_mean"].get<double>());
+      EXPECT_GE(r["client_accuracy_p10"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(participants, trained);
+  EXPECT_EQ(rounds[5]["test_accuracy"], s["test_accuracy"]);  // the last round's model is the final one
+  const nlohmann::json& share = s["federated"]["round_totals"]["share"];
+  EXPECT_NEAR(share["compute"].get<double>() + share["client_eval"].get<double>() +
+                  share["straggler_wait"].get<double>() + share["comm"].get<double>(),
+              1.0, 1e-9);
+  const std::string csv = testing::ReadText(dir / "run/rounds.csv");
+  EXPECT_EQ(csv.rfind("round,test_accuracy,selected,participants,dropped,", 0), 0u) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7) << csv;
 }
 
 // An adaptive strategy runs on the shards (its moments per chunk) and

@@ -1,0 +1,47 @@
+// A federated job's per-round results (RUN_DIR/rounds.csv and the
+// summary's federated.rounds; docs/federated.md "Per-round results"): the
+// executors' round records (proto/stats.proto RoundStats) lined up by
+// round, with the evaluator's test accuracy. Pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "proto/stats.pb.h"
+
+namespace geodesic::deploy {
+
+// One row per round that any executor recorded, in order; `round` counts
+// from 1. Per round:
+//   test_accuracy    the global model after the round on the test set:
+//                    worker 0's snapshot at step `round` (accuracy_curve
+//                    points are [seconds, step, accuracy]), or
+//                    `final_accuracy` for the job's last round; null if
+//                    neither;
+//   selected, participants (usable updates), dropped, unusable, clipped,
+//   samples          summed over the executors;
+//   bytes_up, bytes_down  what the executors sent to and received from the
+//                    shards during the round;
+//   wall_s           first start to last end over the executors;
+//   compute_s, client_eval_s, straggler_wait_s, comm_s
+//                    the mean executor's round, split: training its
+//                    clients; evaluating them; idle until the slowest
+//                    executor pushed; the rest (push, aggregation, pull);
+//   client_accuracy_mean, client_accuracy_p10  over the round's evaluated
+//                    clients (the round's global model on each one's data).
+nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
+                          const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,
+                          int64_t last_round);
+
+// The whole-job view of a RoundTable: rounds, mean wall time, and each
+// part's share of the mean executor's round.
+nlohmann::json RoundTotals(const nlohmann::json& table);
+
+// RoundTable as CSV, one header line then a line per row; empty cells for
+// nulls.
+std::string RoundsCsv(const nlohmann::json& table);
+
+}  // namespace geodesic::deploy
