@@ -22,12 +22,17 @@ CounterDraws DrawsFor(uint64_t seed, Purpose purpose, int64_t client, int64_t ro
 ClientProfile DrawProfile(const ProfileSpec& spec, int64_t client, uint64_t seed) {
   CounterDraws d = DrawsFor(seed, kProfile, client, 0);
   ClientProfile p;
-  p.compute_factor = d.LogNormal(spec.compute_median, spec.compute_sigma);
+  p.step_seconds = d.LogNormal(spec.step_seconds, spec.compute_sigma);
   p.uplink_mbit = d.LogNormal(spec.uplink_mbit_median, spec.uplink_sigma);
   p.downlink_mbit = d.LogNormal(spec.downlink_mbit_median, spec.downlink_sigma);
   p.latency_ms = d.LogNormal(spec.latency_ms_median, spec.latency_sigma);
-  if (d.Uniform() < spec.slow_fraction) p.compute_factor *= spec.slow_factor;
+  if (d.Uniform() < spec.slow_fraction) p.step_seconds *= spec.slow_factor;
   return p;
+}
+
+double ClientSeconds(const ClientProfile& p, int64_t steps, double down_bytes, double up_bytes) {
+  return 2 * p.latency_ms / 1e3 + 8 * down_bytes / (p.downlink_mbit * 1e6) +
+         static_cast<double>(steps) * p.step_seconds + 8 * up_bytes / (p.uplink_mbit * 1e6);
 }
 
 bool Available(const ProfileSpec& spec, int64_t client, int64_t round, uint64_t seed) {
@@ -60,6 +65,30 @@ std::vector<int64_t> SelectClients(const SelectionSpec& selection, const Profile
       [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   std::vector<int64_t> out;
   for (size_t i = 0; i < take; ++i) out.push_back(keyed[i].second);
+  return out;
+}
+
+RoundClose CloseRound(const std::vector<Candidate>& selected, int64_t per_round, double deadline) {
+  RoundClose out;
+  std::vector<const Candidate*> in;
+  for (const Candidate& c : selected) {
+    if (c.dropped)
+      ++out.dropped;
+    else
+      in.push_back(&c);
+  }
+  std::sort(in.begin(), in.end(), [](const Candidate* a, const Candidate* b) {
+    return a->seconds < b->seconds || (a->seconds == b->seconds && a->client < b->client);
+  });
+  for (const Candidate* c : in) {
+    if (static_cast<int64_t>(out.accepted.size()) < per_round && (deadline <= 0 || c->seconds <= deadline)) {
+      out.accepted.push_back(c->client);
+      out.seconds = c->seconds;
+    } else {
+      ++out.late;
+    }
+  }
+  if (static_cast<int64_t>(out.accepted.size()) < per_round && deadline > 0) out.seconds = deadline;
   return out;
 }
 

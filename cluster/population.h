@@ -18,7 +18,7 @@ namespace geodesic::cluster {
 // median and sigma (the standard deviation of their logarithm; 0: every
 // client at the median).
 struct ProfileSpec {
-  double compute_median = 1.0;  // time of a local step relative to this machine's
+  double step_seconds = 0.05;  // a local step on a median device (s)
   double compute_sigma = 0;
   double uplink_mbit_median = 20, uplink_sigma = 0;
   double downlink_mbit_median = 100, downlink_sigma = 0;
@@ -30,7 +30,7 @@ struct ProfileSpec {
 };
 
 struct ClientProfile {
-  double compute_factor = 1;  // seconds of a step = this x the executor's own time
+  double step_seconds = 0;  // a local step on this device (s)
   double uplink_mbit = 0, downlink_mbit = 0, latency_ms = 0;
 };
 
@@ -43,6 +43,11 @@ bool Available(const ProfileSpec& spec, int64_t client, int64_t round, uint64_t 
 // Whether client c, selected in `round`, leaves before sending its update
 // (probability spec.dropout).
 bool DropsOut(const ProfileSpec& spec, int64_t client, int64_t round, uint64_t seed);
+
+// The simulated time client c takes for a round: the model down, `steps`
+// local steps, its update up, and a latency each way:
+//   2 latency + 8 down_bytes / downlink + steps * step_seconds + 8 up_bytes / uplink.
+double ClientSeconds(const ClientProfile& p, int64_t steps, double down_bytes, double up_bytes);
 
 struct SelectionSpec {
   int64_t per_round = 10;     // clients the round aggregates
@@ -57,5 +62,27 @@ struct SelectionSpec {
 // weight 0 are never selected).
 std::vector<int64_t> SelectClients(const SelectionSpec& selection, const ProfileSpec& profiles,
                                    const std::vector<int64_t>& samples_per_client, int64_t round, uint64_t seed);
+
+// A selected client as the round sees it.
+struct Candidate {
+  int64_t client = 0;
+  double seconds = 0;    // its simulated round time (ClientSeconds)
+  bool dropped = false;  // it leaves mid-round (DropsOut)
+};
+
+struct RoundClose {
+  std::vector<int64_t> accepted;  // whose updates the round aggregates, by finish time (then id)
+  int64_t dropped = 0;            // left mid-round
+  int64_t late = 0;               // answered after the deadline or after the round had per_round updates
+  double seconds = 0;             // the round's simulated time: when the server closed it
+};
+
+// Which updates a synchronous round takes: the first `per_round` clients
+// to finish that did not drop out, and only those finishing by `deadline`
+// (> 0; 0: none). The round closes at its per_round-th update; with fewer,
+// at the deadline if there is one, else when the last client still in it
+// finished (a dropout is taken as noticed at once). So with a deadline a
+// round never lasts longer than it.
+RoundClose CloseRound(const std::vector<Candidate>& selected, int64_t per_round, double deadline);
 
 }  // namespace geodesic::cluster

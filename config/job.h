@@ -324,6 +324,19 @@ struct FederatedSpec {
   double prox_mu = 0.0;       // FedProx's proximal weight (0: FedAvg)
   double availability = 1.0;  // probability that a client can be selected in a round
   double dropout = 0.0;       // probability that a selected client leaves before its update
+  // Rounds in simulated time (docs/federated.md "Edge conditions"): select
+  // ceil(per_round * (1 + over_selection)), aggregate the first per_round
+  // to finish, and none finishing after deadline_s (> 0).
+  double over_selection = 0;
+  double deadline_s = 0;
+  // Device profiles (log-normal: median and sigma of the log): a local
+  // step's seconds, with slow_fraction of devices slow_factor times slower;
+  // uplink and downlink Mbit/s; one-way latency.
+  double device_step_s = 0.05, device_compute_sigma = 0;
+  double device_slow_fraction = 0, device_slow_factor = 5;
+  double device_uplink_mbit = 20, device_uplink_sigma = 0;
+  double device_downlink_mbit = 100, device_downlink_sigma = 0;
+  double device_latency_ms = 50, device_latency_sigma = 0;
   FederatedStrategy strategy = FederatedStrategy::kFedAvg;
   double beta1 = 0.9, beta2 = 0.99, tau = 1e-3;  // fedadam, fedyogi, fedadagrad
   // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this

@@ -241,6 +241,27 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
 }
 
+// federated's simulated time: over-selection, the deadline, device profiles.
+void CheckDevices(const FederatedSpec& f, Errors* errors) {
+  auto in = [&](double v, double lo, double hi, bool open_lo, const char* key, const char* range) {
+    Check(Finite(v) && (open_lo ? v > lo : v >= lo) && v <= hi, errors, std::string("federated.") + key,
+          std::string("must be in ") + range);
+  };
+  in(f.over_selection, 0, 10, false, "over_selection", "[0, 10]");
+  in(f.deadline_s, 0, 1e6, false, "deadline_s", "[0, 1e6] (0: none)");
+  in(f.device_step_s, 0, 1e3, true, "device_step_s", "(0, 1000]");
+  in(f.device_slow_fraction, 0, 1, false, "device_slow_fraction", "[0, 1]");
+  in(f.device_slow_factor, 1, 1e3, false, "device_slow_factor", "[1, 1000]");
+  in(f.device_uplink_mbit, 0, 1e6, true, "device_uplink_mbit", "(0, 1e6]");
+  in(f.device_downlink_mbit, 0, 1e6, true, "device_downlink_mbit", "(0, 1e6]");
+  in(f.device_latency_ms, 0, 1e5, false, "device_latency_ms", "[0, 1e5]");
+  for (auto [v, key] : {std::pair{f.device_compute_sigma, "device_compute_sigma"},
+                        {f.device_uplink_sigma, "device_uplink_sigma"},
+                        {f.device_downlink_sigma, "device_downlink_sigma"},
+                        {f.device_latency_sigma, "device_latency_sigma"}})
+    in(v, 0, 5, false, key, "[0, 5]");
+}
+
 void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   MapReader r(top.child("federated"), "federated", errors);
   r.Get("clients", &f->clients);
@@ -254,6 +275,18 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("prox_mu", &f->prox_mu);
   r.Get("availability", &f->availability);
   r.Get("dropout", &f->dropout);
+  r.Get("over_selection", &f->over_selection);
+  r.Get("deadline_s", &f->deadline_s);
+  r.Get("device_step_s", &f->device_step_s);
+  r.Get("device_compute_sigma", &f->device_compute_sigma);
+  r.Get("device_slow_fraction", &f->device_slow_fraction);
+  r.Get("device_slow_factor", &f->device_slow_factor);
+  r.Get("device_uplink_mbit", &f->device_uplink_mbit);
+  r.Get("device_uplink_sigma", &f->device_uplink_sigma);
+  r.Get("device_downlink_mbit", &f->device_downlink_mbit);
+  r.Get("device_downlink_sigma", &f->device_downlink_sigma);
+  r.Get("device_latency_ms", &f->device_latency_ms);
+  r.Get("device_latency_sigma", &f->device_latency_sigma);
   std::string strategy = ToString(f->strategy);
   r.Get("strategy", &strategy);
   r.Get("beta1", &f->beta1);
@@ -283,6 +316,7 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->availability) && f->availability > 0 && f->availability <= 1, errors, "federated.availability",
         "must be in (0, 1]");
   Check(Finite(f->dropout) && f->dropout >= 0 && f->dropout < 1, errors, "federated.dropout", "must be in [0, 1)");
+  CheckDevices(*f, errors);
   Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
   Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
   Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
@@ -295,6 +329,9 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
         "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");
   Check(f->client_eval_samples >= 0 && f->client_eval_samples <= 60000, errors, "federated.client_eval_samples",
         "must be in [0, 60000]");
+  if (f->dp())
+    Check(f->over_selection == 0, errors, "federated.dp_clip_norm",
+          "needs over_selection: 0 (the accountant's sampling rate is per_round / clients)");
   if (f->dp())
     Check(!f->weighted_selection && f->availability == 1, errors, "federated.dp_clip_norm",
           "needs uniform selection of every client (weighted_selection: false, availability: 1): the accountant "

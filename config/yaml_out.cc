@@ -200,6 +200,18 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "prox_mu", f.prox_mu);
   Put(out, "availability", f.availability);
   Put(out, "dropout", f.dropout);
+  Put(out, "over_selection", f.over_selection);
+  Put(out, "deadline_s", f.deadline_s);
+  Put(out, "device_step_s", f.device_step_s);
+  Put(out, "device_compute_sigma", f.device_compute_sigma);
+  Put(out, "device_slow_fraction", f.device_slow_fraction);
+  Put(out, "device_slow_factor", f.device_slow_factor);
+  Put(out, "device_uplink_mbit", f.device_uplink_mbit);
+  Put(out, "device_uplink_sigma", f.device_uplink_sigma);
+  Put(out, "device_downlink_mbit", f.device_downlink_mbit);
+  Put(out, "device_downlink_sigma", f.device_downlink_sigma);
+  Put(out, "device_latency_ms", f.device_latency_ms);
+  Put(out, "device_latency_sigma", f.device_latency_sigma);
   Put(out, "strategy", f.strategy);
   Put(out, "beta1", f.beta1);
   Put(out, "beta2", f.beta2);

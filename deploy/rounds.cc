@@ -11,11 +11,25 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const kColumns[] = {"round",         "test_accuracy",    "selected",   "participants",
-                                "dropped",       "unusable",         "clipped",    "samples",
-                                "bytes_up",      "bytes_down",       "wall_s",     "compute_s",
-                                "client_eval_s", "straggler_wait_s", "comm_s",     "client_accuracy_mean",
-                                "client_accuracy_p10"};
+const char* const kColumns[] = {"round",
+                                "test_accuracy",
+                                "selected",
+                                "participants",
+                                "dropped",
+                                "unusable",
+                                "clipped",
+                                "samples",
+                                "bytes_up",
+                                "bytes_down",
+                                "wall_s",
+                                "compute_s",
+                                "client_eval_s",
+                                "straggler_wait_s",
+                                "comm_s",
+                                "client_accuracy_mean",
+                                "client_accuracy_p10",
+                                "late",
+                                "simulated_s"};
 
 // The nearest-rank 10th percentile.
 double P10(std::vector<float> v) {
@@ -33,7 +47,8 @@ json TestAccuracy(const json& curve, int64_t round, int64_t last_round, std::opt
 
 // One round's records, one per executor that ran it.
 json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
-  int64_t selected = 0, trained = 0, dropped = 0, unusable = 0, clipped = 0, samples = 0;
+  int64_t selected = 0, trained = 0, dropped = 0, unusable = 0, clipped = 0, samples = 0, late = 0;
+  double simulated = 0;
   double up = 0, down = 0, start = 1e300, end = 0, last_push = 0, compute = 0, eval = 0, span = 0, pushed = 0;
   bool closed = true;
   std::vector<float> acc;
@@ -41,6 +56,7 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
     selected = std::max<int64_t>(selected, r->selected());
     trained += r->trained(), dropped += r->dropped(), unusable += r->unusable(), clipped += r->clipped();
     samples += r->samples(), up += r->bytes_sent(), down += r->bytes_received();
+    late += r->late(), simulated = std::max(simulated, r->simulated_seconds());
     start = std::min(start, r->start_unix()), end = std::max(end, r->end_unix());
     last_push = std::max(last_push, r->pushed_unix()), pushed += r->pushed_unix();
     compute += r->compute_seconds(), eval += r->client_eval_seconds();
@@ -50,10 +66,11 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
   }
   const auto n = static_cast<double>(recs.size());
   const double wait = last_push - pushed / n;
-  json row = {{"round", round},          {"selected", selected}, {"participants", trained},
-              {"dropped", dropped},      {"unusable", unusable}, {"clipped", clipped},
-              {"samples", samples},      {"bytes_up", up},       {"bytes_down", down},
-              {"compute_s", compute / n}, {"client_eval_s", eval / n}, {"straggler_wait_s", wait}};
+  json row = {
+      {"round", round},       {"selected", selected},     {"participants", trained},   {"dropped", dropped},
+      {"unusable", unusable}, {"clipped", clipped},       {"samples", samples},        {"bytes_up", up},
+      {"bytes_down", down},   {"compute_s", compute / n}, {"client_eval_s", eval / n}, {"straggler_wait_s", wait},
+      {"late", late},         {"simulated_s", simulated}};
   row["wall_s"] = closed ? json(end - start) : json(nullptr);
   row["comm_s"] = closed ? json(std::max(0.0, span / n - (compute + eval) / n - wait)) : json(nullptr);
   double mean = 0;
@@ -80,9 +97,11 @@ json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors, co
 }
 
 json RoundTotals(const json& table) {
-  double wall = 0, compute = 0, eval = 0, wait = 0, comm = 0;
+  double wall = 0, compute = 0, eval = 0, wait = 0, comm = 0, simulated = 0, longest = 0;
   int64_t closed = 0;
   for (const auto& row : table) {
+    simulated += row["simulated_s"].get<double>();
+    longest = std::max(longest, row["simulated_s"].get<double>());
     if (!row["wall_s"].is_number()) continue;
     ++closed;
     wall += row["wall_s"].get<double>();
@@ -93,6 +112,8 @@ json RoundTotals(const json& table) {
   auto share = [&](double x) { return mean_round > 0 ? x / mean_round : 0.0; };
   return {{"rounds", table.size()},
           {"mean_wall_s", closed > 0 ? wall / static_cast<double>(closed) : 0.0},
+          {"simulated_s", simulated},
+          {"longest_simulated_round_s", longest},
           {"share",
            {{"compute", share(compute)},
             {"client_eval", share(eval)},

@@ -31,13 +31,17 @@ namespace geodesic::deploy {
 //                    clients; evaluating them; idle until the slowest
 //                    executor pushed; the rest (push, aggregation, pull);
 //   client_accuracy_mean, client_accuracy_p10  over the round's evaluated
-//                    clients (the round's global model on each one's data).
+//                    clients (the round's global model on each one's data);
+//   late             selected clients whose update came after the deadline
+//                    or after the round had per_round updates;
+//   simulated_s      the round's time under the device profiles.
 nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
                           const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,
                           int64_t last_round);
 
-// The whole-job view of a RoundTable: rounds, mean wall time, and each
-// part's share of the mean executor's round.
+// The whole-job view of a RoundTable: rounds, mean wall time, each part's
+// share of the mean executor's round, and the simulated time in all and of
+// the longest round.
 nlohmann::json RoundTotals(const nlohmann::json& table);
 
 // RoundTable as CSV, one header line then a line per row; empty cells for

@@ -58,9 +58,9 @@ struct Totals {
   std::map<std::pair<std::string, std::string>, std::tuple<double, double, int, uint64_t>> passive;
   uint64_t updates_taken = 0, duplicates = 0;
   std::map<int, uint64_t> taken_by_worker;
-  json partition;          // null without a partitioned dataset
-  json federated;          // null unless a federated job
-  int64_t rounds_run = 0;  // federated: the most rounds any executor ran
+  json partition;                                             // null without a partitioned dataset
+  json federated;                                             // null unless a federated job
+  int64_t rounds_run = 0;                                     // federated: the most rounds any executor ran
   std::vector<std::vector<stats::RoundStats>> round_records;  // federated: each executor's
 };
 
@@ -117,9 +117,11 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
   AddPartition(name, w, t.partition);
   if (w.has_clients_trained()) {
     if (t.federated.is_null())
-      t.federated = {{"clients_trained", 0}, {"clients_dropped", 0}, {"client_updates_unusable", 0}};
+      t.federated = {
+          {"clients_trained", 0}, {"clients_dropped", 0}, {"clients_late", 0}, {"client_updates_unusable", 0}};
     t.federated["clients_trained"] = t.federated["clients_trained"].get<int64_t>() + w.clients_trained();
     t.federated["clients_dropped"] = t.federated["clients_dropped"].get<int64_t>() + w.clients_dropped();
+    t.federated["clients_late"] = t.federated["clients_late"].get<int64_t>() + w.clients_late();
     t.federated["client_updates_unusable"] =
         t.federated["client_updates_unusable"].get<int64_t>() + w.client_updates_unusable();
     if (w.has_client_updates_clipped())

@@ -28,7 +28,7 @@ struct ClientRound {
   int64_t local_steps = 0;                        // > 0: this many steps instead
   const float* correction = nullptr;              // SCAFFOLD: c - c_i (n values), else null
   const float* server_control = nullptr;          // SCAFFOLD: c, for the client's new control
-  int64_t eval_samples = 0;  // > 0: first evaluate `global` on this many of the client's samples
+  int64_t eval_samples = 0;                       // > 0: first evaluate `global` on this many of the client's samples
 };
 
 struct ClientOutcome {

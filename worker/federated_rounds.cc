@@ -13,7 +13,20 @@ namespace {
 
 constexpr uint64_t kNoiseStream = 0x6e6f697365;  // "noise": DP noise keys apart from other draws
 
-cluster::ProfileSpec Profiles(const FederatedSpec& f) { return {.availability = f.availability, .dropout = f.dropout}; }
+cluster::ProfileSpec Profiles(const FederatedSpec& f) {
+  return {.step_seconds = f.device_step_s,
+          .compute_sigma = f.device_compute_sigma,
+          .uplink_mbit_median = f.device_uplink_mbit,
+          .uplink_sigma = f.device_uplink_sigma,
+          .downlink_mbit_median = f.device_downlink_mbit,
+          .downlink_sigma = f.device_downlink_sigma,
+          .latency_ms_median = f.device_latency_ms,
+          .latency_sigma = f.device_latency_sigma,
+          .availability = f.availability,
+          .dropout = f.dropout,
+          .slow_fraction = f.device_slow_fraction,
+          .slow_factor = f.device_slow_factor};
+}
 
 }  // namespace
 
@@ -45,22 +58,36 @@ int64_t FederatedRounds::Weight(int64_t client) const {
   return steps * batch;
 }
 
+// Every executor computes the same plan: the selection, each selected
+// client's simulated time from its device profile (deterministic: steps
+// times its step time, the fp32 model down and up), and which updates the
+// round takes (cluster::CloseRound); the i-th accepted client is executor
+// (i mod E)'s.
 FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   const FederatedSpec& f = job_->federated;
   const cluster::ProfileSpec profiles = Profiles(f);
-  const cluster::SelectionSpec selection{.per_round = f.per_round, .weighted = f.weighted_selection};
-  const std::vector<int64_t> chosen = cluster::SelectClients(selection, profiles, sizes_, round, job_->seed);
-  Plan plan;
-  plan.selected = static_cast<int64_t>(chosen.size());
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    const bool dropped = cluster::DropsOut(profiles, chosen[i], round, job_->seed);
-    if (!dropped) plan.total += f.dp() ? 1.0 : static_cast<double>(Weight(chosen[i]));
-    if (static_cast<int>(i % executors_) != executor_) continue;
-    if (dropped)
-      ++plan.dropped;
-    else
-      plan.mine.push_back(chosen[i]);
+  const cluster::SelectionSpec selection{
+      .per_round = f.per_round, .over_selection = f.over_selection, .weighted = f.weighted_selection};
+  const double model_bytes = 4.0 * static_cast<double>(num_params());
+  std::vector<cluster::Candidate> candidates;
+  for (int64_t c : cluster::SelectClients(selection, profiles, sizes_, round, job_->seed)) {
+    const cluster::ClientProfile p = cluster::DrawProfile(profiles, c, job_->seed);
+    const int64_t steps = Weight(c) / job_->data.batch_size;
+    candidates.push_back({.client = c,
+                          .seconds = cluster::ClientSeconds(p, steps, model_bytes, model_bytes),
+                          .dropped = cluster::DropsOut(profiles, c, round, job_->seed)});
   }
+  const cluster::RoundClose close = cluster::CloseRound(candidates, f.per_round, f.deadline_s);
+  Plan plan;
+  plan.selected = static_cast<int64_t>(candidates.size());
+  plan.seconds = close.seconds;
+  for (size_t i = 0; i < close.accepted.size(); ++i) {
+    plan.total += f.dp() ? 1.0 : static_cast<double>(Weight(close.accepted[i]));
+    if (static_cast<int>(i % executors_) == executor_) plan.mine.push_back(close.accepted[i]);
+  }
+  // The dropped and late are counted by executor 0 alone, so that the
+  // executors' counts add up to the round's.
+  if (executor_ == 0) plan.dropped = close.dropped, plan.late = close.late;
   std::sort(plan.mine.begin(), plan.mine.end());
   return plan;
 }
@@ -100,6 +127,8 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   RoundReport report;
   report.selected = plan.selected;
   report.dropped = plan.dropped;
+  report.late = plan.late;
+  report.seconds = plan.seconds;
   const int64_t n = num_params();
   std::vector<double> sum(n, 0.0);
   for (int64_t client : plan.mine) GD_RETURN_IF_ERROR(TrainClient(client, round, global, sum, report));

@@ -1,25 +1,28 @@
 // A worker's side of a federated job (federated.clients > 0): the worker is
-// a client executor. In round r every executor computes the same selection
-// (cluster/population.h: availability, then per_round clients) and the
-// same dropouts; the i-th selected client goes to executor i mod E. The
-// executor trains its clients one after another from the round's global
-// model (worker/client_executor.h) and pushes
+// a client executor. In round r every executor computes the same plan
+// (PlanRound, from cluster/population.h): availability, the selection of
+// ceil(per_round * (1 + over_selection)) clients, the dropouts, each
+// client's simulated time from its device profile, and which updates the
+// round takes (the first per_round to finish, none past deadline_s). The
+// i-th accepted client goes to executor i mod E. The executor trains its
+// clients one after another from the round's global model
+// (worker/client_executor.h) and pushes
 //
 //   -(E / W) Σ_i w_i Δ_i     (its clients, summed in client-id order)
 //
 // where w_i is client i's samples for the round and W the round's total
-// over every executor's clients that did not drop out, both computable by
-// every executor from the partition alone. The shards average the E pushes
-// of a round in worker order (BSP) and apply the outer step
-// x -= outer_lr * mean(push), so x += outer_lr * Σ w_i Δ_i / W: FedAvg
-// (FedAvgM with training.outer_momentum), deterministic for a seed.
-// A client whose update is unusable (a non-finite loss, gradient or update)
-// adds nothing; its weight stays in W, so the round's step shrinks by its
-// share. Under DP-FedAvg (federated.dp_clip_norm > 0) each update is
-// clipped, weighs 1, W is per_round, and each executor adds N(0, (zS)^2/E)
-// to its sum from a generator seeded by (seed, round, executor), so the
-// round's noise is N(0, (zS)^2) and runs stay deterministic. Torch-free header; not synchronized (the training thread
-// owns it).
+// over every accepted client, both computable by every executor from the
+// partition alone. The shards average the E pushes of a round in worker
+// order (BSP) and apply the outer step x -= outer_lr * mean(push), so
+// x += outer_lr * Σ w_i Δ_i / W: FedAvg (FedAvgM with
+// training.outer_momentum), deterministic for a seed. A client whose
+// update is unusable (a non-finite loss, gradient or update) adds nothing;
+// its weight stays in W, so the round's step shrinks by its share. Under
+// DP-FedAvg (federated.dp_clip_norm > 0) each update is clipped, weighs 1,
+// W is per_round, and each executor adds N(0, (zS)^2/E) to its sum from a
+// generator keyed by (seed, round, executor), so the round's noise is
+// N(0, (zS)^2) and runs stay deterministic. Torch-free header; not
+// synchronized (the training thread owns it).
 #pragma once
 
 #include <cstdint>
@@ -36,17 +39,19 @@
 namespace geodesic::worker {
 
 struct RoundReport {
-  int64_t selected = 0;      // the round's selection, all executors
-  int64_t trained = 0;       // this executor's clients that sent a usable update
-  int64_t dropped = 0;       // this executor's clients that dropped out
-  int64_t unusable = 0;      // this executor's clients whose update was not finite
-  int64_t clipped = 0;       // DP: this executor's clients whose update was clipped
-  int64_t samples = 0;       // samples this executor's clients trained on
-  double mean_loss = 0;      // over the trained clients
-  double mean_accuracy = 0;  // their training accuracy
-  double compute_seconds = 0;           // training this executor's clients
-  double eval_seconds = 0;              // evaluating the global model on their samples
-  std::vector<float> client_accuracy;   // the global model on each trained client's first samples
+  int64_t selected = 0;                // the round's selection, all executors
+  int64_t trained = 0;                 // this executor's clients that sent a usable update
+  int64_t dropped = 0;                 // the round's clients that dropped out (executor 0 counts them)
+  int64_t late = 0;                    // the round's clients past the deadline or the round's close (executor 0)
+  double seconds = 0;                  // the round's simulated time (device profiles; docs/federated.md)
+  int64_t unusable = 0;                // this executor's clients whose update was not finite
+  int64_t clipped = 0;                 // DP: this executor's clients whose update was clipped
+  int64_t samples = 0;                 // samples this executor's clients trained on
+  double mean_loss = 0;                // over the trained clients
+  double mean_accuracy = 0;            // their training accuracy
+  double compute_seconds = 0;          // training this executor's clients
+  double eval_seconds = 0;             // evaluating the global model on their samples
+  std::vector<float> client_accuracy;  // the global model on each trained client's first samples
 };
 
 class FederatedRounds {
@@ -64,14 +69,14 @@ class FederatedRounds {
   FederatedRounds() = default;
   struct Plan {
     std::vector<int64_t> mine;  // this executor's clients that did not drop out, in id order
-    int64_t selected = 0, dropped = 0;
-    double total = 0;  // W: the round's total weight over every executor's clients that did not drop out
+    int64_t selected = 0, dropped = 0, late = 0;
+    double seconds = 0;  // the round's simulated time
+    double total = 0;    // W: the round's total weight over every executor's clients that did not drop out
   };
   Plan PlanRound(int64_t round) const;
-  int64_t Weight(int64_t client) const;                          // samples client trains on per round
+  int64_t Weight(int64_t client) const;  // samples client trains on per round
   // Trains `client`; adds its weighted update into `sum` and counts it.
-  Status TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum,
-                     RoundReport& report);
+  Status TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum, RoundReport& report);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
 
   const JobSpec* job_ = nullptr;

@@ -73,9 +73,7 @@ struct Worker::Data {
 
 namespace {
 
-double UnixNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -417,6 +415,8 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   rec.set_selected(static_cast<uint32_t>(r->selected));
   rec.set_trained(static_cast<uint32_t>(r->trained));
   rec.set_dropped(static_cast<uint32_t>(r->dropped));
+  rec.set_late(static_cast<uint32_t>(r->late));
+  rec.set_simulated_seconds(r->seconds);
   rec.set_unusable(static_cast<uint32_t>(r->unusable));
   rec.set_clipped(static_cast<uint32_t>(r->clipped));
   rec.set_samples(static_cast<uint32_t>(r->samples));
@@ -426,6 +426,7 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;
+  clients_late_ += r->late;
   clients_unusable_ += r->unusable;
   clients_clipped_ += r->clipped;
   samples_ += r->samples;
@@ -557,6 +558,7 @@ void Worker::WriteStats(bool final) {
     j.set_clients_dropped(clients_dropped_);
     j.set_client_updates_unusable(clients_unusable_);
     if (job_.federated.dp()) j.set_client_updates_clipped(clients_clipped_);
+    j.set_clients_late(clients_late_);
     for (const stats::RoundStats& r : data_->round_log) *j.add_rounds() = r;
   } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));

@@ -125,6 +125,7 @@ class Worker {
   std::unique_ptr<LocalRounds> rounds_;
   std::unique_ptr<FederatedRounds> federated_;  // federated jobs only
   int64_t clients_trained_ = 0, clients_dropped_ = 0, clients_unusable_ = 0, clients_clipped_ = 0;
+  int64_t clients_late_ = 0;
   float* pull_dest_ = nullptr;
 
   int64_t c_ = 0;  // the clock being trained

@@ -12,7 +12,7 @@ namespace {
 TEST(PopulationTest, ProfilesAreSeededPerClientAndFollowTheirDistributions) {
   const ProfileSpec flat;
   EXPECT_EQ(DrawProfile(flat, 7, 1).uplink_mbit, 20);
-  EXPECT_EQ(DrawProfile(flat, 7, 1).compute_factor, 1);
+  EXPECT_EQ(DrawProfile(flat, 7, 1).step_seconds, 0.05);
   const ProfileSpec spread{.compute_sigma = 0.5, .uplink_sigma = 0.8, .slow_fraction = 0.1};
   EXPECT_EQ(DrawProfile(spread, 7, 1).uplink_mbit, DrawProfile(spread, 7, 1).uplink_mbit);
   EXPECT_NE(DrawProfile(spread, 7, 1).uplink_mbit, DrawProfile(spread, 7, 2).uplink_mbit);
@@ -23,7 +23,7 @@ TEST(PopulationTest, ProfilesAreSeededPerClientAndFollowTheirDistributions) {
     ClientProfile p = DrawProfile(spread, c, 3);
     up[c] = p.uplink_mbit;
     logs[c] = std::log(p.uplink_mbit);
-    slow += DrawProfile({.slow_fraction = 0.1}, c, 3).compute_factor == 5;
+    slow += DrawProfile({.slow_fraction = 0.1}, c, 3).step_seconds == 0.25;
   }
   std::nth_element(up.begin(), up.begin() + n / 2, up.end());
   EXPECT_NEAR(up[n / 2], 20, 20 * 0.03);
@@ -32,6 +32,34 @@ TEST(PopulationTest, ProfilesAreSeededPerClientAndFollowTheirDistributions) {
   for (double l : logs) sq += (l - mean) * (l - mean) / n;
   EXPECT_NEAR(std::sqrt(sq), 0.8, 0.8 * 0.03);
   EXPECT_NEAR(slow / double(n), 0.1, 0.01);
+}
+
+TEST(PopulationTest, ClientSecondsAddDownloadComputeUploadAndLatency) {
+  const ClientProfile p{.step_seconds = 0.1, .uplink_mbit = 8, .downlink_mbit = 80, .latency_ms = 25};
+  // 0.05 s of latency, 1 MB down at 80 Mbit/s, 10 steps, 1 MB up at 8 Mbit/s.
+  EXPECT_DOUBLE_EQ(ClientSeconds(p, 10, 1e6, 1e6), 0.05 + 0.1 + 1.0 + 1.0);
+}
+
+// A round takes the first per_round clients to finish by the deadline and
+// never lasts past it; without one it waits for the clients still in it.
+TEST(PopulationTest, RoundsCloseAtPerRoundUpdatesOrTheDeadline) {
+  const std::vector<Candidate> six = {{.client = 0, .seconds = 4}, {.client = 1, .seconds = 1},
+                                      {.client = 2, .seconds = 9}, {.client = 3, .seconds = 2, .dropped = true},
+                                      {.client = 4, .seconds = 3}, {.client = 5, .seconds = 3}};
+  RoundClose r = CloseRound(six, 3, 0);  // over-selected: the first three to answer
+  EXPECT_EQ(r.accepted, (std::vector<int64_t>{1, 4, 5}));
+  EXPECT_EQ(r.dropped, 1);
+  EXPECT_EQ(r.late, 2);
+  EXPECT_EQ(r.seconds, 3);
+  r = CloseRound(six, 5, 5);  // the deadline cuts client 2: the round waits until it, no longer
+  EXPECT_EQ(r.accepted, (std::vector<int64_t>{1, 4, 5, 0}));
+  EXPECT_EQ(r.late, 1);
+  EXPECT_EQ(r.seconds, 5);
+  r = CloseRound(six, 10, 0);  // no deadline: until the last client still in it
+  EXPECT_EQ(r.accepted.size(), 5u);
+  EXPECT_EQ(r.seconds, 9);
+  EXPECT_TRUE(CloseRound({{.client = 0, .seconds = 2, .dropped = true}}, 1, 7).accepted.empty());
+  EXPECT_EQ(CloseRound({{.client = 0, .seconds = 2, .dropped = true}}, 1, 7).seconds, 7);
 }
 
 TEST(PopulationTest, AvailabilityAndDropoutHaveTheirRates) {

@@ -44,7 +44,7 @@ TEST(DrawsTest, NormalAndGammaHaveTheirMoments) {
   }
   EXPECT_NEAR(s / n, 0.0, 0.01);
   EXPECT_NEAR(sq / n, 1.0, 0.01);
-  EXPECT_NEAR(g / n, 0.3, 0.005);               // Gamma(k, 1): mean k
+  EXPECT_NEAR(g / n, 0.3, 0.005);                      // Gamma(k, 1): mean k
   EXPECT_NEAR(gs / n - (g / n) * (g / n), 0.3, 0.01);  // variance k
 }
 

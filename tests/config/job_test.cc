@@ -261,9 +261,8 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   ASSERT_TRUE(off.ok());
   EXPECT_FALSE(off->federated.enabled());
   const std::vector<std::string> on = {
-      "federated.clients=100", "federated.per_round=10",     "federated.rounds=7",        "federated.prox_mu=0.01",
-      "federated.dropout=0.2", "federated.dp_clip_norm=1.5", "training.staleness_bound=0",
-      "federated.eval_every=5"};
+      "federated.clients=100", "federated.per_round=10",     "federated.rounds=7",         "federated.prox_mu=0.01",
+      "federated.dropout=0.2", "federated.dp_clip_norm=1.5", "training.staleness_bound=0", "federated.eval_every=5"};
   auto job = ParseJob(kMinimal, "t", on);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->federated.clients, 100);
@@ -287,6 +286,10 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
                           {"federated.dp_delta=1", "federated.dp_delta"},
                           {"federated.eval_every=-1", "federated.eval_every"},
                           {"federated.client_eval_samples=70000", "federated.client_eval_samples"},
+                          {"federated.device_uplink_mbit=0", "federated.device_uplink_mbit"},
+                          {"federated.device_compute_sigma=9", "federated.device_compute_sigma"},
+                          {"federated.deadline_s=-1", "federated.deadline_s"},
+                          {"federated.over_selection=0.3", "needs over_selection: 0"},
                           {"federated.availability=0.5", "needs uniform selection of every client"}}) {
     std::vector<std::string> o = on;
     o.push_back(bad);

@@ -103,6 +103,40 @@ TEST(FederatedTest, DropoutsAreCountedAndRoundsGoOn) {
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7) << csv;
 }
 
+// Over-selection with a round deadline, among slow devices and dropouts:
+// no round lasts past its deadline in simulated time, the late updates are
+// counted, and without the deadline the same rounds wait for the slow.
+TEST(FederatedTest, ADeadlineWithOverSelectionNeverWaitsPastIt) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  const std::vector<std::string> edge = {"--set", "federated.rounds=6",
+                                         "--set", "federated.dropout=0.2",
+                                         "--set", "federated.device_slow_fraction=0.3",
+                                         "--set", "federated.device_compute_sigma=0.3",
+                                         "--set", "federated.over_selection=0.5"};
+  std::vector<std::string> with_deadline = edge;
+  with_deadline.insert(with_deadline.end(), {"--set", "federated.deadline_s=2.5"});
+  auto s = Launch(dir, "deadline", with_deadline);
+  ASSERT_TRUE(s["federated"].is_object()) << s.dump();
+  int64_t late = 0;
+  for (const nlohmann::json& r : s["federated"]["rounds"]) {
+    SCOPED_TRACE(r.dump());
+    EXPECT_EQ(r["selected"], 12);  // 8 * 1.5
+    EXPECT_LE(r["simulated_s"].get<double>(), 2.5);
+    EXPECT_LE(r["participants"].get<int64_t>(), 8);
+    EXPECT_EQ(r["participants"].get<int64_t>() + r["dropped"].get<int64_t>() + r["late"].get<int64_t>() +
+                  r["unusable"].get<int64_t>(),
+              12);
+    if (r["participants"].get<int64_t>() < 8) EXPECT_EQ(r["simulated_s"].get<double>(), 2.5);
+    late += r["late"].get<int64_t>();
+  }
+  EXPECT_GT(late, 0);
+  EXPECT_EQ(s["federated"]["clients_late"], late);
+  EXPECT_LE(s["federated"]["round_totals"]["longest_simulated_round_s"].get<double>(), 2.5);
+  auto waiting = Launch(dir, "no-deadline", edge);
+  EXPECT_GT(waiting["federated"]["round_totals"]["longest_simulated_round_s"].get<double>(), 2.5);
+}
+
 // An adaptive strategy runs on the shards (its moments per chunk) and
 // trains the model somewhere else than FedAvg does.
 TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
