@@ -52,7 +52,9 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
   double up = 0, down = 0, start = 1e300, end = 0, last_push = 0, compute = 0, eval = 0, span = 0, pushed = 0;
   bool closed = true;
   std::vector<float> acc;
+  std::vector<int64_t> clients;
   for (const stats::RoundStats* r : recs) {
+    clients.insert(clients.end(), r->clients().begin(), r->clients().end());
     selected = std::max<int64_t>(selected, r->selected());
     trained += r->trained(), dropped += r->dropped(), unusable += r->unusable(), clipped += r->clipped();
     samples += r->samples(), up += r->bytes_sent(), down += r->bytes_received();
@@ -73,6 +75,8 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
       {"late", late},         {"simulated_s", simulated}};
   row["wall_s"] = closed ? json(end - start) : json(nullptr);
   row["comm_s"] = closed ? json(std::max(0.0, span / n - (compute + eval) / n - wait)) : json(nullptr);
+  std::sort(clients.begin(), clients.end());
+  row["clients"] = clients;
   double mean = 0;
   for (float a : acc) mean += a;
   row["client_accuracy_mean"] = acc.empty() ? json(nullptr) : json(mean / static_cast<double>(acc.size()));

@@ -34,7 +34,8 @@ namespace geodesic::deploy {
 //                    clients (the round's global model on each one's data);
 //   late             selected clients whose update came after the deadline
 //                    or after the round had per_round updates;
-//   simulated_s      the round's time under the device profiles.
+//   simulated_s      the round's time under the device profiles;
+//   clients          the participants' ids, ascending (not in the CSV).
 nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
                           const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,
                           int64_t last_round);

@@ -114,6 +114,7 @@ Status FederatedRounds::TrainClient(int64_t client, int64_t round, const float* 
   const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
   for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
   ++report.trained;
+  report.clients.push_back(client);
   report.samples += o.samples;
   report.mean_loss += o.mean_loss;
   report.mean_accuracy += o.mean_accuracy;

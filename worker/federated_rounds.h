@@ -52,6 +52,7 @@ struct RoundReport {
   double compute_seconds = 0;          // training this executor's clients
   double eval_seconds = 0;             // evaluating the global model on their samples
   std::vector<float> client_accuracy;  // the global model on each trained client's first samples
+  std::vector<int64_t> clients;        // the clients with a usable update, in id order
 };
 
 class FederatedRounds {

@@ -423,6 +423,7 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   rec.set_compute_seconds(r->compute_seconds);
   rec.set_client_eval_seconds(r->eval_seconds);
   for (float a : r->client_accuracy) rec.add_client_accuracy(a);
+  for (int64_t c : r->clients) rec.add_clients(static_cast<uint32_t>(c));
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;
