@@ -464,7 +464,7 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
     span_.start_unix = UnixSeconds() - st.training_seconds();
     progress_.Say("geodesic: all processes joined; training");
   }
-  if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate));
+  if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate, s_.job.federated.enabled()));
 }
 
 // Starts the dead child `dead` again with `args` in its slot, records the

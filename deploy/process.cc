@@ -74,6 +74,7 @@ bool Child::Poll() {
   ExitInfo info;
   info.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                      static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  info.max_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
   if (WIFEXITED(status)) info.code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
   exit_ = info;

@@ -19,6 +19,7 @@ struct ExitInfo {
   int code = -1;                 // exit status if it exited
   int signal = 0;                // signal number if a signal ended it
   double cpu_seconds = 0;        // user + system CPU time the process used
+  double max_rss_mb = 0;         // its peak resident memory (MiB; getrusage's ru_maxrss)
   std::string Describe() const;  // "exited 0", "killed by SIGKILL"
   bool ok() const { return signal == 0 && code == 0; }
 };

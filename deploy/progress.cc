@@ -64,7 +64,7 @@ std::string SlowestLink(const wire::StatusReply& st) {
 
 }  // namespace
 
-std::string RenderProgress(const wire::StatusReply& st, double samples_per_s) {
+std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bool federated) {
   int64_t steps = 0, target = 0, live = 0;
   double loss = 0, acc = 0;
   int reporting = 0;
@@ -84,7 +84,9 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s) {
     stale_mean = std::max(stale_mean, s.progress().staleness_mean());
     stale_max = std::max(stale_max, s.progress().staleness_max());
   }
-  std::string line = "[" + Fmt("%6.1f", st.training_seconds()) + "s] step " + std::to_string(steps);
+  if (federated && st.workers_size() > 0) steps /= st.workers_size(), target /= st.workers_size();
+  std::string line =
+      "[" + Fmt("%6.1f", st.training_seconds()) + "s] " + (federated ? "round " : "step ") + std::to_string(steps);
   if (target > 0) line += "/" + std::to_string(target) + " (" + Fmt("%.0f", 100.0 * steps / target) + "%)";
   if (reporting) {
     line += "  loss " + Fmt("%.3f", loss / reporting) + "  train acc " + Fmt("%.3f", acc / reporting);

@@ -42,6 +42,8 @@ class SampleRate {
 };
 
 // "[  12.3s] step 120/400 (30%)  loss ...  workers 4/4 live ...".
-std::string RenderProgress(const wire::StatusReply& st, double samples_per_s);
+// `federated`: the workers are client executors whose steps are rounds, so
+// the line counts rounds (the executors' mean) instead of steps.
+std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bool federated = false);
 
 }  // namespace geodesic::deploy

@@ -62,6 +62,7 @@ struct Totals {
   json federated;                                             // null unless a federated job
   int64_t rounds_run = 0;                                     // federated: the most rounds any executor ran
   std::vector<std::vector<stats::RoundStats>> round_records;  // federated: each executor's
+  double peak_rss_mb_sum = 0;
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
@@ -99,6 +100,7 @@ json ProcessEntry(const Child& c) {
   if (c.exit()) {
     p["exit"] = c.exit()->Describe();
     p["cpu_seconds"] = c.exit()->cpu_seconds;
+    p["max_rss_mb"] = c.exit()->max_rss_mb;
     p["exit_code"] = c.exit()->signal ? json() : json(c.exit()->code);
     p["signal"] = c.exit()->signal ? json(std::string(sigabbrev_np(c.exit()->signal))) : json();
   }
@@ -196,6 +198,11 @@ Totals AddUpProcesses(const RunRecord& run, const std::set<int>& promoted) {
     t.procs.push_back(ProcessEntry(*c));
     AddProcess(run, promoted, c->name(), t);
   }
+  // Every process's own peak, added: a bound on the job's peak memory (the
+  // peaks need not coincide).
+  double rss = 0;
+  for (const auto& p : t.procs) rss += p.value("max_rss_mb", 0.0);
+  t.peak_rss_mb_sum = rss;
   int64_t total_sent = 0, total_received = 0;
   for (auto& [k, v] : t.sent.items()) total_sent += v.get<int64_t>();
   for (auto& [k, v] : t.received.items()) total_received += v.get<int64_t>();
@@ -349,6 +356,7 @@ void AddTraffic(const Totals& t, double wall, json& summary) {
   summary["step_time_breakdown"] = t.breakdown;
   summary["messages_refused"] = t.refused;
   summary["processes"] = t.procs;
+  summary["peak_rss_mb_sum"] = t.peak_rss_mb_sum;
   summary["passive_links"] = PassiveLinks(t);
 }
 

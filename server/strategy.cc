@@ -126,7 +126,11 @@ class StrategyOptimizer final : public ChunkOptimizer {
 
 std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job) {
   const FederatedSpec& f = job.federated;
-  if (!f.enabled() || f.strategy == FederatedStrategy::kFedAvg) return std::nullopt;
+  if (!f.enabled()) return std::nullopt;
+  if (f.strategy == FederatedStrategy::kFedAvg)
+    return StrategySpec{.kind = job.training.outer_momentum > 0 ? StrategyKind::kFedAvgM : StrategyKind::kFedAvg,
+                        .server_lr = job.training.outer_lr,
+                        .momentum = job.training.outer_momentum};
   const StrategyKind kind = f.strategy == FederatedStrategy::kFedAdam   ? StrategyKind::kFedAdam
                             : f.strategy == FederatedStrategy::kFedYogi ? StrategyKind::kFedYogi
                                                                         : StrategyKind::kFedAdagrad;

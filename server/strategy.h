@@ -74,8 +74,9 @@ std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_
 // are synchronous, so StepAsync is Step.
 std::unique_ptr<ChunkOptimizer> MakeStrategyOptimizer(const StrategySpec& spec, size_t n);
 
-// A federated job's adaptive strategy (server step size training.outer_lr),
-// or nullopt for fedavg and plain jobs (they run JobSpec::ShardOptimizer).
+// A federated job's strategy, with server step size training.outer_lr:
+// fedavg is FedAvg, or FedAvgM with training.outer_momentum > 0. Nullopt
+// for other jobs (they run JobSpec::ShardOptimizer).
 std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job);
 
 // SCAFFOLD's server control variate c for one chunk.

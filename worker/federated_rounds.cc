@@ -61,8 +61,8 @@ int64_t FederatedRounds::Weight(int64_t client) const {
 // Every executor computes the same plan: the selection, each selected
 // client's simulated time from its device profile (deterministic: steps
 // times its step time, the fp32 model down and up), and which updates the
-// round takes (cluster::CloseRound); the i-th accepted client is executor
-// (i mod E)'s.
+// round takes (cluster::CloseRound). The accepted clients are spread over
+// the executors by their work (Spread).
 FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   const FederatedSpec& f = job_->federated;
   const cluster::ProfileSpec profiles = Profiles(f);
@@ -81,15 +81,31 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   Plan plan;
   plan.selected = static_cast<int64_t>(candidates.size());
   plan.seconds = close.seconds;
-  for (size_t i = 0; i < close.accepted.size(); ++i) {
-    plan.total += f.dp() ? 1.0 : static_cast<double>(Weight(close.accepted[i]));
-    if (static_cast<int>(i % executors_) == executor_) plan.mine.push_back(close.accepted[i]);
-  }
+  for (int64_t c : close.accepted) plan.total += f.dp() ? 1.0 : static_cast<double>(Weight(c));
+  plan.mine = Spread(close.accepted)[executor_];
   // The dropped and late are counted by executor 0 alone, so that the
   // executors' counts add up to the round's.
   if (executor_ == 0) plan.dropped = close.dropped, plan.late = close.late;
-  std::sort(plan.mine.begin(), plan.mine.end());
   return plan;
+}
+
+// Longest work first, each to the executor with the least work so far
+// (ties: the lower executor, then the lower client id): a client's work is
+// its local steps plus one for its fixed costs. Every executor computes the
+// same assignment.
+std::vector<std::vector<int64_t>> FederatedRounds::Spread(std::vector<int64_t> clients) const {
+  auto work = [this](int64_t c) { return Weight(c) / job_->data.batch_size + 1; };
+  std::sort(clients.begin(), clients.end(),
+            [&](int64_t a, int64_t b) { return work(a) > work(b) || (work(a) == work(b) && a < b); });
+  std::vector<std::vector<int64_t>> out(executors_);
+  std::vector<int64_t> load(executors_, 0);
+  for (int64_t c : clients) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    out[least].push_back(c);
+    load[least] += work(c);
+  }
+  for (auto& mine : out) std::sort(mine.begin(), mine.end());
+  return out;
 }
 
 Status FederatedRounds::TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum,

@@ -4,7 +4,8 @@
 // ceil(per_round * (1 + over_selection)) clients, the dropouts, each
 // client's simulated time from its device profile, and which updates the
 // round takes (the first per_round to finish, none past deadline_s). The
-// i-th accepted client goes to executor i mod E. The executor trains its
+// accepted clients are spread over the executors by their local steps,
+// longest first to the least loaded. The executor trains its
 // clients one after another from the round's global model
 // (worker/client_executor.h) and pushes
 //
@@ -72,10 +73,12 @@ class FederatedRounds {
     std::vector<int64_t> mine;  // this executor's clients that did not drop out, in id order
     int64_t selected = 0, dropped = 0, late = 0;
     double seconds = 0;  // the round's simulated time
-    double total = 0;    // W: the round's total weight over every executor's clients that did not drop out
+    double total = 0;    // W: the round's total weight over every accepted client
   };
   Plan PlanRound(int64_t round) const;
   int64_t Weight(int64_t client) const;  // samples client trains on per round
+  // The round's accepted clients per executor, each list in id order.
+  std::vector<std::vector<int64_t>> Spread(std::vector<int64_t> clients) const;
   // Trains `client`; adds its weighted update into `sum` and counts it.
   Status TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum, RoundReport& report);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share

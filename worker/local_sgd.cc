@@ -2,16 +2,15 @@
 
 namespace geodesic::worker {
 
-LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params)
+LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds)
     : params_(params),
       lr_(job.optimizer.lr),
       momentum_(job.optimizer.momentum),
       weight_decay_(job.optimizer.weight_decay) {
-  // Federated rounds use global() and Restart() only (no local momentum here).
-  if (job.training.local_steps <= 1 && !job.federated.enabled()) return;
+  if (!rounds) return;
   global_ = torch::zeros_like(params.detach());
   base_ = torch::zeros_like(global_);
-  if (momentum_ > 0 && !job.federated.enabled()) velocity_ = torch::zeros_like(global_);
+  if (momentum_ > 0 && job.training.local_steps > 1) velocity_ = torch::zeros_like(global_);
 }
 
 void LocalRounds::Restart() {

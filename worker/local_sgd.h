@@ -27,7 +27,10 @@ namespace geodesic::worker {
 class LocalRounds {
  public:
   // `params` is the model's flat parameter vector (kept by reference).
-  LocalRounds(const JobSpec& job, torch::Tensor& params);
+  // `rounds`: the worker trains in rounds and pulls into global() (local
+  // SGD, or federated rounds, which use only global()); otherwise this
+  // holds nothing. Local momentum only with training.local_steps > 1.
+  LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds = true);
 
   torch::Tensor& global() { return global_; }
   // The model and the round's base become the global model.

@@ -187,7 +187,7 @@ Status Worker::FirstPull() {
   // Local SGD (training.local_steps > 1): pulls land in `global`, our copy
   // of the shards' model (pulls of changes add into it); the model trains
   // on its own values, and `base` is where this round's progress started.
-  rounds_ = std::make_unique<LocalRounds>(job_, model_->params());
+  rounds_ = std::make_unique<LocalRounds>(job_, model_->params(), local_);
   pull_dest_ = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
   GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));  // we hold no copy yet
   GD_ASSIGN_OR_RETURN(PullTiming first,

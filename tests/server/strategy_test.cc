@@ -123,17 +123,46 @@ TEST(StrategyTest, AsTheShardsOptimizerItStepsByMinusThePush) {
   ASSERT_TRUE(again->Load(shard->Save()));
 }
 
-TEST(StrategyTest, OnlyAdaptiveFederatedJobsRunAStrategy) {
+TEST(StrategyTest, EveryFederatedJobRunsItsStrategy) {
   JobSpec job;
-  EXPECT_FALSE(FederatedStrategyOf(job));
+  EXPECT_FALSE(FederatedStrategyOf(job));  // not federated: the job's optimizer
   job.federated.clients = 10;
-  EXPECT_FALSE(FederatedStrategyOf(job));  // fedavg: the outer SGD step
+  job.training.outer_lr = 0.7;
+  auto avg = FederatedStrategyOf(job);
+  ASSERT_TRUE(avg);
+  EXPECT_EQ(avg->kind, StrategyKind::kFedAvg);
+  EXPECT_EQ(avg->server_lr, 0.7);
+  job.training.outer_momentum = 0.9;
+  auto avgm = FederatedStrategyOf(job);
+  ASSERT_TRUE(avgm);
+  EXPECT_EQ(avgm->kind, StrategyKind::kFedAvgM);
+  EXPECT_EQ(avgm->momentum, 0.9);
   job.federated.strategy = FederatedStrategy::kFedYogi;
   job.training.outer_lr = 0.03;
   auto s = FederatedStrategyOf(job);
   ASSERT_TRUE(s);
   EXPECT_EQ(s->kind, StrategyKind::kFedYogi);
   EXPECT_EQ(s->server_lr, 0.03);
+}
+
+// FedAvgM as the shard's optimizer takes the steps the outer SGD with
+// momentum took before federated jobs ran their strategy (to float
+// rounding): the push is -Δ, so v and x move the same way.
+TEST(StrategyTest, FedAvgMIsTheOuterMomentumStep) {
+  OptimizerSpec sgd;
+  sgd.name = OptimizerKind::kSgd;
+  sgd.lr = 0.7;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 0;
+  auto outer = MakeChunkOptimizer(sgd, 3);
+  auto strategy = MakeStrategyOptimizer({.kind = StrategyKind::kFedAvgM, .server_lr = 0.7, .momentum = 0.9}, 3);
+  std::vector<float> a = {1, -2, 3}, b = a;
+  for (int round = 0; round < 5; ++round) {
+    const std::vector<float> push = {0.1f * round, -0.05f, 0.02f * (3 - round)};
+    outer->Step(a.data(), a.data(), push.data(), 3, 1.0f, 1.0f);
+    strategy->Step(b.data(), b.data(), push.data(), 3, 1.0f, 1.0f);
+    for (int j = 0; j < 3; ++j) EXPECT_NEAR(a[j], b[j], 1e-6) << "round " << round << " value " << j;
+  }
 }
 
 TEST(StrategyTest, FedBuffWeightsStaleUpdatesDown) {
