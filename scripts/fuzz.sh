@@ -9,7 +9,11 @@
 # sanitizer report or failed test. Crash inputs land in build-fuzz/fuzz/<target>/.
 # FUZZ_TARGETS="shard job" runs only those. FUZZ_RUNS=10000000 runs each
 # target for that many executions instead of a time (a long run, outside CI;
-# docs/wire.md has the latest).
+# docs/wire.md has the latest). FUZZ_RESUME=1 keeps each target's corpus
+# from its last run and goes on from it: a long run in pieces. Each run adds
+# its executions to build-fuzz/fuzz/<target>/executions, and the table shows
+# the total since the corpus was started (an interrupted run's count is the
+# last "#N" line of its log, to add by hand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +45,11 @@ run_fuzzer() {
   else
     binary="$BUILD/tests/compression/fuzz_$target" seeds="tests/compression/fuzz/corpus/$target"
   fi
-  rm -rf "$dir" && mkdir -p "$dir/corpus" "$dir/crashes"
+  if [[ "${FUZZ_RESUME:-}" == 1 && -d "$dir/corpus" ]]; then
+    rm -f "$dir/rc" && mkdir -p "$dir/crashes"
+  else
+    rm -rf "$dir" && mkdir -p "$dir/corpus" "$dir/crashes"
+  fi
   # The first corpus directory collects new inputs; the checked-in seeds are read only.
   "$binary" "${LIMIT[@]}" -max_len=8192 -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/crashes/" \
@@ -55,16 +63,18 @@ for ((i = 0; i < ${#TARGETS[@]}; i += 2)); do
 done
 
 failed=0
-printf '%-16s %12s %8s\n' target executions crashes
+printf '%-16s %12s %12s %8s\n' target executions total crashes
 for target in "${TARGETS[@]}"; do
   dir="$BUILD/fuzz/$target"
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/log" | tail -1)
   [[ -z "$runs" ]] && runs=$(sed -n 's/^Done \([0-9]*\) runs.*/\1/p' "$dir/log" | tail -1)
+  [[ -n "$runs" ]] && echo "$runs" >>"$dir/executions"
+  total=$(awk '{ s += $1 } END { print s + 0 }' "$dir/executions" 2>/dev/null || echo "?")
   crashes=$(find "$dir/crashes" -type f | wc -l)
   if [[ "$(cat "$dir/rc")" != 0 ]] || grep -qE 'ERROR: (AddressSanitizer|libFuzzer)|runtime error:' "$dir/log"; then
     crashes=$((crashes > 0 ? crashes : 1))
   fi
-  printf '%-16s %12s %8s\n' "fuzz_$target" "${runs:-?}" "$crashes"
+  printf '%-16s %12s %12s %8s\n' "fuzz_$target" "${runs:-?}" "$total" "$crashes"
   if [[ "$crashes" != 0 || -z "$runs" ]]; then
     failed=1
     echo "--- fuzz_$target log (last 30 lines; inputs in $dir/crashes):"
