@@ -262,6 +262,36 @@ void CheckDevices(const FederatedSpec& f, Errors* errors) {
     in(v, 0, 5, false, key, "[0, 5]");
 }
 
+void ReadDevices(MapReader& r, FederatedSpec* f) {
+  r.Get("over_selection", &f->over_selection);
+  r.Get("deadline_s", &f->deadline_s);
+  r.Get("device_step_s", &f->device_step_s);
+  r.Get("device_compute_sigma", &f->device_compute_sigma);
+  r.Get("device_slow_fraction", &f->device_slow_fraction);
+  r.Get("device_slow_factor", &f->device_slow_factor);
+  r.Get("device_uplink_mbit", &f->device_uplink_mbit);
+  r.Get("device_uplink_sigma", &f->device_uplink_sigma);
+  r.Get("device_downlink_mbit", &f->device_downlink_mbit);
+  r.Get("device_downlink_sigma", &f->device_downlink_sigma);
+  r.Get("device_latency_ms", &f->device_latency_ms);
+  r.Get("device_latency_sigma", &f->device_latency_sigma);
+}
+
+// DP-FedAvg's keys, and what the accountant assumes.
+void CheckPrivacy(const FederatedSpec& f, Errors* errors) {
+  Check(Finite(f.dp_clip_norm) && f.dp_clip_norm >= 0 && f.dp_clip_norm <= 1e6, errors, "federated.dp_clip_norm",
+        "must be in [0, 1e6] (0: no DP)");
+  Check(Finite(f.dp_noise_multiplier) && f.dp_noise_multiplier > 0 && f.dp_noise_multiplier <= 100, errors,
+        "federated.dp_noise_multiplier", "must be in (0, 100]");
+  Check(Finite(f.dp_delta) && f.dp_delta > 0 && f.dp_delta < 1, errors, "federated.dp_delta", "must be in (0, 1)");
+  if (!f.dp()) return;
+  Check(f.over_selection == 0, errors, "federated.dp_clip_norm",
+        "needs over_selection: 0 (the accountant's sampling rate is per_round / clients)");
+  Check(!f.weighted_selection && f.availability == 1, errors, "federated.dp_clip_norm",
+        "needs uniform selection of every client (weighted_selection: false, availability: 1): the accountant "
+        "assumes a sampling rate of per_round / clients");
+}
+
 void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   MapReader r(top.child("federated"), "federated", errors);
   r.Get("clients", &f->clients);
@@ -275,18 +305,7 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("prox_mu", &f->prox_mu);
   r.Get("availability", &f->availability);
   r.Get("dropout", &f->dropout);
-  r.Get("over_selection", &f->over_selection);
-  r.Get("deadline_s", &f->deadline_s);
-  r.Get("device_step_s", &f->device_step_s);
-  r.Get("device_compute_sigma", &f->device_compute_sigma);
-  r.Get("device_slow_fraction", &f->device_slow_fraction);
-  r.Get("device_slow_factor", &f->device_slow_factor);
-  r.Get("device_uplink_mbit", &f->device_uplink_mbit);
-  r.Get("device_uplink_sigma", &f->device_uplink_sigma);
-  r.Get("device_downlink_mbit", &f->device_downlink_mbit);
-  r.Get("device_downlink_sigma", &f->device_downlink_sigma);
-  r.Get("device_latency_ms", &f->device_latency_ms);
-  r.Get("device_latency_sigma", &f->device_latency_sigma);
+  ReadDevices(r, f);
   std::string strategy = ToString(f->strategy);
   r.Get("strategy", &strategy);
   r.Get("beta1", &f->beta1);
@@ -320,22 +339,11 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
   Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
   Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
-  Check(Finite(f->dp_clip_norm) && f->dp_clip_norm >= 0 && f->dp_clip_norm <= 1e6, errors, "federated.dp_clip_norm",
-        "must be in [0, 1e6] (0: no DP)");
-  Check(Finite(f->dp_noise_multiplier) && f->dp_noise_multiplier > 0 && f->dp_noise_multiplier <= 100, errors,
-        "federated.dp_noise_multiplier", "must be in (0, 100]");
-  Check(Finite(f->dp_delta) && f->dp_delta > 0 && f->dp_delta < 1, errors, "federated.dp_delta", "must be in (0, 1)");
+  CheckPrivacy(*f, errors);
   Check(f->eval_every >= 0 && f->eval_every <= 1000000, errors, "federated.eval_every",
         "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");
   Check(f->client_eval_samples >= 0 && f->client_eval_samples <= 60000, errors, "federated.client_eval_samples",
         "must be in [0, 60000]");
-  if (f->dp())
-    Check(f->over_selection == 0, errors, "federated.dp_clip_norm",
-          "needs over_selection: 0 (the accountant's sampling rate is per_round / clients)");
-  if (f->dp())
-    Check(!f->weighted_selection && f->availability == 1, errors, "federated.dp_clip_norm",
-          "needs uniform selection of every client (weighted_selection: false, availability: 1): the accountant "
-          "assumes a sampling rate of per_round / clients");
 }
 
 void ParseCheckpoint(MapReader& top, CheckpointSpec* c, Errors* errors) {
