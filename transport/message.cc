@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/log.h"
+#include "transport/interrupted.h"
 #include "transport/routes.h"
 
 namespace geodesic::transport {
@@ -51,7 +52,7 @@ Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options
 Status Socket::Bind(const std::string& endpoint) {
   GD_RETURN_IF_ERROR(setup_);
   try {
-    socket_.bind(endpoint);
+    RetryInterrupted([&] { socket_.bind(endpoint); });
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
     return Unavailable("cannot bind " + endpoint + ": " + e.what());
@@ -64,7 +65,8 @@ Status Socket::Connect(const std::string& endpoint) {
   try {
     // The peer stays addressed by its own endpoint (logs, shard map); the
     // bytes may go through an emulated link (wan/routes.h).
-    socket_.connect(RouteFor(endpoint));
+    const std::string route = RouteFor(endpoint);
+    RetryInterrupted([&] { socket_.connect(route); });
     endpoint_ = endpoint;
   } catch (const zmq::error_t& e) {
     return InvalidArgument("cannot connect to " + endpoint + ": " + e.what());

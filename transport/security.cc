@@ -15,6 +15,7 @@
 
 #include "common/files.h"
 #include "common/log.h"
+#include "transport/interrupted.h"
 
 namespace geodesic::transport {
 namespace {
@@ -240,7 +241,7 @@ ZapHandler::~ZapHandler() { Stop(); }
 
 Status ZapHandler::Start() {
   try {
-    socket_.bind("inproc://zeromq.zap.01");
+    RetryInterrupted([&] { socket_.bind("inproc://zeromq.zap.01"); });
   } catch (const zmq::error_t& e) {
     return FailedPrecondition(std::string("cannot start the ZAP handler (one per ZeroMQ context): ") + e.what());
   }
@@ -273,13 +274,15 @@ Status ZapHandler::Watch(zmq::socket_t& socket) {
   // unique.
   static std::atomic<uint64_t> next{0};
   const std::string endpoint = "inproc://geodesic.handshakes." + std::to_string(next++);
-  if (zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0)
+  if (RetryInterruptedC([&] {
+        return zmq_socket_monitor(socket.handle(), endpoint.c_str(),
+                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
+      }) != 0)
     return Internal(std::string("cannot monitor a socket's handshakes: ") + zmq_strerror(zmq_errno()));
   try {
     zmq::socket_t monitor(ctx_, zmq::socket_type::pair);
     monitor.set(zmq::sockopt::linger, 0);
-    monitor.connect(endpoint);
+    RetryInterrupted([&] { monitor.connect(endpoint); });
     std::lock_guard<std::mutex> lock(mu_);
     handoff_.push_back(std::move(monitor));
   } catch (const zmq::error_t& e) {

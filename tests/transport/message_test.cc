@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 
+#include "transport/interrupted.h"
 #include "transport/protobuf_log.h"
 #include "transport/routes.h"
 
@@ -393,6 +394,61 @@ TEST(SignalTest, ASignalDuringABlockedSendIsNotAFailure) {
   int got = 0;
   while (ReceiveWithin(router, 200)) ++got;
   EXPECT_GT(got, 0);
+}
+
+// bind and connect can fail with EINTR before doing anything (the fuzzer's
+// timer hit a connect after 3.5 million inputs); they are made again.
+TEST(SignalTest, InterruptedCallsAreMadeAgainAndOtherErrorsPass) {
+  int calls = 0;
+  EXPECT_EQ(RetryInterrupted([&] {
+              if (++calls < 3) throw zmq::error_t(EINTR);
+              return 7;
+            }),
+            7);
+  EXPECT_EQ(calls, 3);
+  calls = 0;
+  EXPECT_THROW(RetryInterrupted([&] {
+                 ++calls;
+                 throw zmq::error_t(EINVAL);
+               }),
+               zmq::error_t);
+  EXPECT_EQ(calls, 1);  // not retried
+  calls = 0;
+  EXPECT_THROW(RetryInterrupted(
+                   [&] {
+                     ++calls;
+                     throw zmq::error_t(EINTR);
+                   },
+                   5),
+               zmq::error_t);
+  EXPECT_EQ(calls, 5);  // bounded
+  calls = 0;
+  EXPECT_EQ(RetryInterruptedC([&] {
+              if (++calls < 4) {
+                errno = EINTR;
+                return -1;
+              }
+              return 0;
+            }),
+            0);
+  EXPECT_EQ(calls, 4);
+}
+
+// Binds and connects under a storm of signals all succeed.
+TEST(SignalTest, BindAndConnectSurviveASignalStorm) {
+  zmq::context_t ctx(1);
+  TrafficCounters c;
+  int failures = 0;
+  SignalStorm storm(pthread_self());
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 300 && std::chrono::steady_clock::now() - start < std::chrono::seconds(3); ++i) {
+    Socket router(ctx, zmq::socket_type::router, Opts(wire::SERVER, 1), &c);
+    Socket dealer(ctx, zmq::socket_type::dealer, Opts(wire::WORKER, 2), &c);
+    const std::string inproc = "inproc://storm-" + std::to_string(i);
+    failures += !router.Bind(inproc).ok();
+    failures += !dealer.Connect(inproc).ok();
+  }
+  EXPECT_EQ(failures, 0);
 }
 
 }  // namespace
