@@ -498,8 +498,6 @@ std::string Worker::DescribeBlock() {
          " (bound " + std::to_string(bound_) + ")";
 }
 
-// Local SGD snapshots the shards' model as last pulled (the average), not
-// this worker's own progress since; steps count minibatches.
 // Federated jobs snapshot every federated.eval_every rounds (0: by time,
 // as other jobs do).
 bool Worker::SnapshotDue(TimePoint now) const {
@@ -516,6 +514,8 @@ void Worker::CloseRoundRecord() {
   rec.set_bytes_received(counters_.bytes_received.load() - data_->round_received0);
 }
 
+// Local SGD snapshots the shards' model as last pulled (the average), not
+// this worker's own progress since; steps count minibatches.
 void Worker::SaveSnapshot(int64_t clock_now) {
   if (options_.id != 0 || options_.snapshot_dir.empty() || synthetic_) return;
   const float* values = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
