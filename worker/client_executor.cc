@@ -22,9 +22,7 @@ struct ClientExecutor::Impl {
   LocalOptimizerSpec local;
 
   int64_t Steps(const ClientRound& r) const {
-    if (r.local_steps > 0) return r.local_steps;
-    const auto batches = static_cast<int64_t>(r.indices->size()) / batch_size;
-    return std::max<int64_t>(1, static_cast<int64_t>(std::floor(r.local_epochs * static_cast<double>(batches))));
+    return LocalStepsFor(static_cast<int64_t>(r.indices->size()), batch_size, r.local_epochs, r.local_steps);
   }
 
   // One minibatch's loss and gradient into `grad`; false when not finite.
@@ -114,6 +112,12 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
     ScaffoldControlDelta(r.server_control, global, y, out.steps, m.local.lr, n, out.control_delta.data());
   }
   return out;
+}
+
+int64_t LocalStepsFor(int64_t samples, int batch_size, double local_epochs, int64_t local_steps) {
+  if (local_steps > 0) return local_steps;
+  const int64_t batches = samples / batch_size;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::floor(local_epochs * static_cast<double>(batches))));
 }
 
 uint64_t ClientSeed(uint64_t job_seed, int64_t client, int64_t round) {

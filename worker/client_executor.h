@@ -63,6 +63,10 @@ class ClientExecutor {
   std::unique_ptr<Impl> impl_;
 };
 
+// A client's local steps in a round: `local_steps` if > 0, else
+// local_epochs passes over its whole batches (at least one step).
+int64_t LocalStepsFor(int64_t samples, int batch_size, double local_epochs, int64_t local_steps);
+
 // The batch-order seed of `client` in `round` of a job seeded `job_seed`.
 uint64_t ClientSeed(uint64_t job_seed, int64_t client, int64_t round);
 

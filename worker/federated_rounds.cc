@@ -42,21 +42,16 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
   r->clients_ = std::move(*split);
   r->digest_ = PartitionDigest(r->clients_);
-  for (const auto& c : r->clients_) r->sizes_.push_back(static_cast<int64_t>(c.size()));
+  for (const auto& c : r->clients_) {
+    r->sizes_.push_back(static_cast<int64_t>(c.size()));
+    r->steps_.push_back(LocalStepsFor(r->sizes_.back(), job.data.batch_size, f.local_epochs, f.local_steps));
+  }
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
   GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local));
   return r;
 }
 
-int64_t FederatedRounds::Weight(int64_t client) const {
-  const FederatedSpec& f = job_->federated;
-  const int64_t batch = job_->data.batch_size;
-  const int64_t steps =
-      f.local_steps > 0
-          ? f.local_steps
-          : std::max<int64_t>(1, static_cast<int64_t>(std::floor(f.local_epochs * (sizes_[client] / batch))));
-  return steps * batch;
-}
+int64_t FederatedRounds::Weight(int64_t client) const { return steps_[client] * job_->data.batch_size; }
 
 // Every executor computes the same plan: the selection, each selected
 // client's simulated time from its device profile (deterministic: steps
@@ -72,7 +67,7 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   std::vector<cluster::Candidate> candidates;
   for (int64_t c : cluster::SelectClients(selection, profiles, sizes_, round, job_->seed)) {
     const cluster::ClientProfile p = cluster::DrawProfile(profiles, c, job_->seed);
-    const int64_t steps = Weight(c) / job_->data.batch_size;
+    const int64_t steps = steps_[c];
     candidates.push_back({.client = c,
                           .seconds = cluster::ClientSeconds(p, steps, model_bytes, model_bytes),
                           .dropped = cluster::DropsOut(profiles, c, round, job_->seed)});
@@ -94,7 +89,7 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
 // its local steps plus one for its fixed costs. Every executor computes the
 // same assignment.
 std::vector<std::vector<int64_t>> FederatedRounds::Spread(std::vector<int64_t> clients) const {
-  auto work = [this](int64_t c) { return Weight(c) / job_->data.batch_size + 1; };
+  auto work = [this](int64_t c) { return steps_[c] + 1; };
   std::sort(clients.begin(), clients.end(),
             [&](int64_t a, int64_t b) { return work(a) > work(b) || (work(a) == work(b) && a < b); });
   std::vector<std::vector<int64_t>> out(executors_);

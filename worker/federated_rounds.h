@@ -86,7 +86,8 @@ class FederatedRounds {
   const JobSpec* job_ = nullptr;
   int executor_ = 0, executors_ = 1;
   Partition clients_;
-  std::vector<int64_t> sizes_;
+  std::vector<int64_t> sizes_;  // each client's samples
+  std::vector<int64_t> steps_;  // and its local steps a round (LocalStepsFor)
   std::string digest_;
   std::unique_ptr<ClientExecutor> exec_;
 };
