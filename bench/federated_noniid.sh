@@ -11,11 +11,12 @@ OUT=${1:-/tmp/geodesic-noniid}
 ROUNDS=${2:-100}
 GEODESIC=${GEODESIC:-build/cli/geodesic}
 read -r -a PARTS <<<"${PARTITIONS:-iid dirichlet:1.0 dirichlet:0.3 dirichlet:0.1}"
-read -r -a STRATS <<<"${STRATEGIES:-fedavg fedprox fedadam}"
+read -r -a STRATS <<<"${STRATEGIES:-fedavg fedprox fedadam scaffold}"
 declare -A FLAGS=(
   [fedavg]=""
   [fedprox]="--set federated.prox_mu=0.01"
   [fedadam]="--set federated.strategy=fedadam --set training.outer_lr=0.01"
+  [scaffold]="--set federated.strategy=scaffold"
 )
 mkdir -p "$OUT"
 for p in "${PARTS[@]}"; do

@@ -55,7 +55,8 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (!job.ok()) return Fail(job.status());
   auto model = worker::FlatModel::Create(job->model, job->seed);
   if (!model.ok()) return Fail(model.status());
-  const cluster::ChunkLayout layout((*model)->num_params(), cluster::ChunkElemsFor(job->wire.chunk_bytes));
+  const cluster::ChunkLayout layout(job->ShardValues((*model)->num_params()),
+                                    cluster::ChunkElemsFor(job->wire.chunk_bytes));
   auto planner = wan::Planner::Create(*job, layout, f.options);
   if (!planner.ok()) return Fail(planner.status());
   const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;

@@ -28,7 +28,7 @@ enum class TrainingDevice { kCpu, kCuda, kAuto };
 enum class WanEmulation { kNone, kProxy, kNetns };
 enum class TcpCongestionControl { kAuto, kBbr, kCubic, kReno };
 enum class SecurityMode { kNone, kCurve };
-enum class FederatedStrategy { kFedAvg, kFedAdam, kFedYogi, kFedAdagrad };
+enum class FederatedStrategy { kFedAvg, kFedAdam, kFedYogi, kFedAdagrad, kScaffold, kFedBuff };
 
 // Each enum's words, in declaration order.
 template <typename E>
@@ -47,7 +47,7 @@ struct EnumWords<DataPartition> {
 };
 template <>
 struct EnumWords<FederatedStrategy> {
-  static constexpr std::string_view kWords[] = {"fedavg", "fedadam", "fedyogi", "fedadagrad"};
+  static constexpr std::string_view kWords[] = {"fedavg", "fedadam", "fedyogi", "fedadagrad", "scaffold", "fedbuff"};
 };
 template <>
 struct EnumWords<OptimizerKind> {
@@ -310,8 +310,14 @@ struct SecuritySpec {
 // `clients` parts); the shards take the weighted mean of the updates and
 // apply the strategy with server step size training.outer_lr: fedavg runs
 // the outer SGD step (FedAvgM with training.outer_momentum), fedadam,
-// fedyogi and fedadagrad Reddi et al.'s adaptive steps (server/strategy.h).
-// Off while clients is 0.
+// fedyogi and fedadagrad Reddi et al.'s adaptive steps (server/strategy.h),
+// scaffold FedAvg's step with control variates: the shards keep the server's
+// control variate c after the model (ShardValues), each executor its
+// clients' c_i; fedbuff asynchronous buffered aggregation: `concurrency`
+// clients train at once in simulated time, each from the model current when
+// it started, and a round is a server step over the next per_round (K)
+// updates to arrive, each weighted 1/sqrt(1 + staleness) and none older than
+// max_staleness versions (cluster/buffered.h). Off while clients is 0.
 struct FederatedSpec {
   int64_t clients = 0;  // the population; 0: not federated
   int64_t per_round = 10;
@@ -339,6 +345,8 @@ struct FederatedSpec {
   double device_latency_ms = 50, device_latency_sigma = 0;
   FederatedStrategy strategy = FederatedStrategy::kFedAvg;
   double beta1 = 0.9, beta2 = 0.99, tau = 1e-3;  // fedadam, fedyogi, fedadagrad
+  int64_t concurrency = 0;                       // fedbuff: clients in flight (0: per_round)
+  int64_t max_staleness = 10;                    // fedbuff: older updates are discarded
   // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this
   // L2 norm, weighs clients equally over a fixed denominator (per_round),
   // and adds Gaussian noise of deviation dp_noise_multiplier * dp_clip_norm
@@ -353,6 +361,9 @@ struct FederatedSpec {
   int64_t eval_every = 1;
   int64_t client_eval_samples = 128;
   bool dp() const { return dp_clip_norm > 0; }
+  bool scaffold() const { return enabled() && strategy == FederatedStrategy::kScaffold; }
+  bool fedbuff() const { return enabled() && strategy == FederatedStrategy::kFedBuff; }
+  int64_t InFlight() const { return concurrency > 0 ? concurrency : per_round; }  // fedbuff
   bool enabled() const { return clients > 0; }
 };
 
@@ -377,6 +388,9 @@ struct JobSpec {
 
   int NumServers() const;
   int NumWorkers() const;
+  // The values the shards keep for a model of `model_params`: the model,
+  // and under SCAFFOLD the server's control variate after it (2x).
+  int64_t ShardValues(int64_t model_params) const { return federated.scaffold() ? 2 * model_params : model_params; }
   // Global ids count servers (and workers) region by region in file order.
   const RegionSpec& RegionOfServer(int id) const;
   const RegionSpec& RegionOfWorker(int id) const;

@@ -311,6 +311,8 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("beta1", &f->beta1);
   r.Get("beta2", &f->beta2);
   r.Get("tau", &f->tau);
+  r.Get("concurrency", &f->concurrency);
+  r.Get("max_staleness", &f->max_staleness);
   r.Get("dp_clip_norm", &f->dp_clip_norm);
   r.Get("dp_noise_multiplier", &f->dp_noise_multiplier);
   r.Get("dp_delta", &f->dp_delta);
@@ -318,7 +320,7 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("client_eval_samples", &f->client_eval_samples);
   r.Finish();
   ParseWord(strategy, &f->strategy, errors, "federated.strategy",
-            "'" + strategy + "' is not a strategy; use fedavg, fedadam, fedyogi or fedadagrad");
+            "'" + strategy + "' is not a strategy; use fedavg, fedadam, fedyogi, fedadagrad, scaffold or fedbuff");
   Check(f->clients >= 0 && f->clients <= 1000000, errors, "federated.clients", "must be in [0, 1000000] (0: off)");
   if (!f->enabled()) return;
   Check(f->per_round >= 1 && f->per_round <= f->clients, errors, "federated.per_round", "must be in [1, clients]");
@@ -339,6 +341,9 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
   Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
   Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
+  Check(f->concurrency >= 0 && f->concurrency <= f->clients, errors, "federated.concurrency",
+        "must be in [0, clients] (0: per_round)");
+  Check(f->max_staleness >= 0 && f->max_staleness <= 1000, errors, "federated.max_staleness", "must be in [0, 1000]");
   CheckPrivacy(*f, errors);
   Check(f->eval_every >= 0 && f->eval_every <= 1000000, errors, "federated.eval_every",
         "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");

@@ -46,6 +46,18 @@ void ValidateFederated(const JobSpec& job, Errors* errors) {
   Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan (not supported yet)");
   Check(job.federated.clients * job.data.batch_size <= kFashionTrainSamples, errors, key,
         "times data.batch_size must be at most the 60000 training samples (each client needs one batch)");
+  if (job.federated.fedbuff()) {
+    Check(job.federated.over_selection == 0 && job.federated.deadline_s == 0, errors, "federated.strategy",
+          "fedbuff needs over_selection: 0 and deadline_s: 0 (it waits for no round: a step takes the next "
+          "per_round updates to arrive)");
+    Check(!job.federated.dp(), errors, "federated.strategy",
+          "fedbuff cannot be combined with DP (federated.dp_clip_norm): the accountant assumes sampled rounds");
+  }
+  if (!job.federated.scaffold()) return;
+  Check(job.training.outer_momentum == 0, errors, "federated.strategy",
+        "scaffold needs training.outer_momentum: 0 (the server step would carry momentum into the control variate)");
+  Check(!job.federated.dp(), errors, "federated.strategy",
+        "scaffold cannot be combined with DP (federated.dp_clip_norm): the control variates are not clipped or noised");
 }
 
 void ValidateCompression(const JobSpec& job, Errors* errors) {

@@ -216,6 +216,8 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "beta1", f.beta1);
   Put(out, "beta2", f.beta2);
   Put(out, "tau", f.tau);
+  Put(out, "concurrency", f.concurrency);
+  Put(out, "max_staleness", f.max_staleness);
   Put(out, "dp_clip_norm", f.dp_clip_norm);
   Put(out, "dp_noise_multiplier", f.dp_noise_multiplier);
   Put(out, "dp_delta", f.dp_delta);

@@ -22,7 +22,8 @@ namespace geodesic::deploy {
 //                    `final_accuracy` for the job's last round; null if
 //                    neither;
 //   selected, participants (usable updates), dropped, unusable, clipped,
-//   samples          summed over the executors;
+//   samples          summed over the executors (FedBuff: selected are the
+//                    clients started during the step);
 //   bytes_up, bytes_down  what the executors sent to and received from the
 //                    shards during the round;
 //   wall_s           first start to last end over the executors;
@@ -33,8 +34,11 @@ namespace geodesic::deploy {
 //   client_accuracy_mean, client_accuracy_p10  over the round's evaluated
 //                    clients (the round's global model on each one's data);
 //   late             selected clients whose update came after the deadline
-//                    or after the round had per_round updates;
+//                    or after the round had per_round updates (FedBuff:
+//                    updates discarded as older than max_staleness);
 //   simulated_s      the round's time under the device profiles;
+//   mean_staleness   FedBuff: the participants' mean staleness (0 for
+//                    synchronous rounds);
 //   clients          the participants' ids, ascending (not in the CSV).
 nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
                           const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,

@@ -5,28 +5,6 @@
 
 namespace geodesic::server {
 
-bool WeightedMean(std::vector<ClientUpdate> updates, size_t n, float* out) {
-  std::stable_sort(updates.begin(), updates.end(),
-                   [](const ClientUpdate& a, const ClientUpdate& b) { return a.client < b.client; });
-  double total = 0;
-  for (const auto& u : updates) total += u.weight;
-  if (updates.empty() || !(total > 0)) return false;
-  std::vector<double> sum(n, 0.0);
-  for (const auto& u : updates)
-    for (size_t j = 0; j < n; ++j) sum[j] += u.weight * static_cast<double>(u.delta[j]);
-  for (size_t j = 0; j < n; ++j) out[j] = static_cast<float>(sum[j] / total);
-  return true;
-}
-
-double FedBuffWeight(int64_t staleness) {
-  return 1.0 / std::sqrt(1.0 + static_cast<double>(std::max<int64_t>(staleness, 0)));
-}
-
-void ScaffoldControl::Update(const float* mean_control_delta, double fraction) {
-  for (size_t j = 0; j < c_.size(); ++j)
-    c_[j] = static_cast<float>(c_[j] + fraction * static_cast<double>(mean_control_delta[j]));
-}
-
 namespace {
 
 class FedAvg final : public ChunkStrategy {
@@ -127,7 +105,11 @@ class StrategyOptimizer final : public ChunkOptimizer {
 std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job) {
   const FederatedSpec& f = job.federated;
   if (!f.enabled()) return std::nullopt;
-  if (f.strategy == FederatedStrategy::kFedAvg)
+  // SCAFFOLD's server step is FedAvg's, on the model and the control
+  // variate alike (the executors scale the latter's push by 1 / η).
+  if (f.strategy == FederatedStrategy::kScaffold)
+    return StrategySpec{.kind = StrategyKind::kFedAvg, .server_lr = job.training.outer_lr};
+  if (f.strategy == FederatedStrategy::kFedAvg || f.strategy == FederatedStrategy::kFedBuff)
     return StrategySpec{.kind = job.training.outer_momentum > 0 ? StrategyKind::kFedAvgM : StrategyKind::kFedAvg,
                         .server_lr = job.training.outer_lr,
                         .momentum = job.training.outer_momentum};

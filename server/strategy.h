@@ -1,9 +1,8 @@
 // Federated server strategies: what a shard does with a round's client
 // updates (each client's model minus the global model it started from).
 //
-// The update rules (docs/federated.md has them with their costs):
-//   mean      Δ = Σ w_i Δ_i / Σ w_i, w_i = client i's samples (FedAvg) or a
-//             staleness weight (FedBuff)
+// The update rules (docs/federated.md has them with their costs), for the
+// round's mean update Δ (the executors' sums, worker/federated_rounds.h):
 //   FedAvg    x += η Δ
 //   FedAvgM   v = β v + Δ;  x += η v                       (Hsu et al., 2019)
 //   FedAdam   m = β1 m + (1-β1) Δ;  v = β2 v + (1-β2) Δ²;  x += η m / (√v + τ)
@@ -12,10 +11,13 @@
 //             Algorithm 2: no bias correction, v starts at τ²)
 //   SCAFFOLD  x as FedAvg with η = the global step size;
 //             c += (|S| / N) mean(Δc_i)                     (Karimireddy et al., 2020)
+//             c is FedAvg's step too: the shards keep it after the model,
+//             and the executors push its change scaled by 1 / η
+//             (worker/federated_rounds.h)
+//   FedBuff   x as FedAvg (FedAvgM), with Δ = Σ s_i Δ_i / K over a step's K
+//             updates, s_i = 1/sqrt(1 + staleness)       (Nguyen et al., 2022)
 //
-// Sums run in double, in client-id order, so a round's result does not
-// depend on the order its updates arrived in (two seeded runs agree bit for
-// bit). One ChunkStrategy per chunk, like ChunkOptimizer; not synchronized
+// One ChunkStrategy per chunk, like ChunkOptimizer; not synchronized
 // (the shard's loop thread owns them).
 #pragma once
 
@@ -40,22 +42,6 @@ struct StrategySpec {
   double tau = 1e-3;  // adaptivity: larger τ, closer to FedAvgM
 };
 
-// One client's update to one chunk.
-struct ClientUpdate {
-  int64_t client = 0;
-  double weight = 0;             // > 0: samples trained on, or FedBuff's staleness weight
-  const float* delta = nullptr;  // n values: client model - global model
-};
-
-// out[j] = Σ w_i delta_i[j] / Σ w_i over `updates`, taken in client-id
-// order (ties: the order given) and summed in double. False, with out
-// untouched, when there are no updates or the weights do not sum to > 0.
-bool WeightedMean(std::vector<ClientUpdate> updates, size_t n, float* out);
-
-// FedBuff's staleness weight for an update computed on a model `staleness`
-// server versions old: 1 / sqrt(1 + staleness) (Nguyen et al., 2022).
-double FedBuffWeight(int64_t staleness);
-
 class ChunkStrategy {
  public:
   virtual ~ChunkStrategy() = default;
@@ -75,20 +61,9 @@ std::unique_ptr<ChunkStrategy> MakeChunkStrategy(const StrategySpec& spec, size_
 std::unique_ptr<ChunkOptimizer> MakeStrategyOptimizer(const StrategySpec& spec, size_t n);
 
 // A federated job's strategy, with server step size training.outer_lr:
-// fedavg is FedAvg, or FedAvgM with training.outer_momentum > 0. Nullopt
+// fedavg is FedAvg, or FedAvgM with training.outer_momentum > 0; scaffold
+// is FedAvg over the model and the control variate after it. Nullopt
 // for other jobs (they run JobSpec::ShardOptimizer).
 std::optional<StrategySpec> FederatedStrategyOf(const JobSpec& job);
-
-// SCAFFOLD's server control variate c for one chunk.
-class ScaffoldControl {
- public:
-  explicit ScaffoldControl(size_t n) : c_(n, 0.0f) {}
-  // c += fraction * mean_control_delta, fraction = participants / clients.
-  void Update(const float* mean_control_delta, double fraction);
-  const std::vector<float>& c() const { return c_; }
-
- private:
-  std::vector<float> c_;
-};
 
 }  // namespace geodesic::server

@@ -132,8 +132,15 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   if (end_view.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(end_view.shard_map));
 
   GD_RETURN_IF_ERROR(ps.RequestPull(0, {.final = true}));
-  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, model->params().data_ptr<float>(), stop));
+  // The shards' values start with the model (SCAFFOLD's c follows it).
+  const int64_t n = model->num_params();
+  torch::Tensor values = job.ShardValues(n) == n ? model->params() : torch::zeros({job.ShardValues(n)});
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, values.data_ptr<float>(), stop));
   (void)t;
+  if (values.numel() != n) {
+    torch::NoGradGuard ng;
+    model->params().copy_(values.narrow(0, 0, n));
+  }
   nlohmann::json result;
   result["workers_done"] = end_view.done;
   result["workers_dead"] = end_view.dead;

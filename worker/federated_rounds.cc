@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "cluster/population.h"
 #include "cluster/privacy.h"
@@ -28,6 +29,30 @@ cluster::ProfileSpec Profiles(const FederatedSpec& f) {
           .slow_factor = f.device_slow_factor};
 }
 
+// Longest work first, each to the executor with the least work so far
+// (ties: the lower executor, then the lower item): every executor computes
+// the same assignment. Each executor's items come back in ascending order.
+std::vector<std::vector<int64_t>> SpreadByWork(std::vector<int64_t> items, int executors,
+                                               const std::function<int64_t(int64_t)>& work) {
+  std::sort(items.begin(), items.end(),
+            [&](int64_t a, int64_t b) { return work(a) > work(b) || (work(a) == work(b) && a < b); });
+  std::vector<std::vector<int64_t>> out(executors);
+  std::vector<int64_t> load(executors, 0);
+  for (int64_t i : items) {
+    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+    out[least].push_back(i);
+    load[least] += work(i);
+  }
+  for (auto& mine : out) std::sort(mine.begin(), mine.end());
+  return out;
+}
+
+void Average(RoundReport& report) {
+  if (report.trained == 0) return;
+  report.mean_loss /= static_cast<double>(report.trained);
+  report.mean_accuracy /= static_cast<double>(report.trained);
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec& job, int executor,
@@ -48,6 +73,17 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   }
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
   GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local));
+  if (f.fedbuff()) {
+    const cluster::ProfileSpec profiles = Profiles(f);
+    const double model_bytes = 4.0 * static_cast<double>(r->num_params());
+    std::vector<double> seconds;
+    for (int64_t c = 0; c < f.clients; ++c)
+      seconds.push_back(
+          cluster::ClientSeconds(cluster::DrawProfile(profiles, c, job.seed), r->steps_[c], model_bytes, model_bytes));
+    r->buffered_ = std::make_unique<cluster::BufferedSchedule>(
+        cluster::BufferedSpec{.concurrency = f.InFlight(), .buffer = f.per_round, .max_staleness = f.max_staleness},
+        profiles, std::move(seconds), job.seed);
+  }
   return r;
 }
 
@@ -84,57 +120,62 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   return plan;
 }
 
-// Longest work first, each to the executor with the least work so far
-// (ties: the lower executor, then the lower client id): a client's work is
-// its local steps plus one for its fixed costs. Every executor computes the
-// same assignment.
+// By work (SpreadByWork): a client's work is its local steps plus one for
+// its fixed costs. Under SCAFFOLD by ownership instead.
 std::vector<std::vector<int64_t>> FederatedRounds::Spread(std::vector<int64_t> clients) const {
-  auto work = [this](int64_t c) { return steps_[c] + 1; };
-  std::sort(clients.begin(), clients.end(),
-            [&](int64_t a, int64_t b) { return work(a) > work(b) || (work(a) == work(b) && a < b); });
-  std::vector<std::vector<int64_t>> out(executors_);
-  std::vector<int64_t> load(executors_, 0);
-  for (int64_t c : clients) {
-    const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-    out[least].push_back(c);
-    load[least] += work(c);
-  }
-  for (auto& mine : out) std::sort(mine.begin(), mine.end());
+  if (!job_->federated.scaffold())
+    return SpreadByWork(std::move(clients), executors_, [this](int64_t c) { return steps_[c] + 1; });
+  std::vector<std::vector<int64_t>> out(executors_);  // a client trains where its control variate is
+  std::sort(clients.begin(), clients.end());
+  for (int64_t c : clients) out[c % executors_].push_back(c);
   return out;
 }
 
-Status FederatedRounds::TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum,
-                                    RoundReport& report) {
+StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const float* global,
+                                            std::optional<double> weight, std::vector<double>& sum,
+                                            RoundReport& report) {
   const FederatedSpec& f = job_->federated;
+  const int64_t n = num_params();
+  const float* c = f.scaffold() ? global + n : nullptr;
   const auto t0 = std::chrono::steady_clock::now();
   GD_ASSIGN_OR_RETURN(ClientOutcome o, exec_->Train(global, {.client = client,
-                                                             .round = round,
+                                                             .round = key,
                                                              .indices = &clients_[client],
                                                              .local_epochs = f.local_epochs,
                                                              .local_steps = f.local_steps,
+                                                             .correction = c ? Correction(client, c).data() : nullptr,
+                                                             .server_control = c,
                                                              .eval_samples = f.client_eval_samples}));
   report.compute_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - o.eval_seconds;
   report.eval_seconds += o.eval_seconds;
   if (!o.finite) {
     ++report.unusable;
-    return Status::Ok();
+    return false;
   }
-  const int64_t n = num_params();
   if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
-  const double w = f.dp() ? 1.0 : static_cast<double>(o.samples);
+  const double w = weight.value_or(static_cast<double>(o.samples));
   for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
+  if (c) {
+    std::vector<float>& ci = controls_[client];
+    ci.resize(n, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      sum[n + j] += static_cast<double>(o.control_delta[j]);
+      ci[j] += o.control_delta[j];
+    }
+  }
   ++report.trained;
   report.clients.push_back(client);
   report.samples += o.samples;
   report.mean_loss += o.mean_loss;
   report.mean_accuracy += o.mean_accuracy;
   if (o.eval_accuracy >= 0) report.client_accuracy.push_back(static_cast<float>(o.eval_accuracy));
-  return Status::Ok();
+  return true;
 }
 
 StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, float* push) {
   const FederatedSpec& f = job_->federated;
+  if (buffered_) return RunBuffered(round, global, push);
   Plan plan = PlanRound(round);
   RoundReport report;
   report.selected = plan.selected;
@@ -142,12 +183,10 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   report.late = plan.late;
   report.seconds = plan.seconds;
   const int64_t n = num_params();
-  std::vector<double> sum(n, 0.0);
-  for (int64_t client : plan.mine) GD_RETURN_IF_ERROR(TrainClient(client, round, global, sum, report));
-  if (report.trained > 0) {
-    report.mean_loss /= static_cast<double>(report.trained);
-    report.mean_accuracy /= static_cast<double>(report.trained);
-  }
+  std::vector<double> sum(shard_values(), 0.0);
+  const std::optional<double> weight = f.dp() ? std::optional<double>(1.0) : std::nullopt;
+  for (int64_t client : plan.mine) GD_RETURN_IF_ERROR(TrainClient(client, round, global, weight, sum, report).status());
+  Average(report);
   if (f.dp()) {
     // DP-FedAvg: a fixed denominator (the clients asked for), and each
     // executor's share of the round's noise N(0, (z S)^2), so the E shares
@@ -157,7 +196,58 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   }
   const double scale = plan.total > 0 ? -static_cast<double>(executors_) / plan.total : 0.0;
   for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
+  if (f.scaffold()) {
+    const double control_scale =
+        -static_cast<double>(executors_) / (job_->training.outer_lr * static_cast<double>(f.clients));
+    for (int64_t j = n; j < 2 * n; ++j) push[j] = static_cast<float>(control_scale * sum[j]);
+  }
   return report;
+}
+
+// Keeps this step's global model for the clients starting from it, drops
+// those no update may use any more, takes the schedule's step (replaying
+// the earlier ones on a resumed job) and trains this executor's share.
+StatusOr<RoundReport> FederatedRounds::RunBuffered(int64_t round, const float* global, float* push) {
+  const FederatedSpec& f = job_->federated;
+  const int64_t n = num_params();
+  if (buffered_->version() > round)
+    return FailedPrecondition("fedbuff step " + std::to_string(round) + " was already taken");
+  versions_[round].assign(global, global + n);
+  while (versions_.begin()->first < round - f.max_staleness) versions_.erase(versions_.begin());
+  cluster::BufferedStep step;
+  do step = buffered_->Next();
+  while (step.version < round);
+  RoundReport report;
+  report.selected = step.started;
+  report.seconds = step.seconds;
+  if (executor_ == 0) report.dropped = step.dropped, report.late = step.stale;
+  std::vector<int64_t> order(step.accepted.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  const auto mine = SpreadByWork(order, executors_, [&](int64_t i) { return steps_[step.accepted[i].client] + 1; });
+  std::vector<double> sum(n, 0.0);
+  for (int64_t i : mine[executor_]) {
+    const cluster::Arrival& a = step.accepted[i];
+    auto from = versions_.find(a.version);
+    if (from == versions_.end()) {  // a version this executor never held (a resumed job)
+      ++report.unusable;
+      continue;
+    }
+    GD_ASSIGN_OR_RETURN(bool usable, TrainClient(a.client, a.start, from->second.data(),
+                                                 cluster::StalenessWeight(round - a.version), sum, report));
+    if (usable) report.staleness_sum += round - a.version;
+  }
+  Average(report);
+  const double scale = -static_cast<double>(executors_) / static_cast<double>(f.per_round);
+  for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
+  return report;
+}
+
+std::vector<float>& FederatedRounds::Correction(int64_t client, const float* c) {
+  const int64_t n = num_params();
+  correction_.resize(n);
+  auto kept = controls_.find(client);
+  for (int64_t j = 0; j < n; ++j) correction_[j] = c[j] - (kept == controls_.end() ? 0.0f : kept->second[j]);
+  return correction_;
 }
 
 void FederatedRounds::AddNoise(int64_t round, std::vector<double>& sum) const {

@@ -22,15 +22,36 @@
 // DP-FedAvg (federated.dp_clip_norm > 0) each update is clipped, weighs 1,
 // W is per_round, and each executor adds N(0, (zS)^2/E) to its sum from a
 // generator keyed by (seed, round, executor), so the round's noise is
-// N(0, (zS)^2) and runs stay deterministic. Torch-free header; not
-// synchronized (the training thread owns it).
+// N(0, (zS)^2) and runs stay deterministic.
+//
+// SCAFFOLD (federated.strategy: scaffold): the shards' vector is the model x
+// followed by the server's control variate c (JobSpec::ShardValues), and
+// each client keeps a control variate c_i (n floats, zero until it first
+// trains) on the executor that owns it: client k on executor k mod E, so a
+// round is spread by ownership instead of by work. A client trains with the
+// correction c - c_i and returns Δc_i = c_i+ - c_i; the executor pushes
+// -(E / (η N)) Σ Δc_i after its model push (η = training.outer_lr, N =
+// federated.clients), so the shards' FedAvg step x -= η mean(push) gives
+// c += (1/N) Σ_S Δc_i = (|S|/N) mean_S(Δc_i), Karimireddy et al.'s rule.
+//
+// FedBuff (federated.strategy: fedbuff): a round is a server step. Every
+// executor computes the same schedule (cluster/buffered.h) and keeps the
+// global models of the last max_staleness + 1 steps; each of the step's K
+// updates trains from the version its client started from, weighs
+// s = 1/sqrt(1 + staleness), and the executor pushes -(E / K) Σ s_i Δ_i,
+// so the shards' step is x += η Σ s_i Δ_i / K.
+// Torch-free header; not synchronized (the training thread owns it).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "cluster/buffered.h"
 #include "common/status.h"
 #include "config/job.h"
 #include "worker/client_executor.h"
@@ -54,18 +75,23 @@ struct RoundReport {
   double eval_seconds = 0;             // evaluating the global model on their samples
   std::vector<float> client_accuracy;  // the global model on each trained client's first samples
   std::vector<int64_t> clients;        // the clients with a usable update, in id order
+  int64_t staleness_sum = 0;           // FedBuff: over this executor's usable updates
 };
 
 class FederatedRounds {
  public:
   static StatusOr<std::unique_ptr<FederatedRounds>> Create(const JobSpec& job, int executor, const ImageSet& train);
 
-  // Round `round` from `global` (n values); writes this executor's push to
-  // `push` (n values; zeros when it has no clients this round).
+  // Round `round` from `global` (shard_values() values: the model, and
+  // under SCAFFOLD c after it); writes this executor's push to `push`
+  // (shard_values() values; zeros when it has no clients this round).
   StatusOr<RoundReport> Run(int64_t round, const float* global, float* push);
 
   const std::string& digest() const { return digest_; }
   int64_t num_params() const { return exec_->num_params(); }
+  int64_t shard_values() const { return job_->ShardValues(num_params()); }
+  // SCAFFOLD: the clients whose control variate this executor keeps.
+  size_t controls_kept() const { return controls_.size(); }
 
  private:
   FederatedRounds() = default;
@@ -79,8 +105,16 @@ class FederatedRounds {
   int64_t Weight(int64_t client) const;  // samples client trains on per round
   // The round's accepted clients per executor, each list in id order.
   std::vector<std::vector<int64_t>> Spread(std::vector<int64_t> clients) const;
-  // Trains `client`; adds its weighted update into `sum` and counts it.
-  Status TrainClient(int64_t client, int64_t round, const float* global, std::vector<double>& sum, RoundReport& report);
+  // FedBuff's step `round`.
+  StatusOr<RoundReport> RunBuffered(int64_t round, const float* global, float* push);
+  // Trains `client` (its batch order keyed by `key`) from `global`; adds
+  // its update, weighed by `weight` (nullopt: its samples), into sum[0, n)
+  // (and under SCAFFOLD its Δc_i into sum[n, 2n)) and counts it. True
+  // when the update was usable.
+  StatusOr<bool> TrainClient(int64_t client, int64_t key, const float* global, std::optional<double> weight,
+                             std::vector<double>& sum, RoundReport& report);
+  // SCAFFOLD: c - c_i for `client` into correction_, and its c_i.
+  std::vector<float>& Correction(int64_t client, const float* c);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
 
   const JobSpec* job_ = nullptr;
@@ -90,6 +124,10 @@ class FederatedRounds {
   std::vector<int64_t> steps_;  // and its local steps a round (LocalStepsFor)
   std::string digest_;
   std::unique_ptr<ClientExecutor> exec_;
+  std::unordered_map<int64_t, std::vector<float>> controls_;  // SCAFFOLD: c_i of the clients that trained here
+  std::vector<float> correction_;                             // SCAFFOLD: c - c_i of the client in training
+  std::unique_ptr<cluster::BufferedSchedule> buffered_;       // FedBuff
+  std::map<int64_t, std::vector<float>> versions_;            // FedBuff: the global model of recent steps
 };
 
 }  // namespace geodesic::worker

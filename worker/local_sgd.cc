@@ -8,15 +8,16 @@ LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds)
       momentum_(job.optimizer.momentum),
       weight_decay_(job.optimizer.weight_decay) {
   if (!rounds) return;
-  global_ = torch::zeros_like(params.detach());
-  base_ = torch::zeros_like(global_);
-  if (momentum_ > 0 && job.training.local_steps > 1) velocity_ = torch::zeros_like(global_);
+  global_ = torch::zeros({job.ShardValues(params.numel())}, params.options());
+  base_ = torch::zeros_like(params.detach());
+  if (momentum_ > 0 && job.training.local_steps > 1) velocity_ = torch::zeros_like(base_);
 }
 
 void LocalRounds::Restart() {
   torch::NoGradGuard ng;
-  params_.copy_(global_);
-  base_.copy_(global_);
+  torch::Tensor model = global_.narrow(0, 0, params_.numel());
+  params_.copy_(model);
+  base_.copy_(model);
 }
 
 void LocalRounds::Step(const torch::Tensor& grad, double lr_factor) {

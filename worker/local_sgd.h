@@ -32,6 +32,8 @@ class LocalRounds {
   // holds nothing. Local momentum only with training.local_steps > 1.
   LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds = true);
 
+  // What the shards hold (JobSpec::ShardValues): the global model, and
+  // under SCAFFOLD the server's control variate after it.
   torch::Tensor& global() { return global_; }
   // The model and the round's base become the global model.
   void Restart();

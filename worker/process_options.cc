@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/draws.h"
+
 namespace geodesic::worker {
 
 cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int id, const std::string& coordinator,
@@ -13,7 +15,7 @@ cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int
   mo.id = id;
   mo.coordinator = coordinator;
   mo.region = role == wire::WORKER ? job.RegionOfWorker(id).name : job.CoordinatorRegion().name;
-  mo.model = sig;
+  mo.model = ShardSignature(job, sig);
   mo.timing = job.membership;
   mo.max_message_bytes = job.wire.max_message_bytes;
   if (credentials.enabled()) {
@@ -21,6 +23,14 @@ cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int
     mo.token = credentials.token;
   }
   return mo;
+}
+
+wire::ModelSignature ShardSignature(const JobSpec& job, const wire::ModelSignature& model) {
+  wire::ModelSignature sig = model;
+  sig.set_num_params(static_cast<uint64_t>(job.ShardValues(static_cast<int64_t>(model.num_params()))));
+  // Another layout: a SCAFFOLD job's shards are not a plain model's.
+  if (sig.num_params() != model.num_params()) sig.set_layout_digest(Mix64(model.layout_digest() ^ 0x5343414646ull));
+  return sig;
 }
 
 PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {

@@ -20,6 +20,11 @@ cluster::MemberOptions MemberOptionsFor(const JobSpec& job, wire::Role role, int
                                         const wire::ModelSignature& sig,
                                         const transport::MemberCredentials& credentials);
 
+// What the shards hold for a job of this model (JobSpec::ShardValues):
+// the model's signature, or under SCAFFOLD twice its values and another
+// layout digest, so that the coordinator refuses a process of the other kind.
+wire::ModelSignature ShardSignature(const JobSpec& job, const wire::ModelSignature& model);
+
 PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id);
 
 // Replicated jobs: shard endpoints follow the coordinator's view. `member`

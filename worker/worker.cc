@@ -169,14 +169,17 @@ Status Worker::JoinJob() {
   }
   ps_ = std::make_unique<PsClient>(ctx_, po, assignment_, &counters_, clock_);
   GD_RETURN_IF_ERROR(ps_->Connect());
-  if (ps_->num_params() != static_cast<uint64_t>(n_))
-    return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " parameters, model has " +
-                              std::to_string(n_));
+  const int64_t values = job_.ShardValues(n_);
+  if (ps_->num_params() != static_cast<uint64_t>(values))
+    return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " values, the job needs " +
+                              std::to_string(values));
   progress_.Start(assignment_.start_clock(), total_steps_);
   member_->Start([this](wire::Heartbeat* hb) { progress_.Fill(hb); });
   // After the heartbeats start: they keep our lease, and they bring the
   // news of a shard that fails over meanwhile (the init follows it).
-  return ps_->Init(model_->params().data_ptr<float>(), stop_);
+  // The shards start from our model (under SCAFFOLD, with c = 0 after it).
+  torch::Tensor init = values == n_ ? model_->params() : torch::cat({model_->params(), torch::zeros({values - n_})});
+  return ps_->Init(init.data_ptr<float>(), stop_);
 }
 
 Status Worker::FirstPull() {
@@ -217,7 +220,7 @@ Status Worker::Step() {
     SaveSnapshot(c_);
     last_snapshot_ = t0;
   }
-  torch::Tensor grad = model_->NewGradBuffer();
+  torch::Tensor grad = federated_ ? torch::zeros({federated_->shard_values()}) : model_->NewGradBuffer();
   bool usable = Compute(grad);
   TimePoint t1 = clock_->Now();
   compute_s_ += Seconds(t1 - t0);
@@ -424,6 +427,7 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   rec.set_client_eval_seconds(r->eval_seconds);
   for (float a : r->client_accuracy) rec.add_client_accuracy(a);
   for (int64_t c : r->clients) rec.add_clients(static_cast<uint32_t>(c));
+  rec.set_staleness_sum(static_cast<uint32_t>(r->staleness_sum));
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;

@@ -256,6 +256,18 @@ TEST(JobTest, PartitionSpecsParseRoundTripAndNameWhatIsWrong) {
   }
 }
 
+// Each override added to `on` makes the job fail, naming `key`.
+void ExpectRefused(const std::vector<std::string>& on,
+                   std::initializer_list<std::pair<const char*, const char*>> bad_keys) {
+  for (auto [bad, key] : bad_keys) {
+    std::vector<std::string> o = on;
+    o.push_back(bad);
+    auto r = ParseJob(kMinimal, "t", o);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << bad << ": " << r.status();
+  }
+}
+
 TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   auto off = ParseJob(kMinimal, "t");
   ASSERT_TRUE(off.ok());
@@ -277,26 +289,57 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
   EXPECT_EQ(back->federated.eval_every, 5);
   EXPECT_EQ(back->federated.client_eval_samples, 128);
   EXPECT_EQ(JobToYaml(*back), JobToYaml(*job));
-  for (auto [bad, key] : {std::pair<const char*, const char*>{"federated.per_round=101", "federated.per_round"},
-                          {"federated.local_lr=0", "federated.local_lr"},
-                          {"federated.availability=0", "federated.availability"},
-                          {"training.staleness_bound=3", "training.staleness_bound: 0"},
-                          {"federated.clients=5000", "at most the 60000 training samples"},
-                          {"model.name=synthetic", "needs a model with a network"},
-                          {"federated.dp_delta=1", "federated.dp_delta"},
-                          {"federated.eval_every=-1", "federated.eval_every"},
-                          {"federated.client_eval_samples=70000", "federated.client_eval_samples"},
-                          {"federated.device_uplink_mbit=0", "federated.device_uplink_mbit"},
-                          {"federated.device_compute_sigma=9", "federated.device_compute_sigma"},
-                          {"federated.deadline_s=-1", "federated.deadline_s"},
-                          {"federated.over_selection=0.3", "needs over_selection: 0"},
-                          {"federated.availability=0.5", "needs uniform selection of every client"}}) {
-    std::vector<std::string> o = on;
-    o.push_back(bad);
-    auto r = ParseJob(kMinimal, "t", o);
-    ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find(key), std::string::npos) << bad << ": " << r.status();
-  }
+  ExpectRefused(on, {{"federated.per_round=101", "federated.per_round"},
+                     {"federated.local_lr=0", "federated.local_lr"},
+                     {"federated.availability=0", "federated.availability"},
+                     {"training.staleness_bound=3", "training.staleness_bound: 0"},
+                     {"federated.clients=5000", "at most the 60000 training samples"},
+                     {"model.name=synthetic", "needs a model with a network"},
+                     {"federated.dp_delta=1", "federated.dp_delta"},
+                     {"federated.eval_every=-1", "federated.eval_every"},
+                     {"federated.client_eval_samples=70000", "federated.client_eval_samples"},
+                     {"federated.device_uplink_mbit=0", "federated.device_uplink_mbit"},
+                     {"federated.device_compute_sigma=9", "federated.device_compute_sigma"},
+                     {"federated.deadline_s=-1", "federated.deadline_s"},
+                     {"federated.over_selection=0.3", "needs over_selection: 0"},
+                     {"federated.availability=0.5", "needs uniform selection of every client"}});
+}
+
+// SCAFFOLD keeps c after the model on the shards; it refuses server
+// momentum (which would carry into c) and DP.
+TEST(JobTest, ScaffoldDoublesTheShardsValuesAndRefusesMomentumAndDp) {
+  const std::vector<std::string> on = {"federated.clients=100", "federated.strategy=scaffold",
+                                       "training.staleness_bound=0"};
+  auto job = ParseJob(kMinimal, "t", on);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->federated.scaffold());
+  EXPECT_EQ(job->ShardValues(1000), 2000);
+  auto back = ParseJob(JobToYaml(*job), "yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->federated.scaffold());
+  EXPECT_EQ(ParseJob(kMinimal, "t", {"federated.strategy=scaffold"})->ShardValues(1000), 1000);  // not federated
+  ExpectRefused(on, {{"training.outer_momentum=0.9", "outer_momentum: 0"},
+                     {"federated.dp_clip_norm=1", "cannot be combined with DP"},
+                     {"federated.strategy=scafold", "scaffold or fedbuff"}});
+}
+
+// FedBuff: concurrency defaults to per_round; it waits for no deadline and
+// refuses DP.
+TEST(JobTest, FedBuffSectionIsCheckedAndRoundTrips) {
+  const std::vector<std::string> on = {"federated.clients=100", "federated.strategy=fedbuff",
+                                       "federated.max_staleness=4", "training.staleness_bound=0"};
+  auto job = ParseJob(kMinimal, "t", on);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->federated.fedbuff());
+  EXPECT_EQ(job->federated.InFlight(), job->federated.per_round);
+  auto back = ParseJob(JobToYaml(*job), "yaml", {"federated.concurrency=30"});
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->federated.max_staleness, 4);
+  EXPECT_EQ(back->federated.InFlight(), 30);
+  ExpectRefused(on, {{"federated.deadline_s=5", "fedbuff needs over_selection"},
+                     {"federated.dp_clip_norm=1", "fedbuff cannot be combined with DP"},
+                     {"federated.concurrency=101", "federated.concurrency"},
+                     {"federated.max_staleness=-1", "federated.max_staleness"}});
 }
 
 TEST(JobTest, CheckpointSectionIsCheckedAndRoundTrips) {

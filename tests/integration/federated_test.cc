@@ -154,6 +154,53 @@ TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
   EXPECT_NE(testing::ReadText(dir / "avg/final_params.bin"), testing::ReadText(dir / "adam/final_params.bin"));
 }
 
+// SCAFFOLD: the shards keep the control variate after the model, so they
+// hold twice its values; the final parameters are the model's alone, the
+// run repeats bit for bit, and it trains elsewhere than FedAvg.
+TEST(FederatedTest, ScaffoldRoundsKeepTheControlVariateOnTheShards) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  const std::vector<std::string> scaffold = {"--set", "federated.rounds=6", "--set", "federated.strategy=scaffold"};
+  auto a = Launch(dir, "a", scaffold), b = Launch(dir, "b", scaffold);
+  auto avg = Launch(dir, "avg", {"--set", "federated.rounds=6"});
+  EXPECT_EQ(a["status"], "finished") << a.dump();
+  EXPECT_EQ(a["federated"]["clients_trained"], 48);
+  EXPECT_GT(a["test_accuracy"].get<double>(), 0.6) << a.dump();
+  const std::string params = testing::ReadText(dir / "a/final_params.bin");
+  EXPECT_EQ(params.size(), 4u * 50890);  // the MLP's parameters, without c
+  EXPECT_EQ(params, testing::ReadText(dir / "b/final_params.bin"));
+  EXPECT_NE(params, testing::ReadText(dir / "avg/final_params.bin"));
+}
+
+// FedBuff among dropouts and slow devices: every step applies per_round
+// updates, some of them stale (and weighed down), and the job takes less
+// simulated time than FedAvg's rounds, which wait for their slowest client.
+TEST(FederatedTest, FedBuffStepsOnBufferedStaleUpdatesWithoutWaitingForTheSlow) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  const std::vector<std::string> edge = {
+      "--set", "federated.rounds=8", "--set", "federated.dropout=0.2", "--set", "federated.device_slow_fraction=0.3"};
+  std::vector<std::string> buffered = edge;
+  buffered.insert(buffered.end(), {"--set", "federated.strategy=fedbuff", "--set", "federated.concurrency=12"});
+  auto fb = Launch(dir, "fedbuff", buffered);
+  auto avg = Launch(dir, "fedavg", edge);
+  ASSERT_TRUE(fb["federated"].is_object()) << fb.dump();
+  EXPECT_EQ(fb["status"], "finished");
+  EXPECT_GT(fb["test_accuracy"].get<double>(), 0.5) << fb.dump();
+  double staleness = 0;
+  for (const nlohmann::json& r : fb["federated"]["rounds"]) {
+    SCOPED_TRACE(r.dump());
+    EXPECT_EQ(r["participants"].get<int64_t>() + r["unusable"].get<int64_t>(), 8);
+    EXPECT_GT(r["simulated_s"].get<double>(), 0);
+    staleness += r["mean_staleness"].get<double>();
+  }
+  EXPECT_GT(staleness, 0);
+  EXPECT_GT(fb["federated"]["clients_dropped"].get<int64_t>(), 0);
+  EXPECT_LT(fb["federated"]["round_totals"]["simulated_s"].get<double>(),
+            avg["federated"]["round_totals"]["simulated_s"].get<double>());
+  EXPECT_NE(testing::ReadText(dir / "fedbuff/final_params.bin"), testing::ReadText(dir / "fedavg/final_params.bin"));
+}
+
 // DP-FedAvg: updates clipped and counted, seeded noise (two runs agree bit
 // for bit), and the summary's epsilon is the accountant's for q = 8/40.
 TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {

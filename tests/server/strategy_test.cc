@@ -10,37 +10,6 @@
 namespace geodesic::server {
 namespace {
 
-TEST(StrategyTest, WeightedMeanWeighsBySamples) {
-  const float a[] = {5, 2}, b[] = {1, -2};
-  float out[2];
-  ASSERT_TRUE(WeightedMean({{.client = 2, .weight = 3, .delta = b}, {.client = 1, .weight = 1, .delta = a}}, 2, out));
-  EXPECT_FLOAT_EQ(out[0], 2.0f);   // (3*1 + 1*5) / 4
-  EXPECT_FLOAT_EQ(out[1], -1.0f);  // (3*-2 + 1*2) / 4
-  EXPECT_FALSE(WeightedMean({}, 2, out));
-  EXPECT_FALSE(WeightedMean({{.client = 1, .weight = 0, .delta = a}}, 2, out));
-}
-
-// The mean is summed in client-id order: the order updates arrive in does
-// not change a bit of it.
-TEST(StrategyTest, WeightedMeanDoesNotDependOnArrivalOrder) {
-  const size_t n = 1000;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  std::vector<std::vector<float>> deltas(50, std::vector<float>(n));
-  std::vector<ClientUpdate> updates;
-  for (int c = 0; c < 50; ++c) {
-    for (float& v : deltas[c]) v = normal(rng) * static_cast<float>(1 << (c % 12));
-    updates.push_back({.client = c, .weight = 1.0 + c % 7, .delta = deltas[c].data()});
-  }
-  std::vector<float> first(n), again(n);
-  ASSERT_TRUE(WeightedMean(updates, n, first.data()));
-  for (int round = 0; round < 5; ++round) {
-    std::shuffle(updates.begin(), updates.end(), rng);
-    ASSERT_TRUE(WeightedMean(updates, n, again.data()));
-    EXPECT_EQ(std::memcmp(first.data(), again.data(), n * sizeof(float)), 0) << "round " << round;
-  }
-}
-
 TEST(StrategyTest, FedAvgAndFedAvgMStepByHand) {
   std::vector<float> x = {1, 2};
   const float d1[] = {0.5f, -1}, d2[] = {1, 1};
@@ -91,19 +60,6 @@ TEST(StrategyTest, SavedStateContinuesBitForBit) {
   EXPECT_EQ(xa, xb);
   EXPECT_FALSE(MakeChunkStrategy(spec, 4)->Load(a->Save()));  // another chunk size
   EXPECT_FALSE(MakeChunkStrategy({.kind = StrategyKind::kFedAvgM}, 3)->Load(a->Save()));
-}
-
-// SCAFFOLD's server step: x moves by η_g times the mean model change (as
-// FedAvg), c by |S|/N times the mean control change.
-TEST(StrategyTest, ScaffoldControlVariateStepByHand) {
-  ScaffoldControl c(2);
-  const float dc1[] = {1, -2}, dc2[] = {0.5f, 0.5f};
-  c.Update(dc1, 10.0 / 100);
-  EXPECT_FLOAT_EQ(c.c()[0], 0.1f);
-  EXPECT_FLOAT_EQ(c.c()[1], -0.2f);
-  c.Update(dc2, 0.5);
-  EXPECT_FLOAT_EQ(c.c()[0], 0.35f);
-  EXPECT_FLOAT_EQ(c.c()[1], 0.05f);
 }
 
 // The shard's view: a round's mean push is -Δ, and the optimizer adapter
@@ -163,13 +119,6 @@ TEST(StrategyTest, FedAvgMIsTheOuterMomentumStep) {
     strategy->Step(b.data(), b.data(), push.data(), 3, 1.0f, 1.0f);
     for (int j = 0; j < 3; ++j) EXPECT_NEAR(a[j], b[j], 1e-6) << "round " << round << " value " << j;
   }
-}
-
-TEST(StrategyTest, FedBuffWeightsStaleUpdatesDown) {
-  EXPECT_DOUBLE_EQ(FedBuffWeight(0), 1.0);
-  EXPECT_DOUBLE_EQ(FedBuffWeight(3), 0.5);
-  EXPECT_DOUBLE_EQ(FedBuffWeight(-4), 1.0);  // a clock from the future counts as fresh
-  EXPECT_LT(FedBuffWeight(100), FedBuffWeight(99));
 }
 
 }  // namespace

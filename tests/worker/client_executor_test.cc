@@ -8,25 +8,10 @@
 #include <numeric>
 #include <random>
 
+#include "tests/worker/band_images.h"
+
 namespace geodesic::worker {
 namespace {
-
-// 640 images whose label is the row of their one bright band (learnable).
-ImageSet Bands() {
-  ImageSet set;
-  set.count = 640;
-  set.rows = set.cols = 28;
-  set.pixels.assign(640 * 784, 0);
-  set.labels.resize(640);
-  std::mt19937 rng(2);
-  for (int i = 0; i < 640; ++i) {
-    const int label = i % 10;
-    set.labels[i] = static_cast<uint8_t>(label);
-    for (int p = 0; p < 784; ++p) set.pixels[i * 784 + p] = static_cast<uint8_t>(rng() % 40);
-    for (int c = 0; c < 28; ++c) set.pixels[i * 784 + (2 + 2 * label) * 28 + c] = 250;
-  }
-  return set;
-}
 
 const ModelSpec kMlp{.name = ModelKind::kMlp, .mlp_hidden = {32}};
 
