@@ -8,11 +8,12 @@
 namespace geodesic::cluster {
 namespace {
 
-constexpr uint64_t kBufferedDraw = 0x6675666275660001;  // "fedbuf": which client starts
+constexpr uint64_t kBufferedDraw = 0x6675666275660001;   // "fedbuf": which client starts
 constexpr uint64_t kBufferedLeave = 0x6675666275660002;  // when a dropout leaves
 
 CounterDraws DrawsFor(uint64_t seed, uint64_t purpose, int64_t start, int64_t attempt) {
-  return CounterDraws(CounterSource(DrawKey({seed, purpose, static_cast<uint64_t>(start), static_cast<uint64_t>(attempt)})));
+  return CounterDraws(
+      CounterSource(DrawKey({seed, purpose, static_cast<uint64_t>(start), static_cast<uint64_t>(attempt)})));
 }
 
 }  // namespace

@@ -346,7 +346,15 @@ struct FederatedSpec {
   FederatedStrategy strategy = FederatedStrategy::kFedAvg;
   double beta1 = 0.9, beta2 = 0.99, tau = 1e-3;  // fedadam, fedyogi, fedadagrad
   int64_t concurrency = 0;                       // fedbuff: clients in flight (0: per_round)
-  int64_t max_staleness = 10;                    // fedbuff: older updates are discarded
+  // Each client's uplink: its update goes through this codec (names of
+  // compression/codec.h), or slow_uplink_codec for clients whose uplink is
+  // below slow_uplink_mbit; with uplink_error_feedback each client keeps
+  // what its codec dropped and sends it the next time it trains.
+  std::string uplink_codec = "fp32";
+  std::string slow_uplink_codec;  // empty: uplink_codec for every client
+  double slow_uplink_mbit = 0;
+  bool uplink_error_feedback = true;
+  int64_t max_staleness = 10;  // fedbuff: older updates are discarded
   // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this
   // L2 norm, weighs clients equally over a fixed denominator (per_round),
   // and adds Gaussian noise of deviation dp_noise_multiplier * dp_clip_norm

@@ -285,6 +285,10 @@ void CheckPrivacy(const FederatedSpec& f, Errors* errors) {
         "federated.dp_noise_multiplier", "must be in (0, 100]");
   Check(Finite(f.dp_delta) && f.dp_delta > 0 && f.dp_delta < 1, errors, "federated.dp_delta", "must be in (0, 1)");
   if (!f.dp()) return;
+  Check((f.uplink_codec == "fp32" || f.uplink_codec.empty()) && f.slow_uplink_codec.empty(), errors,
+        "federated.dp_clip_norm",
+        "needs federated.uplink_codec: fp32 and no slow_uplink_codec (a compressed update, with its error feedback, "
+        "is no longer within the clip norm the accountant assumes)");
   Check(f.over_selection == 0, errors, "federated.dp_clip_norm",
         "needs over_selection: 0 (the accountant's sampling rate is per_round / clients)");
   Check(!f.weighted_selection && f.availability == 1, errors, "federated.dp_clip_norm",
@@ -313,6 +317,10 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   r.Get("tau", &f->tau);
   r.Get("concurrency", &f->concurrency);
   r.Get("max_staleness", &f->max_staleness);
+  r.Get("uplink_codec", &f->uplink_codec);
+  r.Get("slow_uplink_codec", &f->slow_uplink_codec);
+  r.Get("slow_uplink_mbit", &f->slow_uplink_mbit);
+  r.Get("uplink_error_feedback", &f->uplink_error_feedback);
   r.Get("dp_clip_norm", &f->dp_clip_norm);
   r.Get("dp_noise_multiplier", &f->dp_noise_multiplier);
   r.Get("dp_delta", &f->dp_delta);
@@ -344,6 +352,10 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   Check(f->concurrency >= 0 && f->concurrency <= f->clients, errors, "federated.concurrency",
         "must be in [0, clients] (0: per_round)");
   Check(f->max_staleness >= 0 && f->max_staleness <= 1000, errors, "federated.max_staleness", "must be in [0, 1000]");
+  Check(Finite(f->slow_uplink_mbit) && f->slow_uplink_mbit >= 0, errors, "federated.slow_uplink_mbit",
+        "must be >= 0 (0: no slow tier)");
+  Check(!f->slow_uplink_codec.empty() || f->slow_uplink_mbit == 0, errors, "federated.slow_uplink_mbit",
+        "needs federated.slow_uplink_codec");
   CheckPrivacy(*f, errors);
   Check(f->eval_every >= 0 && f->eval_every <= 1000000, errors, "federated.eval_every",
         "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");

@@ -45,6 +45,9 @@ std::vector<std::string> Append(std::vector<std::string> a, const std::vector<st
 Status CheckCodecs(const JobSpec& job, const std::string& job_file) {
   std::vector<std::pair<std::string, std::string>> names = {{"compression.push", job.compression.push},
                                                             {"compression.pull", job.compression.pull}};
+  if (job.federated.enabled()) names.push_back({"federated.uplink_codec", job.federated.uplink_codec});
+  if (!job.federated.slow_uplink_codec.empty())
+    names.push_back({"federated.slow_uplink_codec", job.federated.slow_uplink_codec});
   for (size_t i = 0; i < job.compression.links.size(); ++i) {
     const auto& l = job.compression.links[i];
     std::string where = "compression.links[" + std::to_string(i) + "]";

@@ -39,6 +39,9 @@ namespace geodesic::deploy {
 //   simulated_s      the round's time under the device profiles;
 //   mean_staleness   FedBuff: the participants' mean staleness (0 for
 //                    synchronous rounds);
+//   client_bytes_up  the participants' updates as their uplink codecs
+//                    encoded them (federated.uplink_codec), before the
+//                    executors summed them;
 //   clients          the participants' ids, ascending (not in the CSV).
 nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
                           const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,

@@ -73,25 +73,80 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   }
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
   GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local));
+  GD_RETURN_IF_ERROR(r->SetUpUplinks());
   if (f.fedbuff()) {
-    const cluster::ProfileSpec profiles = Profiles(f);
-    const double model_bytes = 4.0 * static_cast<double>(r->num_params());
     std::vector<double> seconds;
-    for (int64_t c = 0; c < f.clients; ++c)
-      seconds.push_back(
-          cluster::ClientSeconds(cluster::DrawProfile(profiles, c, job.seed), r->steps_[c], model_bytes, model_bytes));
+    for (int64_t c = 0; c < f.clients; ++c) seconds.push_back(r->ClientTime(c));
     r->buffered_ = std::make_unique<cluster::BufferedSchedule>(
         cluster::BufferedSpec{.concurrency = f.InFlight(), .buffer = f.per_round, .max_staleness = f.max_staleness},
-        profiles, std::move(seconds), job.seed);
+        Profiles(f), std::move(seconds), job.seed);
   }
   return r;
+}
+
+// The uplink codecs, each client's tier (by its profile's uplink) and each
+// tier's payload size as planned: the codec's bytes before zstd, an upper
+// bound with zstd.
+Status FederatedRounds::SetUpUplinks() {
+  const FederatedSpec& f = job_->federated;
+  for (const std::string* name : {&f.uplink_codec, &f.slow_uplink_codec}) {
+    if (name->empty()) break;
+    auto spec = compression::ParseCodecSpec(*name);
+    if (!spec.ok()) return InvalidArgument("federated uplink codec: " + spec.status().message());
+    uplink_.push_back(*spec);
+    const auto n = static_cast<uint64_t>(num_params());
+    const uint64_t kept = spec->sparse() ? std::max<uint64_t>(1, static_cast<uint64_t>(spec->fraction * n)) : 0;
+    uplink_bytes_.push_back(static_cast<double>(
+        compression::MaxEncodedBytes({.codec = spec->codec, .block = spec->block, .kept = kept}, n)));
+  }
+  const cluster::ProfileSpec profiles = Profiles(f);
+  for (int64_t c = 0; c < f.clients; ++c) {
+    const bool slow =
+        uplink_.size() > 1 && cluster::DrawProfile(profiles, c, job_->seed).uplink_mbit < f.slow_uplink_mbit;
+    tier_.push_back(slow ? 1 : 0);
+  }
+  return Status::Ok();
+}
+
+double FederatedRounds::ClientTime(int64_t client) const {
+  const double n = static_cast<double>(num_params());
+  const double down = 4.0 * static_cast<double>(shard_values());
+  const double up = uplink_bytes_[tier_[client]] + (job_->federated.scaffold() ? 4.0 * n : 0.0);
+  return cluster::ClientSeconds(cluster::DrawProfile(Profiles(job_->federated), client, job_->seed), steps_[client],
+                                down, up);
+}
+
+bool FederatedRounds::Uplink(int64_t client, int64_t key, std::vector<float>& delta, RoundReport& report) {
+  const compression::CodecSpec& spec = UplinkOf(client);
+  const auto n = static_cast<uint64_t>(delta.size());
+  if (!spec.lossy() && spec.zstd_level == 0) {
+    report.uplink_bytes += 4.0 * static_cast<double>(n);
+    return true;
+  }
+  constexpr uint64_t kUplinkStream = 0x75706c696e6b;  // "uplink"
+  compression::Encoder encoder(
+      spec, DrawKey({job_->seed, kUplinkStream, static_cast<uint64_t>(client), static_cast<uint64_t>(key)}));
+  std::vector<float>* residual = nullptr;
+  if (job_->federated.uplink_error_feedback && spec.lossy()) {
+    residual = &residuals_[client];
+    residual->resize(n, 0.0f);
+    for (uint64_t j = 0; j < n; ++j) delta[j] += (*residual)[j];
+  }
+  std::vector<uint8_t> payload;
+  compression::PayloadInfo info;
+  std::vector<float> sent(n);
+  if (!encoder.Encode(delta.data(), n, &payload, &info, sent.data()).ok()) return false;
+  if (residual)
+    for (uint64_t j = 0; j < n; ++j) (*residual)[j] = delta[j] - sent[j];
+  delta.swap(sent);
+  report.uplink_bytes += static_cast<double>(payload.size());
+  return true;
 }
 
 int64_t FederatedRounds::Weight(int64_t client) const { return steps_[client] * job_->data.batch_size; }
 
 // Every executor computes the same plan: the selection, each selected
-// client's simulated time from its device profile (deterministic: steps
-// times its step time, the fp32 model down and up), and which updates the
+// client's simulated time from its device profile (ClientTime), and which updates the
 // round takes (cluster::CloseRound). The accepted clients are spread over
 // the executors by their work (Spread).
 FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
@@ -99,15 +154,10 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   const cluster::ProfileSpec profiles = Profiles(f);
   const cluster::SelectionSpec selection{
       .per_round = f.per_round, .over_selection = f.over_selection, .weighted = f.weighted_selection};
-  const double model_bytes = 4.0 * static_cast<double>(num_params());
   std::vector<cluster::Candidate> candidates;
-  for (int64_t c : cluster::SelectClients(selection, profiles, sizes_, round, job_->seed)) {
-    const cluster::ClientProfile p = cluster::DrawProfile(profiles, c, job_->seed);
-    const int64_t steps = steps_[c];
-    candidates.push_back({.client = c,
-                          .seconds = cluster::ClientSeconds(p, steps, model_bytes, model_bytes),
-                          .dropped = cluster::DropsOut(profiles, c, round, job_->seed)});
-  }
+  for (int64_t c : cluster::SelectClients(selection, profiles, sizes_, round, job_->seed))
+    candidates.push_back(
+        {.client = c, .seconds = ClientTime(c), .dropped = cluster::DropsOut(profiles, c, round, job_->seed)});
   const cluster::RoundClose close = cluster::CloseRound(candidates, f.per_round, f.deadline_s);
   Plan plan;
   plan.selected = static_cast<int64_t>(candidates.size());
@@ -154,6 +204,10 @@ StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const f
     return false;
   }
   if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+  if (!Uplink(client, key, o.delta, report)) {
+    ++report.unusable;
+    return false;
+  }
   const double w = weight.value_or(static_cast<double>(o.samples));
   for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
   if (c) {

@@ -53,6 +53,7 @@
 
 #include "cluster/buffered.h"
 #include "common/status.h"
+#include "compression/codec.h"
 #include "config/job.h"
 #include "worker/client_executor.h"
 #include "worker/dataset.h"
@@ -76,6 +77,7 @@ struct RoundReport {
   std::vector<float> client_accuracy;  // the global model on each trained client's first samples
   std::vector<int64_t> clients;        // the clients with a usable update, in id order
   int64_t staleness_sum = 0;           // FedBuff: over this executor's usable updates
+  double uplink_bytes = 0;             // its clients' updates as their uplink codecs sent them
 };
 
 class FederatedRounds {
@@ -92,6 +94,11 @@ class FederatedRounds {
   int64_t shard_values() const { return job_->ShardValues(num_params()); }
   // SCAFFOLD: the clients whose control variate this executor keeps.
   size_t controls_kept() const { return controls_.size(); }
+  // Uplink error feedback: the clients whose residual this executor keeps.
+  size_t residuals_kept() const { return residuals_.size(); }
+  // The codec client c's uplink uses (federated.uplink_codec, or the slow
+  // tier's).
+  const compression::CodecSpec& UplinkOf(int64_t client) const { return uplink_[tier_[client]]; }
 
  private:
   FederatedRounds() = default;
@@ -115,6 +122,14 @@ class FederatedRounds {
                              std::vector<double>& sum, RoundReport& report);
   // SCAFFOLD: c - c_i for `client` into correction_, and its c_i.
   std::vector<float>& Correction(int64_t client, const float* c);
+  Status SetUpUplinks();
+  // Client c's simulated time for one training: the shards' values down,
+  // its steps, its update up in its uplink codec (and SCAFFOLD's Δc_i).
+  double ClientTime(int64_t client) const;
+  // Sends `delta` through the client's uplink codec (with its residual
+  // under error feedback): delta becomes what the shards would decode.
+  // False when the codec cannot carry it (fp16 overflow).
+  bool Uplink(int64_t client, int64_t key, std::vector<float>& delta, RoundReport& report);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
 
   const JobSpec* job_ = nullptr;
@@ -124,10 +139,14 @@ class FederatedRounds {
   std::vector<int64_t> steps_;  // and its local steps a round (LocalStepsFor)
   std::string digest_;
   std::unique_ptr<ClientExecutor> exec_;
-  std::unordered_map<int64_t, std::vector<float>> controls_;  // SCAFFOLD: c_i of the clients that trained here
-  std::vector<float> correction_;                             // SCAFFOLD: c - c_i of the client in training
-  std::unique_ptr<cluster::BufferedSchedule> buffered_;       // FedBuff
-  std::map<int64_t, std::vector<float>> versions_;            // FedBuff: the global model of recent steps
+  std::unordered_map<int64_t, std::vector<float>> controls_;   // SCAFFOLD: c_i of the clients that trained here
+  std::vector<float> correction_;                              // SCAFFOLD: c - c_i of the client in training
+  std::vector<compression::CodecSpec> uplink_;                 // [0]: uplink_codec, [1]: the slow tier's
+  std::vector<uint8_t> tier_;                                  // each client's index into uplink_
+  std::vector<double> uplink_bytes_;                           // each tier's planned payload (no zstd)
+  std::unordered_map<int64_t, std::vector<float>> residuals_;  // uplink error feedback, per client
+  std::unique_ptr<cluster::BufferedSchedule> buffered_;        // FedBuff
+  std::map<int64_t, std::vector<float>> versions_;             // FedBuff: the global model of recent steps
 };
 
 }  // namespace geodesic::worker

@@ -428,6 +428,7 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   for (float a : r->client_accuracy) rec.add_client_accuracy(a);
   for (int64_t c : r->clients) rec.add_clients(static_cast<uint32_t>(c));
   rec.set_staleness_sum(static_cast<uint32_t>(r->staleness_sum));
+  rec.set_client_uplink_bytes(r->uplink_bytes);
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;

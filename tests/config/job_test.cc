@@ -302,7 +302,9 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
                      {"federated.device_compute_sigma=9", "federated.device_compute_sigma"},
                      {"federated.deadline_s=-1", "federated.deadline_s"},
                      {"federated.over_selection=0.3", "needs over_selection: 0"},
-                     {"federated.availability=0.5", "needs uniform selection of every client"}});
+                     {"federated.availability=0.5", "needs uniform selection of every client"},
+                     {"federated.uplink_codec=int8", "needs federated.uplink_codec: fp32"},
+                     {"federated.slow_uplink_mbit=5", "needs federated.slow_uplink_codec"}});
 }
 
 // SCAFFOLD keeps c after the model on the shards; it refuses server

@@ -201,6 +201,30 @@ TEST(FederatedTest, FedBuffStepsOnBufferedStaleUpdatesWithoutWaitingForTheSlow) 
   EXPECT_NE(testing::ReadText(dir / "fedbuff/final_params.bin"), testing::ReadText(dir / "fedavg/final_params.bin"));
 }
 
+// Clients' uplinks in int8: their bytes drop about 4x, the simulated
+// rounds get shorter (the update is most of a client's upload time), and
+// the model still learns.
+TEST(FederatedTest, Int8UplinksShrinkClientBytesAndSimulatedTime) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kFederatedJob);
+  auto fp32 = Launch(dir, "fp32", {"--set", "federated.rounds=4"});
+  auto int8 = Launch(dir, "int8", {"--set", "federated.rounds=4", "--set", "federated.uplink_codec=int8"});
+  EXPECT_GT(int8["test_accuracy"].get<double>(), 0.5) << int8.dump();
+  const nlohmann::json &a = fp32["federated"]["rounds"], &b = int8["federated"]["rounds"];
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    SCOPED_TRACE(b[i].dump());
+    EXPECT_EQ(a[i]["client_bytes_up"].get<double>(), 8 * 4.0 * 50890);  // 8 clients, the MLP in fp32
+    EXPECT_NEAR(b[i]["client_bytes_up"].get<double>() / a[i]["client_bytes_up"].get<double>(), 0.25, 0.02);
+    EXPECT_LT(b[i]["simulated_s"].get<double>(), a[i]["simulated_s"].get<double>());
+  }
+  auto bad =
+      RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "bad", "--set", "federated.uplink_codec=int3"}, 60);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("federated.uplink_codec"), std::string::npos) << bad.output;
+}
+
 // DP-FedAvg: updates clipped and counted, seeded noise (two runs agree bit
 // for bit), and the summary's epsilon is the accountant's for q = 8/40.
 TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {

@@ -43,9 +43,9 @@ Expected TrainDirectly(const JobSpec& job, const ImageSet& train, const Partitio
                        const std::vector<int64_t>& clients, int64_t round, const std::vector<float>& state,
                        std::vector<std::vector<float>>& controls) {
   const size_t n = state.size() / 2;
-  auto exec = std::move(ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size,
-                                               {.lr = job.federated.local_lr}))
-                  .value();
+  auto exec =
+      std::move(ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, {.lr = job.federated.local_lr}))
+          .value();
   Expected e{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
   for (int64_t k : clients) {
     std::vector<float>& ci = controls[k];
@@ -96,8 +96,7 @@ TEST(FederatedRoundsTest, ScaffoldStepsTheModelAndTheControlVariateByHand) {
     std::vector<float> push(2 * n);
     RoundReport report = std::move(rounds->Run(round, state.data(), push.data())).value();
     ASSERT_EQ(report.trained, 2);
-    for (int64_t k : report.clients)
-      some_client_twice |= std::find(before.begin(), before.end(), k) != before.end();
+    for (int64_t k : report.clients) some_client_twice |= std::find(before.begin(), before.end(), k) != before.end();
     before.insert(before.end(), report.clients.begin(), report.clients.end());
     const Expected e = TrainDirectly(job, train, parts, report.clients, round, state, controls);
     std::vector<float> next(2 * n);
@@ -155,7 +154,8 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
   for (int64_t c = 0; c < 8; ++c)
     seconds.push_back(cluster::ClientSeconds(cluster::DrawProfile(profiles, c, job.seed), 3, 4.0 * n, 4.0 * n));
   cluster::BufferedSchedule schedule({.concurrency = 4, .buffer = 2, .max_staleness = 3}, profiles, seconds, job.seed);
-  auto direct = std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
+  auto direct =
+      std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
 
   std::vector<std::vector<float>> versions;
   std::vector<float> x(n);
@@ -174,11 +174,11 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
     EXPECT_DOUBLE_EQ(report.seconds, step.seconds);
     std::vector<double> sum(n, 0.0);
     for (const cluster::Arrival& a : step.accepted) {
-      ClientOutcome o = std::move(direct->Train(versions[a.version].data(), {.client = a.client,
-                                                                             .round = a.start,
-                                                                             .indices = &parts[a.client],
-                                                                             .local_steps = 3}))
-                            .value();
+      ClientOutcome o =
+          std::move(
+              direct->Train(versions[a.version].data(),
+                            {.client = a.client, .round = a.start, .indices = &parts[a.client], .local_steps = 3}))
+              .value();
       const double s = 1.0 / std::sqrt(1.0 + static_cast<double>(round - a.version));
       for (int64_t j = 0; j < n; ++j) sum[j] += s * o.delta[j];
       stale_updates += round > a.version;
@@ -187,6 +187,43 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
     for (int64_t j = 0; j < n; ++j) x[j] -= job.training.outer_lr * push[j];  // the shards' FedAvg step
   }
   EXPECT_GT(stale_updates, 0);
+}
+
+// Per-client uplink codecs: clients below slow_uplink_mbit send with the
+// slow tier's codec, the others with uplink_codec; the bytes are the
+// codecs', each lossy client keeps its residual, and the push moves from
+// the fp32 one by no more than the codecs' error.
+TEST(FederatedRoundsTest, UplinkCodecsPerClientShrinkTheBytesAndKeepResiduals) {
+  JobSpec job = ScaffoldJob();
+  job.federated.strategy = FederatedStrategy::kFedAvg;
+  job.federated.per_round = 4;
+  job.federated.device_uplink_sigma = 1.0;
+  const ImageSet train = Bands();
+  auto plain = std::move(FederatedRounds::Create(job, 0, train)).value();
+  job.federated.uplink_codec = "int8";
+  job.federated.slow_uplink_codec = "topk:0.25";
+  job.federated.slow_uplink_mbit = 20;  // the median: about half the clients
+  auto coded = std::move(FederatedRounds::Create(job, 0, train)).value();
+  const int64_t n = coded->num_params();
+  int slow = 0;
+  for (int64_t c = 0; c < 4; ++c) {
+    const bool below = cluster::DrawProfile({.uplink_sigma = 1.0}, c, job.seed).uplink_mbit < 20;
+    EXPECT_EQ(coded->UplinkOf(c).codec, below ? wire::TOPK : wire::INT8) << c;
+    slow += below;
+  }
+  ASSERT_GT(slow, 0);
+  ASSERT_LT(slow, 4);
+  std::vector<float> global(n, 0.01f), a(n), b(n);
+  RoundReport fp32 = std::move(plain->Run(0, global.data(), a.data())).value();
+  RoundReport report = std::move(coded->Run(0, global.data(), b.data())).value();
+  EXPECT_DOUBLE_EQ(fp32.uplink_bytes, 4.0 * 4 * n);
+  EXPECT_LT(report.uplink_bytes, (4 - slow) * 1.1 * n + slow * 0.25 * 8.5 * n);
+  EXPECT_GT(report.uplink_bytes, (4 - slow) * 1.0 * n + slow * 0.25 * 4 * n);
+  EXPECT_EQ(coded->residuals_kept(), 4u);
+  double diff = 0, norm = 0;
+  for (int64_t j = 0; j < n; ++j) diff += (a[j] - b[j]) * (a[j] - b[j]), norm += a[j] * a[j];
+  EXPECT_GT(diff, 0);
+  EXPECT_LT(diff, norm);  // top-k drops most of the slow clients' update, not its sign
 }
 
 }  // namespace
