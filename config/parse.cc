@@ -296,6 +296,32 @@ void CheckPrivacy(const FederatedSpec& f, Errors* errors) {
         "assumes a sampling rate of per_round / clients");
 }
 
+// The strategies' settings (the adaptive ones', FedBuff's) and the uplink codecs.
+void ReadStrategy(MapReader& r, FederatedSpec* f) {
+  r.Get("beta1", &f->beta1);
+  r.Get("beta2", &f->beta2);
+  r.Get("tau", &f->tau);
+  r.Get("concurrency", &f->concurrency);
+  r.Get("max_staleness", &f->max_staleness);
+  r.Get("uplink_codec", &f->uplink_codec);
+  r.Get("slow_uplink_codec", &f->slow_uplink_codec);
+  r.Get("slow_uplink_mbit", &f->slow_uplink_mbit);
+  r.Get("uplink_error_feedback", &f->uplink_error_feedback);
+}
+
+void CheckStrategy(const FederatedSpec& f, Errors* errors) {
+  Check(Finite(f.beta1) && f.beta1 >= 0 && f.beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
+  Check(Finite(f.beta2) && f.beta2 >= 0 && f.beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
+  Check(Finite(f.tau) && f.tau > 0 && f.tau <= 10, errors, "federated.tau", "must be in (0, 10]");
+  Check(f.concurrency >= 0 && f.concurrency <= f.clients, errors, "federated.concurrency",
+        "must be in [0, clients] (0: per_round)");
+  Check(f.max_staleness >= 0 && f.max_staleness <= 1000, errors, "federated.max_staleness", "must be in [0, 1000]");
+  Check(Finite(f.slow_uplink_mbit) && f.slow_uplink_mbit >= 0, errors, "federated.slow_uplink_mbit",
+        "must be >= 0 (0: no slow tier)");
+  Check(!f.slow_uplink_codec.empty() || f.slow_uplink_mbit == 0, errors, "federated.slow_uplink_mbit",
+        "needs federated.slow_uplink_codec");
+}
+
 void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   MapReader r(top.child("federated"), "federated", errors);
   r.Get("clients", &f->clients);
@@ -312,15 +338,7 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
   ReadDevices(r, f);
   std::string strategy = ToString(f->strategy);
   r.Get("strategy", &strategy);
-  r.Get("beta1", &f->beta1);
-  r.Get("beta2", &f->beta2);
-  r.Get("tau", &f->tau);
-  r.Get("concurrency", &f->concurrency);
-  r.Get("max_staleness", &f->max_staleness);
-  r.Get("uplink_codec", &f->uplink_codec);
-  r.Get("slow_uplink_codec", &f->slow_uplink_codec);
-  r.Get("slow_uplink_mbit", &f->slow_uplink_mbit);
-  r.Get("uplink_error_feedback", &f->uplink_error_feedback);
+  ReadStrategy(r, f);
   r.Get("dp_clip_norm", &f->dp_clip_norm);
   r.Get("dp_noise_multiplier", &f->dp_noise_multiplier);
   r.Get("dp_delta", &f->dp_delta);
@@ -346,16 +364,7 @@ void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {
         "must be in (0, 1]");
   Check(Finite(f->dropout) && f->dropout >= 0 && f->dropout < 1, errors, "federated.dropout", "must be in [0, 1)");
   CheckDevices(*f, errors);
-  Check(Finite(f->beta1) && f->beta1 >= 0 && f->beta1 < 1, errors, "federated.beta1", "must be in [0, 1)");
-  Check(Finite(f->beta2) && f->beta2 >= 0 && f->beta2 < 1, errors, "federated.beta2", "must be in [0, 1)");
-  Check(Finite(f->tau) && f->tau > 0 && f->tau <= 10, errors, "federated.tau", "must be in (0, 10]");
-  Check(f->concurrency >= 0 && f->concurrency <= f->clients, errors, "federated.concurrency",
-        "must be in [0, clients] (0: per_round)");
-  Check(f->max_staleness >= 0 && f->max_staleness <= 1000, errors, "federated.max_staleness", "must be in [0, 1000]");
-  Check(Finite(f->slow_uplink_mbit) && f->slow_uplink_mbit >= 0, errors, "federated.slow_uplink_mbit",
-        "must be >= 0 (0: no slow tier)");
-  Check(!f->slow_uplink_codec.empty() || f->slow_uplink_mbit == 0, errors, "federated.slow_uplink_mbit",
-        "needs federated.slow_uplink_codec");
+  CheckStrategy(*f, errors);
   CheckPrivacy(*f, errors);
   Check(f->eval_every >= 0 && f->eval_every <= 1000000, errors, "federated.eval_every",
         "must be in [0, 1000000] (0: eval.snapshot_every_s instead)");
