@@ -8,10 +8,14 @@
 
 namespace geodesic::cluster {
 
-double ClipToNorm(float* delta, size_t n, double max_norm) {
+double L2Norm(const float* values, size_t n) {
   double sq = 0;
-  for (size_t j = 0; j < n; ++j) sq += static_cast<double>(delta[j]) * delta[j];
-  const double norm = std::sqrt(sq);
+  for (size_t j = 0; j < n; ++j) sq += static_cast<double>(values[j]) * values[j];
+  return std::sqrt(sq);
+}
+
+double ClipToNorm(float* delta, size_t n, double max_norm) {
+  const double norm = L2Norm(delta, n);
   if (!std::isfinite(norm)) {
     std::fill(delta, delta + n, 0.0f);
     return 0;

@@ -13,6 +13,9 @@
 
 namespace geodesic::cluster {
 
+// The L2 norm of n values, summed in double.
+double L2Norm(const float* values, size_t n);
+
 // Scales `delta` (n values) down to L2 norm `max_norm` if it is longer;
 // returns the factor applied (1 when it was not). A non-finite norm zeroes
 // the update and returns 0.

@@ -354,6 +354,10 @@ struct FederatedSpec {
   std::string slow_uplink_codec;  // empty: uplink_codec for every client
   double slow_uplink_mbit = 0;
   bool uplink_error_feedback = true;
+  // > 0: a client update whose L2 norm is above this is refused (counted
+  // in rounds.csv's `refused`; its weight stays in the round's total, as an
+  // unusable update's does).
+  double max_update_norm = 0;
   int64_t max_staleness = 10;  // fedbuff: older updates are discarded
   // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this
   // L2 norm, weighs clients equally over a fixed denominator (per_round),

@@ -307,6 +307,7 @@ void ReadStrategy(MapReader& r, FederatedSpec* f) {
   r.Get("slow_uplink_codec", &f->slow_uplink_codec);
   r.Get("slow_uplink_mbit", &f->slow_uplink_mbit);
   r.Get("uplink_error_feedback", &f->uplink_error_feedback);
+  r.Get("max_update_norm", &f->max_update_norm);
 }
 
 void CheckStrategy(const FederatedSpec& f, Errors* errors) {
@@ -320,6 +321,8 @@ void CheckStrategy(const FederatedSpec& f, Errors* errors) {
         "must be >= 0 (0: no slow tier)");
   Check(!f.slow_uplink_codec.empty() || f.slow_uplink_mbit == 0, errors, "federated.slow_uplink_mbit",
         "needs federated.slow_uplink_codec");
+  Check(Finite(f.max_update_norm) && f.max_update_norm >= 0, errors, "federated.max_update_norm",
+        "must be >= 0 (0: no bound)");
 }
 
 void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {

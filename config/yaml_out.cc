@@ -222,6 +222,7 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "slow_uplink_codec", f.slow_uplink_codec);
   Put(out, "slow_uplink_mbit", f.slow_uplink_mbit);
   Put(out, "uplink_error_feedback", f.uplink_error_feedback);
+  Put(out, "max_update_norm", f.max_update_norm);
   Put(out, "dp_clip_norm", f.dp_clip_norm);
   Put(out, "dp_noise_multiplier", f.dp_noise_multiplier);
   Put(out, "dp_delta", f.dp_delta);

@@ -39,6 +39,8 @@ namespace geodesic::deploy {
 //   simulated_s      the round's time under the device profiles;
 //   mean_staleness   FedBuff: the participants' mean staleness (0 for
 //                    synchronous rounds);
+//   refused          clients whose update's norm passed
+//                    federated.max_update_norm;
 //   client_bytes_up  the participants' updates as their uplink codecs
 //                    encoded them (federated.uplink_codec), before the
 //                    executors summed them;

@@ -203,6 +203,10 @@ StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const f
     ++report.unusable;
     return false;
   }
+  if (f.max_update_norm > 0 && cluster::L2Norm(o.delta.data(), n) > f.max_update_norm) {
+    ++report.refused;
+    return false;
+  }
   if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
   if (!Uplink(client, key, o.delta, report)) {
     ++report.unusable;

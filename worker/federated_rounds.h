@@ -78,6 +78,7 @@ struct RoundReport {
   std::vector<int64_t> clients;        // the clients with a usable update, in id order
   int64_t staleness_sum = 0;           // FedBuff: over this executor's usable updates
   double uplink_bytes = 0;             // its clients' updates as their uplink codecs sent them
+  int64_t refused = 0;                 // its clients whose update's norm passed federated.max_update_norm
 };
 
 class FederatedRounds {

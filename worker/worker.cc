@@ -429,6 +429,10 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   for (int64_t c : r->clients) rec.add_clients(static_cast<uint32_t>(c));
   rec.set_staleness_sum(static_cast<uint32_t>(r->staleness_sum));
   rec.set_client_uplink_bytes(r->uplink_bytes);
+  rec.set_refused(static_cast<uint32_t>(r->refused));
+  if (r->refused > 0)
+    GD_LOG(WARNING) << "round " << c_ << ": " << r->refused
+                    << " client update(s) over federated.max_update_norm; refused";
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;

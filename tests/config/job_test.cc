@@ -304,7 +304,8 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
                      {"federated.over_selection=0.3", "needs over_selection: 0"},
                      {"federated.availability=0.5", "needs uniform selection of every client"},
                      {"federated.uplink_codec=int8", "needs federated.uplink_codec: fp32"},
-                     {"federated.slow_uplink_mbit=5", "needs federated.slow_uplink_codec"}});
+                     {"federated.slow_uplink_mbit=5", "needs federated.slow_uplink_codec"},
+                     {"federated.max_update_norm=-1", "federated.max_update_norm"}});
 }
 
 // SCAFFOLD keeps c after the model on the shards; it refuses server

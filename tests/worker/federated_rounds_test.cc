@@ -11,6 +11,7 @@
 #include <set>
 
 #include "cluster/buffered.h"
+#include "cluster/privacy.h"
 #include "server/strategy.h"
 #include "tests/worker/band_images.h"
 
@@ -224,6 +225,45 @@ TEST(FederatedRoundsTest, UplinkCodecsPerClientShrinkTheBytesAndKeepResiduals) {
   for (int64_t j = 0; j < n; ++j) diff += (a[j] - b[j]) * (a[j] - b[j]), norm += a[j] * a[j];
   EXPECT_GT(diff, 0);
   EXPECT_LT(diff, norm);  // top-k drops most of the slow clients' update, not its sign
+}
+
+// An update whose norm passes federated.max_update_norm is refused and
+// counted; its weight stays in the round's total, so the push is the
+// others' weighted sum over the whole round's weight.
+TEST(FederatedRoundsTest, UpdatesOverTheNormBoundAreRefusedAndCounted) {
+  JobSpec job = ScaffoldJob();
+  job.federated.strategy = FederatedStrategy::kFedAvg;
+  job.federated.per_round = 4;
+  const ImageSet train = Bands();
+  const Partition parts = std::move(PartitionSamples(train.labels, 10, 4, job.data.partition, job.seed, 32)).value();
+  auto direct =
+      std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
+  const int64_t n = direct->num_params();
+  std::vector<float> global(n, 0.01f);
+  std::vector<ClientOutcome> outcomes;
+  std::vector<double> norms;
+  for (int64_t k = 0; k < 4; ++k) {
+    outcomes.push_back(
+        std::move(direct->Train(global.data(), {.client = k, .round = 0, .indices = &parts[k], .local_steps = 3}))
+            .value());
+    norms.push_back(cluster::L2Norm(outcomes.back().delta.data(), n));
+  }
+  std::vector<double> sorted = norms;
+  std::sort(sorted.begin(), sorted.end());
+  job.federated.max_update_norm = (sorted[1] + sorted[2]) / 2;  // two pass, two are refused
+  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  std::vector<float> push(n);
+  RoundReport report = std::move(rounds->Run(0, global.data(), push.data())).value();
+  EXPECT_EQ(report.refused, 2);
+  EXPECT_EQ(report.trained, 2);
+  std::vector<double> sum(n, 0.0);
+  double total = 0;
+  for (int64_t k = 0; k < 4; ++k) {
+    total += static_cast<double>(outcomes[k].samples);
+    if (norms[k] > job.federated.max_update_norm) continue;
+    for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<double>(outcomes[k].samples) * outcomes[k].delta[j];
+  }
+  for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(push[j], -sum[j] / total, 1e-6) << j;
 }
 
 }  // namespace
