@@ -91,10 +91,11 @@ Status Worker::Run() {
   GD_RETURN_IF_ERROR(LoadData());
   GD_RETURN_IF_ERROR(JoinJob());
   GD_RETURN_IF_ERROR(FirstPull());
-  GD_LOG(INFO) << "training " << (steps_ - c_)
-               << (local_ ? " rounds of " + std::to_string(local_steps_) + " local steps" : " steps") << " of batch "
-               << job_.data.batch_size << " (" << job_.model.name << ", " << n_ << " parameters, staleness bound "
-               << bound_ << ")";
+  const std::string unit = federated_ ? " federated rounds (" + ToString(job_.federated.strategy) + ")"
+                           : local_   ? " rounds of " + std::to_string(local_steps_) + " local steps"
+                                      : " steps";
+  GD_LOG(INFO) << "training " << (steps_ - c_) << unit << " of batch " << job_.data.batch_size << " ("
+               << job_.model.name << ", " << n_ << " parameters, staleness bound " << bound_ << ")";
   start_ = clock_->Now();
   last_snapshot_ = start_ - std::chrono::hours(1);
   last_stats_ = start_;

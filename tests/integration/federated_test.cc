@@ -160,11 +160,11 @@ TEST(FederatedTest, FedAdamRoundsLearnOnTheShards) {
 TEST(FederatedTest, ScaffoldRoundsKeepTheControlVariateOnTheShards) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
-  const std::vector<std::string> scaffold = {"--set", "federated.rounds=6", "--set", "federated.strategy=scaffold"};
+  const std::vector<std::string> scaffold = {"--set", "federated.rounds=4", "--set", "federated.strategy=scaffold"};
   auto a = Launch(dir, "a", scaffold), b = Launch(dir, "b", scaffold);
-  auto avg = Launch(dir, "avg", {"--set", "federated.rounds=6"});
+  auto avg = Launch(dir, "avg", {"--set", "federated.rounds=4"});
   EXPECT_EQ(a["status"], "finished") << a.dump();
-  EXPECT_EQ(a["federated"]["clients_trained"], 48);
+  EXPECT_EQ(a["federated"]["clients_trained"], 32);
   EXPECT_GT(a["test_accuracy"].get<double>(), 0.6) << a.dump();
   const std::string params = testing::ReadText(dir / "a/final_params.bin");
   EXPECT_EQ(params.size(), 4u * 50890);  // the MLP's parameters, without c
@@ -179,7 +179,7 @@ TEST(FederatedTest, FedBuffStepsOnBufferedStaleUpdatesWithoutWaitingForTheSlow) 
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kFederatedJob);
   const std::vector<std::string> edge = {
-      "--set", "federated.rounds=8", "--set", "federated.dropout=0.2", "--set", "federated.device_slow_fraction=0.3"};
+      "--set", "federated.rounds=6", "--set", "federated.dropout=0.2", "--set", "federated.device_slow_fraction=0.3"};
   std::vector<std::string> buffered = edge;
   buffered.insert(buffered.end(), {"--set", "federated.strategy=fedbuff", "--set", "federated.concurrency=12"});
   auto fb = Launch(dir, "fedbuff", buffered);
