@@ -126,18 +126,15 @@ bool FederatedRounds::Uplink(int64_t client, int64_t key, std::vector<float>& de
   constexpr uint64_t kUplinkStream = 0x75706c696e6b;  // "uplink"
   compression::Encoder encoder(
       spec, DrawKey({job_->seed, kUplinkStream, static_cast<uint64_t>(client), static_cast<uint64_t>(key)}));
-  std::vector<float>* residual = nullptr;
-  if (job_->federated.uplink_error_feedback && spec.lossy()) {
-    residual = &residuals_[client];
-    residual->resize(n, 0.0f);
-    for (uint64_t j = 0; j < n; ++j) delta[j] += (*residual)[j];
-  }
+  // The client's error feedback is the push path's, over one chunk.
+  compression::ErrorFeedback* feedback =
+      job_->federated.uplink_error_feedback && spec.lossy() ? &residuals_[client] : nullptr;
+  if (feedback) feedback->Correct(0, delta.data(), n, delta.data());
   std::vector<uint8_t> payload;
   compression::PayloadInfo info;
   std::vector<float> sent(n);
   if (!encoder.Encode(delta.data(), n, &payload, &info, sent.data()).ok()) return false;
-  if (residual)
-    for (uint64_t j = 0; j < n; ++j) (*residual)[j] = delta[j] - sent[j];
+  if (feedback) feedback->Remember(0, delta.data(), sent.data(), n);
   delta.swap(sent);
   report.uplink_bytes += static_cast<double>(payload.size());
   return true;

@@ -140,14 +140,14 @@ class FederatedRounds {
   std::vector<int64_t> steps_;  // and its local steps a round (LocalStepsFor)
   std::string digest_;
   std::unique_ptr<ClientExecutor> exec_;
-  std::unordered_map<int64_t, std::vector<float>> controls_;   // SCAFFOLD: c_i of the clients that trained here
-  std::vector<float> correction_;                              // SCAFFOLD: c - c_i of the client in training
-  std::vector<compression::CodecSpec> uplink_;                 // [0]: uplink_codec, [1]: the slow tier's
-  std::vector<uint8_t> tier_;                                  // each client's index into uplink_
-  std::vector<double> uplink_bytes_;                           // each tier's planned payload (no zstd)
-  std::unordered_map<int64_t, std::vector<float>> residuals_;  // uplink error feedback, per client
-  std::unique_ptr<cluster::BufferedSchedule> buffered_;        // FedBuff
-  std::map<int64_t, std::vector<float>> versions_;             // FedBuff: the global model of recent steps
+  std::unordered_map<int64_t, std::vector<float>> controls_;           // SCAFFOLD: c_i of the clients that trained here
+  std::vector<float> correction_;                                      // SCAFFOLD: c - c_i of the client in training
+  std::vector<compression::CodecSpec> uplink_;                         // [0]: uplink_codec, [1]: the slow tier's
+  std::vector<uint8_t> tier_;                                          // each client's index into uplink_
+  std::vector<double> uplink_bytes_;                                   // each tier's planned payload (no zstd)
+  std::unordered_map<int64_t, compression::ErrorFeedback> residuals_;  // uplink error feedback, per client
+  std::unique_ptr<cluster::BufferedSchedule> buffered_;                // FedBuff
+  std::map<int64_t, std::vector<float>> versions_;                     // FedBuff: the global model of recent steps
 };
 
 }  // namespace geodesic::worker
