@@ -36,6 +36,7 @@ Command AddCoordinator(CLI::App& app);
 Command AddServer(CLI::App& app);
 Command AddWorker(CLI::App& app);
 Command AddEvaluator(CLI::App& app);
+Command AddClient(CLI::App& app);
 Command AddToken(CLI::App& app);
 // Whole jobs and their run directories (cli/jobs.cc).
 Command AddLaunch(CLI::App& app);

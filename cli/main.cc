@@ -20,8 +20,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "geodesic 0.1 (wire protocol 1)");
   // Declaration order is the order --help lists them in.
   const std::vector<Command> commands = {
-      AddCoordinator(app), AddServer(app), AddWorker(app),     AddEvaluator(app), AddToken(app),     AddLaunch(app),
-      AddWan(app),         AddPlan(app),   AddCheckpoint(app), AddStatus(app),    AddPartition(app), AddBench(app),
+      AddCoordinator(app), AddServer(app),    AddWorker(app), AddEvaluator(app), AddClient(app),
+      AddToken(app),       AddLaunch(app),    AddWan(app),    AddPlan(app),      AddCheckpoint(app),
+      AddStatus(app),      AddPartition(app), AddBench(app),
   };
   CLI11_PARSE(app, argc, argv);
   geodesic::transport::RouteProtobufLogs();

@@ -16,6 +16,7 @@
 #include "server/server.h"
 #include "transport/routes.h"
 #include "transport/security.h"
+#include "worker/real_client.h"
 #include "worker/trainer.h"
 
 namespace geodesic::cli {
@@ -189,6 +190,21 @@ int RunWorker(WorkerFlags& f) {
       [](const worker::WorkerProcessOptions& o, zmq::context_t& ctx) { return worker::RunWorker(o, ctx, &g_stop); });
 }
 
+using ClientFlags = MemberFlags<worker::RealClientOptions>;
+
+int RunClient(ClientFlags& f) {
+  return RunMember(
+      f, "client " + std::to_string(f.options.client),
+      [](const JobSpec&, const worker::RealClientOptions&) { return Status::Ok(); },
+      [](const worker::RealClientOptions& o, zmq::context_t& ctx) {
+        auto r = worker::RunRealClient(o, ctx, &g_stop);
+        if (!r.ok()) return r.status();
+        GD_LOG(INFO) << "client " << o.client << ": " << r->tasks << " update(s) sent, " << r->refused << " refused"
+                     << (r->job_finished ? "; the job has finished" : "; left");
+        return Status::Ok();
+      });
+}
+
 int RunEvaluator(EvaluatorFlags& f) {
   return RunMember(
       f, "evaluator", [](const JobSpec&, const worker::EvaluatorOptions&) { return Status::Ok(); },
@@ -273,8 +289,26 @@ Command AddWorker(CLI::App& app) {
   cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
   cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "worker 0: save parameter snapshots here");
+  cmd->add_option("--gateway-bind", f->options.gateway_bind,
+                  "federated.gateway: where real clients connect (default: tcp://<region host>:*)");
   f->security.Add(cmd);
   return {cmd, [f] { return RunWorker(*f); }};
+}
+
+Command AddClient(CLI::App& app) {
+  auto f = std::make_shared<ClientFlags>();
+  auto* cmd = app.add_subcommand("client", "run one real federated client (a job with federated.gateway: true)");
+  f->job.Add(cmd);
+  cmd->add_option("--id", f->options.client, "the client id it trains (0-based, < federated.clients)")->required();
+  cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
+  cmd->add_option("--max-tasks", f->options.max_tasks, "leave after this many rounds (default: until the job ends)");
+  cmd->add_option("--leave-after", f->options.leave_after_s, "leave after this many seconds (default: never)");
+  cmd->add_option("--join-timeout", f->options.join_timeout_s, "give up if no gateway is listed by then (s)");
+  cmd->add_option("--misbehave", f->options.misbehave, "tests: send bad updates: shape | nan | norm | samples")
+      ->check(CLI::IsMember({"shape", "nan", "norm", "samples"}))
+      ->group("");
+  f->security.Add(cmd);
+  return {cmd, [f] { return RunClient(*f); }};
 }
 
 Command AddEvaluator(CLI::App& app) {

@@ -359,6 +359,13 @@ struct FederatedSpec {
   // unusable update's does).
   double max_update_norm = 0;
   int64_t max_staleness = 10;  // fedbuff: older updates are discarded
+  // Real clients (docs/federated.md "Real clients"): each executor listens
+  // for `geodesic client` processes and hands a selected client's training
+  // to the process that serves its id, waiting up to gateway_timeout_s for
+  // its update; clients are spread over executors by id (k mod E). With no
+  // process attached, a client trains virtually as before.
+  bool gateway = false;
+  double gateway_timeout_s = 30;
   // DP-FedAvg (docs/federated.md): > 0 clips each client's update to this
   // L2 norm, weighs clients equally over a fixed denominator (per_round),
   // and adds Gaussian noise of deviation dp_noise_multiplier * dp_clip_norm

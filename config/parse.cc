@@ -308,6 +308,8 @@ void ReadStrategy(MapReader& r, FederatedSpec* f) {
   r.Get("slow_uplink_mbit", &f->slow_uplink_mbit);
   r.Get("uplink_error_feedback", &f->uplink_error_feedback);
   r.Get("max_update_norm", &f->max_update_norm);
+  r.Get("gateway", &f->gateway);
+  r.Get("gateway_timeout_s", &f->gateway_timeout_s);
 }
 
 void CheckStrategy(const FederatedSpec& f, Errors* errors) {
@@ -323,6 +325,16 @@ void CheckStrategy(const FederatedSpec& f, Errors* errors) {
         "needs federated.slow_uplink_codec");
   Check(Finite(f.max_update_norm) && f.max_update_norm >= 0, errors, "federated.max_update_norm",
         "must be >= 0 (0: no bound)");
+  Check(Finite(f.gateway_timeout_s) && f.gateway_timeout_s > 0 && f.gateway_timeout_s <= 3600, errors,
+        "federated.gateway_timeout_s", "must be in (0, 3600]");
+  if (!f.gateway) return;
+  Check(f.strategy != FederatedStrategy::kScaffold && f.strategy != FederatedStrategy::kFedBuff, errors,
+        "federated.gateway",
+        "works with the synchronous strategies without client state (fedavg, fedadam, fedyogi, fedadagrad), not "
+        "with scaffold or fedbuff");
+  Check(!f.dp(), errors, "federated.gateway", "does not work with DP-FedAvg (dp_clip_norm > 0) yet");
+  Check((f.uplink_codec == "fp32" || f.uplink_codec.empty()) && f.slow_uplink_codec.empty(), errors,
+        "federated.gateway", "needs federated.uplink_codec: fp32 and no slow_uplink_codec (real clients send fp32)");
 }
 
 void ParseFederated(MapReader& top, FederatedSpec* f, Errors* errors) {

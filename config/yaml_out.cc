@@ -223,6 +223,8 @@ void EmitFederated(YAML::Emitter& out, const FederatedSpec& f) {
   Put(out, "slow_uplink_mbit", f.slow_uplink_mbit);
   Put(out, "uplink_error_feedback", f.uplink_error_feedback);
   Put(out, "max_update_norm", f.max_update_norm);
+  Put(out, "gateway", f.gateway);
+  Put(out, "gateway_timeout_s", f.gateway_timeout_s);
   Put(out, "dp_clip_norm", f.dp_clip_norm);
   Put(out, "dp_noise_multiplier", f.dp_noise_multiplier);
   Put(out, "dp_delta", f.dp_delta);

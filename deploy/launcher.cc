@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "cluster/status_probe.h"
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/format.h"
@@ -24,7 +25,6 @@
 #include "deploy/progress.h"
 #include "deploy/recovery.h"
 #include "deploy/run_dir.h"
-#include "deploy/status_probe.h"
 #include "deploy/summary.h"
 #include "deploy/supervisor.h"
 #include "deploy/verdict.h"
@@ -355,7 +355,7 @@ class JobRun {
   TrainingClock clock_;
   SampleRate rate_;
   zmq::context_t ctx_{1};
-  std::unique_ptr<StatusProbe> probe_;
+  std::unique_ptr<cluster::StatusProbe> probe_;
   std::optional<wire::StatusReply> last_status_;
   Outcome outcome_ = Outcome::kFinished;
   std::string failure_;
@@ -373,8 +373,8 @@ class JobRun {
 
 Status JobRun::Start() {
   GD_RETURN_IF_ERROR(s_.dir.WritePids(s_.children->Pids()));
-  GD_ASSIGN_OR_RETURN(auto security, ProbeSecurity(s_.job, s_.security.secret, s_.security.key_path));
-  probe_ = std::make_unique<StatusProbe>(ctx_, s_.job, s_.endpoint, security.first, security.second);
+  GD_ASSIGN_OR_RETURN(auto security, cluster::ProbeSecurity(s_.job, s_.security.secret, s_.security.key_path));
+  probe_ = std::make_unique<cluster::StatusProbe>(ctx_, s_.job, s_.endpoint, security.first, security.second);
   return Status::Ok();
 }
 
@@ -670,9 +670,9 @@ StatusOr<std::string> QueryStatus(const std::string& run_dir, int timeout_ms) {
     GD_ASSIGN_OR_RETURN(secret, transport::LoadSecret(job.security.secret_file.empty() ? run_dir + "/secret"
                                                                                        : job.security.secret_file));
   }
-  GD_ASSIGN_OR_RETURN(auto security, ProbeSecurity(job, secret, run_dir + "/coordinator.key", 60));
+  GD_ASSIGN_OR_RETURN(auto security, cluster::ProbeSecurity(job, secret, run_dir + "/coordinator.key", 60));
   zmq::context_t ctx(1);
-  StatusProbe probe(ctx, job, endpoint, security.first, security.second);
+  cluster::StatusProbe probe(ctx, job, endpoint, security.first, security.second);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (auto st = probe.Poll()) {

@@ -32,7 +32,8 @@ const char* const kColumns[] = {"round",
                                 "simulated_s",
                                 "mean_staleness",
                                 "client_bytes_up",
-                                "refused"};
+                                "refused",
+                                "real_clients"};
 
 // The nearest-rank 10th percentile.
 double P10(std::vector<float> v) {
@@ -52,7 +53,7 @@ json TestAccuracy(const json& curve, int64_t round, int64_t last_round, std::opt
 json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
   int64_t selected = 0, trained = 0, dropped = 0, unusable = 0, clipped = 0, samples = 0, late = 0, staleness = 0;
   double simulated = 0, client_up = 0;
-  int64_t refused = 0;
+  int64_t refused = 0, real = 0;
   double up = 0, down = 0, start = 1e300, end = 0, last_push = 0, compute = 0, eval = 0, span = 0, pushed = 0;
   bool closed = true;
   std::vector<float> acc;
@@ -63,7 +64,7 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
     trained += r->trained(), dropped += r->dropped(), unusable += r->unusable(), clipped += r->clipped();
     samples += r->samples(), up += r->bytes_sent(), down += r->bytes_received();
     late += r->late(), simulated = std::max(simulated, r->simulated_seconds()), staleness += r->staleness_sum();
-    client_up += r->client_uplink_bytes(), refused += r->refused();
+    client_up += r->client_uplink_bytes(), refused += r->refused(), real += r->real();
     start = std::min(start, r->start_unix()), end = std::max(end, r->end_unix());
     last_push = std::max(last_push, r->pushed_unix()), pushed += r->pushed_unix();
     compute += r->compute_seconds(), eval += r->client_eval_seconds();
@@ -80,6 +81,7 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
       {"late", late},         {"simulated_s", simulated}};
   row["client_bytes_up"] = client_up;
   row["refused"] = refused;
+  row["real_clients"] = real;
   row["mean_staleness"] = trained > 0 ? static_cast<double>(staleness) / static_cast<double>(trained) : 0.0;
   row["wall_s"] = closed ? json(end - start) : json(nullptr);
   row["comm_s"] = closed ? json(std::max(0.0, span / n - (compute + eval) / n - wait)) : json(nullptr);

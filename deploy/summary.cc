@@ -126,6 +126,11 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
     t.federated["clients_late"] = t.federated["clients_late"].get<int64_t>() + w.clients_late();
     t.federated["client_updates_unusable"] =
         t.federated["client_updates_unusable"].get<int64_t>() + w.client_updates_unusable();
+    t.federated["client_updates_refused"] =
+        t.federated.value("client_updates_refused", int64_t{0}) + w.client_updates_refused();
+    if (w.has_real_client_updates())
+      t.federated["real_client_updates"] =
+          t.federated.value("real_client_updates", int64_t{0}) + w.real_client_updates();
     if (w.has_client_updates_clipped())
       t.federated["client_updates_clipped"] =
           t.federated.value("client_updates_clipped", int64_t{0}) + w.client_updates_clipped();

@@ -101,4 +101,26 @@ void CoordinatorState::AddKeys(wire::Role role, int id, const wire::Heartbeat& h
   if (role == wire::BACKUP && !promoted_[id]) r->set_primary_key(servers_[id].key);
 }
 
+namespace {
+// Real clients' keys the coordinator keeps for the gateways: enough for a
+// large population's active clients; the oldest admission goes first.
+constexpr size_t kMaxClientKeys = 4096;
+}  // namespace
+
+void CoordinatorState::AdmitClient(const std::string& peer_key, int client) {
+  auto same =
+      std::find_if(client_keys_.begin(), client_keys_.end(), [&](const auto& k) { return k.first == peer_key; });
+  if (same != client_keys_.end() && same->second == client) return;  // a client asking again
+  if (same != client_keys_.end()) client_keys_.erase(same);
+  if (client_keys_.size() >= kMaxClientKeys) client_keys_.erase(client_keys_.begin());
+  client_keys_.emplace_back(peer_key, client);
+  ++client_keys_epoch_;
+}
+
+void CoordinatorState::AddClientKeys(const wire::Heartbeat& hb, wire::HeartbeatReply* r) const {
+  if (hb.keys_epoch() >= client_keys_epoch_) return;
+  r->set_keys_epoch(client_keys_epoch_);
+  for (const auto& [key, client] : client_keys_) r->add_authorized_keys(key), r->add_authorized_ids(client);
+}
+
 }  // namespace geodesic::server

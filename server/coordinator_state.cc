@@ -24,6 +24,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
   o.backups = job.replication.backups;
+  o.client_gateway = job.federated.enabled() && job.federated.gateway;
   if (job.wan.replan) {
     o.replan.enabled = true;
     o.replan.every_s = job.wan.replan_every_s;
@@ -195,6 +196,7 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   GD_RETURN_IF_ERROR(CheckRejoin(role, id, req, *m));
   if (role == wire::SERVER || role == wire::BACKUP) GD_RETURN_IF_ERROR(TakeEndpoint(role, id, req, m));
   if (role == wire::WORKER) GD_RETURN_IF_ERROR(TakeModel(id, req.model()));
+  if (role == wire::WORKER && options_.client_gateway) m->endpoint = req.endpoint();
   Enroll(role, req, peer_key, m);
   MaybeStart();
   return RegisterAnswer(role, id, *m);
@@ -349,6 +351,7 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     AddServers(r.mutable_servers());
   }
   if (server && secure()) AddKeys(role, id, hb, m, &r);
+  if (role == wire::WORKER && secure() && options_.client_gateway) AddClientKeys(hb, &r);
   r.set_membership_epoch(epoch_);
   int done = 0, dead = 0;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
@@ -468,6 +471,7 @@ wire::StatusReply CoordinatorState::Status() const {
     s->set_done(w.done);
     s->set_clock(w.clock);
     *s->mutable_progress() = w.worker;
+    if (options_.client_gateway) s->set_gateway_endpoint(w.endpoint), s->set_gateway_key(w.key);
   }
   auto describe = [](wire::ServerStatus* s, int id, const Member& m) {
     s->set_id(id);
@@ -518,8 +522,9 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
         auto claims = peer_key.empty()
                           ? StatusOr<transport::TokenClaims>(PermissionDenied("no authenticated CURVE connection"))
                           : transport::VerifyToken(options_.secret, h.status_request().token(), options_.job_name,
-                                                   "client", 0, options_.unix_now());
+                                                   "client", -1, options_.unix_now());
         if (!claims.ok()) return refuse(wire::REFUSAL_UNAUTHORIZED, claims.status());
+        if (options_.client_gateway) AdmitClient(peer_key, claims->id);
       }
       *reply.mutable_status_reply() = Status();
       return reply;

@@ -99,6 +99,10 @@ struct CoordinatorOptions {
   // Secured jobs (security.mode curve): the job secret that join tokens are
   // checked against. Empty: plaintext, no tokens, no keys.
   std::string secret;
+  // Federated jobs with federated.gateway: workers register their client
+  // gateway's endpoint, and (secured jobs) a status request with a valid
+  // `client` token admits its CURVE key to the workers' gateways.
+  bool client_gateway = false;
   std::function<int64_t()> unix_now = transport::UnixNow;  // token expiry clock
   ReplanOptions replan;
 
@@ -240,6 +244,11 @@ class CoordinatorState {
   // Secured jobs: a shard's or backup's heartbeat reports the keys it
   // installed (`m`); the reply carries the current list when it is behind.
   void AddKeys(wire::Role role, int id, const wire::Heartbeat& hb, Member* m, wire::HeartbeatReply* r) const;
+  // Secured jobs with a client gateway: remembers a real client's key and
+  // the client id its token names (-1: any), and gives a worker whose
+  // heartbeat is behind the current list.
+  void AdmitClient(const std::string& peer_key, int client);
+  void AddClientKeys(const wire::Heartbeat& hb, wire::HeartbeatReply* r) const;
   // Why a worker or the evaluator may not start yet in a secured job (a
   // live shard has not installed its key), or empty.
   std::string KeyWait(wire::Role role, int id, const Member& m) const;
@@ -274,6 +283,10 @@ class CoordinatorState {
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;
   uint64_t keys_epoch_ = 0;  // bumped when a worker's or the evaluator's key changes
+  // Real clients' keys and ids, oldest first (at most kMaxClientKeys), and
+  // their version, bumped on every change.
+  std::vector<std::pair<std::string, int>> client_keys_;
+  uint64_t client_keys_epoch_ = 0;
   // Re-planning: the planner and the plan the current map came from.
   std::optional<wan::Planner> planner_;
   std::optional<wan::Plan> plan_;

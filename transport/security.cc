@@ -197,7 +197,7 @@ StatusOr<TokenClaims> VerifyToken(const std::string& secret, const std::string& 
   c.expiry_unix = std::stoll(t_expiry);
   if (c.job != job) return Unauthenticated("join token is for job '" + c.job + "', this is job '" + job + "'");
   if (c.role != role) return Unauthenticated("join token is for role " + c.role + ", not " + role);
-  if (c.id >= 0 && c.id != id)
+  if (c.id >= 0 && id >= 0 && c.id != id)
     return Unauthenticated("join token is for " + c.role + " " + t_id + ", not " + role + " " + std::to_string(id));
   if (now_unix >= c.expiry_unix)
     return Unauthenticated("join token expired " + std::to_string(now_unix - c.expiry_unix) + " s ago");

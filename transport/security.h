@@ -79,7 +79,8 @@ struct TokenClaims {
 // name outside [A-Za-z0-9_-], an id < -1, a secret shorter than 32 bytes).
 StatusOr<std::string> MintToken(const std::string& secret, const TokenClaims& claims);
 
-// Checks `token` for job `job`, role `role` and id `id` at `now_unix`.
+// Checks `token` for job `job`, role `role` and id `id` (< 0: any id) at
+// `now_unix`.
 // Unauthenticated, with the reason (malformed, bad signature, other job,
 // other role or id, expired), otherwise the token's claims. The signature is
 // compared in constant time and checked before any claim is believed.

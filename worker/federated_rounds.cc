@@ -8,6 +8,7 @@
 #include "cluster/population.h"
 #include "cluster/privacy.h"
 #include "common/draws.h"
+#include "common/log.h"
 
 namespace geodesic::worker {
 namespace {
@@ -168,9 +169,9 @@ FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
 }
 
 // By work (SpreadByWork): a client's work is its local steps plus one for
-// its fixed costs. Under SCAFFOLD by ownership instead.
+// its fixed costs. Under SCAFFOLD and with real clients by ownership instead.
 std::vector<std::vector<int64_t>> FederatedRounds::Spread(std::vector<int64_t> clients) const {
-  if (!job_->federated.scaffold())
+  if (!job_->federated.scaffold() && !job_->federated.gateway)
     return SpreadByWork(std::move(clients), executors_, [this](int64_t c) { return steps_[c] + 1; });
   std::vector<std::vector<int64_t>> out(executors_);  // a client trains where its control variate is
   std::sort(clients.begin(), clients.end());
@@ -240,7 +241,16 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   const int64_t n = num_params();
   std::vector<double> sum(shard_values(), 0.0);
   const std::optional<double> weight = f.dp() ? std::optional<double>(1.0) : std::nullopt;
-  for (int64_t client : plan.mine) GD_RETURN_IF_ERROR(TrainClient(client, round, global, weight, sum, report).status());
+  const std::set<int64_t> real = AskReal(round, plan.mine, global);
+  const TimePoint deadline = std::chrono::steady_clock::now() +
+                             std::chrono::duration_cast<Duration>(std::chrono::duration<double>(f.gateway_timeout_s));
+  for (int64_t client : plan.mine) {
+    if (real.count(client)) {
+      TakeReal(client, round, deadline, sum, report);
+      continue;
+    }
+    GD_RETURN_IF_ERROR(TrainClient(client, round, global, weight, sum, report).status());
+  }
   Average(report);
   if (f.dp()) {
     // DP-FedAvg: a fixed denominator (the clients asked for), and each
@@ -295,6 +305,38 @@ StatusOr<RoundReport> FederatedRounds::RunBuffered(int64_t round, const float* g
   const double scale = -static_cast<double>(executors_) / static_cast<double>(f.per_round);
   for (int64_t j = 0; j < n; ++j) push[j] = static_cast<float>(scale * sum[j]);
   return report;
+}
+
+std::set<int64_t> FederatedRounds::AskReal(int64_t round, const std::vector<int64_t>& mine, const float* global) {
+  std::set<int64_t> asked;
+  if (!gateway_) return asked;
+  gateway_->Poll();
+  for (int64_t client : mine)
+    if (gateway_->Attached(client) && gateway_->Ask(client, round, global)) asked.insert(client);
+  return asked;
+}
+
+void FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum,
+                               RoundReport& report) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StatusOr<cluster::RealUpdate> u =
+      gateway_->Await(client, round, deadline, Weight(client), job_->federated.max_update_norm);
+  report.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!u.ok()) {
+    GD_LOG(WARNING) << "round " << round << ": real client " << client << ": " << u.status().message();
+    ++(u.status().code() == Code::kInvalidArgument ? report.refused : report.dropped);
+    return;
+  }
+  const auto w = static_cast<double>(u->info.samples());
+  for (size_t j = 0; j < u->delta.size(); ++j) sum[j] += w * static_cast<double>(u->delta[j]);
+  ++report.trained;
+  ++report.real;
+  report.clients.push_back(client);
+  report.samples += u->info.samples();
+  report.mean_loss += u->info.mean_loss();
+  report.mean_accuracy += u->info.mean_accuracy();
+  report.uplink_bytes += 4.0 * static_cast<double>(u->delta.size());
+  if (u->info.eval_accuracy() >= 0) report.client_accuracy.push_back(static_cast<float>(u->info.eval_accuracy()));
 }
 
 std::vector<float>& FederatedRounds::Correction(int64_t client, const float* c) {

@@ -40,6 +40,15 @@
 // updates trains from the version its client started from, weighs
 // s = 1/sqrt(1 + staleness), and the executor pushes -(E / K) Σ s_i Δ_i,
 // so the shards' step is x += η Σ s_i Δ_i / K.
+//
+// Real clients (federated.gateway; cluster/client_gateway.h): clients are
+// spread by ownership (k mod E) as under SCAFFOLD, so that the executor a
+// `geodesic client` process attached to is the one its id trains on. A
+// selected client with a process attached trains there (the executor asks
+// it before training its virtual clients and takes its update in id order);
+// its weight is the sample count it claims, at most Weight(k), and W stays
+// the plan's, so a refused or missing real update shrinks the round's step
+// by its share, as an unusable one does.
 // Torch-free header; not synchronized (the training thread owns it).
 #pragma once
 
@@ -47,11 +56,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cluster/buffered.h"
+#include "cluster/client_gateway.h"
 #include "common/status.h"
 #include "compression/codec.h"
 #include "config/job.h"
@@ -78,7 +89,8 @@ struct RoundReport {
   std::vector<int64_t> clients;        // the clients with a usable update, in id order
   int64_t staleness_sum = 0;           // FedBuff: over this executor's usable updates
   double uplink_bytes = 0;             // its clients' updates as their uplink codecs sent them
-  int64_t refused = 0;                 // its clients whose update's norm passed federated.max_update_norm
+  int64_t refused = 0;                 // its clients whose update was refused (norm bound, a real client's bad update)
+  int64_t real = 0;                    // its clients trained by a real client process, with a usable update
 };
 
 class FederatedRounds {
@@ -100,6 +112,9 @@ class FederatedRounds {
   // The codec client c's uplink uses (federated.uplink_codec, or the slow
   // tier's).
   const compression::CodecSpec& UplinkOf(int64_t client) const { return uplink_[tier_[client]]; }
+  // federated.gateway: real clients attached to `gateway` train the
+  // selected clients of their id (null: every client is virtual).
+  void SetGateway(cluster::ClientGateway* gateway) { gateway_ = gateway; }
 
  private:
   FederatedRounds() = default;
@@ -132,6 +147,14 @@ class FederatedRounds {
   // False when the codec cannot carry it (fp16 overflow).
   bool Uplink(int64_t client, int64_t key, std::vector<float>& delta, RoundReport& report);
   void AddNoise(int64_t round, std::vector<double>& sum) const;  // DP: this executor's share
+  // federated.gateway: asks the real clients attached for this round's
+  // clients among `mine`; returns those asked.
+  std::set<int64_t> AskReal(int64_t round, const std::vector<int64_t>& mine, const float* global);
+  // Adds real client `client`'s update for `round` (checked by the
+  // gateway), weighed by its samples, into sum[0, n). A refused update is
+  // counted in `refused`, a client that left or missed the deadline in
+  // `dropped`; both add nothing.
+  void TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum, RoundReport& report);
 
   const JobSpec* job_ = nullptr;
   int executor_ = 0, executors_ = 1;
@@ -148,6 +171,7 @@ class FederatedRounds {
   std::unordered_map<int64_t, compression::ErrorFeedback> residuals_;  // uplink error feedback, per client
   std::unique_ptr<cluster::BufferedSchedule> buffered_;                // FedBuff
   std::map<int64_t, std::vector<float>> versions_;                     // FedBuff: the global model of recent steps
+  cluster::ClientGateway* gateway_ = nullptr;                          // federated.gateway
 };
 
 }  // namespace geodesic::worker

@@ -30,6 +30,10 @@ struct WorkerProcessOptions {
   std::string stats_file;                    // stats JSON, written periodically and at exit
   std::string snapshot_dir;                  // worker 0: where parameter snapshots go (empty: none)
   transport::MemberCredentials credentials;  // secured jobs
+  // federated.gateway: where the client gateway listens for real clients
+  // (the coordinator tells them the bound endpoint). Empty: the worker's
+  // region host, any port.
+  std::string gateway_bind;
 };
 
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);

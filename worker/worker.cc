@@ -5,6 +5,7 @@
 #include <limits>
 #include <thread>
 
+#include "cluster/client_gateway.h"
 #include "cluster/member_client.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -154,12 +155,39 @@ Status Worker::LoadData() {
   return Status::Ok();
 }
 
+// federated.gateway: listens for real clients before joining, so that the
+// registration carries the gateway's endpoint, and takes the admitted
+// clients' keys from the coordinator's heartbeat replies.
+Status Worker::OpenGateway(cluster::MemberOptions& mo) {
+  gateway_ = std::make_unique<cluster::ClientGateway>(
+      ctx_,
+      cluster::GatewayOptions{
+          .job = job_.name,
+          .executor = options_.id,
+          .executors = job_.NumWorkers(),
+          .clients = job_.federated.clients,
+          .num_params = n_,
+          .partition_digest = federated_->digest(),
+          .bind = options_.gateway_bind.empty() ? "tcp://" + job_.RegionOfWorker(options_.id).host + ":*"
+                                                : options_.gateway_bind,
+          .keys = options_.credentials.keys,
+          .max_message_bytes = job_.wire.max_message_bytes,
+      },
+      &counters_, clock_);
+  GD_RETURN_IF_ERROR(gateway_->Start());
+  mo.endpoint = gateway_->endpoint();
+  cluster::ClientGateway* gateway = gateway_.get();
+  mo.authorize = [gateway](const wire::HeartbeatReply& r) { gateway->Authorize(r); };
+  federated_->SetGateway(gateway);
+  GD_LOG(INFO) << "federated: client gateway at " << gateway_->endpoint();
+  return Status::Ok();
+}
+
 Status Worker::JoinJob() {
-  member_ =
-      std::make_unique<cluster::MemberClient>(ctx_,
-                                              MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator,
-                                                               model_->signature(), options_.credentials),
-                                              &counters_, clock_);
+  cluster::MemberOptions mo = MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator,
+                                               model_->signature(), options_.credentials);
+  if (federated_ && job_.federated.gateway) GD_RETURN_IF_ERROR(OpenGateway(mo));
+  member_ = std::make_unique<cluster::MemberClient>(ctx_, std::move(mo), &counters_, clock_);
   GD_ASSIGN_OR_RETURN(assignment_, member_->Join(stop_));
   PsClientOptions po = PsOptionsFor(job_, wire::WORKER, options_.id);
   if (job_.replication.backups > 0) po.servers_view = ServersView(*member_);
@@ -431,15 +459,16 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
   rec.set_staleness_sum(static_cast<uint32_t>(r->staleness_sum));
   rec.set_client_uplink_bytes(r->uplink_bytes);
   rec.set_refused(static_cast<uint32_t>(r->refused));
-  if (r->refused > 0)
-    GD_LOG(WARNING) << "round " << c_ << ": " << r->refused
-                    << " client update(s) over federated.max_update_norm; refused";
+  rec.set_real(static_cast<uint32_t>(r->real));
+  if (r->refused > 0) GD_LOG(WARNING) << "round " << c_ << ": " << r->refused << " client update(s) refused";
   ++batches_;
   clients_trained_ += r->trained;
   clients_dropped_ += r->dropped;
   clients_late_ += r->late;
   clients_unusable_ += r->unusable;
   clients_clipped_ += r->clipped;
+  clients_refused_ += r->refused;
+  real_updates_ += r->real;
   samples_ += r->samples;
   if (r->trained > 0) {
     loss_ema_ = loss_ema_ < 0 ? r->mean_loss : 0.8 * loss_ema_ + 0.2 * r->mean_loss;
@@ -570,6 +599,8 @@ void Worker::WriteStats(bool final) {
     j.set_client_updates_unusable(clients_unusable_);
     if (job_.federated.dp()) j.set_client_updates_clipped(clients_clipped_);
     j.set_clients_late(clients_late_);
+    j.set_client_updates_refused(clients_refused_);
+    if (job_.federated.gateway) j.set_real_client_updates(real_updates_);
     for (const stats::RoundStats& r : data_->round_log) *j.add_rounds() = r;
   } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));

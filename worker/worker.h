@@ -37,8 +37,10 @@ class Tensor;
 }
 
 namespace geodesic::cluster {
+class ClientGateway;
 class MemberClient;
-}
+struct MemberOptions;
+}  // namespace geodesic::cluster
 
 namespace geodesic::worker {
 
@@ -63,6 +65,7 @@ class Worker {
   // initial values), then the first pull.
   Status LoadData();
   Status JoinJob();
+  Status OpenGateway(cluster::MemberOptions& mo);
   Status FirstPull();
 
   // One clock: catch-up after a rejoin, the migration barrier, prefetches,
@@ -117,6 +120,7 @@ class Worker {
 
   transport::TrafficCounters counters_;
   Progress progress_;  // before member_: its heartbeat thread reads it until member_ is gone
+  std::unique_ptr<cluster::ClientGateway> gateway_;  // before member_: its heartbeat thread authorizes keys
   std::unique_ptr<cluster::MemberClient> member_;
   wire::RegisterReply assignment_;
   std::optional<PushLedger> ledger_;
@@ -125,6 +129,7 @@ class Worker {
   std::unique_ptr<LocalRounds> rounds_;
   std::unique_ptr<FederatedRounds> federated_;  // federated jobs only
   int64_t clients_trained_ = 0, clients_dropped_ = 0, clients_unusable_ = 0, clients_clipped_ = 0;
+  int64_t clients_refused_ = 0, real_updates_ = 0;
   int64_t clients_late_ = 0;
   float* pull_dest_ = nullptr;
 

@@ -308,6 +308,25 @@ TEST(JobTest, FederatedSectionIsCheckedAndRoundTrips) {
                      {"federated.max_update_norm=-1", "federated.max_update_norm"}});
 }
 
+// Real clients: a gateway with a timeout, refused with strategies that
+// keep client state, with DP and with lossy uplinks.
+TEST(JobTest, FederatedGatewayIsCheckedAndRoundTrips) {
+  const std::vector<std::string> on = {"federated.clients=100", "federated.gateway=true",
+                                       "federated.gateway_timeout_s=4", "training.staleness_bound=0"};
+  auto job = ParseJob(kMinimal, "t", on);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->federated.gateway);
+  auto back = ParseJob(JobToYaml(*job), "yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->federated.gateway);
+  EXPECT_EQ(back->federated.gateway_timeout_s, 4);
+  ExpectRefused(on, {{"federated.gateway_timeout_s=0", "federated.gateway_timeout_s"},
+                     {"federated.strategy=scaffold", "not with scaffold or fedbuff"},
+                     {"federated.strategy=fedbuff", "not with scaffold or fedbuff"},
+                     {"federated.dp_clip_norm=1", "does not work with DP-FedAvg"},
+                     {"federated.uplink_codec=int8", "real clients send fp32"}});
+}
+
 // SCAFFOLD keeps c after the model on the shards; it refuses server
 // momentum (which would carry into c) and DP.
 TEST(JobTest, ScaffoldDoublesTheShardsValuesAndRefusesMomentumAndDp) {

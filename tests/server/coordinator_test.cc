@@ -278,6 +278,54 @@ TEST_F(CoordinatorTest, HeartbeatsFromNonMembersOrWithWildClocksAreRefused) {
   EXPECT_EQ(refusal(WorkerHeartbeat(0, 7)), wire::REFUSAL_UNSPECIFIED);
 }
 
+// Federated jobs with a client gateway: workers' gateways are listed in
+// the status reply, and a status request with a `client` token admits the
+// asker's CURVE key, with the id its token names, to the workers' gateways
+// (their heartbeat replies); a bad token admits nothing.
+TEST(SecureCoordinatorTest, ClientTokensAdmitRealClientsToTheGateways) {
+  FakeClock clock;
+  CoordinatorOptions o = Options(1, 2);
+  o.secret = std::string(64, 'k');
+  o.client_gateway = true;
+  o.unix_now = [] { return int64_t{1000}; };
+  CoordinatorState state(o, &clock);
+  auto token = [&](const std::string& role, int id) {
+    return transport::MintToken(o.secret, {.job = "t", .role = role, .id = id, .expiry_unix = 2000}).value();
+  };
+  const std::string kWorkerKey(40, 'W'), kClientA(40, 'A'), kClientB(40, 'B');
+  wire::RegisterRequest wreq = WorkerReq();
+  wreq.set_token(token("worker", 1));
+  wreq.set_endpoint("tcp://127.0.0.1:7001");
+  ASSERT_TRUE(state.Register(wire::WORKER, 1, wreq, kWorkerKey).ok());
+  auto ask = [&](const std::string& t, const std::string& key) {
+    wire::Header h;
+    h.set_job("t");
+    h.set_sender_role(wire::CLIENT);
+    h.mutable_status_request()->set_token(t);
+    bool refused = false;
+    auto reply = state.Answer(h, key, &refused);
+    EXPECT_TRUE(reply.has_value());
+    return reply.value_or(wire::Header());
+  };
+  EXPECT_TRUE(ask(token("worker", 1), kClientA).has_error_reply());  // not a client token
+  wire::Header ok = ask(token("client", 17), kClientA);
+  ASSERT_TRUE(ok.has_status_reply()) << ok.DebugString();
+  EXPECT_EQ(ok.status_reply().workers(1).gateway_endpoint(), "tcp://127.0.0.1:7001");
+  EXPECT_EQ(ok.status_reply().workers(1).gateway_key(), kWorkerKey);
+  ASSERT_TRUE(ask(token("client", -1), kClientB).has_status_reply());
+  wire::Heartbeat hb;
+  auto hr = state.Heartbeat(wire::WORKER, 1, hb);
+  ASSERT_EQ(hr.authorized_keys_size(), 2);
+  EXPECT_EQ(hr.authorized_keys(0), kClientA);
+  EXPECT_EQ(hr.authorized_ids(0), 17);
+  EXPECT_EQ(hr.authorized_keys(1), kClientB);
+  EXPECT_EQ(hr.authorized_ids(1), -1);
+  hb.set_keys_epoch(hr.keys_epoch());
+  EXPECT_EQ(state.Heartbeat(wire::WORKER, 1, hb).authorized_keys_size(), 0);  // up to date
+  ask(token("client", 17), kClientA);                                         // asking again changes nothing
+  EXPECT_EQ(state.Heartbeat(wire::WORKER, 1, hb).authorized_keys_size(), 0);
+}
+
 // Secured jobs: registration needs a token; a refusal changes nothing; a
 // member's key is bound and checked; workers wait until every live shard
 // installed their key.

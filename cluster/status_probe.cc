@@ -1,9 +1,9 @@
-#include "deploy/status_probe.h"
+#include "cluster/status_probe.h"
 
 #include "common/files.h"
 #include "common/log.h"
 
-namespace geodesic::deploy {
+namespace geodesic::cluster {
 
 StatusOr<std::pair<transport::CurveSocket, std::string>> ProbeSecurity(const JobSpec& job, const std::string& secret,
                                                                        const std::string& key_file, int64_t ttl_s) {
@@ -40,6 +40,9 @@ std::optional<wire::StatusReply> StatusProbe::Poll() {
     if (in->status.ok() && in->message.header.has_status_reply()) {
       latest = in->message.header.status_reply();
       outstanding_ = false;
+    } else if (in->status.ok() && in->message.header.has_error_reply()) {
+      refusal_ = in->message.header.error_reply();
+      outstanding_ = false;
     }
   }
   auto now = std::chrono::steady_clock::now();
@@ -55,4 +58,4 @@ std::optional<wire::StatusReply> StatusProbe::Poll() {
   return latest;
 }
 
-}  // namespace geodesic::deploy
+}  // namespace geodesic::cluster

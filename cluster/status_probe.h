@@ -16,7 +16,7 @@
 #include "transport/message.h"
 #include "transport/security.h"
 
-namespace geodesic::deploy {
+namespace geodesic::cluster {
 
 // A status client's CURVE settings and `client` token in a secured job
 // (nothing in a plaintext one); the token lives `ttl_s` (0: the job's TTL).
@@ -29,14 +29,17 @@ class StatusProbe {
               const transport::CurveSocket& curve = {}, std::string token = "");
   // Sends a request if none is outstanding and returns the newest reply, if any.
   std::optional<wire::StatusReply> Poll();
+  // The coordinator's latest refusal of a request (a bad token), if any.
+  const std::optional<wire::ErrorReply>& refusal() const { return refusal_; }
   bool Wait(int ms) { return socket_.WaitReadable(ms); }
 
  private:
   transport::TrafficCounters counters_;
   transport::Socket socket_;
   std::string token_;
+  std::optional<wire::ErrorReply> refusal_;
   bool outstanding_ = false;
   std::chrono::steady_clock::time_point sent_{};
 };
 
-}  // namespace geodesic::deploy
+}  // namespace geodesic::cluster
