@@ -2,9 +2,11 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <string>
 #include <vector>
 
 #include "cli/command.h"
+#include "transport/message.h"
 #include "transport/protobuf_log.h"
 
 int main(int argc, char** argv) {
@@ -17,7 +19,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"geodesic: training across cloud regions and edge devices with sharded parameter servers", "geodesic"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "geodesic 0.1 (wire protocol 1)");
+  app.set_version_flag("--version",
+                       "geodesic 0.1 (wire protocol " + std::to_string(geodesic::transport::kProtocolVersion) + ")");
   // Declaration order is the order --help lists them in.
   const std::vector<Command> commands = {
       AddCoordinator(app), AddServer(app),    AddWorker(app), AddEvaluator(app), AddClient(app),
