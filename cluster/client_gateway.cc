@@ -113,8 +113,9 @@ Status ClientGateway::MayClaim(const std::string& key, int64_t client) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = key_ids_.find(key);
   if (it == key_ids_.end())
-    return Unauthenticated("this connection's CURVE key is not an admitted client's (yet: the coordinator lists a "
-                           "key a heartbeat after the client's status request)");
+    return Unauthenticated(
+        "this connection's CURVE key is not an admitted client's (yet: the coordinator lists a "
+        "key a heartbeat after the client's status request)");
   if (it->second >= 0 && it->second != client)
     return PermissionDenied("this connection's token is for client " + std::to_string(it->second));
   return Status::Ok();
@@ -135,16 +136,14 @@ void ClientGateway::Update(transport::Message& m) {
   const wire::ClientUpdate& u = m.header.client_update();
   auto it = attached_.find(u.client());
   // Only the connection the task went to, for the round it asked.
-  if (it == attached_.end() || it->second.routing_id != m.peer || it->second.asked != u.round() ||
-      m.frames.size() != 1)
+  if (it == attached_.end() || it->second.routing_id != m.peer || it->second.asked != u.round() || m.frames.size() != 1)
     return;
   RealUpdate r;
   r.info = u;
   r.payload_bytes = m.frames[0].size();
   if (r.payload_bytes == static_cast<size_t>(options_.num_params) * sizeof(float)) {  // else refused in Await
     r.delta.resize(static_cast<size_t>(options_.num_params));
-    std::copy_n(static_cast<const char*>(m.frames[0].data()), r.payload_bytes,
-                reinterpret_cast<char*>(r.delta.data()));
+    std::copy_n(static_cast<const char*>(m.frames[0].data()), r.payload_bytes, reinterpret_cast<char*>(r.delta.data()));
   }
   it->second.asked = -1;
   arrived_[u.client()] = std::move(r);
@@ -177,8 +176,7 @@ StatusOr<RealUpdate> ClientGateway::Await(int64_t client, int64_t round, TimePoi
     if (auto got = arrived_.find(client); got != arrived_.end()) {
       RealUpdate r = std::move(got->second);
       arrived_.erase(got);
-      Status s =
-          CheckClientUpdate(r.info, r.delta.data(), r.payload_bytes, options_.num_params, max_samples, max_norm);
+      Status s = CheckClientUpdate(r.info, r.delta.data(), r.payload_bytes, options_.num_params, max_samples, max_norm);
       if (!s.ok()) {
         if (auto it = attached_.find(client); it != attached_.end()) {
           wire::Header h;

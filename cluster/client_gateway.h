@@ -67,8 +67,7 @@ Status CheckClientUpdate(const wire::ClientUpdate& update, const float* values, 
 
 class ClientGateway {
  public:
-  ClientGateway(zmq::context_t& ctx, GatewayOptions options, transport::TrafficCounters* counters,
-                const Clock* clock);
+  ClientGateway(zmq::context_t& ctx, GatewayOptions options, transport::TrafficCounters* counters, const Clock* clock);
   // Says ClientBye to every attached client (the executor is done).
   ~ClientGateway();
   ClientGateway(const ClientGateway&) = delete;

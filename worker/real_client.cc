@@ -60,9 +60,9 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
 // Executor k mod E's gateway as the coordinator lists it; nullopt when the
 // job has finished first.
 StatusOr<std::optional<wire::WorkerStatus>> FindGateway(cluster::StatusProbe& probe, const RealClientOptions& o,
-                                                         const std::atomic<bool>* stop) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(o.join_timeout_s));
+                                                        const std::atomic<bool>* stop) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.join_timeout_s));
   while (!stop->load() && Clock::now() < deadline) {
     if (auto r = probe.Poll()) {
       if (r->job_finished()) return std::optional<wire::WorkerStatus>();
@@ -92,8 +92,7 @@ void Misbehave(const std::string& how, wire::ClientUpdate& u, std::vector<float>
 
 class Session {
  public:
-  Session(const RealClientOptions& o, ClientData& d, transport::Socket& socket)
-      : o_(o), d_(d), socket_(socket) {}
+  Session(const RealClientOptions& o, ClientData& d, transport::Socket& socket) : o_(o), d_(d), socket_(socket) {}
 
   // Hellos every second until a task comes; each task trained and
   // answered. Returns when the client should leave.
@@ -114,8 +113,7 @@ class Session {
         last_reply = now;
         if (r->job_finished()) return report.job_finished = true, Status::Ok();
       }
-      if (now - last_reply > std::chrono::seconds(10))
-        return Unavailable("the coordinator stopped answering; leaving");
+      if (now - last_reply > std::chrono::seconds(10)) return Unavailable("the coordinator stopped answering; leaving");
       if (!socket_.WaitReadable(200)) continue;
       while (auto in = socket_.Receive()) {
         if (!in->status.ok()) continue;
@@ -140,7 +138,8 @@ class Session {
   Status Handle(const transport::Message& m, RealClientReport& report) {
     if (m.header.has_error_reply()) {
       const wire::ErrorReply& e = m.header.error_reply();
-      if (e.reason() == wire::REFUSAL_NOT_YOUR_CLIENT) return PermissionDenied("the gateway refused us: " + e.message());
+      if (e.reason() == wire::REFUSAL_NOT_YOUR_CLIENT)
+        return PermissionDenied("the gateway refused us: " + e.message());
       if (e.reason() == wire::REFUSAL_UNAUTHORIZED) return Status::Ok();  // our key is not listed yet: hello again
       ++report.refused;
       GD_LOG(WARNING) << "client " << o_.client << ": update refused: " << e.message();
@@ -150,8 +149,8 @@ class Session {
     if (!m.header.has_client_task()) return Status::Ok();
     const wire::ClientTask& t = m.header.client_task();
     if (t.partition_digest() != d_.digest)
-      return FailedPrecondition("the executor's partition digest is " + t.partition_digest() + ", ours " +
-                                d_.digest + ": another job file or dataset");
+      return FailedPrecondition("the executor's partition digest is " + t.partition_digest() + ", ours " + d_.digest +
+                                ": another job file or dataset");
     const int64_t n = d_.exec->num_params();
     if (t.num_params() != static_cast<uint64_t>(n) || m.frames.size() != 1 ||
         m.frames[0].size() != static_cast<size_t>(n) * sizeof(float))

@@ -26,8 +26,8 @@ struct RealClientOptions {
   std::string coordinator;
   transport::MemberCredentials credentials;  // secured jobs: keypair, coordinator key, `client` token
   int64_t client = 0;
-  int64_t max_tasks = 0;     // > 0: leave after this many tasks
-  double leave_after_s = 0;  // > 0: leave after this long
+  int64_t max_tasks = 0;        // > 0: leave after this many tasks
+  double leave_after_s = 0;     // > 0: leave after this long
   double join_timeout_s = 120;  // give up if no gateway is listed by then
   // Tests of the gateway's checks: send a bad update instead of the real
   // one: "shape" (one value short), "nan", "norm" (scaled far past any
@@ -37,8 +37,8 @@ struct RealClientOptions {
 
 // What the client did, for its exit line and tests.
 struct RealClientReport {
-  int64_t tasks = 0;    // updates sent
-  int64_t refused = 0;  // of them, refused by the gateway
+  int64_t tasks = 0;          // updates sent
+  int64_t refused = 0;        // of them, refused by the gateway
   bool job_finished = false;  // the coordinator said so, or the executor said bye (its rounds are done)
 };
 

@@ -53,7 +53,8 @@ class RealClientsTest : public ::testing::Test {
   std::unique_ptr<Process> Launch(const std::string& run) {
     auto p = std::make_unique<Process>(
         std::vector<std::string>{"launch", dir_ / "job.yaml", "--run-dir", dir_ / run, "--quiet"}, dir_ / "launch.log");
-    EXPECT_TRUE(testing::WaitForFile(dir_ / (run + "/coordinator.endpoint"), 60)) << testing::ReadText(dir_ / "launch.log");
+    EXPECT_TRUE(testing::WaitForFile(dir_ / (run + "/coordinator.endpoint"), 60))
+        << testing::ReadText(dir_ / "launch.log");
     EXPECT_TRUE(testing::WaitForFile(dir_ / (run + "/coordinator.key"), 10));
     endpoint_ = testing::ReadText(dir_ / (run + "/coordinator.endpoint"));
     secret_ = transport::LoadSecret(dir_ / (run + "/secret")).value();
@@ -65,15 +66,24 @@ class RealClientsTest : public ::testing::Test {
   // minted with `secret` (empty: the job's).
   std::unique_ptr<Process> Client(int id, std::vector<std::string> extra, int token_id, std::string secret = "") {
     const std::string name = "client-" + std::to_string(id) + "-" + std::to_string(spawned_++);
-    auto token = transport::MintToken(secret.empty() ? secret_ : secret,
-                                      {.job = "fed", .role = "client", .id = token_id,
-                                       .expiry_unix = transport::UnixNow() + 600});
+    auto token = transport::MintToken(
+        secret.empty() ? secret_ : secret,
+        {.job = "fed", .role = "client", .id = token_id, .expiry_unix = transport::UnixNow() + 600});
     EXPECT_TRUE(token.ok()) << token.status();
     testing::WriteText(dir_ / (name + ".token"), token.ok() ? *token : "");
-    std::vector<std::string> args = {"client",     "--job",         dir_ / "job.yaml",
-                                     "--id",       std::to_string(id), "--coordinator",
-                                     endpoint_,    "--coordinator-key-file", dir_ / (run_ + "/coordinator.key"),
-                                     "--token-file", dir_ / (name + ".token"), "--join-timeout", "60"};
+    std::vector<std::string> args = {"client",
+                                     "--job",
+                                     dir_ / "job.yaml",
+                                     "--id",
+                                     std::to_string(id),
+                                     "--coordinator",
+                                     endpoint_,
+                                     "--coordinator-key-file",
+                                     dir_ / (run_ + "/coordinator.key"),
+                                     "--token-file",
+                                     dir_ / (name + ".token"),
+                                     "--join-timeout",
+                                     "60"};
     args.insert(args.end(), extra.begin(), extra.end());
     logs_.push_back(dir_ / (name + ".log"));
     return std::make_unique<Process>(args, logs_.back());
@@ -170,9 +180,9 @@ TEST_F(RealClientsTest, BadAndVanishingClientsAreRefusedOrDroppedAndTheRoundsGoO
   for (const auto& log : bad_logs) EXPECT_NE(testing::ReadText(log).find("update refused"), std::string::npos) << log;
   EXPECT_GT(s["test_accuracy"].get<double>(), 0.6);
   EXPECT_GE(s["federated"]["clients_dropped"].get<int64_t>(), 1) << "the hung client was never asked";
-  EXPECT_EQ(s["federated"]["clients_trained"].get<int64_t>() + refused +
-                s["federated"]["clients_dropped"].get<int64_t>(),
-            480);
+  EXPECT_EQ(
+      s["federated"]["clients_trained"].get<int64_t>() + refused + s["federated"]["clients_dropped"].get<int64_t>(),
+      480);
   for (const auto& round : s["federated"]["rounds"])
     EXPECT_LT(round["wall_s"].get<double>(), 2 + 4.0) << "round " << round["round"] << " waited past the timeout";
 }
