@@ -48,6 +48,16 @@ std::vector<std::vector<int64_t>> SpreadByWork(std::vector<int64_t> items, int e
   return out;
 }
 
+// Counts one usable update, virtual or real, in the round's report.
+void Tally(int64_t client, int64_t samples, double loss, double accuracy, double eval_accuracy, RoundReport& report) {
+  ++report.trained;
+  report.clients.push_back(client);
+  report.samples += samples;
+  report.mean_loss += loss;
+  report.mean_accuracy += accuracy;
+  if (eval_accuracy >= 0) report.client_accuracy.push_back(static_cast<float>(eval_accuracy));
+}
+
 void Average(RoundReport& report) {
   if (report.trained == 0) return;
   report.mean_loss /= static_cast<double>(report.trained);
@@ -220,12 +230,7 @@ StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const f
       ci[j] += o.control_delta[j];
     }
   }
-  ++report.trained;
-  report.clients.push_back(client);
-  report.samples += o.samples;
-  report.mean_loss += o.mean_loss;
-  report.mean_accuracy += o.mean_accuracy;
-  if (o.eval_accuracy >= 0) report.client_accuracy.push_back(static_cast<float>(o.eval_accuracy));
+  Tally(client, o.samples, o.mean_loss, o.mean_accuracy, o.eval_accuracy, report);
   return true;
 }
 
@@ -329,14 +334,10 @@ void FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline
   }
   const auto w = static_cast<double>(u->info.samples());
   for (size_t j = 0; j < u->delta.size(); ++j) sum[j] += w * static_cast<double>(u->delta[j]);
-  ++report.trained;
   ++report.real;
-  report.clients.push_back(client);
-  report.samples += u->info.samples();
-  report.mean_loss += u->info.mean_loss();
-  report.mean_accuracy += u->info.mean_accuracy();
+  const wire::ClientUpdate& i = u->info;
+  Tally(client, i.samples(), i.mean_loss(), i.mean_accuracy(), i.eval_accuracy(), report);
   report.uplink_bytes += 4.0 * static_cast<double>(u->delta.size());
-  if (u->info.eval_accuracy() >= 0) report.client_accuracy.push_back(static_cast<float>(u->info.eval_accuracy()));
 }
 
 std::vector<float>& FederatedRounds::Correction(int64_t client, const float* c) {
