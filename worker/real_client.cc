@@ -44,7 +44,10 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
   d.digest = PartitionDigest(split);
   const std::vector<int64_t>& mine = split[static_cast<size_t>(o.client)];
   const size_t pixels = static_cast<size_t>(train.rows) * static_cast<size_t>(train.cols);
-  ImageSet own{.count = static_cast<int64_t>(mine.size()), .rows = train.rows, .cols = train.cols};
+  ImageSet own;
+  own.count = static_cast<int64_t>(mine.size());
+  own.rows = train.rows;
+  own.cols = train.cols;
   for (int64_t i : mine) {
     own.pixels.insert(own.pixels.end(), train.pixels.begin() + static_cast<ptrdiff_t>(i * pixels),
                       train.pixels.begin() + static_cast<ptrdiff_t>((i + 1) * pixels));
