@@ -15,6 +15,9 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev libasio-dev
   # SHA-256 of checkpoints, HMAC tokens
   libssl-dev
+  # /metrics on every process (prometheus-cpp's model and text format); the tests check the
+  # exposition with promtool and scrape a running job with a real Prometheus server
+  prometheus-cpp-dev prometheus
   # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
   libopenblas0-pthread
   # plots of benchmark results (bench/plot_*.py)

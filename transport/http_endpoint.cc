@@ -1,0 +1,280 @@
+#include "transport/http_endpoint.h"
+
+#include <atomic>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include <thread>
+
+#include <asio.hpp>
+#include <prometheus/text_serializer.h>
+
+#include "common/files.h"
+
+namespace geodesic::transport {
+
+void MetricsSnapshot::Publish(std::vector<prometheus::MetricFamily> families) {
+  std::lock_guard<std::mutex> lock(mu_);
+  families_ = std::move(families);
+  published_ = true;
+}
+
+std::string MetricsSnapshot::Text() const {
+  std::ostringstream out;
+  std::lock_guard<std::mutex> lock(mu_);
+  prometheus::TextSerializer().Serialize(out, families_);
+  return out.str();
+}
+
+bool MetricsSnapshot::published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return published_;
+}
+
+namespace {
+
+using tcp = asio::ip::tcp;
+
+constexpr size_t kMaxHeader = 16384;  // request line and headers
+constexpr int kMaxConnections = 256;  // beyond this, new connections are closed at once
+constexpr auto kRequestTimeout = std::chrono::seconds(5);
+
+std::string StatusText(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 431: return "Request Header Fields Too Large";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+  }
+}
+
+}  // namespace
+
+struct HttpEndpoint::Impl {
+  int open = 0;  // connections open; io thread only (first: outlives the io_context's handlers)
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::thread thread;
+  HttpEndpointOptions options;
+  const MetricsSnapshot* metrics = nullptr;
+  std::mutex mu;
+  std::map<std::string, std::function<HttpResponse()>> handlers;
+  std::atomic<uint64_t> answered{0};
+
+  HttpResponse Answer(const std::string& method, const std::string& path) {
+    if (method != "GET" && method != "HEAD") return {.status = 405, .body = "only GET and HEAD\n"};
+    std::function<HttpResponse()> h;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = handlers.find(path);
+      if (it != handlers.end()) h = it->second;
+    }
+    if (!h) return {.status = 404, .body = "not found\n"};
+    return h();
+  }
+
+  void Accept() {
+    acceptor.async_accept([this](std::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec && open < kMaxConnections) Serve(std::move(socket));
+      Accept();
+    });
+  }
+
+  void Serve(tcp::socket socket);
+};
+
+namespace {
+
+// One request on one connection: read the head (bounded in size and
+// time), answer, close.
+struct Exchange : std::enable_shared_from_this<Exchange> {
+  Exchange(HttpEndpoint::Impl* e, tcp::socket s) : endpoint(e), socket(std::move(s)), timer(e->io), head(kMaxHeader) {}
+  ~Exchange() { --endpoint->open; }
+
+  void Start() {
+    ++endpoint->open;
+    timer.expires_after(kRequestTimeout);
+    timer.async_wait([self = shared_from_this()](std::error_code ec) {
+      if (!ec) self->socket.close();
+    });
+    asio::async_read_until(socket, head, "\r\n\r\n", [self = shared_from_this()](std::error_code ec, size_t) {
+      if (ec == asio::error::not_found) return self->Reply("", {.status = 431, .body = "headers too large\n"});
+      if (ec) return self->timer.cancel(), void();
+      self->Respond();
+    });
+  }
+
+  void Respond() {
+    std::istream in(&head);
+    std::string method, path, version;
+    in >> method >> path >> version;
+    if (!version.starts_with("HTTP/1.")) return Reply(method, {.status = 400, .body = "not HTTP/1.x\n"});
+    const size_t query = path.find('?');
+    Reply(method, endpoint->Answer(method, path.substr(0, query)));
+  }
+
+  void Reply(const std::string& method, HttpResponse r) {
+    out = "HTTP/1.1 " + std::to_string(r.status) + " " + StatusText(r.status) + "\r\nContent-Type: " +
+          r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) +
+          "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+    if (method != "HEAD") out += r.body;
+    asio::async_write(socket, asio::buffer(out), [self = shared_from_this()](std::error_code, size_t) {
+      std::error_code ignored;
+      self->socket.shutdown(tcp::socket::shutdown_both, ignored);
+      self->socket.close(ignored);
+      self->timer.cancel();
+      self->endpoint->answered.fetch_add(1, std::memory_order_relaxed);
+    });
+  }
+
+  HttpEndpoint::Impl* endpoint;
+  tcp::socket socket;
+  asio::steady_timer timer;
+  asio::streambuf head;
+  std::string out;
+};
+
+}  // namespace
+
+void HttpEndpoint::Impl::Serve(tcp::socket socket) { std::make_shared<Exchange>(this, std::move(socket))->Start(); }
+
+Status CheckHttpBind(const std::string& bind) {
+  const size_t colon = bind.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == bind.size())
+    return InvalidArgument("HTTP bind \"" + bind + "\" is not host:port (e.g. 127.0.0.1:0)");
+  const std::string host = bind.substr(0, colon), port = bind.substr(colon + 1);
+  int p = -1;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (ec != std::errc() || end != port.data() + port.size() || p < 0 || p > 65535)
+    return InvalidArgument("HTTP bind \"" + bind + "\": the port must be 0..65535");
+  if (host.find_first_of("/ ,") != std::string::npos)
+    return InvalidArgument("HTTP bind \"" + bind + "\": the host must be an address or a name");
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options,
+                                                            const MetricsSnapshot* metrics) {
+  GD_RETURN_IF_ERROR(CheckHttpBind(options.bind));
+  std::unique_ptr<HttpEndpoint> e(new HttpEndpoint());
+  e->impl_ = std::make_unique<Impl>();
+  Impl& impl = *e->impl_;
+  impl.options = std::move(options);
+  impl.metrics = metrics;
+  e->Handle("/metrics", [metrics] {
+    return HttpResponse{.content_type = "text/plain; version=0.0.4; charset=utf-8", .body = metrics->Text()};
+  });
+  e->Handle("/healthz", [] { return HttpResponse{.body = "ok\n"}; });
+  Impl* raw = &impl;
+  e->Handle("/readyz", [raw] {
+    const bool ready = raw->options.ready ? raw->options.ready() : raw->metrics->published();
+    return ready ? HttpResponse{.body = "ready\n"} : HttpResponse{.status = 503, .body = "not ready\n"};
+  });
+  const size_t colon = impl.options.bind.rfind(':');
+  const std::string host = impl.options.bind.substr(0, colon), port = impl.options.bind.substr(colon + 1);
+  std::error_code ec;
+  tcp::resolver resolver(impl.io);
+  auto where = resolver.resolve(host, port, ec);
+  if (!ec && where.empty()) ec = asio::error::host_not_found;
+  if (!ec) impl.acceptor.open(where->endpoint().protocol(), ec);
+  if (!ec) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl.acceptor.bind(where->endpoint(), ec);
+  if (!ec) impl.acceptor.listen(64, ec);
+  if (ec) return Unavailable("cannot serve HTTP on " + impl.options.bind + ": " + ec.message());
+  e->address_ = host + ":" + std::to_string(impl.acceptor.local_endpoint().port());
+  impl.Accept();
+  impl.thread = std::thread([raw] { raw->io.run(); });
+  return e;
+}
+
+HttpEndpoint::~HttpEndpoint() {
+  if (!impl_) return;
+  impl_->io.stop();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+void HttpEndpoint::Handle(const std::string& path, std::function<HttpResponse()> handler) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->handlers[path] = std::move(handler);
+}
+
+uint64_t HttpEndpoint::answered() const { return impl_->answered.load(std::memory_order_relaxed); }
+
+namespace {
+
+// A connected TCP socket to host:port, or an error.
+StatusOr<int> Connect(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("not host:port: " + address);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(address.substr(0, colon).c_str(), address.substr(colon + 1).c_str(), &hints, &res) != 0 || !res)
+    return Unavailable("cannot resolve " + address);
+  const int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, 0);
+  const int rc = fd < 0 ? -1 : connect(fd, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (rc != 0) {
+    if (fd >= 0) close(fd);
+    return Unavailable("cannot connect to " + address + ": " + std::strerror(errno));
+  }
+  return fd;
+}
+
+// Parses "HTTP/1.1 200 OK\r\n...\r\n\r\nbody".
+StatusOr<HttpResponse> ParseResponse(const std::string& raw, const std::string& address) {
+  HttpResponse r;
+  const size_t sp = raw.find(' '), end = raw.find("\r\n\r\n");
+  if (raw.compare(0, 5, "HTTP/") != 0 || sp == std::string::npos || end == std::string::npos)
+    return Unavailable("not an HTTP response from " + address);
+  r.status = std::atoi(raw.c_str() + sp + 1);
+  r.body = raw.substr(end + 4);
+  const size_t ct = raw.find("Content-Type: ");
+  if (ct != std::string::npos && ct < end) r.content_type = raw.substr(ct + 14, raw.find("\r\n", ct) - ct - 14);
+  return r;
+}
+
+}  // namespace
+
+StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& path, double timeout_s) {
+  GD_ASSIGN_OR_RETURN(int fd, Connect(address));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: " + address + "\r\nConnection: close\r\n\r\n";
+  std::string raw;
+  bool sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
+  while (sent) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+      close(fd);
+      return DeadlineExceeded("GET " + path + " from " + address + ": no answer in " + std::to_string(timeout_s) + " s");
+    }
+    char buf[16384];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    raw.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  if (!sent) return Unavailable("GET " + path + " from " + address + ": send failed");
+  return ParseResponse(raw, address);
+}
+
+Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file) {
+  if (file.empty()) return Status::Ok();
+  return WriteFileAtomic(file, endpoint.address());
+}
+
+}  // namespace geodesic::transport

@@ -1,0 +1,91 @@
+// HttpEndpoint: a process's small HTTP server for Prometheus' /metrics and
+// the /healthz (alive) and /readyz (joined and serving) probes. It runs on
+// one thread of its own (Asio, asynchronous), never on a role's event
+// loop: a handler only reads what the loop last published
+// (MetricsSnapshot), so a slow or hostile HTTP client costs that thread
+// and nothing else, and thousands of idle connections cost no threads.
+//
+// Bounds: a request head over 16 KiB is answered 431, a request not
+// complete in 5 s is dropped, at most 256 connections are open (more are
+// closed at once), no keep-alive, GET and HEAD only. It binds loopback
+// unless told otherwise.
+//
+// Not civetweb (Debian's, or prometheus-cpp's pull exposer built on it):
+// it starts its threads with a 100 KB stack, and in a process that links
+// LibTorch, whose static TLS does not fit in that, pthread_create fails.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <prometheus/metric_family.h>
+
+#include "common/status.h"
+
+namespace geodesic::transport {
+
+// What a handler answers.
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+// The latest metric families a role published, for the HTTP threads.
+class MetricsSnapshot {
+ public:
+  void Publish(std::vector<prometheus::MetricFamily> families);
+  // Prometheus' text exposition format (version 0.0.4).
+  std::string Text() const;
+  bool published() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<prometheus::MetricFamily> families_;
+  bool published_ = false;
+};
+
+struct HttpEndpointOptions {
+  std::string bind = "127.0.0.1:0";  // host:port; port 0 picks a free one
+  // /readyz answers 200 when this says so (default: once metrics are published).
+  std::function<bool()> ready;
+};
+
+class HttpEndpoint {
+ public:
+  // Starts serving /metrics from `metrics` (kept alive by the caller).
+  static StatusOr<std::unique_ptr<HttpEndpoint>> Start(HttpEndpointOptions options, const MetricsSnapshot* metrics);
+  ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  // "host:port" as bound (the port picked when 0 was asked).
+  const std::string& address() const { return address_; }
+  // Adds a handler for GET `path` (exact match); before or after Start.
+  void Handle(const std::string& path, std::function<HttpResponse()> handler);
+  // Requests answered, and refused (bad method, unknown path) so far.
+  uint64_t answered() const;
+
+  struct Impl;
+
+ private:
+  HttpEndpoint() = default;
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+// "127.0.0.1:0" -> ok; refuses what civetweb would misread (no port, a
+// port out of range, a path, a scheme).
+Status CheckHttpBind(const std::string& bind);
+
+// A plain HTTP/1.1 GET of `path` from "host:port" (IPv4), for probes and
+// tests: the status and body, or Unavailable / DeadlineExceeded.
+StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& path, double timeout_s = 5);
+
+// Writes the bound address to `file` (atomically) when `file` is set.
+Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file);
+
+}  // namespace geodesic::transport
