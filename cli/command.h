@@ -44,6 +44,7 @@ Command AddWan(CLI::App& app);
 Command AddPlan(CLI::App& app);
 Command AddCheckpoint(CLI::App& app);
 Command AddStatus(CLI::App& app);
+Command AddMetrics(CLI::App& app);
 // `geodesic partition JOB.yaml` (cli/partition.cc).
 Command AddPartition(CLI::App& app);
 // `geodesic bench ...` (cli/bench_commands.cc).

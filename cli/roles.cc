@@ -14,6 +14,7 @@
 #include "server/checkpoint.h"
 #include "server/coordinator.h"
 #include "server/server.h"
+#include "transport/http_endpoint.h"
 #include "transport/routes.h"
 #include "transport/security.h"
 #include "worker/real_client.h"
@@ -132,6 +133,7 @@ int RunCoordinator(CoordinatorFlags& f) {
   auto job = f.job.Load();
   if (!job.ok()) return Fail(job.status());
   if (Status s = CompleteCoordinatorOptions(*job, f); !s.ok()) return Fail(s);
+  f.options.region = job->CoordinatorRegion().name;
   zmq::context_t ctx(1);
   server::Coordinator c(f.options, ctx, RealClock::Get());
   Status s = c.Run(&g_stop);
@@ -237,6 +239,17 @@ int RunToken(const TokenFlags& f) {
 
 }  // namespace
 
+// /metrics, /healthz and /readyz (transport/http_endpoint.h).
+void AddHttpFlags(CLI::App* cmd, transport::HttpOptions& o) {
+  cmd->add_option("--http-bind", o.bind,
+                  "serve /metrics, /healthz and /readyz on host:port (port 0 picks a free one; default: none)")
+      ->check([](const std::string& v) {
+        Status s = transport::CheckHttpBind(v);
+        return s.ok() ? std::string() : s.message();
+      });
+  cmd->add_option("--http-address-file", o.address_file, "write the bound host:port of --http-bind here");
+}
+
 Command AddCoordinator(CLI::App& app) {
   auto f = std::make_shared<CoordinatorFlags>();
   auto* cmd = app.add_subcommand("coordinator", "run the job's coordinator (membership, leases, shard map)");
@@ -245,6 +258,7 @@ Command AddCoordinator(CLI::App& app) {
       ->default_val("tcp://127.0.0.1:*");
   cmd->add_option("--endpoint-file", f->options.endpoint_file, "write the bound endpoint here");
   cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  AddHttpFlags(cmd, f->options.http);
   cmd->add_option("--state-file", f->options.state_file,
                   "keep the coordinator's state here; continue from it if it exists (a restart)");
   cmd->add_flag("--no-evaluator", f->no_evaluator, "do not wait for an evaluator before ending the job");
@@ -269,6 +283,7 @@ Command AddServer(CLI::App& app) {
   cmd->add_option("--coordinator", o.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--bind", o.bind, "endpoint to bind (default: the region's host, free port)");
   cmd->add_option("--stats-file", o.stats_file, "write stats JSON here");
+  AddHttpFlags(cmd, o.http);
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints under this directory");
   cmd->add_option("--resume", o.resume_file, "load the shard from this resume plan (JSON) before serving")
       ->check(CLI::ExistingFile);
@@ -288,6 +303,7 @@ Command AddWorker(CLI::App& app) {
   cmd->add_option("--id", f->options.id, "worker id (0-based, as counted in the job file)")->required();
   cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  AddHttpFlags(cmd, f->options.http);
   cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "worker 0: save parameter snapshots here");
   cmd->add_option("--gateway-bind", f->options.gateway_bind,
                   "federated.gateway: where real clients connect (default: tcp://<region host>:*)");

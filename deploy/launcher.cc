@@ -177,6 +177,10 @@ struct Session {
   std::vector<std::string> Routes(const std::string& region) const {
     return wan ? wan->RouteArgs(region) : std::vector<std::string>{};
   }
+  // /metrics on the region's host, a free port, reported in http/NAME.
+  std::vector<std::string> Http(const std::string& name, const RegionSpec& region) const {
+    return {"--http-bind", region.host + ":0", "--http-address-file", dir.http(name)};
+  }
 };
 
 // Brings up the emulated links and writes the job file the children read.
@@ -223,6 +227,7 @@ Status StartCoordinator(Session& s, const std::atomic<bool>* stop) {
     args = Append(args, {"--secret-file", s.security.secret_path, "--key-file", s.security.key_path, "--keypair-file",
                          s.security.keypair_path});
   if (s.resume) args = Append(args, {"--resume", s.dir.resume_json()});
+  args = Append(args, s.Http("coordinator", s.job.CoordinatorRegion()));
   GD_RETURN_IF_ERROR(s.children->Start("coordinator", args, s.job.CoordinatorRegion().name));
   Child* coordinator = s.children->children()[0].get();
   for (int i = 0; i < 1500 && s.endpoint.empty(); ++i) {
@@ -247,7 +252,7 @@ Status StartServers(Session& s) {
     const std::string& region = s.job.RegionOfServer(i).name;
     std::vector<std::string> args = {"server",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
                                      "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
-    args = Append(args, {"--checkpoint-dir", s.dir.checkpoints()});
+    args = Append(Append(args, {"--checkpoint-dir", s.dir.checkpoints()}), s.Http(name, s.job.RegionOfServer(i)));
     if (s.resume) args = Append(args, {"--resume", s.dir.resume_json()});
     if (s.wan) args = Append(Append(args, {"--bind", s.wan->server_bind(i)}), s.Routes(region));
     GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "server", i));
@@ -261,7 +266,7 @@ Status StartServers(Session& s) {
         s.dir.job_yaml(),  "--id",     std::to_string(i),
         "--coordinator",   s.endpoint, "--stats-file",
         s.dir.stats(name), "--bind",   s.wan ? s.wan->backup_bind(i) : "tcp://" + region.host + ":*"};
-    args = Append(args, {"--checkpoint-dir", s.dir.checkpoints()});
+    args = Append(Append(args, {"--checkpoint-dir", s.dir.checkpoints()}), s.Http(name, region));
     if (s.wan) args = Append(args, s.Routes(region.name));
     GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "server", i));  // a backup joins with its shard's token
     GD_RETURN_IF_ERROR(s.children->Start(name, Append(args, sec), region.name));
@@ -276,6 +281,7 @@ Status StartWorkersAndEvaluator(Session& s) {
     std::vector<std::string> args = {"worker",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
                                      "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
     if (i == 0) args = Append(args, {"--snapshot-dir", s.dir.snapshots()});
+    args = Append(args, s.Http(name, s.job.RegionOfWorker(i)));
     GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "worker", i));
     GD_RETURN_IF_ERROR(s.children->Start(name, Append(Append(args, sec), s.Routes(region)), region));
   }

@@ -31,6 +31,7 @@ void ClearPreviousRun(const RunDir& dir) {
   for (const auto& e : std::filesystem::directory_iterator(dir.stats_dir(), ec))
     if (e.path().extension() == ".ledger") std::filesystem::remove(e.path(), ec);
   std::filesystem::remove(dir.final_params(), ec);
+  for (const auto& e : std::filesystem::directory_iterator(dir.http_dir(), ec)) std::filesystem::remove(e.path(), ec);
 }
 
 }  // namespace
@@ -54,7 +55,7 @@ StatusOr<RunDir> PrepareRunDir(const JobSpec& job, const std::string& resume_dir
                               "--resume " +
                               dir.path + "` or choose another --run-dir");
   }
-  for (const char* sub : {"", "/logs", "/stats", "/snapshots"}) GD_RETURN_IF_ERROR(MakeDirs(dir.path + sub));
+  for (const char* sub : {"", "/logs", "/stats", "/snapshots", "/http"}) GD_RETURN_IF_ERROR(MakeDirs(dir.path + sub));
   if (*resume) GD_RETURN_IF_ERROR(WriteFileAtomic(dir.resume_json(), (*resume)->ToJson()));
   ClearPreviousRun(dir);
   return dir;

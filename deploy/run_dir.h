@@ -26,6 +26,9 @@ struct RunDir {
   // stats/NAME.json, written by the process called NAME ("worker-2").
   std::string stats(const std::string& name) const { return stats_dir() + "/" + name + ".json"; }
   std::string snapshots() const { return File("snapshots"); }
+  // http/NAME: the host:port where the process called NAME serves /metrics.
+  std::string http_dir() const { return File("http"); }
+  std::string http(const std::string& name) const { return http_dir() + "/" + name; }
   std::string checkpoints() const { return File("checkpoints"); }
   std::string resume_json() const { return File("resume.json"); }
   std::string endpoint_file() const { return File("coordinator.endpoint"); }

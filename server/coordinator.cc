@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
+#include "server/role_metrics.h"
 
 namespace geodesic::server {
 
@@ -57,8 +58,7 @@ void Coordinator::Handle(transport::Message& m) {
   if (reply) Reply(m, std::move(*reply));
 }
 
-void Coordinator::WriteStats() const {
-  if (options_.stats_file.empty()) return;
+stats::CoordinatorStats Coordinator::Stats() const {
   stats::CoordinatorStats j;
   j.set_role("coordinator");
   j.set_bytes_sent(counters_.bytes_sent.load());
@@ -99,6 +99,14 @@ void Coordinator::WriteStats() const {
     if (auto m = state_.shard_map()) j.set_shard_map_version(m->version);
   }
   j.set_job_finished(state_.job_finished());
+  return j;
+}
+
+void Coordinator::WriteStats() const {
+  const stats::CoordinatorStats j = Stats();
+  metrics_.Publish(CoordinatorMetrics(
+      j, {.job = options_.coordinator.job_name, .region = options_.region, .role = "coordinator", .id = "0"}));
+  if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
@@ -171,6 +179,8 @@ bool Coordinator::Finished(TimePoint now) {
 Status Coordinator::Run(const std::atomic<bool>* stop) {
   GD_RETURN_IF_ERROR(store_.Load(&state_, options_.coordinator.membership.lease_ms));
   GD_RETURN_IF_ERROR(Listen());
+  GD_RETURN_IF_ERROR(metrics_.Start(options_.http, [] { return true; }));
+  WriteStats();
   WaitReporter rendezvous(clock_, std::chrono::seconds(options_.coordinator.membership.report_after_s));
   TimePoint last_stats = clock_->Now();
   while (!stop->load()) {

@@ -17,8 +17,10 @@
 #include "common/status.h"
 #include "common/throttle.h"
 #include "common/wait.h"
+#include "proto/stats.pb.h"
 #include "server/coordinator_state.h"
 #include "server/coordinator_store.h"
+#include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
 #include "transport/security.h"
@@ -40,6 +42,8 @@ struct CoordinatorProcessOptions {
   // Bumped (e.g. by a SIGUSR2 handler, `geodesic wan replan RUN_DIR`) to ask
   // for a re-plan now (jobs with wan.replan).
   const std::atomic<uint64_t>* replan_requests = nullptr;
+  transport::HttpOptions http;  // /metrics, /healthz, /readyz (ready: listening)
+  std::string region;           // for the metrics' labels
 };
 
 class Coordinator {
@@ -60,6 +64,8 @@ class Coordinator {
   void Handle(transport::Message& m);
   void Reply(const transport::Message& request, wire::Header reply);
   bool NoteRefusal(const transport::Message& m, const wire::ErrorReply& e);
+  stats::CoordinatorStats Stats() const;
+  // Publishes the stats as metrics, and writes them to the stats file.
   void WriteStats() const;
 
   CoordinatorProcessOptions options_;
@@ -75,6 +81,7 @@ class Coordinator {
   Throttle failed_reply_log_{std::chrono::seconds(1)};
   CoordinatorState state_;
   CoordinatorStore store_;
+  mutable transport::ProcessMetrics metrics_;  // published by the loop, served by its own thread
 };
 
 }  // namespace geodesic::server

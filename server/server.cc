@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
+#include "server/role_metrics.h"
 
 namespace geodesic::server {
 
@@ -220,8 +221,7 @@ void Server::PublishProgress() {
   pub_stale_max_ = shard_->staleness().max();
 }
 
-void Server::WriteStats() const {
-  if (options_.stats_file.empty()) return;
+stats::ShardStats Server::Stats() const {
   stats::ShardStats j;
   j.set_role("server");
   j.set_id(options_.id);
@@ -255,6 +255,17 @@ void Server::WriteStats() const {
     for (const auto& [k, v] : shard_->staleness().NonZero()) (*j.mutable_staleness_histogram())[k] = v;
   }
   checkpoints_.AddStats(&j);
+  return j;
+}
+
+void Server::WriteStats() const {
+  const stats::ShardStats j = Stats();
+  const JobSpec& job = options_.job;
+  const std::string region =
+      options_.backup ? job.RegionOfBackup(options_.id).name : job.RegionOfServer(options_.id).name;
+  metrics_.Publish(
+      ShardMetrics(j, {.job = job.name, .region = region, .role = "server", .id = std::to_string(options_.id)}));
+  if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
@@ -414,9 +425,12 @@ std::optional<Status> Server::AfterReceive() {
 
 Status Server::Run(const std::atomic<bool>* stop) {
   GD_RETURN_IF_ERROR(Listen());
+  GD_RETURN_IF_ERROR(metrics_.Start(options_.http, [this] { return pub_ready_.load(); }));
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, Join(stop));
   GD_RETURN_IF_ERROR(TakeShard(assignment));
   GD_RETURN_IF_ERROR(ConnectBackup(assignment));
+  WriteStats();
+  pub_ready_ = true;
   StartHeartbeat();
   TimePoint last_stats = clock_->Now();
   while (!stop->load()) {

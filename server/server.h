@@ -34,6 +34,7 @@
 #include "server/replicator.h"
 #include "server/requests.h"
 #include "server/shard.h"
+#include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
 
@@ -61,6 +62,7 @@ struct ServerProcessOptions {
   // Bumped (e.g. by a SIGUSR1 handler) to ask for a checkpoint now.
   const std::atomic<uint64_t>* checkpoint_requests = nullptr;
   transport::MemberCredentials credentials;  // secured jobs; the ROUTER serves with credentials.keys
+  transport::HttpOptions http;               // /metrics, /healthz, /readyz (ready: its shard taken)
 };
 
 class Server {
@@ -101,6 +103,8 @@ class Server {
   void SeedClocks(const cluster::MembershipView& v);
   // Primary: the coordinator's word on this shard's endpoint and backup.
   void FollowServers(const cluster::MembershipView& v);
+  stats::ShardStats Stats() const;
+  // Publishes the stats as metrics, and writes them to the stats file.
   void WriteStats() const;
   void PublishProgress();
   // Secured jobs: installs the coordinator's list of authorized client keys
@@ -142,6 +146,8 @@ class Server {
   ReplicaBackup backup_;   // backup side
   Migration migration_;
   Checkpointer checkpoints_;
+  mutable transport::ProcessMetrics metrics_;  // published by the loop, served by its own thread
+  std::atomic<bool> pub_ready_{false};         // shared: /readyz
 };
 
 }  // namespace geodesic::server

@@ -1,5 +1,6 @@
 #include "transport/http_endpoint.h"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstring>
@@ -16,8 +17,8 @@
 
 #include <thread>
 
-#include <asio.hpp>
 #include <prometheus/text_serializer.h>
+#include <asio.hpp>
 
 #include "common/files.h"
 
@@ -51,13 +52,20 @@ constexpr auto kRequestTimeout = std::chrono::seconds(5);
 
 std::string StatusText(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
@@ -128,8 +136,8 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
   }
 
   void Reply(const std::string& method, HttpResponse r) {
-    out = "HTTP/1.1 " + std::to_string(r.status) + " " + StatusText(r.status) + "\r\nContent-Type: " +
-          r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) +
+    out = "HTTP/1.1 " + std::to_string(r.status) + " " + StatusText(r.status) + "\r\nContent-Type: " + r.content_type +
+          "\r\nContent-Length: " + std::to_string(r.body.size()) +
           "\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
     if (method != "HEAD") out += r.body;
     asio::async_write(socket, asio::buffer(out), [self = shared_from_this()](std::error_code, size_t) {
@@ -234,6 +242,22 @@ StatusOr<int> Connect(const std::string& address) {
   return fd;
 }
 
+// A chunked body ("1a\r\n<26 bytes>\r\n...0\r\n\r\n") joined; what
+// does not parse ends it.
+std::string Dechunk(const std::string& in) {
+  std::string out;
+  size_t at = 0;
+  while (at < in.size()) {
+    const size_t eol = in.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    const size_t n = std::strtoul(in.substr(at, eol - at).c_str(), nullptr, 16);
+    if (n == 0 || eol + 2 + n > in.size()) break;
+    out.append(in, eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+  return out;
+}
+
 // Parses "HTTP/1.1 200 OK\r\n...\r\n\r\nbody".
 StatusOr<HttpResponse> ParseResponse(const std::string& raw, const std::string& address) {
   HttpResponse r;
@@ -242,6 +266,9 @@ StatusOr<HttpResponse> ParseResponse(const std::string& raw, const std::string& 
     return Unavailable("not an HTTP response from " + address);
   r.status = std::atoi(raw.c_str() + sp + 1);
   r.body = raw.substr(end + 4);
+  std::string head = raw.substr(0, end);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (head.find("transfer-encoding: chunked") != std::string::npos) r.body = Dechunk(r.body);
   const size_t ct = raw.find("Content-Type: ");
   if (ct != std::string::npos && ct < end) r.content_type = raw.substr(ct + 14, raw.find("\r\n", ct) - ct - 14);
   return r;
@@ -256,11 +283,13 @@ StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& pa
   std::string raw;
   bool sent = send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size());
   while (sent) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
     if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
       close(fd);
-      return DeadlineExceeded("GET " + path + " from " + address + ": no answer in " + std::to_string(timeout_s) + " s");
+      return DeadlineExceeded("GET " + path + " from " + address + ": no answer in " + std::to_string(timeout_s) +
+                              " s");
     }
     char buf[16384];
     const ssize_t n = recv(fd, buf, sizeof(buf), 0);
@@ -275,6 +304,16 @@ StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& pa
 Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file) {
   if (file.empty()) return Status::Ok();
   return WriteFileAtomic(file, endpoint.address());
+}
+
+Status ProcessMetrics::Start(const HttpOptions& options, std::function<bool()> ready) {
+  if (options.bind.empty()) return Status::Ok();
+  HttpEndpointOptions o;
+  o.bind = options.bind;
+  // Ready once the role says so and its metrics are there to scrape.
+  o.ready = [this, ready = std::move(ready)] { return snapshot_.published() && (!ready || ready()); };
+  GD_ASSIGN_OR_RETURN(endpoint_, HttpEndpoint::Start(std::move(o), &snapshot_));
+  return WriteHttpAddress(*endpoint_, options.address_file);
 }
 
 }  // namespace geodesic::transport

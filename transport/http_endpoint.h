@@ -88,4 +88,26 @@ StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& pa
 // Writes the bound address to `file` (atomically) when `file` is set.
 Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file);
 
+// Where a process serves its metrics: a role's options carry one.
+struct HttpOptions {
+  std::string bind;          // host:port; empty: no endpoint
+  std::string address_file;  // if set, the bound host:port is written here
+};
+
+// A process's metrics and their endpoint: the role's loop publishes, the
+// endpoint's thread serves. Publishing works (and costs only the copy)
+// whether or not an endpoint was started.
+class ProcessMetrics {
+ public:
+  // Starts the endpoint if `options.bind` is set; `ready` answers /readyz.
+  Status Start(const HttpOptions& options, std::function<bool()> ready);
+  void Publish(std::vector<prometheus::MetricFamily> families) { snapshot_.Publish(std::move(families)); }
+  bool serving() const { return endpoint_ != nullptr; }
+  HttpEndpoint* endpoint() { return endpoint_.get(); }
+
+ private:
+  MetricsSnapshot snapshot_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
+};
+
 }  // namespace geodesic::transport

@@ -19,14 +19,12 @@ prometheus::ClientMetric& MetricsBuilder::Add(const std::string& name, const std
   return m;
 }
 
-void MetricsBuilder::Counter(const std::string& name, const std::string& help, double value,
-                             const ExtraLabels& extra) {
+void MetricsBuilder::Counter(const std::string& name, const std::string& help, double value, const ExtraLabels& extra) {
   GD_CHECK(name.size() > 6 && name.ends_with("_total")) << name << ": a counter's name ends in _total";
   Add(name, help, prometheus::MetricType::Counter, extra).counter.value = value;
 }
 
-void MetricsBuilder::Gauge(const std::string& name, const std::string& help, double value,
-                           const ExtraLabels& extra) {
+void MetricsBuilder::Gauge(const std::string& name, const std::string& help, double value, const ExtraLabels& extra) {
   Add(name, help, prometheus::MetricType::Gauge, extra).gauge.value = value;
 }
 
@@ -55,6 +53,20 @@ void MetricsBuilder::CumulativeHistogram(const std::string& name, const std::str
   m.histogram.sample_sum = sum;
   m.histogram.sample_count = cumulative.empty() ? 0 : cumulative.back().second;
   for (const auto& [bound, n] : cumulative) m.histogram.bucket.push_back({.cumulative_count = n, .upper_bound = bound});
+}
+
+void AddTraffic(transport::MetricsBuilder& b, double sent, double received) {
+  const char* help = "Bytes this process sent or received on the wire, headers included.";
+  b.Counter("wire_bytes_total", help, sent, {{"direction", "sent"}});
+  b.Counter("wire_bytes_total", help, received, {{"direction", "received"}});
+}
+
+void AddRefusals(transport::MetricsBuilder& b, const google::protobuf::Map<std::string, uint32_t>& by_reason,
+                 uint32_t unanswered, uint32_t sends_dropped) {
+  for (const auto& [reason, n] : by_reason)
+    b.Counter("refusals_total", "Messages refused, by reason (the wire's Refusal enum).", n, {{"reason", reason}});
+  b.Counter("refusals_unanswered_total", "Refusals past the peer's answer budget, not answered.", unanswered);
+  b.Counter("sends_dropped_total", "Replies and sends dropped because the peer's queue was full.", sends_dropped);
 }
 
 }  // namespace geodesic::transport

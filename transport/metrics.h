@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/map.h>
 #include <prometheus/metric_family.h>
 
 namespace geodesic::transport {
@@ -54,5 +55,10 @@ class MetricsBuilder {
   std::vector<prometheus::MetricFamily> families_;
   std::map<std::string, size_t> index_;
 };
+
+// Traffic and refusals, as every role counts them.
+void AddTraffic(MetricsBuilder& b, double sent, double received);
+void AddRefusals(MetricsBuilder& b, const google::protobuf::Map<std::string, uint32_t>& by_reason, uint32_t unanswered,
+                 uint32_t sends_dropped);
 
 }  // namespace geodesic::transport

@@ -19,6 +19,7 @@
 
 #include "common/status.h"
 #include "config/job.h"
+#include "transport/http_endpoint.h"
 #include "transport/security.h"
 
 namespace geodesic::worker {
@@ -34,6 +35,7 @@ struct WorkerProcessOptions {
   // (the coordinator tells them the bound endpoint). Empty: the worker's
   // region host, any port.
   std::string gateway_bind;
+  transport::HttpOptions http;  // /metrics, /healthz, /readyz (ready: joined and training)
 };
 
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);

@@ -22,6 +22,7 @@
 #include "worker/process_options.h"
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
+#include "worker/worker_metrics.h"
 
 namespace geodesic::worker {
 namespace {
@@ -89,6 +90,7 @@ Worker::Worker(const WorkerProcessOptions& options, zmq::context_t& ctx, const s
 Worker::~Worker() = default;
 
 Status Worker::Run() {
+  GD_RETURN_IF_ERROR(metrics_.Start(options_.http, [this] { return pub_ready_.load(); }));
   GD_RETURN_IF_ERROR(LoadData());
   GD_RETURN_IF_ERROR(JoinJob());
   GD_RETURN_IF_ERROR(FirstPull());
@@ -100,6 +102,8 @@ Status Worker::Run() {
   start_ = clock_->Now();
   last_snapshot_ = start_ - std::chrono::hours(1);
   last_stats_ = start_;
+  WriteStats(false);
+  pub_ready_ = true;
   if (depth_ > 1) GD_RETURN_IF_ERROR(PullThrough(c_ + depth_ - 1));
   NoteFloor();
   for (; c_ < steps_; ++c_) {
@@ -564,8 +568,7 @@ void Worker::SaveSnapshot(int64_t clock_now) {
 }
 
 // The worker's stats JSON (the launcher folds it into the job summary).
-void Worker::WriteStats(bool final) {
-  if (options_.stats_file.empty()) return;
+stats::WorkerStats Worker::Stats(bool final) {
   stats::WorkerStats j;
   j.set_role("worker");
   j.set_id(options_.id);
@@ -622,6 +625,16 @@ void Worker::WriteStats(bool final) {
     l.set_mbit(e.mbit);
     l.set_samples(e.samples);
   }
+  return j;
+}
+
+void Worker::WriteStats(bool final) {
+  const stats::WorkerStats j = Stats(final);
+  metrics_.Publish(WorkerMetrics(j, {.job = job_.name,
+                                     .region = job_.RegionOfWorker(options_.id).name,
+                                     .role = "worker",
+                                     .id = std::to_string(options_.id)}));
+  if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
 }

@@ -28,6 +28,7 @@
 #include "common/status.h"
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
+#include "proto/stats.pb.h"
 #include "transport/message.h"
 #include "worker/progress.h"
 #include "worker/trainer.h"
@@ -98,6 +99,8 @@ class Worker {
   bool SnapshotDue(TimePoint now) const;
   void SaveSnapshot(int64_t clock_now);
   void CloseRoundRecord();  // federated: the round's end stamp and bytes
+  stats::WorkerStats Stats(bool final);
+  // Publishes the stats as metrics, and writes them to the stats file.
   void WriteStats(bool final);
   Status Finish();
 
@@ -119,7 +122,9 @@ class Worker {
   int64_t bound_ = 0;
 
   transport::TrafficCounters counters_;
-  Progress progress_;  // before member_: its heartbeat thread reads it until member_ is gone
+  transport::ProcessMetrics metrics_;   // published by the loop, served by its own thread
+  std::atomic<bool> pub_ready_{false};  // shared: /readyz
+  Progress progress_;                   // before member_: its heartbeat thread reads it until member_ is gone
   std::unique_ptr<cluster::ClientGateway> gateway_;  // before member_: its heartbeat thread authorizes keys
   std::unique_ptr<cluster::MemberClient> member_;
   wire::RegisterReply assignment_;

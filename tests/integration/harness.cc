@@ -14,8 +14,9 @@
 namespace geodesic::testing {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& args, int out_fd) {
-  std::vector<std::string> argv = {GEODESIC_BINARY};
+pid_t Spawn(const std::vector<std::string>& args, int out_fd, bool program = false) {
+  std::vector<std::string> argv;
+  if (!program) argv.push_back(GEODESIC_BINARY);
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargs;
   for (auto& a : argv) cargs.push_back(a.data());
@@ -67,9 +68,9 @@ RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s) {
   return r;
 }
 
-Process::Process(const std::vector<std::string>& args, const std::string& log_file) {
+Process::Process(const std::vector<std::string>& args, const std::string& log_file, bool program) {
   int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_ = Spawn(args, fd);
+  pid_ = Spawn(args, fd, program);
   close(fd);
 }
 

@@ -24,10 +24,11 @@ struct RunResult {
 // Runs `geodesic args...` to completion, killing it after `timeout_s`.
 RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s);
 
-// A background `geodesic` process, killed (SIGKILL) on destruction if still running.
+// A background `geodesic` process (or, with `program`, the program named by
+// args[0]), killed (SIGKILL) on destruction if still running.
 class Process {
  public:
-  Process(const std::vector<std::string>& args, const std::string& log_file);
+  Process(const std::vector<std::string>& args, const std::string& log_file, bool program = false);
   ~Process();
   pid_t pid() const { return pid_; }
   // Waits up to timeout_s; returns the exit code, or -1 (signal or

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -66,8 +66,7 @@ TEST(HttpEndpointTest, ServesMetricsHealthAndReadinessOnAPickedPort) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->content_type.find("version=0.0.4"), std::string::npos) << r->content_type;
-  EXPECT_NE(r->body.find("geodesic_steps_total{job=\"j\",region=\"eu\",role=\"worker\",id=\"3\"} 5"),
-            std::string::npos)
+  EXPECT_NE(r->body.find("geodesic_steps_total{job=\"j\",region=\"eu\",role=\"worker\",id=\"3\"} 5"), std::string::npos)
       << r->body;
   EXPECT_NE(r->body.find("geodesic_update_staleness_clocks_bucket{job=\"j\",region=\"eu\",role=\"worker\",id=\"3\","
                          "le=\"+Inf\"} 9"),
@@ -92,8 +91,7 @@ TEST(HttpEndpointTest, PromtoolAcceptsTheExposition) {
   const std::string text = m.Text();
   std::fwrite(text.data(), 1, text.size(), f);
   std::fclose(f);
-  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str()), 0)
-      << text;
+  EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str()), 0) << text;
 }
 
 TEST(HttpEndpointTest, RefusesBadBindsAndMethodsAndHugeHeadersAndKeepsServing) {
@@ -110,9 +108,9 @@ TEST(HttpEndpointTest, RefusesBadBindsAndMethodsAndHugeHeadersAndKeepsServing) {
   auto taken = HttpEndpoint::Start(same, &m);
   EXPECT_FALSE(taken.ok()) << "the same port twice";
   // A POST, garbage, and a 4 MB header: each refused or dropped.
-  for (const std::string& req : {std::string("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
-                                 std::string("\x16\x03\x01 garbage\r\n\r\n"),
-                                 "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(4 << 20, 'a') + "\r\n\r\n"}) {
+  for (const std::string& req :
+       {std::string("POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"), std::string("\x16\x03\x01 garbage\r\n\r\n"),
+        "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(4 << 20, 'a') + "\r\n\r\n"}) {
     const int fd = Open(addr);
     (void)send(fd, req.data(), req.size(), MSG_NOSIGNAL);
     char buf[4096];

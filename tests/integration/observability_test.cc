@@ -1,0 +1,168 @@
+// /metrics, /healthz and /readyz on every process of a running job, the
+// exposition checked by promtool, and Debian's real Prometheus server
+// scraping the job with the configuration `geodesic metrics scrape-config`
+// renders.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+#include "transport/http_endpoint.h"
+
+namespace geodesic {
+namespace {
+
+using testing::Process;
+using testing::TempDir;
+
+// Long enough to be scraped while it trains; the test stops it.
+const char* kJob = R"(
+name: watched
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+model: {name: synthetic, synthetic_params: 100000}
+training: {steps: 1000000, staleness_bound: 1}
+wire: {chunk_bytes: 65536}
+membership: {heartbeat_ms: 100, lease_ms: 1000}
+)";
+
+const std::vector<std::string> kProcesses = {"coordinator", "server-0", "server-1", "worker-0", "worker-1"};
+
+bool HavePromtool() { return access("/usr/bin/promtool", X_OK) == 0; }
+
+// The value of `series` (a name and a label set) in an exposition; -1 if absent.
+double Value(const std::string& text, const std::string& series) {
+  const size_t at = text.find(series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 1));
+}
+
+class ObservabilityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::WriteText(dir_ / "job.yaml", kJob);
+    launch_ = std::make_unique<Process>(
+        std::vector<std::string>{"launch", dir_ / "job.yaml", "--run-dir", dir_ / "run", "--quiet"},
+        dir_ / "launch.log");
+    for (const auto& p : kProcesses) {
+      ASSERT_TRUE(testing::WaitForFile(dir_ / ("run/http/" + p), 60)) << p << testing::ReadText(dir_ / "launch.log");
+      address_[p] = testing::ReadText(dir_ / ("run/http/" + p));
+    }
+  }
+  void TearDown() override {
+    launch_->Signal(SIGINT);
+    EXPECT_GE(launch_->Wait(60), 0) << "the launch stops on SIGINT";
+  }
+
+  // GET, retried until it answers 200 or `timeout_s` passes.
+  transport::HttpResponse Get(const std::string& process, const std::string& path, double timeout_s = 30) {
+    StatusOr<transport::HttpResponse> r = Unavailable("not asked");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      r = transport::HttpGet(address_[process], path, 5);
+      if (r.ok() && r->status == 200) return *r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return r.ok() ? *r : transport::HttpResponse{.status = -1, .body = r.status().ToString()};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Process> launch_;
+  std::map<std::string, std::string> address_;
+};
+
+TEST_F(ObservabilityTest, EveryProcessServesMetricsHealthAndReadiness) {
+  for (const auto& p : kProcesses) {
+    EXPECT_EQ(Get(p, "/healthz").status, 200) << p;
+    EXPECT_EQ(Get(p, "/readyz").status, 200) << p << " never ready";
+    const transport::HttpResponse m = Get(p, "/metrics");
+    ASSERT_EQ(m.status, 200) << p << ": " << m.body;
+    const std::string role = p == "coordinator" ? "coordinator" : p.substr(0, p.find('-'));
+    EXPECT_NE(m.body.find("job=\"watched\""), std::string::npos) << p << m.body;
+    EXPECT_NE(m.body.find("role=\"" + role + "\""), std::string::npos) << p << m.body;
+    EXPECT_NE(m.body.find("geodesic_wire_bytes_total"), std::string::npos) << p;
+    if (!HavePromtool()) continue;
+    testing::WriteText(dir_ / (p + ".prom"), m.body);
+    EXPECT_EQ(std::system(("/usr/bin/promtool check metrics < " + dir_ / (p + ".prom") + " > /dev/null 2>&1").c_str()),
+              0)
+        << p << ":\n"
+        << m.body;
+  }
+  // Training moves the counters between two reads.
+  const std::string steps = R"(geodesic_steps_total{job="watched",region="a",role="worker",id="0"})";
+  const double before = Value(Get("worker-0", "/metrics").body, steps);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const double after = Value(Get("worker-0", "/metrics").body, steps);
+  EXPECT_GE(before, 0);
+  EXPECT_GT(after, before);
+  const std::string staleness = R"(geodesic_update_staleness_clocks_count{job="watched",region="a",role="server",id="0"})";
+  EXPECT_GT(Value(Get("server-0", "/metrics").body, staleness), 0);
+}
+
+// A free loopback port (bound and released: a small race, retried by the caller).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessWithTheRenderedConfig) {
+  if (access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/prometheus (apt-get install prometheus)";
+  auto rendered = testing::RunGeodesic({"metrics", "scrape-config", dir_ / "run", "--out", dir_ / "prom.yml"}, 30);
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
+  ASSERT_EQ(std::system(("/usr/bin/promtool check config " + dir_ / "prom.yml" + " > /dev/null 2>&1").c_str()), 0)
+      << testing::ReadText(dir_ / "prom.yml");
+  const std::string web = "127.0.0.1:" + std::to_string(FreePort());
+  Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir_ / "prom.yml",
+                      "--storage.tsdb.path=" + dir_ / "tsdb", "--web.listen-address=" + web},
+                     dir_ / "prometheus.log", /*program=*/true);
+  address_["prometheus"] = web;
+  // Every target up (bounded: 60 s).
+  int up = 0;
+  for (int t = 0; t < 120 && up < static_cast<int>(kProcesses.size()); ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto r = transport::HttpGet(web, "/api/v1/targets", 5);
+    if (!r.ok() || r->status != 200) continue;
+    auto j = nlohmann::json::parse(r->body, nullptr, false);
+    if (j.is_discarded()) continue;
+    up = 0;
+    for (const auto& target : j["data"]["activeTargets"]) up += target["health"] == "up";
+  }
+  ASSERT_EQ(up, static_cast<int>(kProcesses.size())) << testing::ReadText(dir_ / "prometheus.log");
+  // The steps counter, as Prometheus stored it, grows.
+  const std::string query = "/api/v1/query?query=sum(geodesic_steps_total%7Bjob%3D%22watched%22%7D)";
+  auto value = [&] {
+    auto r = transport::HttpGet(web, query, 5);
+    if (!r.ok()) return -1.0;
+    auto j = nlohmann::json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || j["data"]["result"].empty()) return -1.0;
+    return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+  };
+  const double first = value();
+  double later = first;
+  for (int t = 0; t < 40 && later <= first; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    later = value();
+  }
+  EXPECT_GT(first, 0);
+  EXPECT_GT(later, first);
+  prometheus.Signal(SIGTERM);
+  prometheus.Wait(30);
+}
+
+}  // namespace
+}  // namespace geodesic

@@ -1,0 +1,65 @@
+#include "worker/worker_metrics.h"
+
+namespace geodesic::worker {
+
+namespace {
+
+void AddStepSplit(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
+  const char* help = "Seconds of training by phase: computing, pushing and pulling, waiting at the staleness bound.";
+  b.Counter("step_seconds_total", help, s.compute_seconds(), {{"phase", "compute"}});
+  b.Counter("step_seconds_total", help, s.comm_seconds(), {{"phase", "communication"}});
+  b.Counter("step_seconds_total", help, s.wait_seconds(), {{"phase", "staleness_wait"}});
+  b.Gauge("training_seconds", "Seconds since this process started training.", s.training_seconds());
+}
+
+void AddLinks(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
+  for (const auto& [region, l] : s.links_from_servers()) {
+    const transport::ExtraLabels peer = {{"peer_region", region}};
+    b.Gauge("link_rtt_seconds", "Passive estimate: least pull round trip to the region's shards.", l.min_rtt_ms() / 1e3,
+            peer);
+    b.Gauge("link_bandwidth_bytes_per_second", "Passive estimate: EWMA of pull reply throughput from the region.",
+            l.mbit() * 1e6 / 8, peer);
+  }
+}
+
+void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
+  if (!s.has_clients_trained()) return;
+  b.Counter("federated_rounds_total", "Federated rounds this executor ran.", s.rounds_size());
+  b.Counter("federated_clients_total", "Selected clients by outcome.", s.clients_trained(), {{"outcome", "trained"}});
+  b.Counter("federated_clients_total", "Selected clients by outcome.", s.clients_dropped(), {{"outcome", "dropped"}});
+  b.Counter("federated_clients_total", "Selected clients by outcome.", s.client_updates_unusable(),
+            {{"outcome", "unusable"}});
+  b.Counter("federated_clients_total", "Selected clients by outcome.", s.client_updates_refused(),
+            {{"outcome", "refused"}});
+  b.Counter("federated_clients_total", "Selected clients by outcome.", s.clients_late(), {{"outcome", "late"}});
+  if (s.has_real_client_updates())
+    b.Counter("federated_real_client_updates_total", "Usable updates from real client processes.",
+              s.real_client_updates());
+}
+
+}  // namespace
+
+std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels) {
+  transport::MetricsBuilder b(labels);
+  b.Counter("steps_total", "Minibatch steps run.", s.steps());
+  b.Counter("samples_total", "Training samples processed.", s.samples());
+  b.Counter("clocks_total", "Clocks advanced (pushes), rejoin jumps excluded.", s.clocks());
+  b.Counter("skipped_steps_total", "Steps whose push was not sent.", s.skipped_steps());
+  b.Counter("pushes_refused_total", "Pushes the shards refused.", s.pushes_refused());
+  b.Counter("redirects_total", "Requests redirected to another shard.", s.redirects());
+  b.Counter("pull_resyncs_total", "Full pulls after a gap.", s.pull_resyncs());
+  transport::AddTraffic(b, s.bytes_sent(), s.bytes_received());
+  b.Counter("messages_total", "Messages this process sent or received.", s.messages_sent(), {{"direction", "sent"}});
+  b.Counter("messages_total", "Messages this process sent or received.", s.messages_received(),
+            {{"direction", "received"}});
+  AddStepSplit(b, s);
+  b.Gauge("error_feedback_residual_norm", "L2 norm of the error-feedback residual.", s.residual_norm());
+  if (s.loss() >= 0) b.Gauge("training_loss", "EWMA of the training loss.", s.loss());
+  if (s.train_accuracy() >= 0) b.Gauge("training_accuracy", "EWMA of the training accuracy (0..1).", s.train_accuracy());
+  b.Gauge("finished", "1 once this worker has run its last step.", s.finished());
+  AddLinks(b, s);
+  AddFederated(b, s);
+  return b.Take();
+}
+
+}  // namespace geodesic::worker
