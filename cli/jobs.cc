@@ -100,6 +100,16 @@ Command AddLaunch(CLI::App& app) {
   cmd->add_flag("--restart-workers", launch->restart_workers,
                 "restart a worker that dies; it rejoins at the live workers' clock (default: go on without it)");
   cmd->add_flag("--quiet", launch->quiet, "no live progress line");
+  cmd->add_option("--dashboard", launch->dashboard,
+                  "serve the live dashboard and the launcher's /metrics on HOST:PORT (port 0: a free one; the URL "
+                  "is printed and written to RUN_DIR/http/dashboard)")
+      ->default_val("127.0.0.1:0");
+  cmd->add_flag_callback(
+      "--no-dashboard", [launch] { launch->dashboard.clear(); }, "serve no dashboard");
+  cmd->add_option("--dashboard-token-file", launch->dashboard_token_file,
+                  "require this token (the file's first line, 16 characters or more) of every dashboard request; "
+                  "secured jobs serve the dashboard only with one")
+      ->check(CLI::ExistingFile);
   return {cmd, [launch, job_arg] { return RunLaunch(*launch, job_arg); }};
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include "common/format.h"
 #include "compression/codec.h"
 #include "config/job.h"
+#include "deploy/dashboard.h"
 #include "deploy/emulated_wan.h"
 #include "deploy/faults.h"
 #include "deploy/netns.h"
@@ -172,7 +174,8 @@ struct Session {
   MemberSecurity security;
   json link_probes = json::array();
   std::unique_ptr<Supervisor> children;
-  std::string endpoint;  // the coordinator's
+  std::string endpoint;                  // the coordinator's
+  std::unique_ptr<Dashboard> dashboard;  // none if off
 
   std::vector<std::string> Routes(const std::string& region) const {
     return wan ? wan->RouteArgs(region) : std::vector<std::string>{};
@@ -207,6 +210,28 @@ Status PrepareLinks(Session& s, ProgressLine& progress) {
     prefix.push_back(exe);
     return prefix;
   });
+  return Status::Ok();
+}
+
+// Serves the dashboard (deploy/dashboard.h) unless it is off; a secured job
+// serves it only with a token.
+Status StartDashboard(Session& s, ProgressLine& progress) {
+  if (s.options.dashboard.empty()) return Status::Ok();
+  DashboardOptions o{.bind = s.options.dashboard, .token = ""};
+  if (!s.options.dashboard_token_file.empty()) {
+    GD_ASSIGN_OR_RETURN(std::string token, ReadFile(s.options.dashboard_token_file));
+    o.token = token.substr(0, token.find_first_of("\r\n"));
+    if (o.token.size() < 16)
+      return InvalidArgument(s.options.dashboard_token_file + ": a dashboard token needs at least 16 characters");
+  }
+  if (s.security.secure && o.token.empty()) {
+    progress.Say("geodesic: no dashboard (a secured job serves it only with --dashboard-token-file)");
+    return Status::Ok();
+  }
+  GD_ASSIGN_OR_RETURN(s.dashboard, Dashboard::Start(s.job, s.dir, std::move(o)));
+  s.dashboard->UpdateLinks(s.link_probes, s.wan ? s.wan->Traffic() : json::array());
+  progress.set_sink([d = s.dashboard.get()](const std::string& line) { d->Event(line); });
+  progress.Say("geodesic: dashboard at " + s.dashboard->url());
   return Status::Ok();
 }
 
@@ -343,6 +368,7 @@ class JobRun {
   void OnFailover(Child* c);
   void OnServerExit(Child* c);
   void OnStatus(const wire::StatusReply& st);
+  void UpdateDashboard(const wire::StatusReply& st, double rate);
   void WatchCoordinatorRestart();
   // After the loop: a job that lost processes for good, or trained nothing
   // to the end, or could not write its results, did not finish.
@@ -363,6 +389,7 @@ class JobRun {
   zmq::context_t ctx_{1};
   std::unique_ptr<cluster::StatusProbe> probe_;
   std::optional<wire::StatusReply> last_status_;
+  std::chrono::steady_clock::time_point last_traffic_{};  // the dashboard's link bytes
   Outcome outcome_ = Outcome::kFinished;
   std::string failure_;
   std::vector<Loss> losses_;
@@ -474,6 +501,19 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
     progress_.Say("geodesic: all processes joined; training");
   }
   if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate, s_.job.federated.enabled()));
+  if (s_.dashboard) UpdateDashboard(st, rate);
+}
+
+void JobRun::UpdateDashboard(const wire::StatusReply& st, double rate) {
+  s_.dashboard->UpdateStatus(st, rate);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_traffic_ < std::chrono::seconds(2)) return;
+  last_traffic_ = now;
+  if (s_.wan) {
+    s_.dashboard->UpdateLinks(s_.link_probes, s_.wan->Traffic());
+  } else if (s_.netns) {
+    if (auto t = s_.netns->Traffic(); t.ok()) s_.dashboard->UpdateLinks(s_.link_probes, *t);
+  }
 }
 
 // Starts the dead child `dead` again with `args` in its slot, records the
@@ -623,6 +663,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_ASSIGN_OR_RETURN(s.dir, PrepareRunDir(s.job, options.resume_dir, options.run_dir, &s.resume));
   ProgressLine progress(options.quiet);
   GD_RETURN_IF_ERROR(PrepareLinks(s, progress));
+  GD_RETURN_IF_ERROR(StartDashboard(s, progress));
   const auto launch_start = std::chrono::steady_clock::now();
   GD_RETURN_IF_ERROR(StartCoordinator(s, stop));
   GD_RETURN_IF_ERROR(StartServers(s));
@@ -632,7 +673,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   run.Run();
   const RunRecord record =
       run.Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start).count());
-  return FinishRun(BuildSummary(record), record, options.summary_file, progress);
+  const json summary = BuildSummary(record);
+  if (s.dashboard) {
+    const json& acc = summary["test_accuracy"];
+    s.dashboard->Finish(summary.value("status", "ended"), acc.is_number() ? acc.get<double>() : std::nan(""));
+  }
+  return FinishRun(summary, record, options.summary_file, progress);
 }
 
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {

@@ -40,6 +40,11 @@ struct LaunchOptions {
   bool restart_workers = false;
   bool quiet = false;  // no live progress
   std::string binary;  // the geodesic binary to run (default: this one)
+  // The live dashboard (deploy/dashboard.h) and the launcher's /metrics:
+  // host:port (port 0: a free one); empty: none. Secured jobs serve it
+  // only with a token (dashboard_token_file, its first line).
+  std::string dashboard = "127.0.0.1:0";
+  std::string dashboard_token_file;
 };
 
 // Runs the job to its end. Returns the launcher's exit code: 0 when the job

@@ -25,6 +25,7 @@ void ProgressLine::Show(const std::string& line) {
 void ProgressLine::Say(const std::string& line) {
   Clear();
   std::cout << line << std::endl;
+  if (sink_) sink_(line);
 }
 
 void ProgressLine::Clear() {

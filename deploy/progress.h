@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "proto/geodesic.pb.h"
@@ -22,10 +23,13 @@ class ProgressLine {
   void Say(const std::string& line);
   // Erases the progress line, if one is shown.
   void Clear();
+  // Also hands every event to `sink` (the dashboard).
+  void set_sink(std::function<void(const std::string&)> sink) { sink_ = std::move(sink); }
 
  private:
   bool quiet_, tty_;
   bool shown_ = false;
+  std::function<void(const std::string&)> sink_;
   std::chrono::steady_clock::time_point last_{};
 };
 

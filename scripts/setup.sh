@@ -18,6 +18,8 @@ PACKAGES=(
   # /metrics on every process (prometheus-cpp's model and text format); the tests check the
   # exposition with promtool and scrape a running job with a real Prometheus server
   prometheus-cpp-dev prometheus
+  # the dashboard's browser test: headless Chromium driven by Selenium
+  chromium chromium-driver python3-selenium
   # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
   libopenblas0-pthread
   # plots of benchmark results (bench/plot_*.py)

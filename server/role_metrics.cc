@@ -28,7 +28,8 @@ void AddReplication(transport::MetricsBuilder& b, const stats::ShardStats& s) {
 std::vector<prometheus::MetricFamily> ShardMetrics(const stats::ShardStats& s, const transport::MetricLabels& labels) {
   transport::MetricsBuilder b(labels);
   transport::AddTraffic(b, s.bytes_sent(), s.bytes_received());
-  b.Counter("messages_total", "Messages this process sent or received.", s.messages_received(), {{"direction", "received"}});
+  b.Counter("messages_total", "Messages this process sent or received.", s.messages_received(),
+            {{"direction", "received"}});
   b.Counter("messages_total", "Messages this process sent or received.", s.messages_sent(), {{"direction", "sent"}});
   transport::AddRefusals(b, s.refused_by_reason(), s.refusals_unanswered(), s.sends_dropped());
   b.Gauge("serving", "1 while this process serves its shard (a primary, or a promoted backup).", s.serving());
@@ -62,8 +63,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics(const stats::Coordinato
   transport::AddRefusals(b, s.refused_by_reason(), s.refusals_unanswered(), s.sends_dropped());
   if (s.has_handshakes_refused())
     b.Counter("handshakes_refused_total", "Secured: CURVE handshakes refused.", s.handshakes_refused());
-  b.Gauge("training_seconds", "Seconds from the rendezvous to now (or to the last worker done).",
-          s.training_seconds());
+  b.Gauge("training_seconds", "Seconds from the rendezvous to now (or to the last worker done).", s.training_seconds());
   b.Gauge("job_finished", "1 once every worker has finished.", s.job_finished());
   b.Counter("replans_total", "Re-plans of the shard placement (wan.replan).", s.replans_size());
   if (s.has_shard_map_version()) b.Gauge("shard_map_version", "The shard map's version.", s.shard_map_version());

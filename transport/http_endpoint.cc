@@ -79,19 +79,19 @@ struct HttpEndpoint::Impl {
   HttpEndpointOptions options;
   const MetricsSnapshot* metrics = nullptr;
   std::mutex mu;
-  std::map<std::string, std::function<HttpResponse()>> handlers;
+  std::map<std::string, HttpHandler> handlers;
   std::atomic<uint64_t> answered{0};
 
-  HttpResponse Answer(const std::string& method, const std::string& path) {
-    if (method != "GET" && method != "HEAD") return {.status = 405, .body = "only GET and HEAD\n"};
-    std::function<HttpResponse()> h;
+  HttpResponse Answer(const HttpRequest& r) {
+    if (r.method != "GET" && r.method != "HEAD") return {.status = 405, .body = "only GET and HEAD\n"};
+    HttpHandler h;
     {
       std::lock_guard<std::mutex> lock(mu);
-      auto it = handlers.find(path);
+      auto it = handlers.find(r.path);
       if (it != handlers.end()) h = it->second;
     }
     if (!h) return {.status = 404, .body = "not found\n"};
-    return h();
+    return h(r);
   }
 
   void Accept() {
@@ -128,11 +128,20 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
 
   void Respond() {
     std::istream in(&head);
-    std::string method, path, version;
-    in >> method >> path >> version;
-    if (!version.starts_with("HTTP/1.")) return Reply(method, {.status = 400, .body = "not HTTP/1.x\n"});
-    const size_t query = path.find('?');
-    Reply(method, endpoint->Answer(method, path.substr(0, query)));
+    HttpRequest r;
+    std::string target, version, line;
+    in >> r.method >> target >> version;
+    if (!version.starts_with("HTTP/1.")) return Reply(r.method, {.status = 400, .body = "not HTTP/1.x\n"});
+    const size_t query = target.find('?');
+    r.path = target.substr(0, query);
+    if (query != std::string::npos) r.query = target.substr(query + 1);
+    std::getline(in, line);
+    while (std::getline(in, line) && line != "\r") {
+      std::string lower = line.substr(0, line.find(':'));
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+      if (lower == "authorization" && line.size() > 15) r.authorization = line.substr(15, line.size() - 16);
+    }
+    Reply(r.method, endpoint->Answer(r));
   }
 
   void Reply(const std::string& method, HttpResponse r) {
@@ -182,12 +191,12 @@ StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions 
   Impl& impl = *e->impl_;
   impl.options = std::move(options);
   impl.metrics = metrics;
-  e->Handle("/metrics", [metrics] {
+  e->Handle("/metrics", [metrics](const HttpRequest&) {
     return HttpResponse{.content_type = "text/plain; version=0.0.4; charset=utf-8", .body = metrics->Text()};
   });
-  e->Handle("/healthz", [] { return HttpResponse{.body = "ok\n"}; });
+  e->Handle("/healthz", [](const HttpRequest&) { return HttpResponse{.body = "ok\n"}; });
   Impl* raw = &impl;
-  e->Handle("/readyz", [raw] {
+  e->Handle("/readyz", [raw](const HttpRequest&) {
     const bool ready = raw->options.ready ? raw->options.ready() : raw->metrics->published();
     return ready ? HttpResponse{.body = "ready\n"} : HttpResponse{.status = 503, .body = "not ready\n"};
   });
@@ -214,7 +223,7 @@ HttpEndpoint::~HttpEndpoint() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-void HttpEndpoint::Handle(const std::string& path, std::function<HttpResponse()> handler) {
+void HttpEndpoint::Handle(const std::string& path, HttpHandler handler) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->handlers[path] = std::move(handler);
 }

@@ -34,6 +34,16 @@ struct HttpResponse {
   std::string body;
 };
 
+// What a handler is asked: GET or HEAD, the path without the query.
+struct HttpRequest {
+  std::string method;
+  std::string path;
+  std::string query;          // after '?', undecoded; empty if none
+  std::string authorization;  // the Authorization header's value, if any
+};
+
+using HttpHandler = std::function<HttpResponse(const HttpRequest&)>;
+
 // The latest metric families a role published, for the HTTP threads.
 class MetricsSnapshot {
  public:
@@ -65,7 +75,7 @@ class HttpEndpoint {
   // "host:port" as bound (the port picked when 0 was asked).
   const std::string& address() const { return address_; }
   // Adds a handler for GET `path` (exact match); before or after Start.
-  void Handle(const std::string& path, std::function<HttpResponse()> handler);
+  void Handle(const std::string& path, HttpHandler handler);
   // Requests answered, and refused (bad method, unknown path) so far.
   uint64_t answered() const;
 

@@ -39,7 +39,8 @@ void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
 
 }  // namespace
 
-std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels) {
+std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
+                                                    const transport::MetricLabels& labels) {
   transport::MetricsBuilder b(labels);
   b.Counter("steps_total", "Minibatch steps run.", s.steps());
   b.Counter("samples_total", "Training samples processed.", s.samples());
@@ -55,7 +56,8 @@ std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
   AddStepSplit(b, s);
   b.Gauge("error_feedback_residual_norm", "L2 norm of the error-feedback residual.", s.residual_norm());
   if (s.loss() >= 0) b.Gauge("training_loss", "EWMA of the training loss.", s.loss());
-  if (s.train_accuracy() >= 0) b.Gauge("training_accuracy", "EWMA of the training accuracy (0..1).", s.train_accuracy());
+  if (s.train_accuracy() >= 0)
+    b.Gauge("training_accuracy", "EWMA of the training accuracy (0..1).", s.train_accuracy());
   b.Gauge("finished", "1 once this worker has run its last step.", s.finished());
   AddLinks(b, s);
   AddFederated(b, s);

@@ -103,7 +103,8 @@ TEST_F(ObservabilityTest, EveryProcessServesMetricsHealthAndReadiness) {
   const double after = Value(Get("worker-0", "/metrics").body, steps);
   EXPECT_GE(before, 0);
   EXPECT_GT(after, before);
-  const std::string staleness = R"(geodesic_update_staleness_clocks_count{job="watched",region="a",role="server",id="0"})";
+  const std::string staleness =
+      R"(geodesic_update_staleness_clocks_count{job="watched",region="a",role="server",id="0"})";
   EXPECT_GT(Value(Get("server-0", "/metrics").body, staleness), 0);
 }
 

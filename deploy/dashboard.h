@@ -1,0 +1,85 @@
+// Dashboard: the launcher's live view of a job in a browser, and the
+// launcher's own /metrics (the emulated links). Served on loopback by
+// default (`geodesic launch --dashboard HOST:PORT`; the URL is printed and
+// written to RUN_DIR/http/dashboard). The page (deploy/dashboard_page.cc)
+// is plain HTML and JavaScript, no library and nothing fetched from
+// anywhere but the launcher; it polls /api/state once a second.
+//
+// What it shows comes from what the launcher already watches: the
+// coordinator's status replies (workers' clocks, throughput, step-time
+// split, passive link estimates; shards' load and staleness), the shards'
+// stats files (chunks, the staleness histogram), the emulated links'
+// bytes and probes, and the launcher's event lines (joins, exits,
+// failovers, cuts, re-plans).
+//
+// Secured jobs (security.mode: curve): off unless given a token; then every
+// request must carry it (`Authorization: Bearer T`, or `?token=T` for the
+// page itself, which passes it on).
+//
+// Threads: Update* and Event are the launcher thread's; the endpoint's
+// thread reads only the JSON and metric families they last published.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+#include "config/job.h"
+#include "deploy/run_dir.h"
+#include "proto/geodesic.pb.h"
+#include "transport/http_endpoint.h"
+
+namespace geodesic::deploy {
+
+struct DashboardOptions {
+  std::string bind = "127.0.0.1:0";  // host:port; empty: no dashboard
+  std::string token;                 // required of every request when set
+};
+
+class Dashboard {
+ public:
+  static StatusOr<std::unique_ptr<Dashboard>> Start(const JobSpec& job, const RunDir& dir, DashboardOptions options);
+
+  // "http://host:port/" (with ?token= when one is required).
+  std::string url() const;
+  const std::string& address() const { return endpoint_->address(); }
+
+  // A status reply from the coordinator, with the smoothed samples/s.
+  void UpdateStatus(const wire::StatusReply& st, double samples_per_s);
+  // The emulated links: their probes (once) and bytes so far ({from, to, bytes}).
+  void UpdateLinks(const nlohmann::json& probes, const nlohmann::json& traffic);
+  // One event line, as the terminal shows it.
+  void Event(const std::string& text);
+  // The job's end: its status and test accuracy (NaN: none).
+  void Finish(const std::string& status, double test_accuracy);
+
+  // Published state, as /api/state serves it (for tests).
+  std::string StateJson() const;
+
+ private:
+  Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions options);
+  void ReadShardStats();
+  void Publish();
+  transport::HttpResponse Guard(const transport::HttpRequest& r, transport::HttpResponse ok) const;
+
+  JobSpec job_;
+  RunDir dir_;
+  DashboardOptions options_;
+  double started_ = 0;  // unix seconds
+  nlohmann::json state_;
+  std::deque<nlohmann::json> history_, events_;
+  double last_history_ = -1, last_stats_read_ = -1;
+  mutable std::mutex mu_;
+  std::string published_;  // guarded by mu_
+  transport::MetricsSnapshot metrics_;
+  std::unique_ptr<transport::HttpEndpoint> endpoint_;
+};
+
+// The page: HTML with its script inline.
+const std::string& DashboardPage();
+
+}  // namespace geodesic::deploy
