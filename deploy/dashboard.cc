@@ -75,14 +75,19 @@ Dashboard::Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions opt
     links.push_back({{"from", l.from}, {"to", l.to}, {"delay_ms", l.delay_ms}, {"bandwidth_mbit", l.bandwidth_mbit}});
   json regions = json::array();
   for (const RegionSpec& r : job.regions) regions.push_back(r.name);
-  state_ = {{"job", job.name},        {"status", "starting"},   {"regions", regions},
-            {"links", links},         {"workers", json::array()}, {"shards", json::array()},
-            {"staleness", json::object()}, {"staleness_bound", job.training.staleness_bound},
-            {"elapsed_s", 0.0},       {"samples_per_s", 0.0}};
+  state_ = {{"job", job.name},
+            {"status", "starting"},
+            {"regions", regions},
+            {"links", links},
+            {"workers", json::array()},
+            {"shards", json::array()},
+            {"staleness", json::object()},
+            {"staleness_bound", job.training.staleness_bound},
+            {"elapsed_s", 0.0},
+            {"samples_per_s", 0.0}};
 }
 
-StatusOr<std::unique_ptr<Dashboard>> Dashboard::Start(const JobSpec& job, const RunDir& dir,
-                                                      DashboardOptions options) {
+StatusOr<std::unique_ptr<Dashboard>> Dashboard::Start(const JobSpec& job, const RunDir& dir, DashboardOptions options) {
   std::unique_ptr<Dashboard> d(new Dashboard(job, dir, std::move(options)));
   transport::HttpEndpointOptions o;
   o.bind = d->options_.bind;
@@ -202,12 +207,14 @@ void Dashboard::Publish() {
   out.erase("chunks_by_shard");
   out["history"] = json(std::vector<json>(history_.begin(), history_.end()));
   out["events"] = json(std::vector<json>(events_.begin(), events_.end()));
-  transport::MetricsBuilder b({.job = job_.name, .region = job_.CoordinatorRegion().name, .role = "launcher", .id = "0"});
+  transport::MetricsBuilder b(
+      {.job = job_.name, .region = job_.CoordinatorRegion().name, .role = "launcher", .id = "0"});
   for (const auto& l : state_["links"]) {
     const transport::ExtraLabels link = {{"from", l["from"]}, {"to", l["to"]}};
     b.Gauge("link_declared_delay_seconds", "A link's declared one-way delay.", l["delay_ms"].get<double>() / 1e3, link);
     if (l.contains("bytes"))
-      b.Counter("link_bytes_total", "Bytes the emulated link delivered, this direction.", l["bytes"].get<double>(), link);
+      b.Counter("link_bytes_total", "Bytes the emulated link delivered, this direction.", l["bytes"].get<double>(),
+                link);
     if (l.contains("probed_rtt_ms") && l["probed_rtt_ms"].is_number())
       b.Gauge("link_probed_rtt_seconds", "The link's round trip as probed before training.",
               l["probed_rtt_ms"].get<double>() / 1e3, link);
