@@ -106,6 +106,13 @@ Command AddLaunch(CLI::App& app) {
       ->default_val("127.0.0.1:0");
   cmd->add_flag_callback(
       "--no-dashboard", [launch] { launch->dashboard.clear(); }, "serve no dashboard");
+  cmd->add_option("--metrics-linger", launch->metrics_linger_s,
+                  "at the job's end, every process and the dashboard keep serving until their final metrics were "
+                  "scraped once, at most this long (s; default 0)")
+      ->check(CLI::Range(0.0, 600.0));
+  cmd->add_flag_callback(
+      "--no-metrics", [launch] { launch->metrics = false; },
+      "start the processes without /metrics, /healthz and /readyz (bench/metrics_overhead.sh compares)");
   cmd->add_option("--dashboard-token-file", launch->dashboard_token_file,
                   "require this token (the file's first line, 16 characters or more) of every dashboard request; "
                   "secured jobs serve the dashboard only with one")

@@ -179,7 +179,9 @@ int RunServer(ServerFlags& f) {
   return RunMember(f, "server " + std::to_string(f.options.id), prepare,
                    [](const server::ServerProcessOptions& o, zmq::context_t& ctx) {
                      server::Server server(o, ctx, RealClock::Get());
-                     return server.Run(&g_stop);
+                     Status s = server.Run(&g_stop);
+                     server.Linger();
+                     return s;
                    });
 }
 
@@ -248,6 +250,9 @@ void AddHttpFlags(CLI::App* cmd, transport::HttpOptions& o) {
         return s.ok() ? std::string() : s.message();
       });
   cmd->add_option("--http-address-file", o.address_file, "write the bound host:port of --http-bind here");
+  cmd->add_option("--http-linger", o.linger_s,
+                  "at exit, keep serving until the final metrics were scraped once, at most this long (s)")
+      ->check(CLI::Range(0.0, 600.0));
 }
 
 Command AddCoordinator(CLI::App& app) {

@@ -1,6 +1,7 @@
 #include "common/histogram.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace geodesic {
 
@@ -37,6 +38,26 @@ std::map<int64_t, uint64_t> IntHistogram::NonZero() const {
   std::map<int64_t, uint64_t> out;
   for (int i = 0; i <= kBuckets; ++i)
     if (counts_[i]) out[i] = counts_[i];
+  return out;
+}
+
+const std::vector<double>& DurationHistogram::Bounds() {
+  static const std::vector<double> bounds = {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10};
+  return bounds;
+}
+
+void DurationHistogram::Observe(double seconds) {
+  const auto& b = Bounds();
+  counts_[static_cast<size_t>(std::lower_bound(b.begin(), b.end(), seconds) - b.begin())]++;
+  ++count_;
+  sum_ += seconds;
+}
+
+std::vector<std::pair<double, uint64_t>> DurationHistogram::Cumulative() const {
+  std::vector<std::pair<double, uint64_t>> out;
+  uint64_t total = 0;
+  for (size_t i = 0; i < Bounds().size(); ++i) out.emplace_back(Bounds()[i], total += counts_[i]);
+  out.emplace_back(std::numeric_limits<double>::infinity(), count_);
   return out;
 }
 

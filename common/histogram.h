@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <utility>
+#include <vector>
 
 namespace geodesic {
 
@@ -27,6 +29,25 @@ class IntHistogram {
   std::array<uint64_t, kBuckets + 1> counts_{};
   uint64_t total_ = 0;
   int64_t max_ = 0;
+  double sum_ = 0;
+};
+
+// Durations in fixed buckets from 1 ms to 10 s (and one over), for latency
+// histograms. Value type; not synchronized.
+class DurationHistogram {
+ public:
+  // Upper bounds (s), ascending; the last bucket is everything above.
+  static const std::vector<double>& Bounds();
+
+  void Observe(double seconds);
+  // (upper bound, observations at or below it) per bound, then (+inf, all).
+  std::vector<std::pair<double, uint64_t>> Cumulative() const;
+  uint64_t count() const { return count_; }
+  double sum() const { return sum_; }
+
+ private:
+  std::vector<uint64_t> counts_ = std::vector<uint64_t>(Bounds().size() + 1, 0);
+  uint64_t count_ = 0;
   double sum_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include <openssl/crypto.h>
 
@@ -191,10 +192,16 @@ void Dashboard::Event(const std::string& text) {
   Publish();
 }
 
-void Dashboard::Finish(const std::string& status, double test_accuracy) {
+void Dashboard::Finish(const std::string& status, double test_accuracy, const json& links) {
   state_["status"] = status;
   if (std::isfinite(test_accuracy)) state_["test_accuracy"] = test_accuracy;
-  Publish();
+  UpdateLinks(json::array(), links);
+}
+
+void Dashboard::Linger(double max_s) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
+  while (!metrics_.served_latest() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 std::string Dashboard::StateJson() const {

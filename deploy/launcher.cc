@@ -182,7 +182,9 @@ struct Session {
   }
   // /metrics on the region's host, a free port, reported in http/NAME.
   std::vector<std::string> Http(const std::string& name, const RegionSpec& region) const {
-    return {"--http-bind", region.host + ":0", "--http-address-file", dir.http(name)};
+    if (!options.metrics) return {};
+    return {"--http-bind",  region.host + ":0", "--http-address-file",
+            dir.http(name), "--http-linger",    Fmt("%g", options.metrics_linger_s)};
   }
 };
 
@@ -676,9 +678,12 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const json summary = BuildSummary(record);
   if (s.dashboard) {
     const json& acc = summary["test_accuracy"];
-    s.dashboard->Finish(summary.value("status", "ended"), acc.is_number() ? acc.get<double>() : std::nan(""));
+    s.dashboard->Finish(summary.value("status", "ended"), acc.is_number() ? acc.get<double>() : std::nan(""),
+                        summary.contains("links") ? summary["links"] : json::array());
   }
-  return FinishRun(summary, record, options.summary_file, progress);
+  StatusOr<int> rc = FinishRun(summary, record, options.summary_file, progress);
+  if (s.dashboard) s.dashboard->Linger(options.metrics_linger_s);
+  return rc;
 }
 
 Status ControlLink(const std::string& run_dir, const std::string& action, const std::string& a, const std::string& b) {

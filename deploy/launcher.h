@@ -44,6 +44,10 @@ struct LaunchOptions {
   // host:port (port 0: a free one); empty: none. Secured jobs serve it
   // only with a token (dashboard_token_file, its first line).
   std::string dashboard = "127.0.0.1:0";
+  bool metrics = true;  // every process serves /metrics (off: none does)
+  // At exit, every process (and the launcher's dashboard) keeps serving
+  // until its final metrics were scraped once, at most this long (s).
+  double metrics_linger_s = 0;
   std::string dashboard_token_file;
 };
 

@@ -104,8 +104,9 @@ stats::CoordinatorStats Coordinator::Stats() const {
 
 void Coordinator::WriteStats() const {
   const stats::CoordinatorStats j = Stats();
-  metrics_.Publish(CoordinatorMetrics(
-      j, {.job = options_.coordinator.job_name, .region = options_.region, .role = "coordinator", .id = "0"}));
+  if (metrics_.serving())
+    metrics_.Publish(CoordinatorMetrics(
+        j, {.job = options_.coordinator.job_name, .region = options_.region, .role = "coordinator", .id = "0"}));
   if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;
@@ -195,6 +196,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   }
   store_.Save(state_, true);
   WriteStats();
+  metrics_.Linger(options_.http.linger_s);
   return Status::Ok();
 }
 

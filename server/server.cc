@@ -263,8 +263,9 @@ void Server::WriteStats() const {
   const JobSpec& job = options_.job;
   const std::string region =
       options_.backup ? job.RegionOfBackup(options_.id).name : job.RegionOfServer(options_.id).name;
-  metrics_.Publish(
-      ShardMetrics(j, {.job = job.name, .region = region, .role = "server", .id = std::to_string(options_.id)}));
+  if (metrics_.serving())
+    metrics_.Publish(
+        ShardMetrics(j, {.job = job.name, .region = region, .role = "server", .id = std::to_string(options_.id)}));
   if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;

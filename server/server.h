@@ -69,6 +69,8 @@ class Server {
  public:
   Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* clock);
   Status Run(const std::atomic<bool>* stop);
+  // After Run: until the final metrics were scraped (http.linger_s at most).
+  void Linger() const { metrics_.Linger(options_.http.linger_s); }
 
   // Counters for tests and the stats file.
 

@@ -28,13 +28,20 @@ void MetricsSnapshot::Publish(std::vector<prometheus::MetricFamily> families) {
   std::lock_guard<std::mutex> lock(mu_);
   families_ = std::move(families);
   published_ = true;
+  ++generation_;
 }
 
 std::string MetricsSnapshot::Text() const {
   std::ostringstream out;
   std::lock_guard<std::mutex> lock(mu_);
   prometheus::TextSerializer().Serialize(out, families_);
+  served_ = generation_;
   return out.str();
+}
+
+bool MetricsSnapshot::served_latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return served_ == generation_;
 }
 
 bool MetricsSnapshot::published() const {
@@ -313,6 +320,13 @@ StatusOr<HttpResponse> HttpGet(const std::string& address, const std::string& pa
 Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file) {
   if (file.empty()) return Status::Ok();
   return WriteFileAtomic(file, endpoint.address());
+}
+
+void ProcessMetrics::Linger(double max_s) const {
+  if (!endpoint_ || max_s <= 0) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
+  while (!snapshot_.served_latest() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
 Status ProcessMetrics::Start(const HttpOptions& options, std::function<bool()> ready) {

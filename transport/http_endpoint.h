@@ -51,11 +51,15 @@ class MetricsSnapshot {
   // Prometheus' text exposition format (version 0.0.4).
   std::string Text() const;
   bool published() const;
+  // Whether a Text() has been served since the last Publish.
+  bool served_latest() const;
 
  private:
   mutable std::mutex mu_;
   std::vector<prometheus::MetricFamily> families_;
   bool published_ = false;
+  uint64_t generation_ = 0;
+  mutable uint64_t served_ = 0;
 };
 
 struct HttpEndpointOptions {
@@ -102,17 +106,23 @@ Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file);
 struct HttpOptions {
   std::string bind;          // host:port; empty: no endpoint
   std::string address_file;  // if set, the bound host:port is written here
+  // At exit, keep serving until the final metrics were scraped once, for
+  // at most this long (s): Prometheus then holds the process's last counts.
+  double linger_s = 0;
 };
 
-// A process's metrics and their endpoint: the role's loop publishes, the
-// endpoint's thread serves. Publishing works (and costs only the copy)
-// whether or not an endpoint was started.
+// A process's metrics and their endpoint: the role's loop publishes (only
+// when serving(): with no endpoint it need not build the families), the
+// endpoint's thread serves.
 class ProcessMetrics {
  public:
   // Starts the endpoint if `options.bind` is set; `ready` answers /readyz.
   Status Start(const HttpOptions& options, std::function<bool()> ready);
   void Publish(std::vector<prometheus::MetricFamily> families) { snapshot_.Publish(std::move(families)); }
   bool serving() const { return endpoint_ != nullptr; }
+  // Waits (at exit, after the final Publish) until they were scraped, or
+  // `max_s` passed; returns at once with no endpoint.
+  void Linger(double max_s) const;
   HttpEndpoint* endpoint() { return endpoint_.get(); }
 
  private:

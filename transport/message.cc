@@ -119,6 +119,7 @@ Status Socket::Send(wire::Header header, const std::vector<Payload>& payloads, c
   }
   counters_->bytes_sent += total;
   counters_->messages_sent++;
+  if (options_.also_count) options_.also_count->bytes_sent += total, options_.also_count->messages_sent++;
   return Status::Ok();
 }
 
@@ -188,6 +189,8 @@ std::optional<Incoming> Socket::Receive() {
   Incoming in = DecodeFrames(std::move(parts), is_router_, options_);
   counters_->bytes_received += in.message.wire_bytes;
   counters_->messages_received++;
+  if (options_.also_count)
+    options_.also_count->bytes_received += in.message.wire_bytes, options_.also_count->messages_received++;
   if (!in.status.ok()) counters_->messages_refused++;
   return in;
 }

@@ -94,6 +94,9 @@ struct SocketOptions {
   // CurveZMQ (security.mode curve): a ROUTER becomes a CURVE server, a
   // DEALER a CURVE client of `curve.server_key`. Default: plaintext.
   CurveSocket curve = {};
+  // A second tally of what this socket sends and receives (e.g. per peer);
+  // must outlive the socket.
+  TrafficCounters* also_count = nullptr;
 };
 
 class Socket {

@@ -60,7 +60,8 @@ Status PsClient::ConnectShard(Shard& s) {
                               .role = options_.role,
                               .id = options_.id,
                               .max_message_bytes = options_.wire.max_message_bytes,
-                              .curve = transport::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key}};
+                              .curve = transport::CurveSocket{.keys = options_.curve_keys, .server_key = s.curve_key},
+                              .also_count = s.wire.get()};
   s.socket = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer, so, counters_);
   return s.socket->Connect(s.endpoint);
 }
@@ -252,6 +253,7 @@ void PsClient::OnPullReply(int shard, transport::Message& m) {
     if (p.got[d.chunk_id()]) continue;  // duplicate answer to a resent request
     p.got[d.chunk_id()] = true;
     --p.remaining;
+    shards_[shard].raw_received += static_cast<uint64_t>(d.num_elems()) * sizeof(float);
     if (p.dest) {
       Status s = Decode(p, d, m.frames[i]);
       if (!s.ok()) p.error = s;
@@ -285,7 +287,9 @@ void PsClient::NoteReplyTiming(int shard, PendingPull& p, const transport::Messa
 }
 
 void PsClient::OnPushAck(int shard, const wire::Header& h) {
-  if (!pushes_.Find(h.request_id())) return;  // ack of a resend we already counted
+  const transport::OutboxEntry* sent = pushes_.Find(h.request_id());
+  if (!sent) return;  // ack of a resend we already counted
+  push_latency_.Observe(Seconds(clock_->Now() - sent->first_sent));
   const auto& ack = h.push_ack();
   if (ack.dropped_chunks()) {
     chunks_dropped_ += ack.dropped_chunks();
@@ -440,6 +444,21 @@ Status PsClient::SendPullRequest(PendingPull& p, size_t si, bool final) {
   return s.socket->Send(h, {});
 }
 
+std::vector<RegionTraffic> PsClient::TrafficByRegion() const {
+  std::map<std::string, RegionTraffic> by_region;
+  for (const Shard& sh : shards_) {
+    RegionTraffic& t = by_region[sh.region];
+    t.region = sh.region;
+    t.wire_sent += sh.wire->bytes_sent.load();
+    t.wire_received += sh.wire->bytes_received.load();
+    t.raw_sent += sh.raw_sent;
+    t.raw_received += sh.raw_received;
+  }
+  std::vector<RegionTraffic> out;
+  for (auto& [region, t] : by_region) out.push_back(std::move(t));
+  return out;
+}
+
 std::vector<LinkEstimate> PsClient::LinkEstimates() const {
   std::map<std::string, LinkEstimate> by_region;
   std::map<std::string, int> with_rate;
@@ -544,6 +563,7 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
   if (!p.error.ok()) return p.error;
   if (borrowed) GD_RETURN_IF_ERROR(Borrow(p, borrowed));
   TimePoint done = clock_->Now();
+  pull_latency_.Observe(Seconds(p.last_reply - p.requested));
   // Round trip of this pull without the time servers held it.
   double rtt = Seconds(p.last_reply - p.requested) - static_cast<double>(p.max_hold_us) * 1e-6;
   if (rtt >= 0) rtt_ema_ = rtt_ema_ < 0 ? rtt : 0.8 * rtt_ema_ + 0.2 * rtt;
@@ -625,6 +645,7 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
       // Counted before it can leave: a kill right after the send must not
       // leave a chunk a shard took that no ledger says was pushed.
       if (options_.ledger) options_.ledger->AddPushed(static_cast<uint64_t>(req->chunks_size()));
+      for (uint32_t c : batch) s.raw_sent += map_.layout.Size(c) * sizeof(float);
       GD_RETURN_IF_ERROR(s.socket->Send(h, payloads).Annotate("push to server " + std::to_string(s.id)));
       pushes_.Add(id, static_cast<int>(si), std::move(h), std::move(payloads), now);
     }

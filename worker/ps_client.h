@@ -29,6 +29,7 @@
 
 #include "cluster/chunking.h"
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "common/push_ledger.h"
 #include "common/status.h"
 #include "compression/codec.h"
@@ -94,6 +95,15 @@ struct PullTiming {
   double wait_seconds = 0;   // time WaitPull blocked
   double bound_seconds = 0;  // part of it the servers held the request for the staleness bound
   int64_t min_clock = -1;    // slowest live worker's clock, as the replies reported
+};
+
+// Bytes exchanged with the shards of one region, headers included on the
+// wire, and as the fp32 values they carry before encoding (raw / wire is
+// what compression saved).
+struct RegionTraffic {
+  std::string region;
+  uint64_t wire_sent = 0, wire_received = 0;
+  uint64_t raw_sent = 0, raw_received = 0;
 };
 
 // A passive estimate of the path from one server region to this worker,
@@ -162,6 +172,12 @@ class PsClient {
 
   // Per server region, from this worker's pull replies so far.
   std::vector<LinkEstimate> LinkEstimates() const;
+  // Per server region (the shard's current one), so far.
+  std::vector<RegionTraffic> TrafficByRegion() const;
+  // Pull: request -> last reply (the shards' holds included). Push: send ->
+  // acknowledgement, per shard.
+  const DurationHistogram& pull_latency() const { return pull_latency_; }
+  const DurationHistogram& push_latency() const { return push_latency_; }
 
   uint64_t pushes_refused() const { return pushes_refused_; }
   uint64_t resyncs() const { return resyncs_; }
@@ -191,6 +207,10 @@ class PsClient {
     double min_rtt_s = -1;
     double mbit_ema = 0;
     uint64_t mbit_samples = 0;
+    // What went to and came from this shard: on the wire (its socket's
+    // tally, kept across reconnects) and as fp32 values before encoding.
+    std::unique_ptr<transport::TrafficCounters> wire = std::make_unique<transport::TrafficCounters>();
+    uint64_t raw_sent = 0, raw_received = 0;
   };
   struct PendingPull {
     int64_t clock = 0;
@@ -267,6 +287,7 @@ class PsClient {
   std::unique_ptr<compression::PushCompressor> compressor_;
   std::vector<uint8_t> zstd_scratch_;
   uint64_t resyncs_ = 0;
+  DurationHistogram pull_latency_, push_latency_;
   std::map<int64_t, PendingPull> pulls_;
   // Unacknowledged pushes and (while Init waits) inits, by request id; an
   // entry's dest is the shard's index in shards_.

@@ -7,7 +7,9 @@ namespace geodesic::worker {
 // RunEvaluator is in evaluator.cc.
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
   Worker worker(options, ctx, stop);
-  return worker.Run();
+  Status s = worker.Run();
+  worker.Linger();
+  return s;
 }
 
 }  // namespace geodesic::worker

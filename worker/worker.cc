@@ -630,10 +630,16 @@ stats::WorkerStats Worker::Stats(bool final) {
 
 void Worker::WriteStats(bool final) {
   const stats::WorkerStats j = Stats(final);
-  metrics_.Publish(WorkerMetrics(j, {.job = job_.name,
-                                     .region = job_.RegionOfWorker(options_.id).name,
-                                     .role = "worker",
-                                     .id = std::to_string(options_.id)}));
+  if (metrics_.serving()) {
+    WorkerLive live{
+        .traffic = ps_->TrafficByRegion(), .pull_latency = &ps_->pull_latency(), .push_latency = &ps_->push_latency()};
+    metrics_.Publish(WorkerMetrics(j,
+                                   {.job = job_.name,
+                                    .region = job_.RegionOfWorker(options_.id).name,
+                                    .role = "worker",
+                                    .id = std::to_string(options_.id)},
+                                   live));
+  }
   if (options_.stats_file.empty()) return;
   Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
   if (!s.ok()) GD_LOG(WARNING) << s;

@@ -58,6 +58,8 @@ class Worker {
   Worker& operator=(const Worker&) = delete;
 
   Status Run();
+  // After Run: until the final metrics were scraped (http.linger_s at most).
+  void Linger() const { metrics_.Linger(options_.http.linger_s); }
 
  private:
   struct Data;  // the partition's tensors, the sampler

@@ -1,5 +1,7 @@
 #include "worker/worker_metrics.h"
 
+#include <tuple>
+
 namespace geodesic::worker {
 
 namespace {
@@ -37,10 +39,31 @@ void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
               s.real_client_updates());
 }
 
+void AddLive(transport::MetricsBuilder& b, const WorkerLive& live) {
+  const char* help =
+      "Bytes exchanged with the shards of a region: on the wire (headers included) and raw (the fp32 values "
+      "before encoding).";
+  for (const RegionTraffic& t : live.traffic) {
+    for (const auto& [direction, wire, raw] :
+         {std::tuple{"sent", t.wire_sent, t.raw_sent}, std::tuple{"received", t.wire_received, t.raw_received}}) {
+      b.Counter("peer_bytes_total", help, static_cast<double>(wire),
+                {{"peer_region", t.region}, {"direction", direction}, {"encoding", "wire"}});
+      b.Counter("peer_bytes_total", help, static_cast<double>(raw),
+                {{"peer_region", t.region}, {"direction", direction}, {"encoding", "raw"}});
+    }
+  }
+  if (live.pull_latency)
+    b.CumulativeHistogram("pull_latency_seconds", "Pulls: request to the last shard's reply (holds included).",
+                          live.pull_latency->Cumulative(), live.pull_latency->sum());
+  if (live.push_latency)
+    b.CumulativeHistogram("push_latency_seconds", "Pushes: sent to acknowledged, per shard.",
+                          live.push_latency->Cumulative(), live.push_latency->sum());
+}
+
 }  // namespace
 
-std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
-                                                    const transport::MetricLabels& labels) {
+std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels,
+                                                    const WorkerLive& live) {
   transport::MetricsBuilder b(labels);
   b.Counter("steps_total", "Minibatch steps run.", s.steps());
   b.Counter("samples_total", "Training samples processed.", s.samples());
@@ -61,6 +84,7 @@ std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
   b.Gauge("finished", "1 once this worker has run its last step.", s.finished());
   AddLinks(b, s);
   AddFederated(b, s);
+  AddLive(b, live);
   return b.Take();
 }
 

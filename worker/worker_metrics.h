@@ -8,11 +8,22 @@
 
 #include <prometheus/metric_family.h>
 
+#include "common/histogram.h"
 #include "proto/stats.pb.h"
 #include "transport/metrics.h"
+#include "worker/ps_client.h"
 
 namespace geodesic::worker {
 
-std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels);
+// What the stats record does not carry: bytes per server region, raw and
+// on the wire, and the pull and push latencies.
+struct WorkerLive {
+  std::vector<RegionTraffic> traffic;
+  const DurationHistogram* pull_latency = nullptr;
+  const DurationHistogram* push_latency = nullptr;
+};
+
+std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels,
+                                                    const WorkerLive& live = {});
 
 }  // namespace geodesic::worker

@@ -108,6 +108,19 @@ TEST_F(ObservabilityTest, EveryProcessServesMetricsHealthAndReadiness) {
   const std::string staleness =
       R"(geodesic_update_staleness_clocks_count{job="watched",region="a",role="server",id="0"})";
   EXPECT_GT(Value(Get("server-0", "/metrics").body, staleness), 0);
+  // Bytes per server region, on the wire and raw (fp32: the wire adds headers), and the latencies.
+  const std::string w0 = Get("worker-0", "/metrics").body;
+  const std::string peer = R"(geodesic_peer_bytes_total{job="watched",region="a",role="worker",id="0",peer_region=")";
+  for (const std::string region : {"a", "b"}) {
+    const double raw = Value(w0, peer + region + R"(",direction="sent",encoding="raw"})");
+    const double wire = Value(w0, peer + region + R"(",direction="sent",encoding="wire"})");
+    EXPECT_GT(raw, 0) << region << "\n" << w0;
+    EXPECT_GE(wire, raw) << region;
+    EXPECT_LT(wire, 1.05 * raw) << region;
+    EXPECT_GT(Value(w0, peer + region + R"(",direction="received",encoding="raw"})"), 0) << region;
+  }
+  EXPECT_GT(Value(w0, R"(geodesic_pull_latency_seconds_count{job="watched",region="a",role="worker",id="0"})"), 0);
+  EXPECT_GT(Value(w0, R"(geodesic_push_latency_seconds_count{job="watched",region="a",role="worker",id="0"})"), 0);
 }
 
 // A free loopback port (bound and released: a small race, retried by the caller).
@@ -134,9 +147,10 @@ TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessWithTheRenderedConfig) {
                       "--storage.tsdb.path=" + dir_ / "tsdb", "--web.listen-address=" + web},
                      dir_ / "prometheus.log", /*program=*/true);
   address_["prometheus"] = web;
-  // Every target up (bounded: 60 s).
+  // Every target up, the launcher's (its dashboard's /metrics) too (bounded: 60 s).
+  const int targets = static_cast<int>(kProcesses.size()) + 1;
   int up = 0;
-  for (int t = 0; t < 120 && up < static_cast<int>(kProcesses.size()); ++t) {
+  for (int t = 0; t < 120 && up < targets; ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     auto r = transport::HttpGet(web, "/api/v1/targets", 5);
     if (!r.ok() || r->status != 200) continue;
@@ -145,7 +159,7 @@ TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessWithTheRenderedConfig) {
     up = 0;
     for (const auto& target : j["data"]["activeTargets"]) up += target["health"] == "up";
   }
-  ASSERT_EQ(up, static_cast<int>(kProcesses.size())) << testing::ReadText(dir_ / "prometheus.log");
+  ASSERT_EQ(up, targets) << testing::ReadText(dir_ / "prometheus.log");
   // The steps counter, as Prometheus stored it, grows.
   const std::string query = "/api/v1/query?query=sum(geodesic_steps_total%7Bjob%3D%22watched%22%7D)";
   auto value = [&] {
@@ -163,6 +177,88 @@ TEST_F(ObservabilityTest, PrometheusScrapesEveryProcessWithTheRenderedConfig) {
   }
   EXPECT_GT(first, 0);
   EXPECT_GT(later, first);
+  prometheus.Signal(SIGTERM);
+  prometheus.Wait(30);
+}
+
+// What Prometheus stored of a finished job agrees with the job's summary:
+// the emulated links' bytes within 1%, the staleness histogram's count and
+// the samples exactly. Every process, and the launcher, keeps serving at
+// its end until its final metrics were scraped (--metrics-linger).
+const char* kLinkedJob = R"(
+name: agree
+seed: 4
+regions:
+  a: {host: 127.0.0.1, servers: 1, workers: 1}
+  b: {host: 127.0.0.1, servers: 1, workers: 1}
+model: {name: mlp, mlp_hidden: [64]}
+data: {batch_size: 64}
+training: {epochs: 1, staleness_bound: 2}
+wan:
+  emulation: proxy
+  links:
+    - {regions: [a, b], rtt_ms: 10, bandwidth_mbit: 400}
+eval: {test_samples: 2000}
+membership: {heartbeat_ms: 100, lease_ms: 2000}
+)";
+
+// An instant query's samples: label set -> value.
+std::vector<std::pair<nlohmann::json, double>> Query(const std::string& prometheus, const std::string& promql) {
+  std::string q;
+  for (unsigned char c : promql) {
+    char hex[4];
+    std::snprintf(hex, sizeof(hex), "%%%02X", c);
+    q += std::isalnum(c) ? std::string(1, static_cast<char>(c)) : std::string(hex);
+  }
+  std::vector<std::pair<nlohmann::json, double>> out;
+  auto r = transport::HttpGet(prometheus, "/api/v1/query?query=" + q, 5);
+  if (!r.ok() || r->status != 200) {
+    ADD_FAILURE() << promql << ": " << (r.ok() ? r->body : r.status().ToString());
+    return out;
+  }
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  if (j.is_discarded()) return out;
+  for (const auto& v : j["data"]["result"]) out.emplace_back(v["metric"], std::stod(v["value"][1].get<std::string>()));
+  return out;
+}
+
+TEST(PrometheusAgreementTest, AFinishedJobsStoredCountsMatchItsSummary) {
+  if (access("/usr/bin/prometheus", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/prometheus (apt-get install prometheus)";
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kLinkedJob);
+  Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--metrics-linger", "10"},
+                 dir / "launch.log");
+  for (const auto& p :
+       std::vector<std::string>{"coordinator", "server-0", "server-1", "worker-0", "worker-1", "dashboard"})
+    ASSERT_TRUE(testing::WaitForFile(dir / ("run/http/" + p), 60)) << p;
+  auto rendered =
+      testing::RunGeodesic({"metrics", "scrape-config", dir / "run", "--interval", "1", "--out", dir / "prom.yml"}, 30);
+  ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
+  const std::string web = "127.0.0.1:" + std::to_string(FreePort());
+  Process prometheus({"/usr/bin/prometheus", "--config.file=" + dir / "prom.yml", "--storage.tsdb.path=" + dir / "tsdb",
+                      "--web.listen-address=" + web},
+                     dir / "prometheus.log", /*program=*/true);
+  ASSERT_EQ(launch.Wait(240), 0) << testing::ReadText(dir / "launch.log");
+  const auto summary = testing::ReadJson(dir / "run/summary.json");
+  const std::string sel = R"({job="agree"}[10m])";  // the job's series over the run
+  ASSERT_EQ(summary["links"].size(), 2u) << summary.dump(2);
+  for (const auto& link : summary["links"]) {
+    const double want = link["bytes"].get<double>();
+    double got = -1;
+    for (const auto& [labels, v] :
+         Query(web, "max by (from, to) (last_over_time(geodesic_link_bytes_total" + sel + "))"))
+      if (labels["from"] == link["from"] && labels["to"] == link["to"]) got = v;
+    EXPECT_NEAR(got, want, 0.01 * want) << link.dump();
+  }
+  int64_t updates = 0;
+  for (const auto& [k, v] : summary["staleness_histogram"].items()) updates += v.get<int64_t>();
+  auto count =
+      Query(web, R"(sum(last_over_time(geodesic_update_staleness_clocks_count{job="agree",role="server"}[10m])))");
+  ASSERT_EQ(count.size(), 1u);
+  EXPECT_EQ(count[0].second, static_cast<double>(updates));
+  auto samples = Query(web, "sum(last_over_time(geodesic_samples_total" + sel + "))");
+  ASSERT_EQ(samples.size(), 1u) << testing::ReadText(dir / "prom.yml");
+  EXPECT_EQ(samples[0].second, summary["samples"].get<double>());
   prometheus.Signal(SIGTERM);
   prometheus.Wait(30);
 }
