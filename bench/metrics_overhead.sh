@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # What observability costs training: the default job with every process
-# serving /metrics, Debian's Prometheus scraping all of them every second
-# and a client reading the dashboard's /api/state every second (as the
-# page does), against the same job with --no-metrics --no-dashboard.
-# Alternately, RUNS times each, on one machine, one run at a time; prints
-# each run's samples/s, the means and the ratio. docs/observability.md has
-# the results.
-#   bench/metrics_overhead.sh [RUNS (3)] [OUT_DIR (/tmp/geodesic-metrics-overhead)]
+# serving /metrics, Debian's Prometheus scraping all of them every
+# SCRAPE_S seconds (default 5) and one client reading the dashboard's
+# /api/state every second (as the page does), against the same job with
+# --no-metrics --no-dashboard. RUNS pairs, one run at a time, the order
+# alternating (off first, then on first) so that drift cancels; prints each
+# run's samples/s, the means and the ratio. Prometheus and the client run
+# on the same cores as the job here, so their own CPU counts against "on".
+# docs/observability.md has the results.
+#   bench/metrics_overhead.sh [RUNS (4)] [OUT_DIR (/tmp/geodesic-metrics-overhead)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS=${1:-3}
+RUNS=${1:-4}
+SCRAPE_S=${SCRAPE_S:-5}
 OUT=${2:-/tmp/geodesic-metrics-overhead}
 GEODESIC=${GEODESIC:-build/cli/geodesic}
 JOB=${JOB:-examples/fashion_mnist.yaml}
@@ -26,27 +29,39 @@ watched() {
   local launch=$!
   for _ in $(seq 1 600); do [[ -s "$run/http/dashboard" ]] && break; sleep 0.1; done
   sleep 3  # every process has bound its endpoint by now
-  "$GEODESIC" metrics scrape-config "$run" --interval 1 --out "$run.prom.yml"
+  "$GEODESIC" metrics scrape-config "$run" --interval "$SCRAPE_S" --out "$run.prom.yml"
   prometheus --config.file="$run.prom.yml" --storage.tsdb.path="$run.tsdb" \
     --web.listen-address=127.0.0.1:0 >"$run.prometheus.log" 2>&1 &
   local prom=$!
   PIDS=("$prom")
-  local dash
-  dash=$(cat "$run/http/dashboard")
-  while kill -0 "$launch" 2>/dev/null; do
-    /usr/bin/python3 -c "import urllib.request as u; u.urlopen('http://$dash/api/state', timeout=2).read()" \
-      2>/dev/null || true
-    sleep 1
-  done
+  # One reader of the dashboard's state, once a second, while the job runs.
+  /usr/bin/python3 - "$(cat "$run/http/dashboard")" "$launch" <<'PY' &
+import os, sys, time, urllib.request
+address, launch = sys.argv[1], int(sys.argv[2])
+while os.path.exists("/proc/%d" % launch):
+    try:
+        urllib.request.urlopen("http://%s/api/state" % address, timeout=2).read()
+    except OSError:
+        pass
+    time.sleep(1)
+PY
+  local reader=$!
   wait "$launch"
+  wait "$reader" 2>/dev/null || true
   kill "$prom" 2>/dev/null || true
   wait "$prom" 2>/dev/null || true
 }
 
+off() { "$GEODESIC" launch "$JOB" --run-dir "$1" --quiet --no-metrics --no-dashboard >"$1.log" 2>&1; }
 for r in $(seq 1 "$RUNS"); do
-  "$GEODESIC" launch "$JOB" --run-dir "$OUT/off-$r" --quiet --no-metrics --no-dashboard >"$OUT/off-$r.log" 2>&1
-  watched "$OUT/on-$r"
-  echo "run $r done" >&2
+  if ((r % 2)); then
+    off "$OUT/off-$r"
+    watched "$OUT/on-$r"
+  else
+    watched "$OUT/on-$r"
+    off "$OUT/off-$r"
+  fi
+  echo "pair $r done" >&2
 done
 
 /usr/bin/python3 - "$OUT" "$RUNS" <<'PY'

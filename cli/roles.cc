@@ -340,6 +340,7 @@ Command AddEvaluator(CLI::App& app) {
   cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "where worker 0 saved snapshots");
   cmd->add_option("--result-file", f->options.result_file, "write the result JSON here")->required();
   cmd->add_option("--dump-params", f->options.dump_params, "also write the final parameters as raw float32");
+  AddHttpFlags(cmd, f->options.http);
   f->security.Add(cmd);
   return {cmd, [f] { return RunEvaluator(*f); }};
 }

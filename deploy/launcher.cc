@@ -325,6 +325,7 @@ Status StartWorkersAndEvaluator(Session& s) {
                                    s.dir.result_json(),
                                    "--dump-params",
                                    s.dir.final_params()};
+  args = Append(args, s.Http("evaluator", s.job.CoordinatorRegion()));
   return s.children->Start("evaluator", Append(Append(args, s.Routes(region)), eval_sec), region);
 }
 

@@ -99,6 +99,7 @@ stats::CoordinatorStats Coordinator::Stats() const {
     if (auto m = state_.shard_map()) j.set_shard_map_version(m->version);
   }
   j.set_job_finished(state_.job_finished());
+  j.set_failovers(static_cast<uint32_t>(state_.promotions()));
   return j;
 }
 

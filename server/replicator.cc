@@ -152,6 +152,7 @@ void Replicator::AddStats(stats::ShardStats* j) const {
   j->set_replication_ops_sent(ops_sent_);
   j->set_replication_degraded(degraded_);
   j->set_replication_ops_resent(ops_resent_);
+  j->set_replication_ops_pending(static_cast<uint32_t>(pending_.size()));
 }
 
 Handled ReplicaBackup::Apply(const ShardContext& ctx, transport::Message& m) {

@@ -17,6 +17,9 @@ void AddReplication(transport::MetricsBuilder& b, const stats::ShardStats& s) {
   if (s.has_replication_ops_applied())
     b.Counter("replication_ops_total", "Replication ops a primary sent to its backup, or a backup applied.",
               s.replication_ops_applied(), {{"op", "applied"}});
+  if (s.has_replication_ops_pending())
+    b.Gauge("replication_lag_ops", "Replication ops a primary sent that its backup has not acknowledged yet.",
+            s.replication_ops_pending());
   if (s.has_replication_degraded())
     b.Gauge("replication_degraded", "1 while a replicated primary goes on without its backup.",
             s.replication_degraded());
@@ -66,6 +69,7 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics(const stats::Coordinato
   b.Gauge("training_seconds", "Seconds from the rendezvous to now (or to the last worker done).", s.training_seconds());
   b.Gauge("job_finished", "1 once every worker has finished.", s.job_finished());
   b.Counter("replans_total", "Re-plans of the shard placement (wan.replan).", s.replans_size());
+  b.Counter("failovers_total", "Backups promoted to take over their shard.", s.failovers());
   if (s.has_shard_map_version()) b.Gauge("shard_map_version", "The shard map's version.", s.shard_map_version());
   if (s.has_plan())
     b.Gauge("planned_step_seconds", "The placement's predicted worker step.", s.plan().predicted_step_ms() / 1e3);

@@ -17,6 +17,7 @@
 #include "worker/process_options.h"
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
+#include "worker/worker_metrics.h"
 
 namespace geodesic::worker {
 namespace {
@@ -110,7 +111,11 @@ Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, Fl
   return Status::Ok();
 }
 
-Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+namespace {
+
+// The evaluation itself; `metrics` gets its traffic and, at the end, the accuracy.
+Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop,
+                transport::ProcessMetrics& metrics, std::atomic<bool>& joined) {
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed));
@@ -121,6 +126,8 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
       &counters, clock);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member.Join(stop));
   member.Start(nullptr);
+  if (metrics.serving()) metrics.Publish(EvaluatorMetrics(job, counters, {}));
+  joined = true;
   PsClientOptions po = PsOptionsFor(job, wire::EVALUATOR, 0);
   if (job.replication.backups > 0) po.servers_view = ServersView(member);
   po.curve_keys = options.credentials.keys;
@@ -159,12 +166,24 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   if (model->has_network())
     GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
   Status written = WriteFileAtomic(options.result_file, result.dump(2));
+  if (metrics.serving()) metrics.Publish(EvaluatorMetrics(job, counters, result));
   member.Stop(true);
   if (!written.ok())
     return written.Annotate("the result (test accuracy " +
                             (result.contains("test_accuracy") ? result["test_accuracy"].dump() : std::string("none")) +
                             ") could not be written");
   return Status::Ok();
+}
+
+}  // namespace
+
+Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+  transport::ProcessMetrics metrics;
+  std::atomic<bool> joined{false};
+  GD_RETURN_IF_ERROR(metrics.Start(options.http, [&joined] { return joined.load(); }));
+  Status s = Evaluate(options, ctx, stop, metrics, joined);
+  metrics.Linger(options.http.linger_s);
+  return s;
 }
 
 }  // namespace geodesic::worker

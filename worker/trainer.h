@@ -47,6 +47,7 @@ struct EvaluatorOptions {
   std::string result_file;                   // result JSON
   std::string dump_params;                   // if set, the final parameters as raw float32
   transport::MemberCredentials credentials;  // secured jobs
+  transport::HttpOptions http;               // /metrics, /healthz, /readyz (ready: joined)
 };
 
 Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);

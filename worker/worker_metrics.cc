@@ -62,6 +62,20 @@ void AddLive(transport::MetricsBuilder& b, const WorkerLive& live) {
 
 }  // namespace
 
+std::vector<prometheus::MetricFamily> EvaluatorMetrics(const JobSpec& job, const transport::TrafficCounters& counters,
+                                                       const nlohmann::json& result) {
+  transport::MetricsBuilder b(
+      {.job = job.name, .region = job.CoordinatorRegion().name, .role = "evaluator", .id = "0"});
+  transport::AddTraffic(b, static_cast<double>(counters.bytes_sent.load()),
+                        static_cast<double>(counters.bytes_received.load()));
+  const bool done = result.is_object() && result.contains("test_accuracy") && result["test_accuracy"].is_number();
+  b.Gauge("evaluated", "1 once the final model was evaluated on the test set.", done);
+  if (done)
+    b.Gauge("test_accuracy", "The final model's accuracy on the test set (0..1).",
+            result["test_accuracy"].get<double>());
+  return b.Take();
+}
+
 std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels,
                                                     const WorkerLive& live) {
   transport::MetricsBuilder b(labels);

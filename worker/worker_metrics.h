@@ -8,7 +8,10 @@
 
 #include <prometheus/metric_family.h>
 
+#include <nlohmann/json.hpp>
+
 #include "common/histogram.h"
+#include "config/job.h"
 #include "proto/stats.pb.h"
 #include "transport/metrics.h"
 #include "worker/ps_client.h"
@@ -22,6 +25,11 @@ struct WorkerLive {
   const DurationHistogram* pull_latency = nullptr;
   const DurationHistogram* push_latency = nullptr;
 };
+
+// The evaluator's: its traffic, and once it evaluated the final model
+// (`result` has test_accuracy) the accuracy.
+std::vector<prometheus::MetricFamily> EvaluatorMetrics(const JobSpec& job, const transport::TrafficCounters& counters,
+                                                       const nlohmann::json& result);
 
 std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s, const transport::MetricLabels& labels,
                                                     const WorkerLive& live = {});

@@ -37,7 +37,8 @@ wire: {chunk_bytes: 65536}
 membership: {heartbeat_ms: 100, lease_ms: 1000}
 )";
 
-const std::vector<std::string> kProcesses = {"coordinator", "server-0", "server-1", "worker-0", "worker-1"};
+const std::vector<std::string> kProcesses = {"coordinator", "server-0", "server-1",
+                                             "worker-0",    "worker-1", "evaluator"};
 
 bool HavePromtool() { return access("/usr/bin/promtool", X_OK) == 0; }
 
@@ -97,6 +98,17 @@ TEST_F(ObservabilityTest, EveryProcessServesMetricsHealthAndReadiness) {
               0)
         << p << ":\n"
         << m.body;
+  }
+  // The launcher's own (the emulated links; none here, so only its labels).
+  ASSERT_TRUE(testing::WaitForFile(dir_ / "run/http/dashboard", 10));
+  address_["dashboard"] = testing::ReadText(dir_ / "run/http/dashboard");
+  const transport::HttpResponse launcher = Get("dashboard", "/metrics");
+  EXPECT_EQ(launcher.status, 200);
+  if (HavePromtool()) {
+    testing::WriteText(dir_ / "launcher.prom", launcher.body);
+    EXPECT_EQ(
+        std::system(("/usr/bin/promtool check metrics < " + dir_ / "launcher.prom" + " > /dev/null 2>&1").c_str()), 0)
+        << launcher.body;
   }
   // Training moves the counters between two reads.
   const std::string steps = R"(geodesic_steps_total{job="watched",region="a",role="worker",id="0"})";
