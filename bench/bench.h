@@ -56,6 +56,8 @@ Status RunPlainTraining(const BenchOptions& options, const std::atomic<bool>* st
 // Encode and decode speed of every codec on a `sizes_mb` MiB gradient, one
 // thread, against memcpy of the same buffer in the same rounds.
 Status RunCodecBench(const BenchOptions& options, const std::atomic<bool>* stop);
+// What building and serving /metrics costs a process (docs/observability.md).
+Status RunMetricsBench(const BenchOptions& options, const std::atomic<bool>* stop);
 // Trains the job once per codec configuration for the same steps and writes
 // a table, CSV and plot of accuracy against bytes per step (docs/compression.md).
 Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>* stop);

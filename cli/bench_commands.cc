@@ -153,6 +153,11 @@ Command AddBench(CLI::App& app) {
       AddBenchmark(cmd, "wan", "time to the target accuracy: LAN vs emulated WAN, staleness, compression",
                    bench::RunWanExperiment, DeclareWanOptions),
       AddLinks(cmd),
+      AddBenchmark(cmd, "metrics", "what building and serving /metrics costs a process (in process, per call)",
+                   bench::RunMetricsBench,
+                   [](CLI::App* m, BenchOptions& o) {
+                     m->add_option("--seconds", o.seconds, "measuring time per case")->default_val(1.0);
+                   }),
       AddBenchmark(cmd, "failover",
                    "replicated shards: steps/s with and without backups, and failover time over several kills",
                    bench::RunFailoverBench, DeclareFailoverOptions),

@@ -366,5 +366,35 @@ TEST(TrainingUnderHttpAttackTest, GarbageHugeHeadersAndHeldConnectionsLeaveTrain
   EXPECT_LT(attacked, 1.5 * calm + 2);
 }
 
+// A secured job serves no dashboard unless the launcher has a token, and
+// then only to requests that carry it.
+TEST(DashboardSecurityTest, ASecuredJobServesTheDashboardOnlyWithItsToken) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", std::string(kShortJob) + "security: {mode: curve}\n");
+  {
+    Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "plain", "--quiet"}, dir / "plain.log");
+    ASSERT_TRUE(testing::WaitForFile(dir / "plain/http/worker-0", 60)) << testing::ReadText(dir / "plain.log");
+    EXPECT_FALSE(testing::WaitForFile(dir / "plain/http/dashboard", 1));
+    EXPECT_NE(testing::ReadText(dir / "plain.log").find("no dashboard"), std::string::npos)
+        << testing::ReadText(dir / "plain.log");
+    launch.Signal(SIGINT);
+    launch.Wait(60);
+  }
+  const std::string token = "0123456789abcdef-dashboard";
+  testing::WriteText(dir / "token", token + "\n");
+  Process launch(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "tokened", "--quiet", "--dashboard-token-file", dir / "token"},
+      dir / "tokened.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "tokened/http/dashboard", 60)) << testing::ReadText(dir / "tokened.log");
+  const std::string at = testing::ReadText(dir / "tokened/http/dashboard");
+  for (const std::string path : {"/", "/api/state", "/metrics"}) {
+    EXPECT_EQ(transport::HttpGet(at, path)->status, 401) << path;
+    EXPECT_EQ(transport::HttpGet(at, path + "?token=0123456789abcdef-dashboarX")->status, 401) << path;
+    EXPECT_EQ(transport::HttpGet(at, path + "?token=" + token)->status, 200) << path;
+  }
+  launch.Signal(SIGINT);
+  launch.Wait(60);
+}
+
 }  // namespace
 }  // namespace geodesic
