@@ -533,9 +533,11 @@ void Worker::SkipBatches(int64_t from_clock, int64_t to_clock) {
 std::string Worker::DescribeBlock() {
   cluster::MembershipView v = member_->view();
   if (!v.valid || v.live.empty()) return "";
+  // The slowest; on a tie another worker than this one, which waits and so
+  // has already sent what the others wait for.
   size_t slow = 0;
   for (size_t i = 1; i < v.live.size(); ++i)
-    if (v.clocks[i] < v.clocks[slow]) slow = i;
+    if (v.clocks[i] < v.clocks[slow] || (v.clocks[i] == v.clocks[slow] && v.live[slow] == options_.id)) slow = i;
   return "worker " + std::to_string(options_.id) + " at clock " + std::to_string(progress_.clock()) +
          "; slowest live worker " + std::to_string(v.live[slow]) + " at clock " + std::to_string(v.clocks[slow]) +
          " (bound " + std::to_string(bound_) + ")";
