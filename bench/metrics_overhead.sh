@@ -5,8 +5,12 @@
 # /api/state every second (as the page does), against the same job with
 # --no-metrics --no-dashboard. RUNS pairs, one run at a time, the order
 # alternating (off first, then on first) so that drift cancels; prints each
-# run's samples/s, the means and the ratio. Prometheus and the client run
-# on the same cores as the job here, so their own CPU counts against "on".
+# run's samples/s and the CPU seconds the job's own processes spent per
+# 1,000 samples (the launcher and its children, from GNU time; Prometheus
+# and the reader are outside it), the means and the ratios. Prometheus and
+# the reader share the cores with the job, so samples/s pays for their CPU
+# too; CPU per sample is what Geodesic itself spends, and a busy neighbour
+# disturbs it far less than throughput.
 # docs/observability.md has the results.
 #   bench/metrics_overhead.sh [RUNS (4)] [OUT_DIR (/tmp/geodesic-metrics-overhead)]
 set -euo pipefail
@@ -25,7 +29,7 @@ trap cleanup EXIT
 # RUN_DIR: the job with its metrics scraped and its dashboard read.
 watched() {
   local run=$1
-  "$GEODESIC" launch "$JOB" --run-dir "$run" --quiet >"$run.log" 2>&1 &
+  /usr/bin/time -f "%U %S" -o "$run.cpu" "$GEODESIC" launch "$JOB" --run-dir "$run" --quiet >"$run.log" 2>&1 &
   local launch=$!
   for _ in $(seq 1 600); do [[ -s "$run/http/dashboard" ]] && break; sleep 0.1; done
   sleep 3  # every process has bound its endpoint by now
@@ -52,7 +56,10 @@ PY
   wait "$prom" 2>/dev/null || true
 }
 
-off() { "$GEODESIC" launch "$JOB" --run-dir "$1" --quiet --no-metrics --no-dashboard >"$1.log" 2>&1; }
+off() {
+  /usr/bin/time -f "%U %S" -o "$1.cpu" "$GEODESIC" launch "$JOB" --run-dir "$1" --quiet --no-metrics --no-dashboard \
+    >"$1.log" 2>&1
+}
 for r in $(seq 1 "$RUNS"); do
   if ((r % 2)); then
     off "$OUT/off-$r"
@@ -67,12 +74,18 @@ done
 /usr/bin/python3 - "$OUT" "$RUNS" <<'PY'
 import json, sys
 out, runs = sys.argv[1], int(sys.argv[2])
-rate = lambda which, r: json.load(open("%s/%s-%d/summary.json" % (out, which, r)))["samples_per_second"]
-off = [rate("off", r) for r in range(1, runs + 1)]
-on = [rate("on", r) for r in range(1, runs + 1)]
-print("%4s %14s %14s %8s" % ("run", "off samples/s", "on samples/s", "on/off"))
-for r in range(runs):
-    print("%4d %14.0f %14.0f %8.3f" % (r + 1, off[r], on[r], on[r] / off[r]))
+summary = lambda which, r: json.load(open("%s/%s-%d/summary.json" % (out, which, r)))
+rate = lambda which, r: summary(which, r)["samples_per_second"]
+def cpu(which, r):  # CPU seconds per 1,000 samples, the launcher and its children
+    u, s = map(float, open("%s/%s-%d.cpu" % (out, which, r)).read().split()[-2:])
+    return (u + s) / summary(which, r)["samples"] * 1000
+pairs = range(1, runs + 1)
+off, on = [rate("off", r) for r in pairs], [rate("on", r) for r in pairs]
+coff, con = [cpu("off", r) for r in pairs], [cpu("on", r) for r in pairs]
+print("%4s %10s %10s %7s %12s %12s %7s" % ("pair", "off smp/s", "on smp/s", "on/off", "off cpu/1k", "on cpu/1k", "on/off"))
+for i, r in enumerate(pairs):
+    print("%4d %10.0f %10.0f %7.3f %12.3f %12.3f %7.3f" % (r, off[i], on[i], on[i] / off[i], coff[i], con[i], con[i] / coff[i]))
 mean = lambda xs: sum(xs) / len(xs)
-print("%4s %14.0f %14.0f %8.3f" % ("mean", mean(off), mean(on), mean(on) / mean(off)))
+print("%4s %10.0f %10.0f %7.3f %12.3f %12.3f %7.3f" % ("mean", mean(off), mean(on), mean(on) / mean(off),
+                                                       mean(coff), mean(con), mean(con) / mean(coff)))
 PY
