@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <thread>
 
 #include <openssl/crypto.h>
 
@@ -198,11 +197,7 @@ void Dashboard::Finish(const std::string& status, double test_accuracy, const js
   UpdateLinks(json::array(), links);
 }
 
-void Dashboard::Linger(double max_s) const {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
-  while (!metrics_.served_latest() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-}
+void Dashboard::Linger(double max_s) const { metrics_.AwaitFinalScrape(max_s); }
 
 std::string Dashboard::StateJson() const {
   std::lock_guard<std::mutex> lock(mu_);

@@ -31,9 +31,7 @@ void AddReplication(transport::MetricsBuilder& b, const stats::ShardStats& s) {
 std::vector<prometheus::MetricFamily> ShardMetrics(const stats::ShardStats& s, const transport::MetricLabels& labels) {
   transport::MetricsBuilder b(labels);
   transport::AddTraffic(b, s.bytes_sent(), s.bytes_received());
-  b.Counter("messages_total", "Messages this process sent or received.", s.messages_received(),
-            {{"direction", "received"}});
-  b.Counter("messages_total", "Messages this process sent or received.", s.messages_sent(), {{"direction", "sent"}});
+  transport::AddMessages(b, s.messages_sent(), s.messages_received());
   transport::AddRefusals(b, s.refused_by_reason(), s.refusals_unanswered(), s.sends_dropped());
   b.Gauge("serving", "1 while this process serves its shard (a primary, or a promoted backup).", s.serving());
   b.Gauge("chunks", "Parameter chunks this shard owns.", s.chunks());

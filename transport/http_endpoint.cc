@@ -39,9 +39,15 @@ std::string MetricsSnapshot::Text() const {
   return out.str();
 }
 
-bool MetricsSnapshot::served_latest() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return served_ == generation_;
+void MetricsSnapshot::AwaitFinalScrape(double max_s) const {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (served_ == generation_) return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 bool MetricsSnapshot::published() const {
@@ -87,7 +93,6 @@ struct HttpEndpoint::Impl {
   const MetricsSnapshot* metrics = nullptr;
   std::mutex mu;
   std::map<std::string, HttpHandler> handlers;
-  std::atomic<uint64_t> answered{0};
 
   HttpResponse Answer(const HttpRequest& r) {
     if (r.method != "GET" && r.method != "HEAD") return {.status = 405, .body = "only GET and HEAD\n"};
@@ -161,7 +166,6 @@ struct Exchange : std::enable_shared_from_this<Exchange> {
       self->socket.shutdown(tcp::socket::shutdown_both, ignored);
       self->socket.close(ignored);
       self->timer.cancel();
-      self->endpoint->answered.fetch_add(1, std::memory_order_relaxed);
     });
   }
 
@@ -234,8 +238,6 @@ void HttpEndpoint::Handle(const std::string& path, HttpHandler handler) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->handlers[path] = std::move(handler);
 }
-
-uint64_t HttpEndpoint::answered() const { return impl_->answered.load(std::memory_order_relaxed); }
 
 namespace {
 
@@ -323,10 +325,7 @@ Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file) {
 }
 
 void ProcessMetrics::Linger(double max_s) const {
-  if (!endpoint_ || max_s <= 0) return;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
-  while (!snapshot_.served_latest() && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (endpoint_ && max_s > 0) snapshot_.AwaitFinalScrape(max_s);
 }
 
 Status ProcessMetrics::Start(const HttpOptions& options, std::function<bool()> ready) {

@@ -51,8 +51,9 @@ class MetricsSnapshot {
   // Prometheus' text exposition format (version 0.0.4).
   std::string Text() const;
   bool published() const;
-  // Whether a Text() has been served since the last Publish.
-  bool served_latest() const;
+  // At exit: waits until a Text() has been served since the last Publish
+  // (a final scrape), or `max_s` passed.
+  void AwaitFinalScrape(double max_s) const;
 
  private:
   mutable std::mutex mu_;
@@ -80,8 +81,6 @@ class HttpEndpoint {
   const std::string& address() const { return address_; }
   // Adds a handler for GET `path` (exact match); before or after Start.
   void Handle(const std::string& path, HttpHandler handler);
-  // Requests answered, and refused (bad method, unknown path) so far.
-  uint64_t answered() const;
 
   struct Impl;
 

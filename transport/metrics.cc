@@ -36,13 +36,13 @@ void MetricsBuilder::Histogram(const std::string& name, const std::string& help,
   uint64_t total = 0;
   auto it = counts.begin();
   for (double bound : bounds) {
-    for (; it != counts.end() && static_cast<double>(it->first) <= bound; ++it) total += it->second;
+    for (; it != counts.end() && static_cast<double>(it->first) <= bound; ++it)
+      total += it->second, sum += static_cast<double>(it->first) * static_cast<double>(it->second);
     cumulative.emplace_back(bound, total);
   }
-  for (const auto& [value, n] : counts) sum += static_cast<double>(value) * static_cast<double>(n);
-  uint64_t all = 0;
-  for (const auto& [value, n] : counts) all += n;
-  cumulative.emplace_back(std::numeric_limits<double>::infinity(), all);
+  for (; it != counts.end(); ++it)
+    total += it->second, sum += static_cast<double>(it->first) * static_cast<double>(it->second);
+  cumulative.emplace_back(std::numeric_limits<double>::infinity(), total);
   CumulativeHistogram(name, help, cumulative, sum, extra);
 }
 
@@ -59,6 +59,12 @@ void AddTraffic(transport::MetricsBuilder& b, double sent, double received) {
   const char* help = "Bytes this process sent or received on the wire, headers included.";
   b.Counter("wire_bytes_total", help, sent, {{"direction", "sent"}});
   b.Counter("wire_bytes_total", help, received, {{"direction", "received"}});
+}
+
+void AddMessages(MetricsBuilder& b, double sent, double received) {
+  const char* help = "Messages this process sent or received.";
+  b.Counter("messages_total", help, sent, {{"direction", "sent"}});
+  b.Counter("messages_total", help, received, {{"direction", "received"}});
 }
 
 void AddRefusals(transport::MetricsBuilder& b, const google::protobuf::Map<std::string, uint32_t>& by_reason,

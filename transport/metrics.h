@@ -58,6 +58,7 @@ class MetricsBuilder {
 
 // Traffic and refusals, as every role counts them.
 void AddTraffic(MetricsBuilder& b, double sent, double received);
+void AddMessages(MetricsBuilder& b, double sent, double received);
 void AddRefusals(MetricsBuilder& b, const google::protobuf::Map<std::string, uint32_t>& by_reason, uint32_t unanswered,
                  uint32_t sends_dropped);
 

@@ -87,9 +87,7 @@ std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
   b.Counter("redirects_total", "Requests redirected to another shard.", s.redirects());
   b.Counter("pull_resyncs_total", "Full pulls after a gap.", s.pull_resyncs());
   transport::AddTraffic(b, s.bytes_sent(), s.bytes_received());
-  b.Counter("messages_total", "Messages this process sent or received.", s.messages_sent(), {{"direction", "sent"}});
-  b.Counter("messages_total", "Messages this process sent or received.", s.messages_received(),
-            {{"direction", "received"}});
+  transport::AddMessages(b, s.messages_sent(), s.messages_received());
   AddStepSplit(b, s);
   b.Gauge("error_feedback_residual_norm", "L2 norm of the error-feedback residual.", s.residual_norm());
   if (s.loss() >= 0) b.Gauge("training_loss", "EWMA of the training loss.", s.loss());
