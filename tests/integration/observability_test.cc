@@ -396,5 +396,24 @@ TEST(DashboardSecurityTest, ASecuredJobServesTheDashboardOnlyWithItsToken) {
   launch.Wait(60);
 }
 
+// Bad input around the endpoints is a clear error, before anything starts.
+TEST(ObservabilityInputTest, BadBindsTokensAndRunDirsAreClearErrors) {
+  TempDir dir;
+  auto none = testing::RunGeodesic({"metrics", "scrape-config", dir.path()}, 30);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("lists no process"), std::string::npos) << none.output;
+  testing::WriteText(dir / "job.yaml", kShortJob);
+  auto bind = testing::RunGeodesic({"worker", "--job", dir / "job.yaml", "--id", "0", "--coordinator",
+                                    "tcp://127.0.0.1:1", "--http-bind", "127.0.0.1:99999"},
+                                   30);
+  EXPECT_NE(bind.exit_code, 0);
+  EXPECT_NE(bind.output.find("the port must be 0..65535"), std::string::npos) << bind.output;
+  testing::WriteText(dir / "short.token", "abc\n");
+  auto token = testing::RunGeodesic(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--dashboard-token-file", dir / "short.token"}, 60);
+  EXPECT_NE(token.exit_code, 0);
+  EXPECT_NE(token.output.find("at least 16 characters"), std::string::npos) << token.output;
+}
+
 }  // namespace
 }  // namespace geodesic
