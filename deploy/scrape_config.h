@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -14,6 +15,15 @@ namespace geodesic::deploy {
 struct ScrapeConfigOptions {
   double interval_s = 2;  // scrape_interval (the processes publish every 2 s)
 };
+
+struct ScrapeTarget {
+  std::string process;  // coordinator, server-0, ... (the `process` label)
+  std::string address;  // host:port
+};
+
+// A configuration scraping `targets`; `what` goes in its header comment.
+std::string ScrapeConfigYaml(const std::string& what, const std::vector<ScrapeTarget>& targets,
+                             const ScrapeConfigOptions& options);
 
 // The configuration as YAML, or NotFound when the run directory has no
 // reported endpoint (a run from before /metrics, or not started yet).

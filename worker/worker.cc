@@ -91,6 +91,9 @@ Worker::~Worker() = default;
 
 Status Worker::Run() {
   GD_RETURN_IF_ERROR(metrics_.Start(options_.http, [this] { return pub_ready_.load(); }));
+  // A worker started by hand or by a rendered script (deploy/render.h) has
+  // no launcher to make the directory; an unwritable one fails here, at once.
+  if (options_.id == 0 && !options_.snapshot_dir.empty()) GD_RETURN_IF_ERROR(MakeDirs(options_.snapshot_dir));
   GD_RETURN_IF_ERROR(LoadData());
   GD_RETURN_IF_ERROR(JoinJob());
   GD_RETURN_IF_ERROR(FirstPull());

@@ -76,6 +76,7 @@ Process::Process(const std::vector<std::string>& args, const std::string& log_fi
 
 Process::~Process() {
   if (!reaped_ && pid_ > 0) {
+    kill(-pid_, SIGKILL);  // its group: a script's or launcher's children with it
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }

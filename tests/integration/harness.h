@@ -25,7 +25,8 @@ struct RunResult {
 RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s);
 
 // A background `geodesic` process (or, with `program`, the program named by
-// args[0]), killed (SIGKILL) on destruction if still running.
+// args[0]) in a process group of its own, killed (SIGKILL, the whole group)
+// on destruction if still running.
 class Process {
  public:
   Process(const std::vector<std::string>& args, const std::string& log_file, bool program = false);

@@ -1,0 +1,227 @@
+#include "deploy/render.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "common/files.h"
+#include "common/format.h"
+#include "deploy/scrape_config.h"
+
+namespace geodesic::deploy {
+namespace {
+
+// `s` as one word for sh: single-quoted unless it is plainly safe.
+std::string Quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@+,") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// A host as a file-name part: letters, digits, '-' and '.' kept, the rest '_'.
+std::string HostFileName(const std::string& host) {
+  std::string f = "host-";
+  for (char c : host) f += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  return f + ".sh";
+}
+
+std::string Endpoint(const PlacedProcess& p) { return "tcp://" + p.host + ":" + std::to_string(p.port); }
+
+Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
+  if (o.target != "hosts")
+    return InvalidArgument("deploy render: target '" + o.target + "' is not built yet (available: hosts)");
+  if (job.security.mode == SecurityMode::kCurve)
+    return InvalidArgument(
+        "deploy render: security.mode: curve is not rendered yet (each host would need the coordinator's key and "
+        "its own join tokens); render the job without it, or run it with `geodesic launch`");
+  if (job.federated.enabled())
+    return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
+  const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
+  for (int base : {o.base_port, o.http_base_port})
+    if (base < 1024 || base + count > 65535)
+      return InvalidArgument("deploy render: ports " + std::to_string(base) + ".." + std::to_string(base + count) +
+                             " do not fit in 1024..65535");
+  if (o.base_port < o.http_base_port + count && o.http_base_port < o.base_port + count)
+    return InvalidArgument("deploy render: --base-port and --http-base-port ranges overlap (" + std::to_string(count) +
+                           " ports each)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options) {
+  GD_RETURN_IF_ERROR(CheckRenderable(job, options));
+  std::vector<PlacedProcess> out;
+  auto add = [&](std::string name, std::string role, int id, const RegionSpec& r, bool listens) {
+    const int k = static_cast<int>(out.size());
+    out.push_back({.name = std::move(name),
+                   .role = std::move(role),
+                   .id = id,
+                   .region = r.name,
+                   .host = r.host,
+                   .port = listens ? options.base_port + k : 0,
+                   .http_port = options.http_base_port + k});
+  };
+  add("coordinator", "coordinator", 0, job.CoordinatorRegion(), true);
+  for (int i = 0; i < job.NumServers(); ++i)
+    add("server-" + std::to_string(i), "server", i, job.RegionOfServer(i), true);
+  for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
+    add("backup-" + std::to_string(i), "server", i, job.RegionOfBackup(i), true);
+  for (int i = 0; i < job.NumWorkers(); ++i)
+    add("worker-" + std::to_string(i), "worker", i, job.RegionOfWorker(i), false);
+  // Beside worker 0, whose snapshots it reads.
+  add("evaluator", "eval", 0, job.NumWorkers() > 0 ? job.RegionOfWorker(0) : job.CoordinatorRegion(), false);
+  return out;
+}
+
+namespace {
+
+// The command line of one process; $RUN_DIR and $here are the script's.
+std::string CommandLine(const PlacedProcess& p, const std::string& coordinator) {
+  std::vector<std::string> a = {p.role};
+  if (p.name.rfind("backup-", 0) == 0) a.push_back("--backup");
+  a.insert(a.end(), {"--job", "\"$here/job.yaml\""});
+  if (p.role != "coordinator" && p.role != "eval") a.insert(a.end(), {"--id", std::to_string(p.id)});
+  if (p.role == "coordinator")
+    a.insert(a.end(), {"--bind", Endpoint(p), "--state-file", "\"$RUN_DIR/coordinator.state\""});
+  else
+    a.insert(a.end(), {"--coordinator", coordinator});
+  if (p.role == "server") a.insert(a.end(), {"--bind", Endpoint(p), "--checkpoint-dir", "\"$RUN_DIR/checkpoints\""});
+  if (p.name == "worker-0") a.insert(a.end(), {"--snapshot-dir", "\"$RUN_DIR/snapshots\""});
+  if (p.role == "eval")
+    a.insert(a.end(), {"--snapshot-dir", "\"$RUN_DIR/snapshots\"", "--result-file", "\"$RUN_DIR/result.json\"",
+                       "--dump-params", "\"$RUN_DIR/final_params.bin\""});
+  else
+    a.insert(a.end(), {"--stats-file", "\"$RUN_DIR/stats/" + p.name + ".json\""});
+  a.insert(a.end(), {"--http-bind", p.host + ":" + std::to_string(p.http_port)});
+  std::string line = "start " + p.name;
+  for (const std::string& w : a) line += " " + (w.front() == '"' ? w : Quote(w));
+  return line;
+}
+
+void LinkMatrixComment(const JobSpec& job, std::ostringstream& s) {
+  if (job.wan.links.empty()) {
+    s << "# Links: none declared (the planner treats every pair of regions alike).\n";
+    return;
+  }
+  s << "# Links declared between regions (the planner's input; across real hosts the links are real):\n";
+  for (const LinkSpec& l : job.wan.links)
+    s << "#   " << l.from << " -> " << l.to << ": " << Fmt("%g", 2 * l.delay_ms) << " ms RTT, "
+      << (l.bandwidth_mbit > 0 ? Fmt("%g", l.bandwidth_mbit) + " Mbit/s" : std::string("unlimited")) << ", loss "
+      << Fmt("%g", l.loss) << "\n";
+}
+
+// The part of every script that does not depend on the host.
+constexpr const char* kScriptPrologue = R"sh(set -u
+here=$(cd "$(dirname "$0")" && pwd)
+GEODESIC=${GEODESIC:-geodesic}
+# One compute thread per process, as `geodesic launch` runs them; raise it on
+# a host with more cores than processes.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/stats"
+names=() pids=()
+stop() {
+  trap - INT TERM
+  [ ${#pids[@]} -gt 0 ] && kill -TERM "${pids[@]}" 2>/dev/null
+  wait
+  exit 130
+}
+trap stop INT TERM
+start() {
+  local name=$1
+  shift
+  "$GEODESIC" "$@" >"$RUN_DIR/logs/$name.log" 2>&1 &
+  names+=("$name") pids+=($!)
+  echo "$(date +%T) started $name (pid $!), log $RUN_DIR/logs/$name.log"
+}
+)sh";
+
+constexpr const char* kScriptEpilogue = R"sh(failed=0
+for i in "${!pids[@]}"; do
+  if wait "${pids[$i]}"; then
+    echo "$(date +%T) ${names[$i]} finished"
+  else
+    code=$?
+    failed=1
+    echo "$(date +%T) ${names[$i]} failed (exit $code); its log ends:" >&2
+    tail -n 5 "$RUN_DIR/logs/${names[$i]}.log" >&2
+  fi
+done
+[ -f "$RUN_DIR/result.json" ] && echo "result: $(cat "$RUN_DIR/result.json")"
+exit $failed
+)sh";
+
+std::string HostScript(const JobSpec& job, const std::string& host, const std::vector<PlacedProcess>& all) {
+  std::set<std::string> regions;
+  std::string names;
+  for (const auto& p : all)
+    if (p.host == host) regions.insert(p.region), names += (names.empty() ? "" : ", ") + p.name;
+  std::ostringstream s;
+  s << "#!/usr/bin/env bash\n# Geodesic job '" << job.name << "': the processes of host " << host << " (region";
+  for (const auto& r : regions) s << " " << r;
+  s << ") and nothing else:\n#   " << names << "\n"
+    << "# Rendered by `geodesic deploy render --target hosts`; run every host's script (any order: each\n"
+    << "# process waits for the coordinator). GEODESIC names the binary (default: geodesic on PATH),\n"
+    << "# RUN_DIR where logs and results go (default: run-" << host << " beside this script).\n";
+  LinkMatrixComment(job, s);
+  s << "RUN_DIR=${RUN_DIR:-$(cd \"$(dirname \"$0\")\" && pwd)/run-" << host << "}\n" << kScriptPrologue;
+  const std::string coordinator = Endpoint(all.front());
+  for (const auto& p : all)
+    if (p.host == host) s << CommandLine(p, coordinator) << "\n";
+  s << kScriptEpilogue;
+  return s.str();
+}
+
+std::string Readme(const JobSpec& job, const std::map<std::string, std::string>& scripts,
+                   const std::vector<PlacedProcess>& all) {
+  std::ostringstream s;
+  s << "Geodesic job '" << job.name << "', rendered for plain hosts.\n\n"
+    << "Copy this directory to every host below (with the geodesic binary and the dataset) and run\n"
+    << "that host's script there. job.yaml is the job every process reads.\n\n";
+  for (const auto& [file, _] : scripts) s << "  " << file << "\n";
+  s << "\nProcesses (ZeroMQ port, HTTP port for /metrics, /healthz, /readyz):\n";
+  for (const auto& p : all)
+    s << "  " << p.name << " on " << p.host << " (" << p.region
+      << "): " << (p.port ? std::to_string(p.port) : std::string("-")) << ", " << p.http_port << "\n";
+  s << "\nprometheus.yml scrapes every process.\n";
+  return s.str();
+}
+
+}  // namespace
+
+StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options) {
+  GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
+  std::map<std::string, std::string> files, scripts;
+  JobSpec rendered = job;
+  rendered.wan.emulation = WanEmulation::kNone;  // emulation is the launcher's; between hosts the links are real
+  files["job.yaml"] =
+      "# Geodesic job '" + job.name + "' (rendered by `geodesic deploy render`)\n" + JobToYaml(rendered);
+  std::set<std::string> hosts;
+  for (const auto& p : all) hosts.insert(p.host);
+  for (const auto& h : hosts) scripts[HostFileName(h)] = HostScript(job, h, all);
+  std::vector<ScrapeTarget> targets;
+  for (const auto& p : all) targets.push_back({p.name, p.host + ":" + std::to_string(p.http_port)});
+  files["prometheus.yml"] = ScrapeConfigYaml("the Geodesic job '" + job.name + "' rendered for hosts", targets, {});
+  files["README.txt"] = Readme(job, scripts, all);
+  files.merge(scripts);
+  return files;
+}
+
+Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Unavailable("cannot create " + dir + ": " + ec.message());
+  for (const auto& [name, text] : files) {
+    const std::string path = dir + "/" + name;
+    const bool script = name.size() > 3 && name.compare(name.size() - 3, 3, ".sh") == 0;
+    GD_RETURN_IF_ERROR(WriteFileAtomic(path, text, /*durable=*/false, script ? 0755 : 0644));
+  }
+  return Status::Ok();
+}
+
+}  // namespace geodesic::deploy

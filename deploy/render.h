@@ -1,0 +1,57 @@
+// Deployments rendered from a job file (`geodesic deploy render`;
+// docs/deploy.md): the same processes `geodesic launch` starts on one
+// machine, laid out for machines the launcher does not own.
+//
+// Target `hosts`: one shell script per distinct region host (a region's
+// `host` is the address its processes bind and are reached at; regions that
+// share a host share a script). A script starts that host's processes and
+// nothing else, with fixed ports so that the others can find them, waits for
+// them, and exits non-zero if one failed. Placement follows the launcher:
+// the coordinator in the coordinator region, shard i and worker i in their
+// regions, shard i's backup in the next region, and the evaluator beside
+// worker 0 (it reads worker 0's parameter snapshots from local disk).
+//
+// Ports: the job's processes are numbered in one order (coordinator,
+// servers, backups, workers, evaluator); process k listens for ZeroMQ on
+// base_port + k (those that listen) and serves HTTP (/metrics, /healthz,
+// /readyz) on http_base_port + k, so ports stay distinct even when every
+// region shares one host. Rendering is deterministic: the same job and
+// options give byte-identical files.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "common/status.h"
+#include "config/job.h"
+
+namespace geodesic::deploy {
+
+struct RenderOptions {
+  std::string target = "hosts";  // hosts (kubernetes and compose: not yet)
+  int base_port = 7400;          // ZeroMQ listeners: base_port + k
+  int http_base_port = 9400;     // HTTP endpoints: http_base_port + k
+};
+
+// One placed process of a rendered deployment.
+struct PlacedProcess {
+  std::string name;  // coordinator, server-0, backup-0, worker-0, evaluator
+  std::string role;  // the `geodesic` subcommand
+  int id = 0;
+  std::string region, host;
+  int port = 0;  // ZeroMQ listener; 0 when it does not listen
+  int http_port = 0;
+};
+
+// Every process of `job` with its host and ports, in the numbering order.
+StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options);
+
+// The rendered files, by path relative to the output directory: job.yaml,
+// one host-<host>.sh per host, prometheus.yml, README.txt. A clear
+// InvalidArgument for what the target cannot express.
+StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options);
+
+// Writes `files` under `dir` (created), scripts executable.
+Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files);
+
+}  // namespace geodesic::deploy

@@ -1,0 +1,114 @@
+// deploy/render.h: the hosts target places every process once, with
+// distinct ports, renders identical files twice, writes scripts bash
+// accepts, carries the job's name and link matrix, and refuses what it
+// cannot express with a clear error.
+#include "deploy/render.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "common/files.h"
+
+namespace geodesic::deploy {
+namespace {
+
+JobSpec Load(const std::string& example, const std::vector<std::string>& overrides = {}) {
+  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/" + example, overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return *job;
+}
+
+// Three regions on three hosts, links declared, a backup per shard.
+JobSpec ThreeHosts() {
+  return Load("three_regions.yaml", {"regions.us.host=10.0.0.1", "regions.eu.host=10.0.0.2",
+                                     "regions.asia.host=node-3.example", "replication.backups=1"});
+}
+
+TEST(RenderHostsTest, EveryProcessIsStartedOnceOnItsRegionsHost) {
+  const JobSpec job = ThreeHosts();
+  auto files = Render(job, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto placed = PlaceProcesses(job, {});
+  ASSERT_TRUE(placed.ok());
+  ASSERT_EQ(placed->size(), 2 + 2u * job.NumServers() + job.NumWorkers());
+  std::set<std::string> started;
+  const std::regex start_line(R"(^start (\S+) (\S+) .*--http-bind (\S+):(\d+)$)");
+  for (const std::string host : {"10.0.0.1", "10.0.0.2", "node-3.example"}) {
+    ASSERT_TRUE(files->contains("host-" + host + ".sh")) << host;
+    std::istringstream script(files->at("host-" + host + ".sh"));
+    for (std::string line; std::getline(script, line);) {
+      std::smatch m;
+      if (!std::regex_match(line, m, start_line)) continue;
+      EXPECT_TRUE(started.insert(m[1]).second) << m[1] << " started twice";
+      EXPECT_EQ(m[3], host) << line;
+      if (m[2] != "coordinator") {
+        EXPECT_NE(line.find("--coordinator tcp://10.0.0.1:7400"), std::string::npos) << line;
+      }
+    }
+  }
+  EXPECT_EQ(started.size(), placed->size());
+  std::set<int> ports;
+  for (const auto& p : *placed) {
+    EXPECT_TRUE(started.contains(p.name)) << p.name;
+    if (p.port) {
+      EXPECT_TRUE(ports.insert(p.port).second) << p.name;
+    }
+    EXPECT_TRUE(ports.insert(p.http_port).second) << p.name;
+    if (p.name == "evaluator") {
+      EXPECT_EQ(p.host, job.RegionOfWorker(0).host) << "the evaluator reads worker 0's snapshots";
+    }
+    if (p.name == "backup-0") {
+      EXPECT_EQ(p.region, job.RegionOfBackup(0).name);
+    }
+  }
+  EXPECT_EQ(Render(job, {}).value(), *files) << "rendering twice gives identical files";
+}
+
+TEST(RenderHostsTest, ScriptsParseAndCarryTheJobAndItsLinks) {
+  const JobSpec job = ThreeHosts();
+  auto files = Render(job, {.base_port = 20000, .http_base_port = 21000});
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string dir = std::filesystem::temp_directory_path() / ("gd-render-" + std::to_string(::getpid()));
+  ASSERT_TRUE(WriteRendered(dir, *files).ok());
+  for (const auto& [name, text] : *files) {
+    if (name.ends_with(".sh")) {
+      EXPECT_EQ(std::system(("bash -n " + dir + "/" + name).c_str()), 0) << name << ":\n" << text;
+      EXPECT_NE(std::filesystem::status(dir + "/" + name).permissions() & std::filesystem::perms::owner_exec,
+                std::filesystem::perms::none);
+      EXPECT_NE(text.find("Geodesic job '" + job.name + "'"), std::string::npos) << name;
+      EXPECT_NE(text.find("us -> asia: 160 ms RTT, 50 Mbit/s, loss 0.01"), std::string::npos) << text;
+      EXPECT_NE(text.find(":2000"), std::string::npos) << "--base-port is used";
+    }
+  }
+  // The rendered job is the job: the roles read the same spec (without the
+  // launcher's emulation, which does not exist between real hosts).
+  auto back = LoadJobFile(dir + "/job.yaml");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->wan.emulation, WanEmulation::kNone);
+  EXPECT_EQ(back->wan.links.size(), job.wan.links.size());
+  EXPECT_EQ(back->NumWorkers(), job.NumWorkers());
+  EXPECT_NE(files->at("prometheus.yml").find("node-3.example:21"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
+  auto expect_error = [](const JobSpec& job, const RenderOptions& o, const std::string& says) {
+    auto files = Render(job, o);
+    ASSERT_FALSE(files.ok()) << says;
+    EXPECT_EQ(files.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(files.status().message().find(says), std::string::npos) << files.status();
+  };
+  const JobSpec job = ThreeHosts();
+  expect_error(job, {.target = "kubernetes"}, "not built yet");
+  expect_error(job, {.base_port = 9400, .http_base_port = 9405}, "overlap");
+  expect_error(job, {.base_port = 65530}, "do not fit");
+  expect_error(Load("fashion_mnist.yaml", {"security.mode=curve"}), {}, "security.mode: curve is not rendered yet");
+  expect_error(Load("federated.yaml"), {}, "federated jobs are not rendered yet");
+}
+
+}  // namespace
+}  // namespace geodesic::deploy

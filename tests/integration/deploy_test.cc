@@ -1,0 +1,124 @@
+// `geodesic deploy render --target hosts` end to end: two regions on two
+// loopback addresses (127.0.0.2 and 127.0.0.3, two "hosts"), each started
+// by its rendered script alone, with no launcher parent. The processes find
+// each other at the rendered ports, serve /healthz on their own host's
+// address, and the job trains to the end; each script exits 0 and the
+// evaluator on worker 0's host writes the test accuracy. A terminated script
+// stops its host's processes.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "tests/integration/harness.h"
+#include "transport/http_endpoint.h"
+
+namespace geodesic {
+namespace {
+
+using testing::Process;
+using testing::TempDir;
+
+bool CanBind(const std::string& ip, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A base port below the ephemeral range whose next `count` ports are free on
+// both hosts now (a later taker makes the job fail loudly, not hang).
+int FreeBase(int count) {
+  std::mt19937 rng(std::random_device{}());
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const int base = 20000 + static_cast<int>(rng() % 1200) * 10;
+    bool free = true;
+    for (int p = base; p < base + count && free; ++p) free = CanBind("127.0.0.2", p) && CanBind("127.0.0.3", p);
+    if (free) return base;
+  }
+  return -1;
+}
+
+TEST(HostsDeployTest, RenderedScriptsTrainOnTwoHostsWithoutALauncher) {
+  TempDir dir;
+  const int base = FreeBase(20);
+  ASSERT_GT(base, 0) << "no free ports";
+  auto render =
+      testing::RunGeodesic({"deploy", "render", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
+                            "--target", "hosts", "--out", dir / "out", "--base-port", std::to_string(base),
+                            "--http-base-port", std::to_string(base + 10), "--set", "regions.us-east.host=127.0.0.2",
+                            "--set", "regions.eu-west.host=127.0.0.3", "--set", "training.epochs=1"},
+                           30);
+  ASSERT_EQ(render.exit_code, 0) << render.output;
+  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  // eu-west first: its processes wait for the coordinator on the other host.
+  Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
+  Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
+  // Each host's processes serve HTTP on that host's address: the coordinator
+  // (process 0) on 127.0.0.2, server-1 (process 2) on 127.0.0.3.
+  for (const auto& [at, who] : {std::pair{"127.0.0.2:" + std::to_string(base + 10), "coordinator"},
+                                std::pair{"127.0.0.3:" + std::to_string(base + 12), "server-1"}}) {
+    StatusOr<transport::HttpResponse> r = Unavailable("not asked");
+    for (int i = 0; i < 100 && !(r = transport::HttpGet(at, "/healthz", 1)).ok(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(r.ok() && r->status == 200) << who << " at " << at << ": " << r.status();
+  }
+  const int us_code = us.Wait(150), eu_code = eu.Wait(30);
+  EXPECT_EQ(us_code, 0) << testing::ReadText(dir / "us.log");
+  EXPECT_EQ(eu_code, 0) << testing::ReadText(dir / "eu.log");
+  // Every process of a host logged under that host's run directory only.
+  EXPECT_NE(testing::ReadText(dir / "out/run-127.0.0.3/logs/server-1.log")
+                .find("listening on tcp://127.0.0.3:" + std::to_string(base + 2)),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/run-127.0.0.3/logs/coordinator.log"));
+  auto result = testing::ReadJson(dir / "out/run-127.0.0.2/result.json");
+  ASSERT_TRUE(result.is_object()) << testing::ReadText(dir / "us.log");
+  EXPECT_EQ(result["workers_done"], 4) << result.dump();
+  EXPECT_GE(result["test_accuracy"].get<double>(), 0.83) << result.dump();  // one epoch of the default CNN: 0.857
+  EXPECT_FALSE(result["accuracy_curve"].empty()) << "worker 0's snapshots reached the evaluator beside it";
+  std::printf("two hosts, rendered scripts: test accuracy %.4f after one epoch\n",
+              result["test_accuracy"].get<double>());
+}
+
+// SIGTERM to a host's script stops that host's processes and nothing is
+// left behind: the script's process group is empty afterwards.
+TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
+  TempDir dir;
+  const int base = FreeBase(20);
+  ASSERT_GT(base, 0) << "no free ports";
+  auto render = testing::RunGeodesic(
+      {"deploy", "render", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml", "--out", dir / "out",
+       "--base-port", std::to_string(base), "--http-base-port", std::to_string(base + 10), "--set",
+       "regions.us-east.host=127.0.0.2", "--set", "regions.eu-west.host=127.0.0.3"},
+      30);
+  ASSERT_EQ(render.exit_code, 0) << render.output;
+  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
+  const std::string at = "127.0.0.2:" + std::to_string(base + 10);
+  StatusOr<transport::HttpResponse> r = Unavailable("not asked");
+  for (int i = 0; i < 100 && !(r = transport::HttpGet(at, "/healthz", 1)).ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(r.ok()) << r.status() << "\n" << testing::ReadText(dir / "us.log");
+  us.Signal(SIGTERM);
+  EXPECT_EQ(us.Wait(30), 130) << testing::ReadText(dir / "us.log");
+  bool gone = false;
+  for (int i = 0; i < 50 && !gone; ++i) {
+    gone = ::kill(-us.pid(), 0) != 0 && errno == ESRCH;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(gone) << "processes of the stopped script are still running";
+}
+
+}  // namespace
+}  // namespace geodesic
