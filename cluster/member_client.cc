@@ -52,7 +52,8 @@ StatusOr<wire::RegisterReply> MemberClient::Join(const std::atomic<bool>* stop) 
       last_send = now;
     }
     if (report.Due())
-      GD_LOG(INFO) << "start-up: waited " << static_cast<int>(report.ElapsedSeconds()) << " s for " << waiting_for;
+      GD_LOG(INFO) << "start-up: waited " << static_cast<int>(report.ElapsedSeconds()) << " s for " << waiting_for
+                   << transport::DescribeEndpointHost(options_.coordinator);
     if (!socket_.WaitReadable(100)) continue;
     while (auto in = socket_.Receive()) {
       if (!in->status.ok()) {

@@ -1,5 +1,8 @@
 #include "transport/message.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+
 #include <chrono>
 
 #include <cctype>
@@ -35,6 +38,37 @@ const float* Message::FrameFloats(size_t i, std::vector<float>* scratch) const {
   return scratch->data();
 }
 
+namespace {
+
+// HOST of tcp://HOST:PORT when it is a name (not an address, not *), else "".
+std::string NameInEndpoint(const std::string& endpoint) {
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.rfind("tcp://", 0) != 0 || colon == std::string::npos || colon <= 6) return "";
+  const std::string host = endpoint.substr(6, colon - 6);
+  in_addr v4;
+  in6_addr v6;
+  if (host == "*" || host.front() == '[' || ::inet_pton(AF_INET, host.c_str(), &v4) == 1 ||
+      ::inet_pton(AF_INET6, host.c_str(), &v6) == 1)
+    return "";
+  return host;
+}
+
+// The first IPv4 address of `host` (ZeroMQ sockets here are IPv4), or why not.
+StatusOr<std::string> ResolveIpv4(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
+    return NotFound("does not resolve: " + std::string(::gai_strerror(rc)));
+  char text[INET_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof(text));
+  ::freeaddrinfo(found);
+  return std::string(text);
+}
+
+}  // namespace
+
 Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options, TrafficCounters* counters)
     : socket_(ctx, type),
       is_router_(type == zmq::socket_type::router),
@@ -51,11 +85,19 @@ Socket::Socket(zmq::context_t& ctx, zmq::socket_type type, SocketOptions options
 
 Status Socket::Bind(const std::string& endpoint) {
   GD_RETURN_IF_ERROR(setup_);
+  // ZeroMQ binds addresses and interface names, not host names: a name
+  // (a region's `host`, a pod's DNS name) is resolved here, once; one that
+  // does not resolve is tried as an interface name.
+  std::string bind = endpoint;
+  StatusOr<std::string> ip = NotFound("");
+  if (const std::string name = NameInEndpoint(endpoint); !name.empty() && (ip = ResolveIpv4(name)).ok())
+    bind = "tcp://" + *ip + endpoint.substr(endpoint.rfind(':'));
   try {
-    RetryInterrupted([&] { socket_.bind(endpoint); });
+    RetryInterrupted([&] { socket_.bind(bind); });
     endpoint_ = socket_.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return Unavailable("cannot bind " + endpoint + ": " + e.what());
+    const std::string why = ip.status().message().empty() ? "" : " (the host " + ip.status().message() + ")";
+    return Unavailable("cannot bind " + endpoint + ": " + e.what() + why);
   }
   return Status::Ok();
 }
@@ -294,6 +336,13 @@ std::string PeerName(const Message& m) {
 std::string BodyName(const wire::Header& header) {
   const auto* field = wire::Header::descriptor()->FindFieldByNumber(header.body_case());
   return field ? field->name() : "unknown";
+}
+
+std::string DescribeEndpointHost(const std::string& endpoint) {
+  const std::string host = NameInEndpoint(endpoint);
+  if (host.empty()) return "";
+  StatusOr<std::string> ip = ResolveIpv4(host);
+  return " (" + host + (ip.ok() ? " resolves to " + *ip : " " + ip.status().message()) + ")";
 }
 
 }  // namespace geodesic::transport

@@ -164,4 +164,13 @@ std::string BodyName(const wire::Header& header);
 // "worker 3 (peer 0080000001 at 127.0.0.1)". The claim is unchecked.
 std::string PeerName(const Message& m);
 
+// For a wait on a peer at `endpoint` (tcp://HOST:PORT): where HOST is a
+// name, what it resolves to now, e.g. " (node-3.example resolves to
+// 10.0.0.3)" or " (node-3.example does not resolve: Name or service not
+// known)"; "" for an address. ZeroMQ resolves a name again at every
+// reconnect, so a name that appears later (a pod's DNS record) is found
+// without a restart; this only says what the wait is on. Blocks for one
+// lookup: call it when reporting a wait, not per message.
+std::string DescribeEndpointHost(const std::string& endpoint);
+
 }  // namespace geodesic::transport

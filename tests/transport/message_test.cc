@@ -453,3 +453,33 @@ TEST(SignalTest, BindAndConnectSurviveASignalStorm) {
 
 }  // namespace
 }  // namespace geodesic::transport
+
+namespace geodesic::transport {
+namespace {
+
+// Endpoints may name hosts: a bind resolves the name (ZeroMQ itself binds
+// only addresses and interfaces), and a wait says what a name resolves to.
+TEST(EndpointNameTest, BindResolvesANameAndRefusesOneThatDoesNotResolve) {
+  zmq::context_t ctx(1);
+  TrafficCounters counters;
+  Socket named(ctx, zmq::socket_type::router, SocketOptions{}, &counters);
+  ASSERT_TRUE(named.Bind("tcp://localhost:*").ok());
+  EXPECT_EQ(named.endpoint().rfind("tcp://127.0.0.1:", 0), 0u) << named.endpoint();
+  Socket nowhere(ctx, zmq::socket_type::router, SocketOptions{}, &counters);
+  Status s = nowhere.Bind("tcp://no-such-host.invalid:*");
+  EXPECT_EQ(s.code(), Code::kUnavailable);
+  EXPECT_NE(s.message().find("no-such-host.invalid"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("does not resolve"), std::string::npos) << s;
+}
+
+TEST(EndpointNameTest, AWaitSaysWhatTheNameResolvesTo) {
+  EXPECT_EQ(DescribeEndpointHost("tcp://127.0.0.1:5555"), "");
+  EXPECT_EQ(DescribeEndpointHost("tcp://*:5555"), "");
+  EXPECT_EQ(DescribeEndpointHost("inproc://x"), "");
+  EXPECT_EQ(DescribeEndpointHost("tcp://localhost:5555"), " (localhost resolves to 127.0.0.1)");
+  EXPECT_NE(DescribeEndpointHost("tcp://no-such-host.invalid:5555").find("no-such-host.invalid does not resolve"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace geodesic::transport
