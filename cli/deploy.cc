@@ -23,6 +23,7 @@ int RunRender(const RenderFlags& f) {
   auto files = deploy::Render(*job, f.options);
   if (!files.ok()) return Fail(files.status());
   if (Status s = deploy::WriteRendered(f.out, *files); !s.ok()) return Fail(s);
+  if (Status s = deploy::WriteSecrets(*job, f.options, f.out); !s.ok()) return Fail(s);
   std::cout << "geodesic: rendered job '" << job->name << "' for " << f.options.target << " into " << f.out << ":";
   for (const auto& [name, _] : *files) std::cout << " " << name;
   std::cout << "\n";

@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/format.h"
 #include "deploy/scrape_config.h"
+#include "transport/security.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -30,15 +31,17 @@ std::string HostFileName(const std::string& host) {
   return f + ".sh";
 }
 
+// Where a host's secrets go, relative to the output directory.
+std::string SecretsDir(const std::string& host) {
+  std::string file = HostFileName(host);
+  return "secrets/" + file.substr(0, file.size() - 3);
+}
+
 std::string Endpoint(const PlacedProcess& p) { return "tcp://" + p.host + ":" + std::to_string(p.port); }
 
 Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
   if (o.target != "hosts")
     return InvalidArgument("deploy render: target '" + o.target + "' is not built yet (available: hosts)");
-  if (job.security.mode == SecurityMode::kCurve)
-    return InvalidArgument(
-        "deploy render: security.mode: curve is not rendered yet (each host would need the coordinator's key and "
-        "its own join tokens); render the job without it, or run it with `geodesic launch`");
   if (job.federated.enabled())
     return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
   const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
@@ -81,8 +84,16 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
 
 namespace {
 
+// The flags that give a secured job's process its secrets (WriteSecrets).
+std::vector<std::string> SecurityArgs(const PlacedProcess& p) {
+  const std::string dir = "\"$here/" + SecretsDir(p.host) + "/";
+  if (p.role == "coordinator")
+    return {"--secret-file", dir + "secret\"", "--keypair-file", dir + "coordinator.keypair\""};
+  return {"--coordinator-key-file", "\"$here/coordinator.key\"", "--token-file", dir + p.name + ".token\""};
+}
+
 // The command line of one process; $RUN_DIR and $here are the script's.
-std::string CommandLine(const PlacedProcess& p, const std::string& coordinator) {
+std::string CommandLine(const PlacedProcess& p, const std::string& coordinator, bool secure) {
   std::vector<std::string> a = {p.role};
   if (p.name.rfind("backup-", 0) == 0) a.push_back("--backup");
   a.insert(a.end(), {"--job", "\"$here/job.yaml\""});
@@ -99,6 +110,10 @@ std::string CommandLine(const PlacedProcess& p, const std::string& coordinator) 
   else
     a.insert(a.end(), {"--stats-file", "\"$RUN_DIR/stats/" + p.name + ".json\""});
   a.insert(a.end(), {"--http-bind", p.host + ":" + std::to_string(p.http_port)});
+  if (secure) {
+    const auto sec = SecurityArgs(p);
+    a.insert(a.end(), sec.begin(), sec.end());
+  }
   std::string line = "start " + p.name;
   for (const std::string& w : a) line += " " + (w.front() == '"' ? w : Quote(w));
   return line;
@@ -172,7 +187,7 @@ std::string HostScript(const JobSpec& job, const std::string& host, const std::v
   s << "RUN_DIR=${RUN_DIR:-$(cd \"$(dirname \"$0\")\" && pwd)/run-" << host << "}\n" << kScriptPrologue;
   const std::string coordinator = Endpoint(all.front());
   for (const auto& p : all)
-    if (p.host == host) s << CommandLine(p, coordinator) << "\n";
+    if (p.host == host) s << CommandLine(p, coordinator, job.security.mode == SecurityMode::kCurve) << "\n";
   s << kScriptEpilogue;
   return s.str();
 }
@@ -189,6 +204,11 @@ std::string Readme(const JobSpec& job, const std::map<std::string, std::string>&
     s << "  " << p.name << " on " << p.host << " (" << p.region
       << "): " << (p.port ? std::to_string(p.port) : std::string("-")) << ", " << p.http_port << "\n";
   s << "\nprometheus.yml scrapes every process.\n";
+  if (job.security.mode == SecurityMode::kCurve)
+    s << "\nsecurity.mode: curve. secrets/host-<host>/ holds that host's join tokens (the coordinator's host also\n"
+      << "the job secret and the coordinator's keypair): copy each host only its own. coordinator.key is the\n"
+      << "coordinator's public key, for every host. Tokens expire security.token_ttl_s (" << job.security.token_ttl_s
+      << " s) after\nrendering; render again for fresh ones (the secret and keypair are kept).\n";
   return s.str();
 }
 
@@ -199,6 +219,7 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
   std::map<std::string, std::string> files, scripts;
   JobSpec rendered = job;
   rendered.wan.emulation = WanEmulation::kNone;  // emulation is the launcher's; between hosts the links are real
+  rendered.security.secret_file.clear();         // the coordinator's script names it (WriteSecrets)
   files["job.yaml"] =
       "# Geodesic job '" + job.name + "' (rendered by `geodesic deploy render`)\n" + JobToYaml(rendered);
   std::set<std::string> hosts;
@@ -220,6 +241,52 @@ Status WriteRendered(const std::string& dir, const std::map<std::string, std::st
     const std::string path = dir + "/" + name;
     const bool script = name.size() > 3 && name.compare(name.size() - 3, 3, ".sh") == 0;
     GD_RETURN_IF_ERROR(WriteFileAtomic(path, text, /*durable=*/false, script ? 0755 : 0644));
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// The job secret in `path`: kept if there, else the job's own
+// (security.secret_file) or a fresh one.
+StatusOr<std::string> HostSecret(const JobSpec& job, const std::string& path) {
+  if (!std::filesystem::exists(path)) {
+    if (job.security.secret_file.empty()) {
+      GD_RETURN_IF_ERROR(transport::CreateSecretFile(path));
+    } else {
+      GD_ASSIGN_OR_RETURN(std::string secret, transport::LoadSecret(job.security.secret_file));
+      GD_RETURN_IF_ERROR(WriteFileAtomic(path, secret + "\n", /*durable=*/true, 0600));
+    }
+  }
+  return transport::LoadSecret(path);
+}
+
+}  // namespace
+
+Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir) {
+  if (job.security.mode != SecurityMode::kCurve) return Status::Ok();
+  GD_RETURN_IF_ERROR(transport::RequireCurve());
+  GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
+  for (const std::string& d : {dir + "/secrets", dir + "/" + SecretsDir(all.front().host)}) {
+    GD_RETURN_IF_ERROR(MakeDirs(d));
+    std::filesystem::permissions(d, std::filesystem::perms::owner_all);
+  }
+  const std::string coordinator = dir + "/" + SecretsDir(all.front().host) + "/";
+  GD_ASSIGN_OR_RETURN(std::string secret, HostSecret(job, coordinator + "secret"));
+  GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys,
+                      transport::LoadOrCreateKeyPair(coordinator + "coordinator.keypair"));
+  GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/coordinator.key", keys.public_key + "\n", /*durable=*/false, 0644));
+  for (const PlacedProcess& p : all) {
+    if (p.role == "coordinator") continue;
+    const std::string host_dir = dir + "/" + SecretsDir(p.host);
+    GD_RETURN_IF_ERROR(MakeDirs(host_dir));
+    std::filesystem::permissions(host_dir, std::filesystem::perms::owner_all);
+    GD_ASSIGN_OR_RETURN(std::string token,
+                        transport::MintToken(secret, {.job = job.name,
+                                                      .role = p.role == "eval" ? "evaluator" : p.role,
+                                                      .id = p.id,
+                                                      .expiry_unix = transport::UnixNow() + job.security.token_ttl_s}));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(host_dir + "/" + p.name + ".token", token + "\n", /*durable=*/false, 0600));
   }
   return Status::Ok();
 }

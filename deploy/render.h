@@ -47,11 +47,23 @@ struct PlacedProcess {
 StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options);
 
 // The rendered files, by path relative to the output directory: job.yaml,
-// one host-<host>.sh per host, prometheus.yml, README.txt. A clear
+// one host-<host>.sh per host, prometheus.yml, README.txt (secrets are
+// written by WriteSecrets). A clear
 // InvalidArgument for what the target cannot express.
 StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options);
 
 // Writes `files` under `dir` (created), scripts executable.
 Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files);
+
+// Secured jobs (security.mode: curve): the secrets the scripts name, under
+// `dir`. In the coordinator host's secrets/host-<host>/: the job secret
+// (security.secret_file's, else a fresh one) and the coordinator's CURVE
+// keypair, both kept if already there, so that a second render does not
+// lock out members holding the first one's tokens; coordinator.key, its
+// public key, for every host; and a join token per process in its host's
+// secrets/host-<host>/, valid for security.token_ttl_s from now (tokens are
+// the one part of a render that differs between renders). Directories
+// 0700, secrets 0600. Nothing for an unsecured job.
+Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir);
 
 }  // namespace geodesic::deploy

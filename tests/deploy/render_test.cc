@@ -1,7 +1,8 @@
 // deploy/render.h: the hosts target places every process once, with
 // distinct ports, renders identical files twice, writes scripts bash
-// accepts, carries the job's name and link matrix, and refuses what it
-// cannot express with a clear error.
+// accepts, carries the job's name and link matrix, gives a secured job's
+// hosts their own secrets, and refuses what it cannot express with a clear
+// error.
 #include "deploy/render.h"
 
 #include <gtest/gtest.h>
@@ -10,8 +11,10 @@
 #include <filesystem>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "common/files.h"
+#include "transport/security.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -106,8 +109,55 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
   expect_error(job, {.target = "kubernetes"}, "not built yet");
   expect_error(job, {.base_port = 9400, .http_base_port = 9405}, "overlap");
   expect_error(job, {.base_port = 65530}, "do not fit");
-  expect_error(Load("fashion_mnist.yaml", {"security.mode=curve"}), {}, "security.mode: curve is not rendered yet");
   expect_error(Load("federated.yaml"), {}, "federated jobs are not rendered yet");
+}
+
+// A secured job: the coordinator's script names the secret and keypair, every
+// other process its own token and the coordinator's public key; the secrets
+// are private files, the tokens verify for their process, and a second
+// render keeps the secret and keypair (tokens already handed out stay good).
+TEST(RenderHostsTest, ASecuredJobGetsItsSecretsPerHost) {
+  const JobSpec job = Load("fashion_mnist.yaml",
+                           {"security.mode=curve", "regions.us-east.host=10.0.0.1", "regions.eu-west.host=10.0.0.2"});
+  auto files = Render(job, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string& us = files->at("host-10.0.0.1.sh");
+  EXPECT_NE(us.find("start coordinator coordinator --job \"$here/job.yaml\" --bind tcp://10.0.0.1:7400"),
+            std::string::npos);
+  EXPECT_NE(us.find("--secret-file \"$here/secrets/host-10.0.0.1/secret\" --keypair-file"), std::string::npos) << us;
+  EXPECT_NE(files->at("host-10.0.0.2.sh")
+                .find("--coordinator-key-file \"$here/coordinator.key\" --token-file "
+                      "\"$here/secrets/host-10.0.0.2/server-1.token\""),
+            std::string::npos)
+      << files->at("host-10.0.0.2.sh");
+  const std::string dir = std::filesystem::temp_directory_path() / ("gd-secrets-" + std::to_string(::getpid()));
+  ASSERT_TRUE(WriteRendered(dir, *files).ok());
+  ASSERT_TRUE(WriteSecrets(job, {}, dir).ok());
+  const std::string coord = dir + "/secrets/host-10.0.0.1/";
+  auto secret = transport::LoadSecret(coord + "secret");  // refuses a file others may read
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  const std::string key = ReadFile(dir + "/coordinator.key").value();
+  EXPECT_TRUE(transport::IsCurveKey(key.substr(0, 40))) << key;
+  for (const auto& [name, host, role, id] :
+       std::vector<std::tuple<std::string, std::string, std::string, int>>{{"server-1", "10.0.0.2", "server", 1},
+                                                                           {"worker-3", "10.0.0.2", "worker", 3},
+                                                                           {"evaluator", "10.0.0.1", "evaluator", 0}}) {
+    const std::string path = dir + "/secrets/host-" + host + "/" + name + ".token";
+    EXPECT_EQ(std::filesystem::status(path).permissions(),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+        << path;
+    auto token = ReadFile(path);
+    ASSERT_TRUE(token.ok()) << path;
+    EXPECT_TRUE(
+        transport::VerifyToken(*secret, token->substr(0, token->find('\n')), job.name, role, id, transport::UnixNow())
+            .ok())
+        << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir + "/secrets/host-10.0.0.2/secret")) << "the secret stays on one host";
+  ASSERT_TRUE(WriteSecrets(job, {}, dir).ok());
+  EXPECT_EQ(transport::LoadSecret(coord + "secret").value(), *secret);
+  EXPECT_EQ(ReadFile(dir + "/coordinator.key").value(), key);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

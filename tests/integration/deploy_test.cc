@@ -1,6 +1,7 @@
-// `geodesic deploy render --target hosts` end to end: two regions on two
-// loopback addresses (127.0.0.2 and 127.0.0.3, two "hosts"), each started
-// by its rendered script alone, with no launcher parent. The processes find
+// `geodesic deploy render --target hosts` end to end: a secured job
+// (security.mode: curve) with two regions on two loopback addresses
+// (127.0.0.2 and 127.0.0.3, two "hosts"), each started by its rendered
+// script alone, with no launcher parent. The processes find
 // each other at the rendered ports, serve /healthz on their own host's
 // address, and the job trains to the end; each script exits 0 and the
 // evaluator on worker 0's host writes the test accuracy. A terminated script
@@ -50,17 +51,21 @@ int FreeBase(int count) {
   return -1;
 }
 
-TEST(HostsDeployTest, RenderedScriptsTrainOnTwoHostsWithoutALauncher) {
+TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher) {
   TempDir dir;
   const int base = FreeBase(20);
   ASSERT_GT(base, 0) << "no free ports";
-  auto render =
-      testing::RunGeodesic({"deploy", "render", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
-                            "--target", "hosts", "--out", dir / "out", "--base-port", std::to_string(base),
-                            "--http-base-port", std::to_string(base + 10), "--set", "regions.us-east.host=127.0.0.2",
-                            "--set", "regions.eu-west.host=127.0.0.3", "--set", "training.epochs=1"},
-                           30);
+  auto render = testing::RunGeodesic(
+      {"deploy", "render", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml", "--target", "hosts",
+       "--out", dir / "out", "--base-port", std::to_string(base), "--http-base-port", std::to_string(base + 10),
+       "--set", "regions.us-east.host=127.0.0.2", "--set", "regions.eu-west.host=127.0.0.3", "--set",
+       "training.epochs=1", "--set", "security.mode=curve"},
+      30);
   ASSERT_EQ(render.exit_code, 0) << render.output;
+  // Each host gets only its own secrets; only the coordinator's has the job secret.
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.2/secret"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.3/worker-2.token"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.3/secret"));
   ::setenv("GEODESIC", GEODESIC_BINARY, 1);
   // eu-west first: its processes wait for the coordinator on the other host.
   Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
@@ -78,16 +83,16 @@ TEST(HostsDeployTest, RenderedScriptsTrainOnTwoHostsWithoutALauncher) {
   EXPECT_EQ(us_code, 0) << testing::ReadText(dir / "us.log");
   EXPECT_EQ(eu_code, 0) << testing::ReadText(dir / "eu.log");
   // Every process of a host logged under that host's run directory only.
-  EXPECT_NE(testing::ReadText(dir / "out/run-127.0.0.3/logs/server-1.log")
-                .find("listening on tcp://127.0.0.3:" + std::to_string(base + 2)),
-            std::string::npos);
+  const std::string server1 = testing::ReadText(dir / "out/run-127.0.0.3/logs/server-1.log");
+  EXPECT_NE(server1.find("listening on tcp://127.0.0.3:" + std::to_string(base + 2) + " (CurveZMQ)"), std::string::npos)
+      << server1;
   EXPECT_FALSE(std::filesystem::exists(dir / "out/run-127.0.0.3/logs/coordinator.log"));
   auto result = testing::ReadJson(dir / "out/run-127.0.0.2/result.json");
   ASSERT_TRUE(result.is_object()) << testing::ReadText(dir / "us.log");
   EXPECT_EQ(result["workers_done"], 4) << result.dump();
   EXPECT_GE(result["test_accuracy"].get<double>(), 0.83) << result.dump();  // one epoch of the default CNN: 0.857
   EXPECT_FALSE(result["accuracy_curve"].empty()) << "worker 0's snapshots reached the evaluator beside it";
-  std::printf("two hosts, rendered scripts: test accuracy %.4f after one epoch\n",
+  std::printf("two hosts, rendered scripts, CURVE: test accuracy %.4f after one epoch\n",
               result["test_accuracy"].get<double>());
 }
 

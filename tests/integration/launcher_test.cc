@@ -223,11 +223,14 @@ TEST(LaunchTest, AStuckWorkerIsNamedByWhoeverWaitsForIt) {
   testing::WriteText(dir / "job.yaml", kSyntheticJob);
   // BSP: pausing worker 1 blocks worker 0 until worker 1's lease expires
   // (4 s), and meanwhile the waits must explain themselves. Then worker 0
-  // and the job finish without it.
+  // and the job finish without it. The pause comes 3 s into training: at
+  // 1 s, on a loaded machine, it once caught worker 1 while it was still
+  // writing the chunks' initial values, so worker 0 could not finish clock
+  // 0 and shard 0 rightly named worker 0 (tied at clock 0) as its wait.
   auto r = RunGeodesic(
       {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--set", "training.staleness_bound=0", "--set",
        "training.steps=400", "--set", "model.synthetic_params=2000000", "--set", "membership.lease_ms=4000", "--set",
-       "membership.report_after_s=1", "--kill", "worker:1@1:STOP", "--kill", "worker:1@8:KILL"},
+       "membership.report_after_s=1", "--kill", "worker:1@3:STOP", "--kill", "worker:1@10:KILL"},
       120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::string w0 = testing::ReadText(dir / "run/logs/worker-0.log");
