@@ -13,7 +13,10 @@
 # from its last run and goes on from it: a long run in pieces. Each run adds
 # its executions to build-fuzz/fuzz/<target>/executions, and the table shows
 # the total since the corpus was started (an interrupted run's count is the
-# last "#N" line of its log, to add by hand).
+# last "#N" line of its log, to add by hand). FUZZ_TIMEOUT (default 10 s)
+# is how long one input may run before it counts as a hang; a long run at
+# low priority beside builds needs more (an input of 16 ms was once starved
+# past 10 s at nice 19 while LibTorch compiled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,7 +54,7 @@ run_fuzzer() {
     rm -rf "$dir" && mkdir -p "$dir/corpus" "$dir/crashes"
   fi
   # The first corpus directory collects new inputs; the checked-in seeds are read only.
-  "$binary" "${LIMIT[@]}" -max_len=8192 -timeout=10 \
+  "$binary" "${LIMIT[@]}" -max_len=8192 -timeout="${FUZZ_TIMEOUT:-10}" \
     -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/crashes/" \
     "$dir/corpus" "$seeds" >"$dir/log" 2>&1
   echo $? >"$dir/rc"
