@@ -1,5 +1,6 @@
 // The job's members (coordinator, server, worker, evaluator) and the join
 // tokens of secured jobs.
+#include <unistd.h>
 #include <zmq.hpp>
 
 #include <cctype>
@@ -146,7 +147,34 @@ struct MemberFlags {
   JobFlags job;
   Options options;
   MemberSecurityFlags security;
+  int id_offset = -1;  // --id-from-hostname
 };
+
+// --id N, or --id-from-hostname OFFSET: OFFSET plus the ordinal at the end
+// of this host's name (a StatefulSet names its pods NAME-0, NAME-1, ...), so
+// that one pod template serves every member of a region (docs/deploy.md).
+void AddIdFlags(CLI::App* cmd, int* id, int* offset, const std::string& what) {
+  *id = -1;
+  auto* plain = cmd->add_option("--id", *id, what + " id (0-based, as counted in the job file)");
+  cmd->add_option("--id-from-hostname", *offset,
+                  "the id is OFFSET plus the number the host name ends in (NAME-N: a StatefulSet pod)")
+      ->check(CLI::NonNegativeNumber)
+      ->excludes(plain);
+}
+
+Status ResolveId(int offset, int* id) {
+  if (offset < 0) return *id >= 0 ? Status::Ok() : InvalidArgument("give --id N or --id-from-hostname OFFSET");
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  const std::string host = name;
+  const size_t dash = host.rfind('-');
+  const std::string ordinal = dash == std::string::npos ? "" : host.substr(dash + 1);
+  if (ordinal.empty() || ordinal.size() > 6 || ordinal.find_first_not_of("0123456789") != std::string::npos)
+    return InvalidArgument("--id-from-hostname: the host name '" + host +
+                           "' does not end in -N (the ordinal of a StatefulSet's pod)");
+  *id = offset + std::stoi(ordinal);
+  return Status::Ok();
+}
 
 // Loads the job, lets `prepare` check and complete the options with it, adds
 // the job and the credentials, and runs the member until it ends or g_stop.
@@ -170,6 +198,7 @@ using WorkerFlags = MemberFlags<worker::WorkerProcessOptions>;
 using EvaluatorFlags = MemberFlags<worker::EvaluatorOptions>;
 
 int RunServer(ServerFlags& f) {
+  if (Status s = ResolveId(f.id_offset, &f.options.id); !s.ok()) return Fail(s);
   auto prepare = [](const JobSpec& job, server::ServerProcessOptions& o) {
     GD_RETURN_IF_ERROR(CheckId("servers", o.id, job.NumServers()));
     o.checkpoint_requests = &g_checkpoint_requests;
@@ -186,6 +215,7 @@ int RunServer(ServerFlags& f) {
 }
 
 int RunWorker(WorkerFlags& f) {
+  if (Status s = ResolveId(f.id_offset, &f.options.id); !s.ok()) return Fail(s);
   auto prepare = [](const JobSpec& job, const worker::WorkerProcessOptions& o) {
     return CheckId("workers", o.id, job.NumWorkers());
   };
@@ -284,7 +314,7 @@ Command AddServer(CLI::App& app) {
   server::ServerProcessOptions& o = f->options;
   auto* cmd = app.add_subcommand("server", "run one parameter-server shard");
   f->job.Add(cmd);
-  cmd->add_option("--id", o.id, "server id (0-based, as counted in the job file)")->required();
+  AddIdFlags(cmd, &o.id, &f->id_offset, "server");
   cmd->add_option("--coordinator", o.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--bind", o.bind, "endpoint to bind (default: the region's host, free port)");
   cmd->add_option("--stats-file", o.stats_file, "write stats JSON here");
@@ -305,7 +335,7 @@ Command AddWorker(CLI::App& app) {
   auto f = std::make_shared<WorkerFlags>();
   auto* cmd = app.add_subcommand("worker", "run one training worker");
   f->job.Add(cmd);
-  cmd->add_option("--id", f->options.id, "worker id (0-based, as counted in the job file)")->required();
+  AddIdFlags(cmd, &f->options.id, &f->id_offset, "worker");
   cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
   AddHttpFlags(cmd, f->options.http);

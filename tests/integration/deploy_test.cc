@@ -5,7 +5,7 @@
 // each other at the rendered ports, serve /healthz on their own host's
 // address, and the job trains to the end; each script exits 0 and the
 // evaluator on worker 0's host writes the test accuracy. A terminated script
-// stops its host's processes.
+// stops its host's processes. A pod's ordinal becomes its member id.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -140,6 +140,33 @@ TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
     if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(gone) << "processes of the stopped script are still running";
+}
+
+// --id-from-hostname: a StatefulSet's pod NAME-N is member OFFSET + N, so
+// one pod template serves a region's members. The host name is set in a UTS
+// namespace of the test's own (root; skipped without it).
+TEST(IdFromHostnameTest, APodsOrdinalBecomesItsId) {
+  if (std::system("unshare --uts true 2>/dev/null") != 0) GTEST_SKIP() << "cannot create a UTS namespace here";
+  TempDir dir;
+  Process worker({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
+                  "hostname worker-us-east-2 && exec \"$0\" worker --job \"$1\" --id-from-hostname 1 --coordinator "
+                  "tcp://127.0.0.1:1 --set membership.rendezvous_timeout_s=2 --set membership.report_after_s=1",
+                  GEODESIC_BINARY, std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml"},
+                 dir / "worker.log", /*program=*/true);
+  EXPECT_NE(worker.Wait(60), 0);
+  const std::string log = testing::ReadText(dir / "worker.log");
+  EXPECT_NE(log.find("[worker 3]"), std::string::npos) << log;  // 1 + 2
+  EXPECT_NE(log.find("rendezvous timed out"), std::string::npos) << log;
+  auto plain =
+      testing::RunGeodesic({"worker", "--job", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
+                            "--coordinator", "tcp://127.0.0.1:1", "--id-from-hostname", "0"},
+                           30);
+  EXPECT_NE(plain.exit_code, 0);
+  EXPECT_NE(plain.output.find("does not end in -N"), std::string::npos) << plain.output;
+  auto neither = testing::RunGeodesic(
+      {"server", "--job", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml", "--coordinator", "x"}, 30);
+  EXPECT_NE(neither.exit_code, 0);
+  EXPECT_NE(neither.output.find("give --id N or --id-from-hostname OFFSET"), std::string::npos) << neither.output;
 }
 
 }  // namespace
