@@ -36,13 +36,18 @@ Command AddDeploy(CLI::App& app) {
   auto f = std::make_shared<RenderFlags>();
   auto* cmd = app.add_subcommand("deploy", "lay a job out for machines the launcher does not own");
   cmd->require_subcommand(1);
-  auto* render = cmd->add_subcommand("render", "write the files that start JOB on plain hosts (one script per host)");
+  auto* render = cmd->add_subcommand("render", "write the files that start JOB on plain hosts or on Kubernetes");
   render->add_option("job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
-  render->add_option("--target", f->options.target, "hosts")->check(CLI::IsMember({"hosts", "kubernetes", "compose"}));
+  render->add_option("--target", f->options.target, "hosts (one script per machine) or kubernetes")
+      ->check(CLI::IsMember({"hosts", "kubernetes", "compose"}));
   render->add_option("--out", f->out, "directory to write into (created)")->required();
   render->add_option("--set", f->overrides, "override a job-file key, e.g. training.staleness_bound=0");
   render->add_option("--base-port", f->options.base_port, "ZeroMQ ports: process k listens on BASE + k");
   render->add_option("--http-base-port", f->options.http_base_port, "HTTP ports: process k serves on BASE + k");
+  render->add_option("--image", f->options.image, "kubernetes: the image every pod runs (default geodesic:latest)");
+  render->add_option("--pull-policy", f->options.pull_policy, "kubernetes: imagePullPolicy")
+      ->check(CLI::IsMember({"Always", "IfNotPresent", "Never"}));
+  render->add_option("--volume-size", f->options.volume_size, "kubernetes: each pod's data volume (default 1Gi)");
   return {cmd, [f] { return RunRender(*f); }};
 }
 

@@ -40,8 +40,8 @@ std::string SecretsDir(const std::string& host) {
 std::string Endpoint(const PlacedProcess& p) { return "tcp://" + p.host + ":" + std::to_string(p.port); }
 
 Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
-  if (o.target != "hosts")
-    return InvalidArgument("deploy render: target '" + o.target + "' is not built yet (available: hosts)");
+  if (o.target != "hosts" && o.target != "kubernetes")
+    return InvalidArgument("deploy render: target '" + o.target + "' is not built yet (available: hosts, kubernetes)");
   if (job.federated.enabled())
     return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
   const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
@@ -216,6 +216,10 @@ std::string Readme(const JobSpec& job, const std::map<std::string, std::string>&
 
 StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options) {
   GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
+  if (options.target == "kubernetes") {
+    GD_ASSIGN_OR_RETURN(std::string manifests, RenderKubernetes(job, options));
+    return std::map<std::string, std::string>{{"kubernetes.yaml", manifests}};
+  }
   std::map<std::string, std::string> files, scripts;
   JobSpec rendered = job;
   rendered.wan.emulation = WanEmulation::kNone;  // emulation is the launcher's; between hosts the links are real

@@ -28,9 +28,12 @@
 namespace geodesic::deploy {
 
 struct RenderOptions {
-  std::string target = "hosts";  // hosts (kubernetes and compose: not yet)
-  int base_port = 7400;          // ZeroMQ listeners: base_port + k
-  int http_base_port = 9400;     // HTTP endpoints: http_base_port + k
+  std::string target = "hosts";              // hosts | kubernetes (compose: not yet)
+  int base_port = 7400;                      // hosts: ZeroMQ listeners at base_port + k
+  int http_base_port = 9400;                 // hosts: HTTP endpoints at http_base_port + k
+  std::string image = "geodesic:latest";     // kubernetes: the image every pod runs
+  std::string pull_policy = "IfNotPresent";  // kubernetes: imagePullPolicy
+  std::string volume_size = "1Gi";           // kubernetes: each pod's data volume
 };
 
 // One placed process of a rendered deployment.
@@ -46,11 +49,26 @@ struct PlacedProcess {
 // Every process of `job` with its host and ports, in the numbering order.
 StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options);
 
-// The rendered files, by path relative to the output directory: job.yaml,
-// one host-<host>.sh per host, prometheus.yml, README.txt (secrets are
-// written by WriteSecrets). A clear
-// InvalidArgument for what the target cannot express.
+// The rendered files, by path relative to the output directory. hosts:
+// job.yaml, one host-<host>.sh per host, prometheus.yml, README.txt
+// (secrets are written by WriteSecrets). kubernetes: kubernetes.yaml
+// (RenderKubernetes). A clear InvalidArgument for what the target cannot
+// express.
 StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options);
+
+// Target kubernetes, as one multi-document file: a namespace
+// geodesic-<job>; the job in ConfigMap `job`; the coordinator as a
+// StatefulSet behind a Service `coordinator`; per region, StatefulSets of
+// its shards, of the backups it holds and of its workers, each with a
+// headless Service (stable pod names: a member's id is its set's first id
+// plus its pod's ordinal, `--id-from-hostname`), placed by required node
+// affinity on topology.kubernetes.io/region = the region's name; worker 0
+// in a set of its own with the evaluator beside it (they share the
+// snapshots volume); liveness and readiness probes on /healthz and
+// /readyz; resource requests and memory limits; a data volume per pod
+// (coordinator state, checkpoints, snapshots); a PodDisruptionBudget of
+// one shard pod at a time in replicated jobs. Deterministic.
+StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options);
 
 // Writes `files` under `dir` (created), scripts executable.
 Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files);

@@ -6,9 +6,11 @@
 #include "deploy/render.h"
 
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -106,7 +108,7 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
     EXPECT_NE(files.status().message().find(says), std::string::npos) << files.status();
   };
   const JobSpec job = ThreeHosts();
-  expect_error(job, {.target = "kubernetes"}, "not built yet");
+  expect_error(job, {.target = "compose"}, "not built yet");
   expect_error(job, {.base_port = 9400, .http_base_port = 9405}, "overlap");
   expect_error(job, {.base_port = 65530}, "do not fit");
   expect_error(Load("federated.yaml"), {}, "federated jobs are not rendered yet");
@@ -158,6 +160,115 @@ TEST(RenderHostsTest, ASecuredJobGetsItsSecretsPerHost) {
   EXPECT_EQ(transport::LoadSecret(coord + "secret").value(), *secret);
   EXPECT_EQ(ReadFile(dir + "/coordinator.key").value(), key);
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace geodesic::deploy
+
+namespace geodesic::deploy {
+namespace {
+
+std::vector<YAML::Node> Documents(const std::string& text) {
+  std::vector<YAML::Node> docs;
+  for (const YAML::Node& d : YAML::LoadAll(text))
+    if (d.IsMap()) docs.push_back(d);
+  return docs;
+}
+
+std::string Arg(const YAML::Node& container, const std::string& flag) {
+  const YAML::Node args = container["args"];
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i].as<std::string>() == flag) return args[i + 1].as<std::string>();
+  return "";
+}
+
+// One StatefulSet of the rendered job: labels, ports, probes, quoting, and
+// the member ids its pods serve (added to `ids`, by component).
+void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::string, std::set<int>>* ids) {
+  const YAML::Node spec = d["spec"], pod = spec["template"];
+  for (const auto& l : spec["selector"]["matchLabels"])
+    EXPECT_EQ(pod["metadata"]["labels"][l.first.as<std::string>()].as<std::string>(), l.second.as<std::string>());
+  const std::string region = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+                                ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
+                                    .as<std::string>();
+  std::set<int> http_ports;
+  for (const YAML::Node& c : pod["spec"]["containers"]) {
+    for (const YAML::Node& a : c["args"]) EXPECT_EQ(a.Tag(), "!") << "quoted: " << a.as<std::string>();
+    for (const YAML::Node& e : c["env"]) {
+      if (e["value"]) {
+        EXPECT_EQ(e["value"].Tag(), "!");
+      }
+    }
+    const std::string http = Arg(c, "--http-bind");
+    const int port = std::stoi(http.substr(http.find(':') + 1));
+    EXPECT_TRUE(http_ports.insert(port).second) << "two containers of a pod on one port";
+    EXPECT_EQ(c["livenessProbe"]["httpGet"]["port"].as<int>(), port);
+    EXPECT_EQ(c["readinessProbe"]["httpGet"]["path"].as<std::string>(), "/readyz");
+    EXPECT_TRUE(c["resources"]["requests"]["cpu"] && c["resources"]["limits"]["memory"]);
+    const std::string role = c["args"][0].as<std::string>();
+    if (role != "server" && role != "worker") continue;
+    const std::string component = role == "worker"                               ? "worker"
+                                  : c["args"][1].as<std::string>() == "--backup" ? "backup"
+                                                                                 : "server";
+    const int offset = std::stoi(Arg(c, "--id-from-hostname"));
+    for (int ordinal = 0; ordinal < spec["replicas"].as<int>(); ++ordinal) {
+      const int id = offset + ordinal;
+      EXPECT_TRUE((*ids)[component].insert(id).second) << component << " " << id << " twice";
+      const RegionSpec& r = component == "worker"   ? job.RegionOfWorker(id)
+                            : component == "backup" ? job.RegionOfBackup(id)
+                                                    : job.RegionOfServer(id);
+      EXPECT_EQ(r.name, region) << component << " " << id;
+    }
+    if (component == "worker" && offset == 0) {
+      EXPECT_EQ(pod["spec"]["containers"].size(), 2u) << "worker 0 has the evaluator beside it";
+    }
+  }
+}
+
+// The three-region job with a backup per shard: every object is where it
+// belongs, every member id is served by exactly one StatefulSet pod in its
+// region, probes and ports agree, strings stay strings.
+TEST(RenderKubernetesTest, EveryMemberIsOnePodOfAStatefulSetInItsRegion) {
+  const JobSpec job = Load("three_regions.yaml", {"replication.backups=1"});
+  auto text = RenderKubernetes(job, {.target = "kubernetes"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_NE(text->find("# Geodesic job 'three-regions'"), std::string::npos);
+  EXPECT_NE(text->find("#   us -> asia: 160 ms RTT, 50 Mbit/s"), std::string::npos);
+  const auto docs = Documents(*text);
+  ASSERT_GE(docs.size(), 3u);
+  EXPECT_EQ(docs[0]["kind"].as<std::string>(), "Namespace");
+  const std::string ns = docs[0]["metadata"]["name"].as<std::string>();
+  EXPECT_EQ(ns, "geodesic-three-regions");
+  auto job_back = ParseJob(docs[1]["data"]["job.yaml"].as<std::string>(), "configmap");
+  ASSERT_TRUE(job_back.ok()) << job_back.status();
+  EXPECT_EQ(job_back->NumWorkers(), job.NumWorkers());
+  std::set<std::string> services;
+  std::map<std::string, std::set<int>> ids;  // component -> ids served
+  int budgets = 0;
+  for (const YAML::Node& d : docs) {
+    const std::string kind = d["kind"].as<std::string>();
+    if (kind != "Namespace") {
+      EXPECT_EQ(d["metadata"]["namespace"].as<std::string>(), ns);
+    }
+    if (kind == "Service") services.insert(d["metadata"]["name"].as<std::string>());
+    if (kind == "PodDisruptionBudget") {
+      ++budgets;
+      EXPECT_EQ(d["spec"]["maxUnavailable"].as<int>(), 1);
+    }
+    if (kind == "StatefulSet") {
+      EXPECT_TRUE(services.contains(d["spec"]["serviceName"].as<std::string>())) << "its Service comes first";
+      CheckStatefulSet(job, d, &ids);
+    }
+  }
+  EXPECT_EQ(ids["server"].size(), static_cast<size_t>(job.NumServers()));
+  EXPECT_EQ(ids["backup"].size(), static_cast<size_t>(job.NumServers()));
+  EXPECT_EQ(ids["worker"].size(), static_cast<size_t>(job.NumWorkers()));
+  EXPECT_TRUE(services.contains("coordinator"));
+  EXPECT_EQ(budgets, 1);
+  EXPECT_EQ(RenderKubernetes(job, {.target = "kubernetes"}).value(), *text) << "rendering twice gives identical files";
+  auto secured = RenderKubernetes(Load("fashion_mnist.yaml", {"security.mode=curve"}), {.target = "kubernetes"});
+  EXPECT_FALSE(secured.ok());
+  EXPECT_NE(secured.status().message().find("does not render security.mode: curve yet"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,402 @@
+// `geodesic deploy render --target kubernetes` (deploy/render.h,
+// docs/deploy.md): the job as Kubernetes objects in one multi-document
+// file. The objects are built as insertion-ordered JSON values, whose
+// scalars keep their types, and written as YAML here: every string value
+// double-quoted (so "1" stays a string where Kubernetes wants one, like an
+// argument or an environment value), numbers and booleans plain, text with
+// line breaks as a literal block. Deterministic.
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/format.h"
+#include "deploy/render.h"
+
+namespace geodesic::deploy {
+namespace {
+
+using Node = nlohmann::ordered_json;
+
+void Emit(const Node& n, int indent, std::string& out);
+
+// A scalar after "key: " or "- ".
+void EmitScalar(const Node& n, int indent, std::string& out) {
+  if (!n.is_string()) {
+    out += n.dump() + "\n";
+    return;
+  }
+  const std::string& s = n.get_ref<const std::string&>();
+  if (s.find('\n') == std::string::npos) {
+    out += n.dump() + "\n";  // a JSON string is a YAML double-quoted scalar
+    return;
+  }
+  out += "|\n";
+  std::istringstream lines(s);
+  for (std::string line; std::getline(lines, line);) out += std::string(indent + 2, ' ') + line + "\n";
+}
+
+// A value after "key:" or "- ": nested collections on the following lines.
+void EmitValue(const Node& v, int indent, std::string& out) {
+  if (v.is_object() && !v.empty()) {
+    out += "\n";
+    Emit(v, indent + 2, out);
+  } else if (v.is_array() && !v.empty()) {
+    out += "\n";
+    Emit(v, indent + 2, out);
+  } else if (v.is_object() || v.is_array()) {
+    out += v.is_object() ? " {}\n" : " []\n";
+  } else {
+    out += " ";
+    EmitScalar(v, indent, out);
+  }
+}
+
+void Emit(const Node& n, int indent, std::string& out) {
+  const std::string pad(indent, ' ');
+  if (n.is_object()) {
+    for (const auto& [key, v] : n.items()) {
+      out += pad + key + ":";
+      EmitValue(v, indent, out);
+    }
+    return;
+  }
+  for (const Node& v : n) {
+    if (v.is_object() && !v.empty()) {
+      // The first key on the dash's line, the others under it.
+      std::string item;
+      Emit(v, indent + 2, item);
+      out += pad + "- " + item.substr(indent + 2);
+    } else {
+      out += pad + "-";
+      EmitValue(v, indent, out);
+    }
+  }
+}
+
+constexpr int kZmqPort = 7400;  // every pod has its own IP: one port for all
+constexpr int kHttpPort = 9400;
+constexpr const char* kJobPath = "/etc/geodesic/job.yaml";
+constexpr const char* kDataDir = "/var/lib/geodesic";
+constexpr const char* kRegionLabel = "topology.kubernetes.io/region";
+
+// A DNS-1123 label from `s`: lower case, [a-z0-9-], at most `max` characters.
+std::string Dns(const std::string& s, size_t max = 63) {
+  std::string out;
+  for (char c : s) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out += std::isalnum(static_cast<unsigned char>(l)) ? l : '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.substr(0, max);
+}
+
+struct RenderContext {
+  const JobSpec& job;
+  const RenderOptions& options;
+  std::string ns, job_label;
+};
+
+struct Set {
+  std::string name, component, region;
+  int replicas = 1, id_offset = 0;
+  bool worker0 = false;  // worker 0 with the evaluator beside it
+};
+
+Node Labels(const RenderContext& k, const std::string& component, const std::string& region) {
+  Node l;
+  l["app.kubernetes.io/name"] = "geodesic";
+  l["app.kubernetes.io/instance"] = k.job_label;
+  l["app.kubernetes.io/component"] = component;
+  if (!region.empty()) l["geodesic.dev/region"] = Dns(region);
+  return l;
+}
+
+Node Meta(const RenderContext& k, const std::string& name, const Node& labels) {
+  Node m;
+  m["name"] = name;
+  m["namespace"] = k.ns;
+  m["labels"] = labels;
+  return m;
+}
+
+// An object's head: apiVersion, kind, metadata.
+Node Object(const char* api_version, const char* kind, Node metadata) {
+  Node o;
+  o["apiVersion"] = api_version;
+  o["kind"] = kind;
+  o["metadata"] = std::move(metadata);
+  return o;
+}
+
+Node HttpProbe(const char* path, int port, int period_s, int failures) {
+  Node p;
+  p["httpGet"]["path"] = path;
+  p["httpGet"]["port"] = port;
+  p["periodSeconds"] = period_s;
+  p["failureThreshold"] = failures;
+  return p;
+}
+
+Node Resources(const std::string& cpu, const std::string& memory, const std::string& memory_limit) {
+  Node r;
+  r["requests"]["cpu"] = cpu;
+  r["requests"]["memory"] = memory;
+  r["limits"]["memory"] = memory_limit;
+  return r;
+}
+
+Node Mount(const std::string& name, const std::string& path, bool read_only) {
+  Node m;
+  m["name"] = name;
+  m["mountPath"] = path;
+  if (read_only) m["readOnly"] = true;
+  return m;
+}
+
+Node Env(const std::string& name, const std::string& value) {
+  Node e;
+  e["name"] = name;
+  e["value"] = value;
+  return e;
+}
+
+// The container of one process; `args` after the subcommand. The
+// containers of one pod share its network: the second one of worker 0's pod
+// (the evaluator) serves HTTP on the next port.
+Node Container(const RenderContext& k, const std::string& name, std::vector<std::string> args, bool listens,
+               const Node& resources, int http_port = kHttpPort) {
+  args.insert(args.end(), {"--http-bind", "0.0.0.0:" + std::to_string(http_port)});
+  Node c;
+  c["name"] = name;
+  c["image"] = k.options.image;
+  c["imagePullPolicy"] = k.options.pull_policy;
+  for (const auto& a : args) c["args"].push_back(a);
+  Node ip;
+  ip["name"] = "POD_IP";
+  ip["valueFrom"]["fieldRef"]["fieldPath"] = "status.podIP";
+  c["env"].push_back(ip);
+  c["env"].push_back(Env("OMP_NUM_THREADS", "1"));
+  if (listens) {
+    Node p;
+    p["name"] = "zmq";
+    p["containerPort"] = kZmqPort;
+    c["ports"].push_back(p);
+  }
+  Node h;
+  h["name"] = "http";
+  h["containerPort"] = http_port;
+  c["ports"].push_back(h);
+  c["livenessProbe"] = HttpProbe("/healthz", http_port, 10, 6);
+  c["readinessProbe"] = HttpProbe("/readyz", http_port, 5, 3);
+  c["resources"] = resources;
+  c["volumeMounts"].push_back(Mount("job", "/etc/geodesic", true));
+  c["volumeMounts"].push_back(Mount("data", kDataDir, false));
+  c["securityContext"]["allowPrivilegeEscalation"] = false;
+  return c;
+}
+
+std::vector<std::string> MemberArgs(const std::string& role, const Set& set) {
+  return {role,
+          "--job",
+          kJobPath,
+          "--id-from-hostname",
+          std::to_string(set.id_offset),
+          "--coordinator",
+          "tcp://coordinator:" + std::to_string(kZmqPort)};
+}
+
+// The pod's containers: the process, and for worker 0 the evaluator.
+Node Containers(const RenderContext& k, const Set& set) {
+  Node cs;
+  const std::string bind = "tcp://$(POD_IP):" + std::to_string(kZmqPort);
+  const std::string ckpt = std::string(kDataDir) + "/checkpoints";
+  if (set.component == "coordinator") {
+    cs.push_back(Container(k, "coordinator",
+                           {"coordinator", "--job", kJobPath, "--bind", bind, "--state-file",
+                            std::string(kDataDir) + "/coordinator.state"},
+                           true, Resources("250m", "256Mi", "1Gi")));
+  } else if (set.component == "server" || set.component == "backup") {
+    auto args = MemberArgs("server", set);
+    if (set.component == "backup") args.insert(args.begin() + 1, "--backup");
+    args.insert(args.end(), {"--bind", bind, "--checkpoint-dir", ckpt});
+    cs.push_back(Container(k, "server", args, true, Resources("500m", "512Mi", "2Gi")));
+  } else {
+    auto args = MemberArgs("worker", set);
+    const std::string snapshots = std::string(kDataDir) + "/snapshots";
+    if (set.worker0) args.insert(args.end(), {"--snapshot-dir", snapshots});
+    cs.push_back(Container(k, "worker", args, false, Resources("1", "1Gi", "4Gi")));
+    if (set.worker0)
+      cs.push_back(
+          Container(k, "evaluator",
+                    {"eval", "--job", kJobPath, "--coordinator", "tcp://coordinator:" + std::to_string(kZmqPort),
+                     "--snapshot-dir", snapshots, "--result-file", std::string(kDataDir) + "/result.json",
+                     "--dump-params", std::string(kDataDir) + "/final_params.bin"},
+                    false, Resources("500m", "1Gi", "2Gi"), kHttpPort + 1));
+  }
+  return cs;
+}
+
+Node RegionAffinity(const std::string& region) {
+  Node e;
+  e["key"] = kRegionLabel;
+  e["operator"] = "In";
+  e["values"].push_back(region);
+  Node term;
+  term["matchExpressions"].push_back(e);
+  Node a;
+  a["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"].push_back(term);
+  return a;
+}
+
+Node StatefulSet(const RenderContext& k, const Set& set) {
+  const Node labels = Labels(k, set.component, set.region);
+  Node s = Object("apps/v1", "StatefulSet", Meta(k, set.name, labels));
+  s["spec"]["serviceName"] = set.name;
+  s["spec"]["replicas"] = set.replicas;
+  s["spec"]["podManagementPolicy"] = "Parallel";  // members wait for each other themselves
+  s["spec"]["selector"]["matchLabels"] = labels;
+  Node& pod = s["spec"]["template"];
+  pod["metadata"]["labels"] = labels;
+  pod["spec"]["affinity"] = RegionAffinity(set.region);
+  pod["spec"]["containers"] = Containers(k, set);
+  pod["spec"]["terminationGracePeriodSeconds"] = 30;
+  Node job;
+  job["name"] = "job";
+  job["configMap"]["name"] = "job";
+  pod["spec"]["volumes"].push_back(job);
+  Node claim;
+  claim["metadata"]["name"] = "data";
+  claim["spec"]["accessModes"].push_back("ReadWriteOnce");
+  claim["spec"]["resources"]["requests"]["storage"] = k.options.volume_size;
+  s["spec"]["volumeClaimTemplates"].push_back(claim);
+  return s;
+}
+
+Node Service(const RenderContext& k, const Set& set, bool headless, bool listens) {
+  const Node labels = Labels(k, set.component, set.region);
+  Node s = Object("v1", "Service", Meta(k, set.name, labels));
+  if (headless) s["spec"]["clusterIP"] = "None";
+  s["spec"]["selector"] = labels;
+  for (const auto& [name, port] : {std::pair{"zmq", kZmqPort}, std::pair{"http", kHttpPort}}) {
+    if (!listens && port == kZmqPort) continue;
+    Node p;
+    p["name"] = name;
+    p["port"] = port;
+    p["targetPort"] = port;
+    s["spec"]["ports"].push_back(p);
+  }
+  return s;
+}
+
+// The StatefulSets: the coordinator; per region its shards, the backups it
+// holds (of the previous region's shards) and its workers, worker 0 in a set
+// of its own with the evaluator.
+std::vector<Set> Sets(const JobSpec& job) {
+  std::vector<Set> sets = {{.name = "coordinator", .component = "coordinator", .region = job.CoordinatorRegion().name}};
+  int server = 0, worker = 0;
+  for (const RegionSpec& r : job.regions) {
+    if (r.servers > 0)
+      sets.push_back({.name = "server-" + Dns(r.name, 40),
+                      .component = "server",
+                      .region = r.name,
+                      .replicas = r.servers,
+                      .id_offset = server});
+    server += r.servers;
+  }
+  for (const RegionSpec& r : job.regions) {
+    int first = -1, count = 0;
+    for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
+      if (job.RegionOfBackup(i).name == r.name) first = first < 0 ? i : first, ++count;
+    if (count > 0)
+      sets.push_back({.name = "backup-" + Dns(r.name, 40),
+                      .component = "backup",
+                      .region = r.name,
+                      .replicas = count,
+                      .id_offset = first});
+  }
+  for (const RegionSpec& r : job.regions) {
+    int first = worker, count = r.workers;
+    if (worker == 0 && count > 0) {
+      sets.push_back({.name = "worker-0", .component = "worker", .region = r.name, .worker0 = true});
+      ++first, --count;
+    }
+    if (count > 0)
+      sets.push_back({.name = "worker-" + Dns(r.name, 40),
+                      .component = "worker",
+                      .region = r.name,
+                      .replicas = count,
+                      .id_offset = first});
+    worker += r.workers;
+  }
+  return sets;
+}
+
+Node Namespace(const RenderContext& k) {
+  Node meta;
+  meta["name"] = k.ns;
+  meta["labels"] = Labels(k, "job", "");
+  return Object("v1", "Namespace", meta);
+}
+
+Node JobConfigMap(const RenderContext& k) {
+  Node c = Object("v1", "ConfigMap", Meta(k, "job", Labels(k, "job", "")));
+  JobSpec rendered = k.job;
+  rendered.wan.emulation = WanEmulation::kNone;  // between pods the links are real
+  c["data"]["job.yaml"] = JobToYaml(rendered);   // written as a literal block
+  return c;
+}
+
+// Voluntary evictions (drains, upgrades) take one shard pod at a time, so
+// a shard and its backup are never both evicted.
+Node ShardBudget(const RenderContext& k) {
+  Node b = Object("policy/v1", "PodDisruptionBudget", Meta(k, "shards", Labels(k, "shards", "")));
+  b["spec"]["maxUnavailable"] = 1;
+  Node e;
+  e["key"] = "app.kubernetes.io/component";
+  e["operator"] = "In";
+  e["values"].push_back("server");
+  e["values"].push_back("backup");
+  b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"] = k.job_label;
+  b["spec"]["selector"]["matchExpressions"].push_back(e);
+  return b;
+}
+
+std::string Header(const JobSpec& job) {
+  std::ostringstream s;
+  s << "# Geodesic job '" << job.name
+    << "' for Kubernetes (rendered by `geodesic deploy render --target kubernetes`).\n"
+    << "# Regions are placed by the nodes' " << kRegionLabel << " label, which must equal the job's region names:";
+  for (const RegionSpec& r : job.regions) s << " " << r.name;
+  s << ".\n";
+  if (job.wan.links.empty()) return s.str() + "# Links: none declared.\n";
+  s << "# Links declared between regions (the planner's input; between pods the links are real):\n";
+  for (const LinkSpec& l : job.wan.links)
+    s << "#   " << l.from << " -> " << l.to << ": " << Fmt("%g", 2 * l.delay_ms) << " ms RTT, "
+      << (l.bandwidth_mbit > 0 ? Fmt("%g", l.bandwidth_mbit) + " Mbit/s" : std::string("unlimited")) << "\n";
+  return s.str();
+}
+
+}  // namespace
+
+StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options) {
+  if (job.security.mode == SecurityMode::kCurve)
+    return InvalidArgument(
+        "deploy render: --target kubernetes does not render security.mode: curve yet (the coordinator's keys and "
+        "the join tokens as Secrets); use --target hosts for a secured job");
+  const RenderContext k{.job = job, .options = options, .ns = Dns("geodesic-" + job.name), .job_label = Dns(job.name)};
+  std::vector<Node> docs = {Namespace(k), JobConfigMap(k)};
+  for (const Set& set : Sets(job)) {
+    // The coordinator behind a stable virtual IP; the others headless, for
+    // their pods' stable DNS names.
+    docs.push_back(Service(k, set, set.component != "coordinator", set.component != "worker"));
+    docs.push_back(StatefulSet(k, set));
+  }
+  if (job.replication.backups > 0) docs.push_back(ShardBudget(k));
+  std::string out = Header(job);
+  for (const Node& d : docs) {
+    out += "---\n";
+    Emit(d, 0, out);
+  }
+  return out;
+}
+
+}  // namespace geodesic::deploy
