@@ -116,6 +116,9 @@ Status NetnsWan::Script(const std::vector<std::string>& args) const {
   if (argv[0].empty()) return FailedPrecondition("env not found");
   if (!options_.delayer.empty() && ::access(options_.delayer.c_str(), X_OK) == 0)
     argv.push_back("GD_NFQ_DELAY=" + options_.delayer);
+  // This process owns what `up` builds: if it dies without `down`, the next
+  // `up` finds the owner gone and takes the leftovers down (netns.sh).
+  argv.push_back("GD_NETNS_OWNER=" + std::to_string(::getpid()));
   argv.push_back(FindProgram("bash"));
   if (argv.back().empty()) return FailedPrecondition("bash not found");
   argv.push_back(options_.script);

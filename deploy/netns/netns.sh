@@ -40,7 +40,10 @@
 #
 # Environment: GD_NFQ_DELAY (the delayer binary; default: next to this
 # script's build, then PATH), GD_NETNS_STATE (default /run/geodesic-netns:
-# the conf, the delayer's pidfile and log).
+# the conf, the delayer's pidfile and log), GD_NETNS_OWNER (the pid of the
+# process that brings the topology up and will take it down: recorded with
+# its start time, so that a later `up` takes down a topology whose owner
+# died without doing so, a SIGKILLed launcher, instead of refusing to start).
 set -euo pipefail
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin
 
@@ -117,6 +120,28 @@ find_delayer() {
   return 1
 }
 
+# The start time of process $1 (field 22 of /proc/PID/stat), or failure if
+# it does not exist.
+start_time() {
+  local s f
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  read -r -a f <<<"$s"
+  echo "${f[19]}"
+}
+
+# Whether the topology that is up was left by an owner that no longer runs
+# (its pid is gone or now names another process). Without a recorded owner
+# it is not stale: someone may be using it.
+stale_topology() {
+  local pid start now
+  [[ -f $STATE/owner ]] || return 1
+  read -r pid start <"$STATE/owner" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  now=$(start_time "$pid") || return 0
+  [[ $now != "$start" ]]
+}
+
 cmd_up() {
   local arg=${1:-}
   [[ -n $arg ]] || die "usage: netns.sh up CONF|RUN_DIR"
@@ -124,7 +149,12 @@ cmd_up() {
   need_tools
   read_conf "$arg"
   if ip netns list | grep -qw "^$ROUTER"; then
-    die "a topology is already up ($ROUTER exists; another job may be using it); run 'netns.sh down' first"
+    if stale_topology; then
+      echo "netns.sh: taking down a topology left by pid $(cut -d' ' -f1 "$STATE/owner"), which no longer runs"
+      (cmd_down)
+    else
+      die "a topology is already up ($ROUTER exists; another job may be using it); run 'netns.sh down' first"
+    fi
   fi
   if [[ -n $(ip -4 route show root $NET.0.0/16) ]]; then
     die "$NET.0.0/16 is already routed on this host: $(ip -4 route show root $NET.0.0/16 | head -1)"
@@ -256,6 +286,10 @@ cmd_up() {
     done
   fi
   trap - EXIT
+  local start
+  if [[ ${GD_NETNS_OWNER:-} =~ ^[0-9]+$ ]] && start=$(start_time "$GD_NETNS_OWNER"); then
+    echo "$GD_NETNS_OWNER $start" >"$STATE/owner"
+  fi
   echo "netns.sh: up: ${#REGIONS[@]} region(s) (${REGIONS[*]}), ${#LINKS[@]} link direction(s), $((${#queues[@]} / 2)) delayed, gso $GSO"
 }
 

@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -314,6 +316,47 @@ TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
   listeners.clear();
   ASSERT_TRUE((*wan)->Down().ok());
   EXPECT_FALSE(std::filesystem::exists("/run/netns/gd-router"));
+}
+
+// A launcher killed with SIGKILL never takes its topology down; the next
+// `up` finds the recorded owner gone, takes the leftovers down and builds
+// its own, instead of refusing to start until someone runs `netns.sh down`.
+TEST(NetnsStaleTest, ATopologyLeftByAKilledLauncherIsTakenDownByTheNextUp) {
+  if (std::string why = MissingPrerequisite(); !why.empty()) GTEST_SKIP() << why;
+  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_netns.yaml";
+  auto job = LoadJobFile(example);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  testing::TempDir dir;
+  struct DownAtExit {  // whatever happens, nothing is left up
+    ~DownAtExit() {
+      if (std::filesystem::exists("/run/netns/gd-router"))
+        std::system(
+            ("bash " + std::string(GEODESIC_SOURCE_DIR) + "/deploy/netns/netns.sh down >/dev/null 2>&1").c_str());
+    }
+  } down_at_exit;
+  {
+    testing::Process launch({"launch", example, "--run-dir", dir / "killed", "--quiet", "--no-dashboard"},
+                            dir / "killed.log");
+    bool up = false;
+    for (int i = 0; i < 600 && !(up = std::filesystem::exists("/run/geodesic-netns/owner")); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(up) << testing::ReadText(dir / "killed.log");
+    launch.Signal(SIGKILL);  // its children follow (PR_SET_PDEATHSIG); the topology stays
+    launch.Wait(10);
+  }
+  ASSERT_TRUE(std::filesystem::exists("/run/netns/gd-router"));
+  auto wan = deploy::NetnsWan::Up(*job, dir / "next");
+  ASSERT_TRUE(wan.ok()) << wan.status().ToString();
+  EXPECT_NE(testing::ReadText(dir / "next/logs/netns-up.log").find("taking down a topology left by pid"),
+            std::string::npos)
+      << testing::ReadText(dir / "next/logs/netns-up.log");
+  // The new topology works: a connection between two regions.
+  Listener eu("eu", (*wan)->Address("eu"));
+  ASSERT_GE(eu.fd, 0);
+  double s = 0;
+  int fd = ConnectFrom("us", (*wan)->Address("eu"), eu.port, 3.0, &s);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) ::close(fd);
 }
 
 }  // namespace
