@@ -138,7 +138,7 @@ GEODESIC=${GEODESIC:-geodesic}
 # One compute thread per process, as `geodesic launch` runs them; raise it on
 # a host with more cores than processes.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
-mkdir -p "$RUN_DIR/logs" "$RUN_DIR/stats"
+mkdir -p "$RUN_DIR/logs" "$RUN_DIR/stats" "$RUN_DIR/pids"
 names=() pids=()
 stop() {
   trap - INT TERM
@@ -152,6 +152,7 @@ start() {
   shift
   "$GEODESIC" "$@" >"$RUN_DIR/logs/$name.log" 2>&1 &
   names+=("$name") pids+=($!)
+  echo $! >"$RUN_DIR/pids/$name"
   echo "$(date +%T) started $name (pid $!), log $RUN_DIR/logs/$name.log"
 }
 )sh";

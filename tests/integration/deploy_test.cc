@@ -113,6 +113,57 @@ TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher)
               result["test_accuracy"].get<double>());
 }
 
+// A replicated BSP job on two hosts: SIGKILL to shard 1's process on its host
+// hands the shard to its backup on the other host, and the job ends with
+// the same parameters, bit for bit, as `geodesic launch` of the same job
+// without the kill (docs/reliability.md: a failover loses nothing).
+TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
+  TempDir dir;
+  const int base = FreeBase(20);
+  ASSERT_GT(base, 0) << "no free ports";
+  const std::vector<std::string> job = {std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
+                                        "--set",
+                                        "regions.us-east.host=127.0.0.2",
+                                        "--set",
+                                        "regions.eu-west.host=127.0.0.3",
+                                        "--set",
+                                        "training.epochs=2",
+                                        "--set",
+                                        "model.name=mlp",
+                                        "--set",
+                                        "replication.backups=1"};
+  auto args = [&](std::vector<std::string> head) {
+    head.insert(head.end(), job.begin(), job.end());
+    return head;
+  };
+  auto straight = testing::RunGeodesic(
+      args({"launch", "--run-dir", dir / "straight", "--quiet", "--no-dashboard", "--no-metrics"}), 180);
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  auto render = testing::RunGeodesic(args({"deploy", "render", "--out", dir / "out", "--base-port",
+                                           std::to_string(base), "--http-base-port", std::to_string(base + 10)}),
+                                     30);
+  ASSERT_EQ(render.exit_code, 0) << render.output;
+  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
+  Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
+  // Training has started once worker 0 writes its stats; then shard 1 dies.
+  ASSERT_TRUE(testing::WaitForFile(dir / "out/run-127.0.0.2/stats/worker-0.json", 60))
+      << testing::ReadText(dir / "us.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const pid_t server1 = std::stoi(testing::ReadText(dir / "out/run-127.0.0.3/pids/server-1"));
+  ASSERT_EQ(::kill(server1, SIGKILL), 0);
+  EXPECT_EQ(us.Wait(150), 0) << testing::ReadText(dir / "us.log");
+  EXPECT_EQ(eu.Wait(30), 1) << "server-1 was killed: its host's script says so";
+  EXPECT_NE(testing::ReadText(dir / "eu.log").find("server-1 failed"), std::string::npos)
+      << testing::ReadText(dir / "eu.log");
+  const std::string backup = testing::ReadText(dir / "out/run-127.0.0.2/logs/backup-1.log");
+  EXPECT_NE(backup.find("promoted"), std::string::npos) << backup;
+  const std::string a = testing::ReadText(dir / "straight/final_params.bin"),
+                    b = testing::ReadText(dir / "out/run-127.0.0.2/final_params.bin");
+  ASSERT_GT(a.size(), 0u);
+  EXPECT_TRUE(a == b) << "the failover changed the BSP result";
+}
+
 // SIGTERM to a host's script stops that host's processes and nothing is
 // left behind: the script's process group is empty afterwards.
 TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
