@@ -107,6 +107,11 @@ void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) 
     Check(region.servers >= 0 && region.servers <= 256, errors, where + ".servers", "must be in [0, 256]");
     Check(region.workers >= 0 && region.workers <= 4096, errors, where + ".workers", "must be in [0, 4096]");
     Check(!region.host.empty(), errors, where + ".host", "must not be empty");
+    // It ends up in endpoints, command lines and rendered scripts.
+    Check(region.host.size() <= 253 &&
+              region.host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:") ==
+                  std::string::npos,
+          errors, where + ".host", "must be an address or a host name (letters, digits, '.', '-', '_', ':')");
     out->push_back(region);
   }
 }

@@ -61,6 +61,18 @@ TEST(JobTest, NotYamlOrNoRegionsIsAnError) {
   EXPECT_FALSE(ParseJob("- a list\n", "x").ok());
 }
 
+// A region's host goes into endpoints, command lines and rendered scripts:
+// an address or a name, nothing a shell would read as more.
+TEST(JobTest, AHostIsAnAddressOrAName) {
+  for (const char* host : {"10.0.0.1", "node-3.example", "::1", "gpu_box"})
+    EXPECT_TRUE(ParseJob(kMinimal, "t", {std::string("regions.us.host=") + host}).ok()) << host;
+  for (const char* host : {"a b", "$(reboot)", "x;y", "a\nb"}) {
+    auto job = ParseJob(kMinimal, "t", {std::string("regions.us.host=") + host});
+    ASSERT_FALSE(job.ok()) << host;
+    EXPECT_NE(job.status().message().find("must be an address or a host name"), std::string::npos) << job.status();
+  }
+}
+
 TEST(JobTest, MissingFileIsNotFound) {
   auto job = LoadJobFile("/nonexistent/job.yaml");
   ASSERT_FALSE(job.ok());
