@@ -1,7 +1,6 @@
 #include "deploy/render.h"
 
-#include <sys/stat.h>
-
+#include <cctype>
 #include <filesystem>
 #include <set>
 #include <sstream>
@@ -229,7 +228,12 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
       "# Geodesic job '" + job.name + "' (rendered by `geodesic deploy render`)\n" + JobToYaml(rendered);
   std::set<std::string> hosts;
   for (const auto& p : all) hosts.insert(p.host);
-  for (const auto& h : hosts) scripts[HostFileName(h)] = HostScript(job, h, all);
+  for (const auto& h : hosts) {
+    if (scripts.contains(HostFileName(h)))
+      return InvalidArgument("deploy render: two hosts would share the script " + HostFileName(h) + " (" + h +
+                             " and another); name them apart");
+    scripts[HostFileName(h)] = HostScript(job, h, all);
+  }
   std::vector<ScrapeTarget> targets;
   for (const auto& p : all) targets.push_back({p.name, p.host + ":" + std::to_string(p.http_port)});
   files["prometheus.yml"] = ScrapeConfigYaml("the Geodesic job '" + job.name + "' rendered for hosts", targets, {});
