@@ -118,18 +118,6 @@ std::string CommandLine(const PlacedProcess& p, const std::string& coordinator, 
   return line;
 }
 
-void LinkMatrixComment(const JobSpec& job, std::ostringstream& s) {
-  if (job.wan.links.empty()) {
-    s << "# Links: none declared (the planner treats every pair of regions alike).\n";
-    return;
-  }
-  s << "# Links declared between regions (the planner's input; across real hosts the links are real):\n";
-  for (const LinkSpec& l : job.wan.links)
-    s << "#   " << l.from << " -> " << l.to << ": " << Fmt("%g", 2 * l.delay_ms) << " ms RTT, "
-      << (l.bandwidth_mbit > 0 ? Fmt("%g", l.bandwidth_mbit) + " Mbit/s" : std::string("unlimited")) << ", loss "
-      << Fmt("%g", l.loss) << "\n";
-}
-
 // The part of every script that does not depend on the host.
 constexpr const char* kScriptPrologue = R"sh(set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -183,7 +171,7 @@ std::string HostScript(const JobSpec& job, const std::string& host, const std::v
     << "# Rendered by `geodesic deploy render --target hosts`; run every host's script (any order: each\n"
     << "# process waits for the coordinator). GEODESIC names the binary (default: geodesic on PATH),\n"
     << "# RUN_DIR where logs and results go (default: run-" << host << " beside this script).\n";
-  LinkMatrixComment(job, s);
+  s << LinkMatrixComment(job, "across real hosts");
   s << "RUN_DIR=${RUN_DIR:-$(cd \"$(dirname \"$0\")\" && pwd)/run-" << host << "}\n" << kScriptPrologue;
   const std::string coordinator = Endpoint(all.front());
   for (const auto& p : all)
@@ -298,6 +286,16 @@ Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std:
     GD_RETURN_IF_ERROR(WriteFileAtomic(host_dir + "/" + p.name + ".token", token + "\n", /*durable=*/false, 0600));
   }
   return Status::Ok();
+}
+
+std::string LinkMatrixComment(const JobSpec& job, const std::string& where) {
+  if (job.wan.links.empty()) return "# Links: none declared (the planner treats every pair of regions alike).\n";
+  std::string s = "# Links declared between regions (the planner's input; " + where + " the links are real):\n";
+  for (const LinkSpec& l : job.wan.links)
+    s += "#   " + l.from + " -> " + l.to + ": " + Fmt("%g", 2 * l.delay_ms) + " ms RTT, " +
+         (l.bandwidth_mbit > 0 ? Fmt("%g", l.bandwidth_mbit) + " Mbit/s" : std::string("unlimited")) + ", loss " +
+         Fmt("%g", l.loss) + "\n";
+  return s;
 }
 
 }  // namespace geodesic::deploy

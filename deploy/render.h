@@ -70,6 +70,11 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
 // one shard pod at a time in replicated jobs. Deterministic.
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options);
 
+// The declared link matrix as comment lines, one per direction (RTT, rate,
+// loss), for the head of a rendered file; `where` says between what the
+// links are real ("across real hosts", "between pods").
+std::string LinkMatrixComment(const JobSpec& job, const std::string& where);
+
 // Writes `files` under `dir` (created), scripts executable.
 Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files);
 

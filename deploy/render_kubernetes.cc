@@ -366,12 +366,7 @@ std::string Header(const JobSpec& job) {
     << "' for Kubernetes (rendered by `geodesic deploy render --target kubernetes`).\n"
     << "# Regions are placed by the nodes' " << kRegionLabel << " label, which must equal the job's region names:";
   for (const RegionSpec& r : job.regions) s << " " << r.name;
-  s << ".\n";
-  if (job.wan.links.empty()) return s.str() + "# Links: none declared.\n";
-  s << "# Links declared between regions (the planner's input; between pods the links are real):\n";
-  for (const LinkSpec& l : job.wan.links)
-    s << "#   " << l.from << " -> " << l.to << ": " << Fmt("%g", 2 * l.delay_ms) << " ms RTT, "
-      << (l.bandwidth_mbit > 0 ? Fmt("%g", l.bandwidth_mbit) + " Mbit/s" : std::string("unlimited")) << "\n";
+  s << ".\n" << LinkMatrixComment(job, "between pods");
   return s.str();
 }
 
