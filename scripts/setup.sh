@@ -28,6 +28,10 @@ PACKAGES=(
   dataset-fashion-mnist
   # kernel WAN emulation (wan.emulation: netns, deploy/netns) and the PyTorch DDP baseline (bench/ddp_baseline.py)
   iproute2 iptables libnetfilter-queue-dev python3-torch
+  # the OCI image and the container deployments (deploy/container, deploy render): a Debian root
+  # filesystem from the apt mirror, buildah to build, podman (with runc: crun fails on cgroup v1
+  # hybrid hosts) and podman-compose to run
+  mmdebstrap buildah podman runc catatonit netavark aardvark-dns podman-compose uidmap
 )
 
 missing=()

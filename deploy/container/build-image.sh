@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Builds Geodesic's OCI image with buildah. No registry is needed: both stages
+# start from Debian 12 root filesystems that mmdebstrap makes from this
+# machine's apt sources (/etc/apt/sources.list.d/debian.sources, or
+# /etc/apt/sources.list).
+#
+#   build stage    minbase + the compile dependencies; this checkout's files
+#                  (tracked, and untracked but not ignored) are copied in and
+#                  the `geodesic` binary is compiled (RelWithDebInfo, as
+#                  scripts/build.sh does), then its debug sections stripped.
+#   runtime stage  Debian's essential set (a shell, coreutils, dpkg) + exactly
+#                  the packages that own the shared libraries the binary loads
+#                  (ldd in the build stage, then dpkg -S) + dataset-fashion-mnist
+#                  + the binary, run as the non-root user geodesic (10001).
+#
+# Usage: deploy/container/build-image.sh [--tag NAME] [--rebuild-base]
+#   --tag NAME        image name (default: localhost/geodesic:latest, and also
+#                     localhost/geodesic:<the checkout's commit, 12 digits>)
+#   --rebuild-base    make the build stage's base again even if it is cached
+#   --base-only       make (or find) the build stage's base and stop
+# The build stage's base image (about 2 GB: the toolchain and LibTorch's
+# headers) is kept as localhost/geodesic-build-base:<hash of its package list
+# and apt sources> and reused. The compiler cache of the host (ccache -k
+# cache_dir) is mounted into the build stage: after scripts/build.sh the
+# compile is mostly cache hits; without it, it is a full build.
+# Needs root. Prints each stage's time, the image's size and what dominates it.
+set -euo pipefail
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$SRC/deploy/container/env.sh"
+
+TAG=localhost/geodesic:latest
+REVISION_TAG=1
+REBUILD_BASE=0
+BASE_ONLY=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --tag) TAG="$2"; REVISION_TAG=0; shift 2 ;;
+    --rebuild-base) REBUILD_BASE=1; shift ;;
+    --base-only) BASE_ONLY=1; shift ;;
+    *) echo "build-image: unknown argument $1 (see the comment at the top)" >&2; exit 2 ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "build-image: needs root (podman and buildah run as root here)" >&2; exit 1; }
+
+# What the build stage compiles with: scripts/setup.sh's toolchain and libraries,
+# less the test, browser, plotting and emulation packages the binary does not use.
+BUILD_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
+  libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev libzstd-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libasio-dev libssl-dev
+  prometheus-cpp-dev libnetfilter-queue-dev libopenblas0-pthread)
+# Documentation, manual pages and translations are left out of both stages.
+DPKG_OPTS=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+  --dpkgopt='path-exclude=/usr/share/info/*')
+
+SOURCES=/etc/apt/sources.list.d/debian.sources
+[[ -f $SOURCES ]] || SOURCES=/etc/apt/sources.list
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/geodesic-image.XXXXXX")
+BUILD_CTR=""
+RUN_CTR=""
+cleanup() {
+  [[ -n $BUILD_CTR ]] && buildah rm "$BUILD_CTR" >/dev/null 2>&1 || true
+  [[ -n $RUN_CTR ]] && buildah rm "$RUN_CTR" >/dev/null 2>&1 || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+stage_start=$SECONDS
+stage_done() {
+  printf 'build-image: %-44s %4d s\n' "$1" $((SECONDS - stage_start))
+  stage_start=$SECONDS
+}
+
+# rootfs VARIANT PACKAGES OUT.tar [mmdebstrap options...]: a Debian 12 root filesystem.
+rootfs() {
+  local variant=$1 packages=$2 out=$3
+  shift 3
+  mmdebstrap --quiet --variant="$variant" --include="$packages" "${DPKG_OPTS[@]}" "$@" \
+    bookworm "$out" "$SOURCES" || { echo "build-image: mmdebstrap failed ($variant)" >&2; exit 1; }
+}
+
+build_base() {
+  local key
+  key=$(printf '%s\n' "${BUILD_PACKAGES[@]}" | cat - "$SOURCES" | sha256sum | cut -c1-16)
+  BASE=localhost/geodesic-build-base:$key
+  if [[ $REBUILD_BASE -eq 0 ]] && podman image exists "$BASE"; then
+    stage_done "build base (cached: $BASE)"
+    return
+  fi
+  rootfs minbase "$(IFS=,; echo "${BUILD_PACKAGES[*]}")" "$WORK/build-base.tar"
+  podman import --quiet "$WORK/build-base.tar" "$BASE" >/dev/null
+  rm -f "$WORK/build-base.tar"
+  stage_done "build base (mmdebstrap minbase)"
+}
+
+compile() {
+  BUILD_CTR=$(buildah from --pull-never "$BASE")
+  git -C "$SRC" ls-files -z --cached --others --exclude-standard |
+    tar -C "$SRC" --null -T - -cf "$WORK/src.tar"
+  buildah add --quiet "$BUILD_CTR" "$WORK/src.tar" /src >/dev/null
+  local ccache_dir
+  ccache_dir=$(ccache -k cache_dir 2>/dev/null || echo "$WORK/ccache")
+  mkdir -p "$ccache_dir"
+  # ccache hashes the locale variables (they change the compiler's messages):
+  # the host's, so that its cache entries match.
+  buildah run --volume "$ccache_dir:/ccache" "$BUILD_CTR" -- env -u LANG ${LANG:+LANG="$LANG"} \
+    ${LC_ALL:+LC_ALL="$LC_ALL"} ${LC_CTYPE:+LC_CTYPE="$LC_CTYPE"} ${LC_MESSAGES:+LC_MESSAGES="$LC_MESSAGES"} sh -ec '
+    export CCACHE_DIR=/ccache
+    cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DGEODESIC_BUILD_TESTS=OFF >/dev/null
+    cmake --build /src/build --target geodesic -j "$(nproc)" | tail -1
+    mkdir -p /out
+    strip --strip-debug -o /out/geodesic /src/build/cli/geodesic
+    sh /src/deploy/container/runtime-packages.sh /out/geodesic > /out/packages'
+  stage_done "build stage (compile geodesic)"
+}
+
+runtime() {
+  local build_root packages
+  build_root=$(buildah mount "$BUILD_CTR")
+  packages=$(tr '\n' ',' < "$build_root/out/packages")dataset-fashion-mnist
+  echo "build-image: the binary loads libraries from $(tr -cd , <<< "$packages" | wc -c) packages (the list: dpkg -l in the image)"
+  rootfs essential "$packages" "$WORK/runtime.tar" \
+    --customize-hook='echo "geodesic:x:10001:10001:Geodesic:/var/lib/geodesic:/usr/sbin/nologin" >> "$1/etc/passwd"' \
+    --customize-hook='echo "geodesic:x:10001:" >> "$1/etc/group"' \
+    --customize-hook='mkdir -p "$1/var/lib/geodesic" && chown 10001:10001 "$1/var/lib/geodesic"' \
+    --customize-hook='rm -rf "$1/var/cache/apt" "$1/var/lib/apt/lists"'
+  RUN_CTR=$(buildah from scratch)
+  buildah add --quiet "$RUN_CTR" "$WORK/runtime.tar" / >/dev/null
+  rm -f "$WORK/runtime.tar"
+  buildah copy --quiet --chown 0:0 --chmod 0755 "$RUN_CTR" "$build_root/out/geodesic" /usr/local/bin/geodesic >/dev/null
+  buildah umount "$BUILD_CTR" >/dev/null
+  stage_done "runtime stage (mmdebstrap essential + binary)"
+}
+
+commit() {
+  local revision
+  revision=$(git -C "$SRC" rev-parse HEAD 2>/dev/null || echo unknown)
+  buildah config --user 10001:10001 --workingdir /var/lib/geodesic \
+    --entrypoint '["/usr/local/bin/geodesic"]' --cmd '["--help"]' \
+    --env GEODESIC_DATA=/usr/share/datasets/fashion-mnist \
+    --label org.opencontainers.image.title=geodesic \
+    --label org.opencontainers.image.revision="$revision" \
+    --label org.opencontainers.image.base.name=debian:bookworm-mmdebstrap-essential \
+    "$RUN_CTR"
+  buildah commit --quiet --rm "$RUN_CTR" "$TAG" >/dev/null
+  RUN_CTR=""
+  [[ $REVISION_TAG -eq 0 ]] || podman tag "$TAG" "localhost/geodesic:${revision:0:12}"
+  stage_done "commit $TAG"
+}
+
+report() {
+  local size mnt
+  size=$(podman image inspect --format '{{.Size}}' "$TAG")
+  echo "build-image: $TAG is $((size / 1000000)) MB; the largest parts:"
+  mnt=$(podman image mount "$TAG")
+  (cd "$mnt" && du -xsm usr/lib/x86_64-linux-gnu/* usr/local/bin/geodesic usr/share/* 2>/dev/null |
+    sort -rn | head -8 | sed 's/^/  MB /')
+  podman image unmount "$TAG" >/dev/null
+}
+
+total_start=$SECONDS
+build_base
+[[ $BASE_ONLY -eq 1 ]] && exit 0
+compile
+runtime
+commit
+report
+echo "build-image: done in $((SECONDS - total_start)) s"
