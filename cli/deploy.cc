@@ -47,6 +47,10 @@ Command AddDeploy(CLI::App& app) {
   render->add_option("--image", f->options.image, "kubernetes: the image every pod runs (default geodesic:latest)");
   render->add_option("--pull-policy", f->options.pull_policy, "kubernetes: imagePullPolicy")
       ->check(CLI::IsMember({"Always", "IfNotPresent", "Never"}));
+  render
+      ->add_option("--workload", f->options.workload,
+                   "kubernetes: statefulsets (a cluster) or pods (podman play kube; also a cluster)")
+      ->check(CLI::IsMember({"statefulsets", "pods"}));
   render->add_option("--volume-size", f->options.volume_size, "kubernetes: each pod's data volume (default 1Gi)");
   return {cmd, [f] { return RunRender(*f); }};
 }

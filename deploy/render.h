@@ -34,6 +34,7 @@ struct RenderOptions {
   std::string image = "geodesic:latest";     // kubernetes: the image every pod runs
   std::string pull_policy = "IfNotPresent";  // kubernetes: imagePullPolicy
   std::string volume_size = "1Gi";           // kubernetes: each pod's data volume
+  std::string workload = "statefulsets";     // kubernetes: statefulsets | pods (for podman play kube)
 };
 
 // One placed process of a rendered deployment.
@@ -57,7 +58,7 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
 StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options);
 
 // Target kubernetes, as one multi-document file: a namespace
-// geodesic-<job>; the job in ConfigMap `job`; the coordinator as a
+// geodesic-<job>; the job in ConfigMap `geodesic-job`; the coordinator as a
 // StatefulSet behind a Service `coordinator`; per region, StatefulSets of
 // its shards, of the backups it holds and of its workers, each with a
 // headless Service (stable pod names: a member's id is its set's first id
@@ -68,6 +69,14 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
 // /readyz; resource requests and memory limits; a data volume per pod
 // (coordinator state, checkpoints, snapshots); a PodDisruptionBudget of
 // one shard pod at a time in replicated jobs. Deterministic.
+//
+// With workload "pods", each StatefulSet's pods are written out as Pods of
+// their own (the same names, host names, containers and affinity; a
+// PersistentVolumeClaim `data-<pod>` each; restartPolicy OnFailure, so a
+// finished process stays finished), for `podman play kube`, which runs
+// Pods but not StatefulSets and has no downward API for the pod's IP:
+// listeners bind their pod's host name instead, and the coordinator's pod
+// is named `coordinator`, the name members dial.
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options);
 
 // The declared link matrix as comment lines, one per direction (RTT, rate,

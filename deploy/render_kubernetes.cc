@@ -95,6 +95,8 @@ struct RenderContext {
   std::string ns, job_label;
 };
 
+bool PodsMode(const RenderContext& k) { return k.options.workload == "pods"; }
+
 struct Set {
   std::string name, component, region;
   int replicas = 1, id_offset = 0;
@@ -170,21 +172,28 @@ Node Container(const RenderContext& k, const std::string& name, std::vector<std:
   c["image"] = k.options.image;
   c["imagePullPolicy"] = k.options.pull_policy;
   for (const auto& a : args) c["args"].push_back(a);
-  Node ip;
-  ip["name"] = "POD_IP";
-  ip["valueFrom"]["fieldRef"]["fieldPath"] = "status.podIP";
-  c["env"].push_back(ip);
+  if (!PodsMode(k)) {  // listeners bind $(POD_IP); Pods bind their host name
+    Node ip;
+    ip["name"] = "POD_IP";
+    ip["valueFrom"]["fieldRef"]["fieldPath"] = "status.podIP";
+    c["env"].push_back(ip);
+  }
   c["env"].push_back(Env("OMP_NUM_THREADS", "1"));
-  if (listens) {
+  // Informational in Kubernetes (Services and probes name the numbers);
+  // podman 4.3 publishes every containerPort on the host, so pods sharing
+  // a port number collide: Pods go without.
+  if (listens && !PodsMode(k)) {
     Node p;
     p["name"] = "zmq";
     p["containerPort"] = kZmqPort;
     c["ports"].push_back(p);
   }
-  Node h;
-  h["name"] = "http";
-  h["containerPort"] = http_port;
-  c["ports"].push_back(h);
+  if (!PodsMode(k)) {
+    Node h;
+    h["name"] = "http";
+    h["containerPort"] = http_port;
+    c["ports"].push_back(h);
+  }
   c["livenessProbe"] = HttpProbe("/healthz", http_port, 10, 6);
   c["readinessProbe"] = HttpProbe("/readyz", http_port, 5, 3);
   c["resources"] = resources;
@@ -205,9 +214,10 @@ std::vector<std::string> MemberArgs(const std::string& role, const Set& set) {
 }
 
 // The pod's containers: the process, and for worker 0 the evaluator.
-Node Containers(const RenderContext& k, const Set& set) {
+// Listeners bind `bind_host`.
+Node Containers(const RenderContext& k, const Set& set, const std::string& bind_host) {
   Node cs;
-  const std::string bind = "tcp://$(POD_IP):" + std::to_string(kZmqPort);
+  const std::string bind = "tcp://" + bind_host + ":" + std::to_string(kZmqPort);
   const std::string ckpt = std::string(kDataDir) + "/checkpoints";
   if (set.component == "coordinator") {
     cs.push_back(Container(k, "coordinator",
@@ -247,6 +257,32 @@ Node RegionAffinity(const std::string& region) {
   return a;
 }
 
+// A pod's placement, containers and volumes: the job's ConfigMap, and the
+// data volume (a StatefulSet's claim template names it; a Pod names its
+// claim, `claim`).
+void FillPodSpec(const RenderContext& k, const Set& set, const std::string& bind_host, const std::string& claim,
+                 Node& spec) {
+  spec["affinity"] = RegionAffinity(set.region);
+  spec["containers"] = Containers(k, set, bind_host);
+  spec["terminationGracePeriodSeconds"] = 30;
+  Node job;
+  job["name"] = "job";
+  job["configMap"]["name"] = "geodesic-job";
+  spec["volumes"].push_back(job);
+  if (claim.empty()) return;
+  Node data;
+  data["name"] = "data";
+  data["persistentVolumeClaim"]["claimName"] = claim;
+  spec["volumes"].push_back(data);
+}
+
+Node ClaimSpec(const RenderContext& k) {
+  Node spec;
+  spec["accessModes"].push_back("ReadWriteOnce");
+  spec["resources"]["requests"]["storage"] = k.options.volume_size;
+  return spec;
+}
+
 Node StatefulSet(const RenderContext& k, const Set& set) {
   const Node labels = Labels(k, set.component, set.region);
   Node s = Object("apps/v1", "StatefulSet", Meta(k, set.name, labels));
@@ -256,19 +292,31 @@ Node StatefulSet(const RenderContext& k, const Set& set) {
   s["spec"]["selector"]["matchLabels"] = labels;
   Node& pod = s["spec"]["template"];
   pod["metadata"]["labels"] = labels;
-  pod["spec"]["affinity"] = RegionAffinity(set.region);
-  pod["spec"]["containers"] = Containers(k, set);
-  pod["spec"]["terminationGracePeriodSeconds"] = 30;
-  Node job;
-  job["name"] = "job";
-  job["configMap"]["name"] = "job";
-  pod["spec"]["volumes"].push_back(job);
+  FillPodSpec(k, set, "$(POD_IP)", "", pod["spec"]);
   Node claim;
   claim["metadata"]["name"] = "data";
-  claim["spec"]["accessModes"].push_back("ReadWriteOnce");
-  claim["spec"]["resources"]["requests"]["storage"] = k.options.volume_size;
+  claim["spec"] = ClaimSpec(k);
   s["spec"]["volumeClaimTemplates"].push_back(claim);
   return s;
+}
+
+// Workload "pods": a set's pods one by one, each after its data claim. The
+// names are the StatefulSet's (NAME-ORDINAL, so --id-from-hostname reads
+// the same ids), but for the coordinator's pod: `coordinator`.
+void AppendPods(const RenderContext& k, const Set& set, std::vector<Node>& docs) {
+  const Node labels = Labels(k, set.component, set.region);
+  for (int ordinal = 0; ordinal < set.replicas; ++ordinal) {
+    const std::string name = set.component == "coordinator" ? set.name : set.name + "-" + std::to_string(ordinal);
+    Node claim = Object("v1", "PersistentVolumeClaim", Meta(k, "data-" + name, labels));
+    claim["spec"] = ClaimSpec(k);
+    docs.push_back(claim);
+    Node pod = Object("v1", "Pod", Meta(k, name, labels));
+    pod["spec"]["hostname"] = name;
+    if (set.component != "coordinator") pod["spec"]["subdomain"] = set.name;  // NAME-i.NAME.<ns>.svc
+    pod["spec"]["restartPolicy"] = "OnFailure";
+    FillPodSpec(k, set, name, claim["metadata"]["name"], pod["spec"]);
+    docs.push_back(pod);
+  }
 }
 
 Node Service(const RenderContext& k, const Set& set, bool headless, bool listens) {
@@ -338,7 +386,7 @@ Node Namespace(const RenderContext& k) {
 }
 
 Node JobConfigMap(const RenderContext& k) {
-  Node c = Object("v1", "ConfigMap", Meta(k, "job", Labels(k, "job", "")));
+  Node c = Object("v1", "ConfigMap", Meta(k, "geodesic-job", Labels(k, "job", "")));
   JobSpec rendered = k.job;
   rendered.wan.emulation = WanEmulation::kNone;  // between pods the links are real
   c["data"]["job.yaml"] = JobToYaml(rendered);   // written as a literal block
@@ -360,11 +408,14 @@ Node ShardBudget(const RenderContext& k) {
   return b;
 }
 
-std::string Header(const JobSpec& job) {
+std::string Header(const JobSpec& job, const RenderOptions& options) {
   std::ostringstream s;
   s << "# Geodesic job '" << job.name
-    << "' for Kubernetes (rendered by `geodesic deploy render --target kubernetes`).\n"
-    << "# Regions are placed by the nodes' " << kRegionLabel << " label, which must equal the job's region names:";
+    << "' for Kubernetes (rendered by `geodesic deploy render --target kubernetes --workload " << options.workload
+    << "`).\n";
+  if (options.workload == "pods")
+    s << "# Plain Pods, one per process group, for `podman play kube` (which runs no StatefulSets) or a cluster.\n";
+  s << "# Regions are placed by the nodes' " << kRegionLabel << " label, which must equal the job's region names:";
   for (const RegionSpec& r : job.regions) s << " " << r.name;
   s << ".\n" << LinkMatrixComment(job, "between pods");
   return s.str();
@@ -373,6 +424,8 @@ std::string Header(const JobSpec& job) {
 }  // namespace
 
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options) {
+  if (options.workload != "statefulsets" && options.workload != "pods")
+    return InvalidArgument("deploy render: --workload '" + options.workload + "' is not one of statefulsets, pods");
   if (job.security.mode == SecurityMode::kCurve)
     return InvalidArgument(
         "deploy render: --target kubernetes does not render security.mode: curve yet (the coordinator's keys and "
@@ -383,10 +436,13 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
     // The coordinator behind a stable virtual IP; the others headless, for
     // their pods' stable DNS names.
     docs.push_back(Service(k, set, set.component != "coordinator", set.component != "worker"));
-    docs.push_back(StatefulSet(k, set));
+    if (PodsMode(k))
+      AppendPods(k, set, docs);
+    else
+      docs.push_back(StatefulSet(k, set));
   }
   if (job.replication.backups > 0) docs.push_back(ShardBudget(k));
-  std::string out = Header(job);
+  std::string out = Header(job, options);
   for (const Node& d : docs) {
     out += "---\n";
     Emit(d, 0, out);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -182,12 +183,12 @@ std::string Arg(const YAML::Node& container, const std::string& flag) {
   return "";
 }
 
-// One StatefulSet of the rendered job: labels, ports, probes, quoting, and
-// the member ids its pods serve (added to `ids`, by component).
-void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::string, std::set<int>>* ids) {
-  const YAML::Node spec = d["spec"], pod = spec["template"];
-  for (const auto& l : spec["selector"]["matchLabels"])
-    EXPECT_EQ(pod["metadata"]["labels"][l.first.as<std::string>()].as<std::string>(), l.second.as<std::string>());
+// A pod (a StatefulSet's template or a Pod) of the rendered job: ports,
+// probes, quoting, and the member ids it serves as the pods with
+// `ordinals` (added to `ids`, by component), each in the region its node
+// affinity names.
+void CheckPodSpec(const JobSpec& job, const YAML::Node& pod, const std::vector<int>& ordinals,
+                  std::map<std::string, std::set<int>>* ids) {
   const std::string region = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
                                 ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"][0]
                                     .as<std::string>();
@@ -211,7 +212,7 @@ void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::str
                                   : c["args"][1].as<std::string>() == "--backup" ? "backup"
                                                                                  : "server";
     const int offset = std::stoi(Arg(c, "--id-from-hostname"));
-    for (int ordinal = 0; ordinal < spec["replicas"].as<int>(); ++ordinal) {
+    for (int ordinal : ordinals) {
       const int id = offset + ordinal;
       EXPECT_TRUE((*ids)[component].insert(id).second) << component << " " << id << " twice";
       const RegionSpec& r = component == "worker"   ? job.RegionOfWorker(id)
@@ -222,6 +223,21 @@ void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::str
     if (component == "worker" && offset == 0) {
       EXPECT_EQ(pod["spec"]["containers"].size(), 2u) << "worker 0 has the evaluator beside it";
     }
+  }
+}
+
+// One StatefulSet: its selector matches its pods' labels; its pods listen
+// on their IP from the downward API.
+void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::string, std::set<int>>* ids) {
+  const YAML::Node spec = d["spec"], pod = spec["template"];
+  for (const auto& l : spec["selector"]["matchLabels"])
+    EXPECT_EQ(pod["metadata"]["labels"][l.first.as<std::string>()].as<std::string>(), l.second.as<std::string>());
+  std::vector<int> ordinals(spec["replicas"].as<int>());
+  std::iota(ordinals.begin(), ordinals.end(), 0);
+  CheckPodSpec(job, pod, ordinals, ids);
+  const std::string bind = Arg(pod["spec"]["containers"][0], "--bind");
+  if (!bind.empty()) {
+    EXPECT_EQ(bind, "tcp://$(POD_IP):7400");
   }
 }
 
@@ -269,6 +285,50 @@ TEST(RenderKubernetesTest, EveryMemberIsOnePodOfAStatefulSetInItsRegion) {
   auto secured = RenderKubernetes(Load("fashion_mnist.yaml", {"security.mode=curve"}), {.target = "kubernetes"});
   EXPECT_FALSE(secured.ok());
   EXPECT_NE(secured.status().message().find("does not render security.mode: curve yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace geodesic::deploy
+
+namespace geodesic::deploy {
+namespace {
+
+// Workload "pods", for podman play kube: the same members as Pods named as
+// a StatefulSet names its pods, each after its own data claim, listening on
+// its host name (no downward API), finished processes staying finished.
+TEST(RenderKubernetesTest, PodsWorkloadServesEveryMemberOnceWithoutTheDownwardApi) {
+  const JobSpec job = Load("three_regions.yaml", {"replication.backups=1"});
+  auto text = RenderKubernetes(job, {.target = "kubernetes", .workload = "pods"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->find("kind: \"StatefulSet\""), std::string::npos);
+  EXPECT_EQ(text->find("status.podIP"), std::string::npos);
+  std::set<std::string> services, claims, pods;
+  std::map<std::string, std::set<int>> ids;
+  for (const YAML::Node& d : Documents(*text)) {
+    const std::string kind = d["kind"].as<std::string>(), name = d["metadata"]["name"].as<std::string>();
+    if (kind == "Service") services.insert(name);
+    if (kind == "PersistentVolumeClaim") claims.insert(name);
+    if (kind != "Pod") continue;
+    pods.insert(name);
+    const YAML::Node spec = d["spec"];
+    EXPECT_EQ(spec["hostname"].as<std::string>(), name);
+    EXPECT_EQ(spec["restartPolicy"].as<std::string>(), "OnFailure");
+    EXPECT_TRUE(claims.contains(spec["volumes"][1]["persistentVolumeClaim"]["claimName"].as<std::string>()))
+        << name << ": its claim comes first";
+    const std::string bind = Arg(spec["containers"][0], "--bind");
+    if (!bind.empty()) {
+      EXPECT_EQ(bind, "tcp://" + name + ":7400");
+    }
+    if (name == "coordinator") continue;
+    EXPECT_TRUE(services.contains(spec["subdomain"].as<std::string>())) << name;
+    CheckPodSpec(job, d, {std::stoi(name.substr(name.rfind('-') + 1))}, &ids);
+  }
+  EXPECT_TRUE(pods.contains("coordinator"));
+  EXPECT_EQ(ids["server"].size(), static_cast<size_t>(job.NumServers()));
+  EXPECT_EQ(ids["backup"].size(), static_cast<size_t>(job.NumServers()));
+  EXPECT_EQ(ids["worker"].size(), static_cast<size_t>(job.NumWorkers()));
+  EXPECT_EQ(pods.size(), 1 + 2u * job.NumServers() + job.NumWorkers());
+  EXPECT_FALSE(RenderKubernetes(job, {.target = "kubernetes", .workload = "deployments"}).ok());
 }
 
 }  // namespace
