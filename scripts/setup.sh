@@ -32,6 +32,8 @@ PACKAGES=(
   # filesystem from the apt mirror, buildah to build, podman (with runc: crun fails on cgroup v1
   # hybrid hosts) and podman-compose to run
   mmdebstrap buildah podman runc catatonit netavark aardvark-dns podman-compose uidmap
+  # the offline schema check of the rendered Kubernetes manifests (its API models)
+  python3-kubernetes
 )
 
 missing=()

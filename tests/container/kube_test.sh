@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# KubePlay: `geodesic deploy render --target kubernetes --workload pods` of
+# the default job runs under `podman play kube` with every process in its own
+# container, and reaches 88% test accuracy within 0.5 points of `geodesic
+# launch` of the same job and seed on this machine.
+source "$(dirname "$0")/lib.sh"
+need_image
+JOB=$SRC/examples/fashion_mnist.yaml
+DEADLINE_S=${KUBE_DEADLINE_S:-420}
+
+"$GEODESIC" launch "$JOB" --run-dir "$WORK/launch" --quiet --no-dashboard --no-metrics > "$WORK/launch.log" 2>&1 ||
+  fail "geodesic launch: $(tail -5 "$WORK/launch.log")"
+launch_acc=$(json_field "$WORK/launch/result.json" test_accuracy)
+
+"$GEODESIC" deploy render "$JOB" --target kubernetes --workload pods --image "$IMAGE" --pull-policy Never \
+  --out "$WORK/k8s" > /dev/null
+M=$WORK/k8s/kubernetes.yaml
+PODS=$(awk '/^kind: "Pod"/ { pod = 1 } pod && /^  name:/ { gsub(/"/, "", $2); print $2; pod = 0 }' "$M")
+[[ -n $PODS ]] || fail "no pods in $M"
+# Names are global in podman: a leftover of another run would be taken over.
+for pod in $PODS; do
+  ! podman pod exists "$pod" || fail "a pod named $pod exists already (podman pod rm -f $pod)"
+  ! podman volume exists "data-$pod" || fail "a volume data-$pod exists already (podman volume rm data-$pod)"
+done
+podman network exists podman-default-kube-network || on_exit podman network rm -f podman-default-kube-network
+# Each claim, and the job's ConfigMap, become podman volumes that --down leaves.
+on_exit podman volume rm -f geodesic-job
+for pod in $PODS; do on_exit podman volume rm -f "data-$pod"; done
+on_exit podman play kube --down "$M"
+
+start=$SECONDS
+podman play kube "$M" > "$WORK/play.log" 2>&1 || fail "podman play kube: $(tail -5 "$WORK/play.log")"
+containers=$(podman ps -a --filter "pod=coordinator" --format '{{.Names}}' | grep -vc infra || true)
+# The job is over when every pod has exited (each restarts only on failure).
+while (( SECONDS - start < DEADLINE_S )); do
+  running=$(for pod in $PODS; do podman pod inspect "$pod" --format '{{.State}}'; done | grep -vc Exited || true)
+  [[ $running -eq 0 ]] && break
+  sleep 2
+done
+elapsed=$((SECONDS - start))
+podman ps -a --format '{{.Names}} {{.ExitCode}} {{.Status}}' | grep -v infra > "$WORK/containers"
+dump_logs() {
+  local c
+  for c in $(awk '{print $1}' "$WORK/containers"); do echo "--- $c"; podman logs "$c" 2>&1 | tail -15; done
+}
+(( running == 0 )) || { dump_logs; fail "the pods still ran after ${DEADLINE_S} s"; }
+awk '$2 != 0 { bad = 1 } END { exit bad }' "$WORK/containers" || { dump_logs; fail "a container failed: $(cat "$WORK/containers")"; }
+
+count=$(wc -l < "$WORK/containers")
+result=$(podman volume inspect data-worker-0-0 --format '{{.Mountpoint}}')/result.json
+[[ -f $result ]] || { dump_logs; fail "the evaluator wrote no result"; }
+kube_acc=$(json_field "$result" test_accuracy)
+python3 - "$kube_acc" "$launch_acc" <<'PY' || { dump_logs; exit 1; }
+import sys
+kube, launch = map(float, sys.argv[1:])
+if kube < 0.88:
+    sys.exit(f"FAIL: test accuracy {kube:.4f} under podman play kube, below 0.88")
+if abs(kube - launch) > 0.005:
+    sys.exit(f"FAIL: {kube:.4f} under podman play kube, {launch:.4f} under geodesic launch: more than 0.5 points apart")
+PY
+echo "PASS: $count containers (coordinator pod: $containers), ${elapsed} s from play to the last exit;" \
+  "test accuracy $kube_acc under podman play kube, $launch_acc under geodesic launch"
