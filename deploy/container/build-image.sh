@@ -16,13 +16,14 @@
 # Usage: deploy/container/build-image.sh [--tag NAME] [--rebuild-base]
 #   --tag NAME        image name (default: localhost/geodesic:latest, and also
 #                     localhost/geodesic:<the checkout's commit, 12 digits>)
-#   --rebuild-base    make the build stage's base again even if it is cached
+#   --rebuild-base    make both stages' bases again even if they are cached
 #   --base-only       make (or find) the build stage's base and stop
-# The build stage's base image (about 2 GB: the toolchain and LibTorch's
-# headers) is kept as localhost/geodesic-build-base:<hash of its package list
-# and apt sources> and reused. The compiler cache of the host (ccache -k
-# cache_dir) is mounted into the build stage: after scripts/build.sh the
-# compile is mostly cache hits; without it, it is a full build.
+# Both stages' bases are cached as images named by the hash of their package
+# list and the apt sources: localhost/geodesic-build-base:<hash> (1.5 GB:
+# the toolchain and LibTorch's headers) and localhost/geodesic-runtime-base:<hash>
+# (Debian's essential set and the libraries). The compiler cache of the host
+# (ccache -k cache_dir) is mounted into the build stage: after
+# scripts/build.sh the compile is mostly cache hits; without it, a full build.
 # Needs root. Prints each stage's time, the image's size and what dominates it.
 set -euo pipefail
 SRC="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -108,11 +109,32 @@ compile() {
     export CCACHE_DIR=/ccache
     cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DGEODESIC_BUILD_TESTS=OFF >/dev/null
-    cmake --build /src/build --target geodesic -j "$(nproc)" | tail -1
+    cmake --build /src/build --target geodesic -j "$(nproc)" > /tmp/build.log 2>&1 ||
+      { tail -40 /tmp/build.log; echo "build-image: the compile failed" >&2; exit 1; }
+    tail -1 /tmp/build.log
     mkdir -p /out
     strip --strip-debug -o /out/geodesic /src/build/cli/geodesic
     sh /src/deploy/container/runtime-packages.sh /out/geodesic > /out/packages'
   stage_done "build stage (compile geodesic)"
+}
+
+# The runtime stage's base: essential + the packages, cached like the build
+# base, by the hash of the package list and the apt sources.
+runtime_base() {
+  local packages=$1 key
+  key=$(printf '%s\n' "$packages" | cat - "$SOURCES" | sha256sum | cut -c1-16)
+  RUNTIME_BASE=localhost/geodesic-runtime-base:$key
+  if [[ $REBUILD_BASE -eq 0 ]] && podman image exists "$RUNTIME_BASE"; then
+    echo "build-image: runtime base cached: $RUNTIME_BASE"
+    return
+  fi
+  rootfs essential "$packages" "$WORK/runtime.tar" \
+    --customize-hook='echo "geodesic:x:10001:10001:Geodesic:/var/lib/geodesic:/usr/sbin/nologin" >> "$1/etc/passwd"' \
+    --customize-hook='echo "geodesic:x:10001:" >> "$1/etc/group"' \
+    --customize-hook='mkdir -p "$1/var/lib/geodesic" && chown 10001:10001 "$1/var/lib/geodesic"' \
+    --customize-hook='rm -rf "$1/var/cache/apt" "$1/var/lib/apt/lists"'
+  podman import --quiet "$WORK/runtime.tar" "$RUNTIME_BASE" >/dev/null
+  rm -f "$WORK/runtime.tar"
 }
 
 runtime() {
@@ -120,17 +142,11 @@ runtime() {
   build_root=$(buildah mount "$BUILD_CTR")
   packages=$(tr '\n' ',' < "$build_root/out/packages")dataset-fashion-mnist
   echo "build-image: the binary loads libraries from $(tr -cd , <<< "$packages" | wc -c) packages (the list: dpkg -l in the image)"
-  rootfs essential "$packages" "$WORK/runtime.tar" \
-    --customize-hook='echo "geodesic:x:10001:10001:Geodesic:/var/lib/geodesic:/usr/sbin/nologin" >> "$1/etc/passwd"' \
-    --customize-hook='echo "geodesic:x:10001:" >> "$1/etc/group"' \
-    --customize-hook='mkdir -p "$1/var/lib/geodesic" && chown 10001:10001 "$1/var/lib/geodesic"' \
-    --customize-hook='rm -rf "$1/var/cache/apt" "$1/var/lib/apt/lists"'
-  RUN_CTR=$(buildah from scratch)
-  buildah add --quiet "$RUN_CTR" "$WORK/runtime.tar" / >/dev/null
-  rm -f "$WORK/runtime.tar"
+  runtime_base "$packages"
+  RUN_CTR=$(buildah from --pull-never "$RUNTIME_BASE")
   buildah copy --quiet --chown 0:0 --chmod 0755 "$RUN_CTR" "$build_root/out/geodesic" /usr/local/bin/geodesic >/dev/null
   buildah umount "$BUILD_CTR" >/dev/null
-  stage_done "runtime stage (mmdebstrap essential + binary)"
+  stage_done "runtime stage (essential + libraries + binary)"
 }
 
 commit() {
@@ -143,9 +159,16 @@ commit() {
     --label org.opencontainers.image.revision="$revision" \
     --label org.opencontainers.image.base.name=debian:bookworm-mmdebstrap-essential \
     "$RUN_CTR"
+  local previous
+  previous=$(podman image inspect --format '{{.Id}}' "$TAG" 2>/dev/null || true)
   buildah commit --quiet --rm "$RUN_CTR" "$TAG" >/dev/null
   RUN_CTR=""
+
   [[ $REVISION_TAG -eq 0 ]] || podman tag "$TAG" "localhost/geodesic:${revision:0:12}"
+  # The image this one replaced, if nothing names it now.
+  if [[ -n $previous ]] && [[ -z $(podman image inspect --format '{{.RepoTags}}' "$previous" | tr -d '[]') ]]; then
+    podman image rm "$previous" >/dev/null 2>&1 || true
+  fi
   stage_done "commit $TAG"
 }
 
@@ -155,7 +178,7 @@ report() {
   echo "build-image: $TAG is $((size / 1000000)) MB; the largest parts:"
   mnt=$(podman image mount "$TAG")
   (cd "$mnt" && du -xsm usr/lib/x86_64-linux-gnu/* usr/local/bin/geodesic usr/share/* 2>/dev/null |
-    sort -rn | head -8 | sed 's/^/  MB /')
+    sort -rn | awk 'NR <= 8 { print "  MB " $0 }')  # awk reads it all: no SIGPIPE under pipefail
   podman image unmount "$TAG" >/dev/null
 }
 
