@@ -1,6 +1,7 @@
 #include "worker/real_client.h"
 
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 
 #include <chrono>
 #include <cmath>
@@ -29,6 +30,18 @@ struct ClientData {
   std::unique_ptr<ClientExecutor> exec;
 };
 
+// The executors run with OMP_NUM_THREADS=1 and OPENBLAS_NUM_THREADS=1 (the
+// launcher and the rendered scripts set them), so their BLAS is single
+// threaded. A client is started by whoever runs it, and OpenBLAS reads
+// those variables only when it loads: without this, its GEMMs ran on every
+// core and their sums came out in another order (the bit-for-bit test
+// failed on a 2-core machine). The BLAS behind LibTorch is Debian's
+// alternative, so the call is looked up, not linked.
+void SingleThreadedBlas() {
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
 StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
   const JobSpec& job = o.job;
   const FederatedSpec& f = job.federated;
@@ -37,6 +50,7 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
     return InvalidArgument("--id " + std::to_string(o.client) + " is not in the population of " +
                            std::to_string(f.clients) + " clients");
   at::set_num_threads(job.training.threads);  // the executors' threads: the same arithmetic
+  SingleThreadedBlas();
   GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
   GD_ASSIGN_OR_RETURN(Partition split, PartitionSamples(train.labels, 10, static_cast<int>(f.clients),
                                                         job.data.partition, job.seed, job.data.batch_size));
