@@ -84,6 +84,7 @@ bool DeleteStateUntilKilled(testing::Process& launch, const std::string& run, co
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.find("the coordinator killed by SIGKILL") != std::string::npos) return true;
+    if (text.find("geodesic: finished") != std::string::npos) return false;  // the job ended before the kill
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   (void)launch;
@@ -100,7 +101,7 @@ TEST(VerdictTest, CoordinatorRestartWithoutStateIsAFreshRendezvousOnOneClock) {
                            "--set",
                            "model.name=mlp",
                            "--set",
-                           "training.steps=300",
+                           "training.steps=800",
                            "--set",
                            "training.staleness_bound=2",
                            "--set",
@@ -116,7 +117,9 @@ TEST(VerdictTest, CoordinatorRestartWithoutStateIsAFreshRendezvousOnOneClock) {
                            "--kill",
                            "coordinator:0@3"},
                           dir / "launch.log");
-  ASSERT_TRUE(DeleteStateUntilKilled(launch, dir / "run", dir / "launch.log"));
+  // 300 steps of the MLP once took 2.4 s here, ending before the kill at 3 s.
+  ASSERT_TRUE(DeleteStateUntilKilled(launch, dir / "run", dir / "launch.log")) << "the coordinator was not killed:\n"
+                                                                               << testing::ReadText(dir / "launch.log");
   const int code = launch.Wait(240);
   const std::string out = testing::ReadText(dir / "launch.log");
   ASSERT_EQ(code, 0) << out;
