@@ -182,17 +182,14 @@ Node Container(const RenderContext& k, const std::string& name, std::vector<std:
   // Informational in Kubernetes (Services and probes name the numbers);
   // podman 4.3 publishes every containerPort on the host, so pods sharing
   // a port number collide: Pods go without.
-  if (listens && !PodsMode(k)) {
-    Node p;
-    p["name"] = "zmq";
-    p["containerPort"] = kZmqPort;
-    c["ports"].push_back(p);
-  }
   if (!PodsMode(k)) {
-    Node h;
-    h["name"] = "http";
-    h["containerPort"] = http_port;
-    c["ports"].push_back(h);
+    for (const auto& [name, port] : {std::pair{"zmq", kZmqPort}, std::pair{"http", http_port}}) {
+      if (!listens && port == kZmqPort) continue;
+      Node p;
+      p["name"] = name;
+      p["containerPort"] = port;
+      c["ports"].push_back(p);
+    }
   }
   c["livenessProbe"] = HttpProbe("/healthz", http_port, 10, 6);
   c["readinessProbe"] = HttpProbe("/readyz", http_port, 5, 3);
