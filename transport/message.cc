@@ -339,10 +339,12 @@ std::string BodyName(const wire::Header& header) {
 }
 
 std::string DescribeEndpointHost(const std::string& endpoint) {
-  const std::string host = NameInEndpoint(endpoint);
+  const std::string routed = RouteFor(endpoint);  // where Socket::Connect really goes
+  const std::string host = NameInEndpoint(routed);
   if (host.empty()) return "";
   StatusOr<std::string> ip = ResolveIpv4(host);
-  return " (" + host + (ip.ok() ? " resolves to " + *ip : " " + ip.status().message()) + ")";
+  return " (" + (routed == endpoint ? std::string() : "routed to " + routed + "; ") + host +
+         (ip.ok() ? " resolves to " + *ip : " " + ip.status().message()) + ")";
 }
 
 }  // namespace geodesic::transport

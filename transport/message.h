@@ -167,7 +167,9 @@ std::string PeerName(const Message& m);
 // For a wait on a peer at `endpoint` (tcp://HOST:PORT): where HOST is a
 // name, what it resolves to now, e.g. " (node-3.example resolves to
 // 10.0.0.3)" or " (node-3.example does not resolve: Name or service not
-// known)"; "" for an address. ZeroMQ resolves a name again at every
+// known)"; "" for an address. A routed endpoint (transport/routes.h) is
+// described by its route: " (routed to tcp://wan:7500; wan resolves to
+// 10.89.1.2)". ZeroMQ resolves a name again at every
 // reconnect, so a name that appears later (a pod's DNS record) is found
 // without a restart; this only says what the wait is on. Blocks for one
 // lookup: call it when reporting a wait, not per message.

@@ -479,6 +479,11 @@ TEST(EndpointNameTest, AWaitSaysWhatTheNameResolvesTo) {
   EXPECT_EQ(DescribeEndpointHost("tcp://localhost:5555"), " (localhost resolves to 127.0.0.1)");
   EXPECT_NE(DescribeEndpointHost("tcp://no-such-host.invalid:5555").find("no-such-host.invalid does not resolve"),
             std::string::npos);
+  // A routed endpoint is waited on through its route (a compose router).
+  SetRoutes({{"tcp://coordinator.invalid:7400", "tcp://localhost:7500"}});
+  EXPECT_EQ(DescribeEndpointHost("tcp://coordinator.invalid:7400"),
+            " (routed to tcp://localhost:7500; localhost resolves to 127.0.0.1)");
+  SetRoutes({});
 }
 
 }  // namespace
