@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -88,11 +89,35 @@ StatusOr<transport::MemberCredentials> MemberCredentials(const JobSpec& job, con
   return c;
 }
 
-// The job secret: --secret-file, else the job's security.secret_file.
+// The job secret: --secret-file, else the job's security.secret_file, else
+// the GEODESIC_JOB_SECRET environment variable (a Kubernetes Secret's value).
 StatusOr<std::string> JobSecret(const JobSpec& job, const std::string& flag) {
   std::string path = flag.empty() ? job.security.secret_file : flag;
-  if (path.empty()) return InvalidArgument("security.mode is curve: give --secret-file or set security.secret_file");
-  return transport::LoadSecret(path);
+  if (!path.empty()) return transport::LoadSecret(path);
+  if (const char* env = std::getenv("GEODESIC_JOB_SECRET")) return transport::ParseSecret(env, "GEODESIC_JOB_SECRET");
+  return InvalidArgument(
+      "security.mode is curve: give --secret-file, set security.secret_file, or set GEODESIC_JOB_SECRET");
+}
+
+// The coordinator's keypair: --keypair-file (kept there), else the
+// GEODESIC_COORDINATOR_KEYPAIR environment variable, else a fresh one.
+StatusOr<transport::CurveKeyPair> CoordinatorKeys(const std::string& keypair_file) {
+  if (!keypair_file.empty()) return transport::LoadOrCreateKeyPair(keypair_file);
+  if (const char* env = std::getenv("GEODESIC_COORDINATOR_KEYPAIR"))
+    return transport::ParseKeyPair(env, "GEODESIC_COORDINATOR_KEYPAIR");
+  return transport::GenerateCurveKeyPair();
+}
+
+// --stats-file; its directory is created as the flag is read, so that
+// processes sharing a fresh run directory (a compose volume) need no set-up
+// step (a directory that cannot be made fails the stats write, which says so).
+void AddStatsFileFlag(CLI::App* cmd, std::string* path) {
+  cmd->add_option("--stats-file", *path, "write stats JSON here (its directory is created)")
+      ->each([](const std::string& file) {
+        std::error_code ec;
+        const auto dir = std::filesystem::path(file).parent_path();
+        if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+      });
 }
 
 Status CheckId(const char* role, int id, int count) {
@@ -122,8 +147,7 @@ Status CompleteCoordinatorOptions(const JobSpec& job, CoordinatorFlags& f) {
   }
   if (job.security.mode == SecurityMode::kCurve) {
     GD_ASSIGN_OR_RETURN(o.coordinator.secret, JobSecret(job, f.secret_file));
-    GD_ASSIGN_OR_RETURN(o.keys, f.keypair_file.empty() ? transport::GenerateCurveKeyPair()
-                                                       : transport::LoadOrCreateKeyPair(f.keypair_file));
+    GD_ASSIGN_OR_RETURN(o.keys, CoordinatorKeys(f.keypair_file));
   }
   o.replan_requests = &g_replan_requests;
   return Status::Ok();
@@ -292,7 +316,7 @@ Command AddCoordinator(CLI::App& app) {
   cmd->add_option("--bind", f->options.bind, "ZeroMQ endpoint to bind (port * picks a free one)")
       ->default_val("tcp://127.0.0.1:*");
   cmd->add_option("--endpoint-file", f->options.endpoint_file, "write the bound endpoint here");
-  cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  AddStatsFileFlag(cmd, &f->options.stats_file);
   AddHttpFlags(cmd, f->options.http);
   cmd->add_option("--state-file", f->options.state_file,
                   "keep the coordinator's state here; continue from it if it exists (a restart)");
@@ -301,11 +325,12 @@ Command AddCoordinator(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--secret-file", f->secret_file,
                   "secured jobs: the job secret that join tokens are checked against (default: "
-                  "security.secret_file)");
+                  "security.secret_file, else the GEODESIC_JOB_SECRET environment variable)");
   cmd->add_option("--key-file", f->options.key_file, "secured jobs: write the coordinator's CURVE public key here");
   cmd->add_option("--keypair-file", f->keypair_file,
                   "secured jobs: keep the coordinator's CURVE keypair in this file (created, mode 0600, if "
-                  "missing), so that a restarted coordinator has the key its members know");
+                  "missing), so that a restarted coordinator has the key its members know (default: the "
+                  "GEODESIC_COORDINATOR_KEYPAIR environment variable, else a fresh keypair)");
   return {cmd, [f] { return RunCoordinator(*f); }};
 }
 
@@ -317,7 +342,10 @@ Command AddServer(CLI::App& app) {
   AddIdFlags(cmd, &o.id, &f->id_offset, "server");
   cmd->add_option("--coordinator", o.coordinator, "coordinator endpoint")->required();
   cmd->add_option("--bind", o.bind, "endpoint to bind (default: the region's host, free port)");
-  cmd->add_option("--stats-file", o.stats_file, "write stats JSON here");
+  cmd->add_option("--advertise", o.advertise,
+                  "endpoint to register with the coordinator, which members dial (default: the bound address; "
+                  "a compose deployment names the container, which its link router routes)");
+  AddStatsFileFlag(cmd, &o.stats_file);
   AddHttpFlags(cmd, o.http);
   cmd->add_option("--checkpoint-dir", o.checkpoint_dir, "write checkpoints under this directory");
   cmd->add_option("--resume", o.resume_file, "load the shard from this resume plan (JSON) before serving")
@@ -337,7 +365,7 @@ Command AddWorker(CLI::App& app) {
   f->job.Add(cmd);
   AddIdFlags(cmd, &f->options.id, &f->id_offset, "worker");
   cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
-  cmd->add_option("--stats-file", f->options.stats_file, "write stats JSON here");
+  AddStatsFileFlag(cmd, &f->options.stats_file);
   AddHttpFlags(cmd, f->options.http);
   cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "worker 0: save parameter snapshots here");
   cmd->add_option("--gateway-bind", f->options.gateway_bind,

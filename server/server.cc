@@ -184,7 +184,7 @@ void Server::SeedClocks(const cluster::MembershipView& v) {
 void Server::FollowServers(const cluster::MembershipView& v) {
   for (const auto& si : v.servers) {
     if (si.id() != options_.id) continue;
-    if (!si.endpoint().empty() && si.endpoint() != socket_.endpoint())
+    if (!si.endpoint().empty() && si.endpoint() != Advertised())
       replicator_.Fence("the coordinator says shard " + std::to_string(options_.id) + " is served at " + si.endpoint());
     // The coordinator declared our backup dead (it never promotes it
     // after that): from now on we acknowledge alone. Once the job has
@@ -279,7 +279,8 @@ Status Server::Listen() {
     GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
   }
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
-  GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "");
+  GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "")
+               << (options_.advertise.empty() ? "" : ", advertised as " + options_.advertise);
   return Status::Ok();
 }
 
@@ -289,7 +290,7 @@ StatusOr<wire::RegisterReply> Server::Join(const std::atomic<bool>* stop) {
   mo.role = options_.backup ? wire::BACKUP : wire::SERVER;
   mo.id = options_.id;
   mo.coordinator = options_.coordinator;
-  mo.endpoint = socket_.endpoint();
+  mo.endpoint = Advertised();
   mo.region = options_.job.RegionOfServer(options_.id).name;
   mo.timing = options_.job.membership;
   mo.max_message_bytes = options_.job.wire.max_message_bytes;

@@ -43,7 +43,12 @@ namespace geodesic::server {
 struct ServerProcessOptions {
   JobSpec job;
   int id = 0;
-  std::string bind;         // e.g. tcp://127.0.0.1:* (a free port)
+  std::string bind;  // e.g. tcp://127.0.0.1:* (a free port)
+  // The endpoint registered with the coordinator, which members dial (and
+  // route by: transport/routes.h); empty: the bound one, an address. A
+  // compose deployment advertises the container's name, which its link
+  // router routes.
+  std::string advertise;
   std::string coordinator;  // coordinator endpoint
   std::string stats_file;   // if set, stats JSON is written here periodically and at exit
   // Checkpoints (server/checkpoint.h) go under this directory; empty: none.
@@ -78,6 +83,8 @@ class Server {
   // Start-up, in Run's order.
   Status Listen();
   StatusOr<wire::RegisterReply> Join(const std::atomic<bool>* stop);
+  // Where members reach this process (ServerProcessOptions::advertise).
+  std::string Advertised() const { return options_.advertise.empty() ? socket_.endpoint() : options_.advertise; }
   Status TakeShard(const wire::RegisterReply& assignment);
   Status ConnectBackup(const wire::RegisterReply& assignment);
   void StartHeartbeat();

@@ -105,15 +105,19 @@ StatusOr<CurveKeyPair> LoadOrCreateKeyPair(const std::string& path) {
     return FailedPrecondition("the keypair file '" + path + "' may be read or written by other users; run: chmod 600 " +
                               path);
   GD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseKeyPair(text, "'" + path + "'");
+}
+
+StatusOr<CurveKeyPair> ParseKeyPair(const std::string& text, const std::string& what) {
   std::istringstream in(text);
   CurveKeyPair keys;
   std::string extra;
   if (!(in >> keys.public_key >> keys.secret_key) || (in >> extra) || !IsCurveKey(keys.public_key) ||
       !IsCurveKey(keys.secret_key))
-    return DataLoss("'" + path + "' is not a CURVE keypair (two lines of 40 Z85 characters: public, then secret)");
+    return DataLoss(what + " is not a CURVE keypair (two lines of 40 Z85 characters: public, then secret)");
   char derived[41];
   if (zmq_curve_public(derived, keys.secret_key.c_str()) != 0 || keys.public_key != derived)
-    return DataLoss("'" + path + "': the public key is not the secret key's");
+    return DataLoss(what + ": the public key is not the secret key's");
   return keys;
 }
 
@@ -130,11 +134,15 @@ StatusOr<std::string> LoadSecret(const std::string& path) {
     return FailedPrecondition("the job secret '" + path + "' may be read or written by other users; run: chmod 600 " +
                               path);
   GD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return ParseSecret(text, "the job secret '" + path + "'");
+}
+
+StatusOr<std::string> ParseSecret(const std::string& text, const std::string& what) {
   size_t b = text.find_first_not_of(" \t\r\n"), e = text.find_last_not_of(" \t\r\n");
   std::string secret = b == std::string::npos ? "" : text.substr(b, e - b + 1);
   if (secret.size() < kMinSecretBytes)
-    return InvalidArgument("the job secret '" + path + "' has " + std::to_string(secret.size()) +
-                           " bytes; it needs at least " + std::to_string(kMinSecretBytes));
+    return InvalidArgument(what + " has " + std::to_string(secret.size()) + " bytes; it needs at least " +
+                           std::to_string(kMinSecretBytes));
   return secret;
 }
 

@@ -54,6 +54,9 @@ StatusOr<CurveKeyPair> GenerateCurveKeyPair();
 // coordinator keeps its key this way, so that members that know it
 // reconnect (docs/security.md).
 StatusOr<CurveKeyPair> LoadOrCreateKeyPair(const std::string& path);
+// A keypair from its text ("PUBLIC\nSECRET\n", as in the file); `what`
+// names where it came from in errors.
+StatusOr<CurveKeyPair> ParseKeyPair(const std::string& text, const std::string& what);
 // Whether `key` is 40 characters of Z85 that decode to 32 bytes.
 bool IsCurveKey(const std::string& key);
 
@@ -61,6 +64,9 @@ bool IsCurveKey(const std::string& key);
 // characters of 32 random bytes), surrounding whitespace ignored. Loading
 // refuses a file that other users may read or write (chmod 600), like ssh.
 StatusOr<std::string> LoadSecret(const std::string& path);
+// The job secret from its text (an environment value: Kubernetes hands
+// secrets to containers that way); `what` names where it came from.
+StatusOr<std::string> ParseSecret(const std::string& text, const std::string& what);
 // Creates `path` with a fresh random secret, mode 0600; AlreadyExists if it
 // exists (never overwrites a secret that tokens were minted with).
 Status CreateSecretFile(const std::string& path);

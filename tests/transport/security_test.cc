@@ -92,6 +92,28 @@ TEST(SecretTest, CreatedWithMode0600AndNeverOverwritten) {
   std::filesystem::remove_all(dir);
 }
 
+// Kubernetes hands the coordinator its secret and keypair as environment
+// values: parsed as the files are, errors naming where they came from.
+TEST(SecretTest, ParsedFromAnEnvironmentValueAsFromAFile) {
+  auto s = ParseSecret("  " + std::string(kSecret) + "\n", "GEODESIC_JOB_SECRET");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(*s, kSecret);
+  auto short_secret = ParseSecret("abc", "GEODESIC_JOB_SECRET");
+  ASSERT_FALSE(short_secret.ok());
+  EXPECT_NE(short_secret.status().message().find("GEODESIC_JOB_SECRET has 3 bytes"), std::string::npos);
+  auto keys = GenerateCurveKeyPair();
+  ASSERT_TRUE(keys.ok());
+  auto parsed = ParseKeyPair(keys->public_key + "\n" + keys->secret_key + "\n", "GEODESIC_COORDINATOR_KEYPAIR");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->secret_key, keys->secret_key);
+  auto other = GenerateCurveKeyPair();
+  auto mismatched = ParseKeyPair(other->public_key + "\n" + keys->secret_key, "GEODESIC_COORDINATOR_KEYPAIR");
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.status().message().find("GEODESIC_COORDINATOR_KEYPAIR: the public key is not the secret key's"),
+            std::string::npos);
+  EXPECT_EQ(ParseKeyPair(keys->public_key, "x").status().code(), Code::kDataLoss);
+}
+
 TEST(CurveKeyTest, KeypairsAreZ85AndDistinct) {
   ASSERT_TRUE(RequireCurve().ok());
   auto a = GenerateCurveKeyPair(), b = GenerateCurveKeyPair();
