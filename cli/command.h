@@ -45,8 +45,10 @@ Command AddPlan(CLI::App& app);
 Command AddCheckpoint(CLI::App& app);
 Command AddStatus(CLI::App& app);
 Command AddMetrics(CLI::App& app);
-// `geodesic deploy render ...` (cli/deploy.cc).
+// `geodesic deploy render|summarize ...` and `geodesic wan-router`, the
+// compose deployment's link router (cli/deploy.cc).
 Command AddDeploy(CLI::App& app);
+Command AddWanRouter(CLI::App& app);
 // `geodesic partition JOB.yaml` (cli/partition.cc).
 Command AddPartition(CLI::App& app);
 // `geodesic bench ...` (cli/bench_commands.cc).

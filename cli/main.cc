@@ -23,9 +23,9 @@ int main(int argc, char** argv) {
                        "geodesic 0.1 (wire protocol " + std::to_string(geodesic::transport::kProtocolVersion) + ")");
   // Declaration order is the order --help lists them in.
   const std::vector<Command> commands = {
-      AddCoordinator(app), AddServer(app),  AddWorker(app), AddEvaluator(app), AddClient(app),
-      AddToken(app),       AddLaunch(app),  AddWan(app),    AddPlan(app),      AddCheckpoint(app),
-      AddStatus(app),      AddMetrics(app), AddDeploy(app), AddPartition(app), AddBench(app),
+      AddCoordinator(app), AddServer(app),    AddWorker(app),    AddEvaluator(app),  AddClient(app), AddToken(app),
+      AddLaunch(app),      AddWan(app),       AddPlan(app),      AddCheckpoint(app), AddStatus(app), AddMetrics(app),
+      AddDeploy(app),      AddWanRouter(app), AddPartition(app), AddBench(app),
   };
   CLI11_PARSE(app, argc, argv);
   geodesic::transport::RouteProtobufLogs();

@@ -40,8 +40,6 @@ PortHold::~PortHold() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-namespace {
-
 wan::LinkShape ShapeOf(const LinkSpec* l) {
   wan::LinkShape s;
   if (l) {
@@ -51,6 +49,19 @@ wan::LinkShape ShapeOf(const LinkSpec* l) {
   }
   return s;
 }
+
+json LinkTraffic(const std::map<std::pair<std::string, std::string>, int>& links, const wan::LinkEmulator& emulator) {
+  json out = json::array();
+  for (const auto& [pair, link] : links) {
+    wan::LinkCounters c = emulator.Counters(link);
+    out.push_back({{"from", pair.first}, {"to", pair.second}, {"bytes", c.bytes_forward}, {"cut", c.cut}});
+    if (pair.first != pair.second)
+      out.push_back({{"from", pair.second}, {"to", pair.first}, {"bytes", c.bytes_back}, {"cut", c.cut}});
+  }
+  return out;
+}
+
+namespace {
 
 std::pair<std::string, int> SplitEndpoint(const std::string& endpoint) {
   auto colon = endpoint.rfind(':');
@@ -187,15 +198,6 @@ Status EmulatedWan::Heal(const std::string& a, const std::string& b) {
   return Status::Ok();
 }
 
-json EmulatedWan::Traffic() const {
-  json out = json::array();
-  for (const auto& [pair, link] : links_) {
-    wan::LinkCounters c = emulator_->Counters(link);
-    out.push_back({{"from", pair.first}, {"to", pair.second}, {"bytes", c.bytes_forward}, {"cut", c.cut}});
-    if (pair.first != pair.second)
-      out.push_back({{"from", pair.second}, {"to", pair.first}, {"bytes", c.bytes_back}, {"cut", c.cut}});
-  }
-  return out;
-}
+json EmulatedWan::Traffic() const { return LinkTraffic(links_, *emulator_); }
 
 }  // namespace geodesic::deploy

@@ -30,6 +30,15 @@ namespace geodesic::deploy {
 wan::ProbeOptions LinkProbeOptions(const LinkSpec& l);
 nlohmann::json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const StatusOr<wan::LinkMeasurement>& m);
 
+// The shape of one declared link direction (none: unshaped).
+wan::LinkShape ShapeOf(const LinkSpec* l);
+
+// Bytes each direction of each link of `emulator` delivered so far:
+// [{from, to, bytes, cut}], for `links` (unordered region pair, in job
+// order -> the emulator's link id).
+nlohmann::json LinkTraffic(const std::map<std::pair<std::string, std::string>, int>& links,
+                           const wan::LinkEmulator& emulator);
+
 // A TCP port on `host` held for a process that binds it later: bound
 // exclusively (the kernel picks a port nobody holds), then marked
 // SO_REUSEADDR and never listened on. While held, no other bind without

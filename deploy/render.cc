@@ -36,11 +36,9 @@ std::string SecretsDir(const std::string& host) {
   return "secrets/" + file.substr(0, file.size() - 3);
 }
 
-std::string Endpoint(const PlacedProcess& p) { return "tcp://" + p.host + ":" + std::to_string(p.port); }
-
 Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
-  if (o.target != "hosts" && o.target != "kubernetes")
-    return InvalidArgument("deploy render: target '" + o.target + "' is not built yet (available: hosts, kubernetes)");
+  if (o.target != "hosts" && o.target != "kubernetes" && o.target != "compose")
+    return InvalidArgument("deploy render: unknown target '" + o.target + "' (available: hosts, kubernetes, compose)");
   if (job.federated.enabled())
     return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
   const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
@@ -55,6 +53,18 @@ Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
 }
 
 }  // namespace
+
+std::string DnsLabel(const std::string& s, size_t max) {
+  std::string out;
+  for (char c : s) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out += std::isalnum(static_cast<unsigned char>(l)) ? l : '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.substr(0, max);
+}
+
+std::string Endpoint(const PlacedProcess& p) { return "tcp://" + p.host + ":" + std::to_string(p.port); }
 
 StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options) {
   GD_RETURN_IF_ERROR(CheckRenderable(job, options));
@@ -91,24 +101,38 @@ std::vector<std::string> SecurityArgs(const PlacedProcess& p) {
   return {"--coordinator-key-file", "\"$here/coordinator.key\"", "--token-file", dir + p.name + ".token\""};
 }
 
-// The command line of one process; $RUN_DIR and $here are the script's.
-std::string CommandLine(const PlacedProcess& p, const std::string& coordinator, bool secure) {
+}  // namespace
+
+std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths& at) {
+  auto in_run = [&](const std::string& rel) { return at.in_run_dir(rel); };
   std::vector<std::string> a = {p.role};
   if (p.name.rfind("backup-", 0) == 0) a.push_back("--backup");
-  a.insert(a.end(), {"--job", "\"$here/job.yaml\""});
+  a.insert(a.end(), {"--job", at.job_file});
   if (p.role != "coordinator" && p.role != "eval") a.insert(a.end(), {"--id", std::to_string(p.id)});
   if (p.role == "coordinator")
-    a.insert(a.end(), {"--bind", Endpoint(p), "--state-file", "\"$RUN_DIR/coordinator.state\""});
+    a.insert(a.end(), {"--bind", Endpoint(p), "--state-file", in_run("coordinator.state")});
   else
-    a.insert(a.end(), {"--coordinator", coordinator});
-  if (p.role == "server") a.insert(a.end(), {"--bind", Endpoint(p), "--checkpoint-dir", "\"$RUN_DIR/checkpoints\""});
-  if (p.name == "worker-0") a.insert(a.end(), {"--snapshot-dir", "\"$RUN_DIR/snapshots\""});
+    a.insert(a.end(), {"--coordinator", at.coordinator});
+  if (p.role == "server") a.insert(a.end(), {"--bind", Endpoint(p), "--checkpoint-dir", in_run("checkpoints")});
+  if (p.name == "worker-0") a.insert(a.end(), {"--snapshot-dir", in_run("snapshots")});
   if (p.role == "eval")
-    a.insert(a.end(), {"--snapshot-dir", "\"$RUN_DIR/snapshots\"", "--result-file", "\"$RUN_DIR/result.json\"",
-                       "--dump-params", "\"$RUN_DIR/final_params.bin\""});
+    a.insert(a.end(), {"--snapshot-dir", in_run("snapshots"), "--result-file", in_run("result.json"), "--dump-params",
+                       in_run("final_params.bin")});
   else
-    a.insert(a.end(), {"--stats-file", "\"$RUN_DIR/stats/" + p.name + ".json\""});
-  a.insert(a.end(), {"--http-bind", p.host + ":" + std::to_string(p.http_port)});
+    a.insert(a.end(), {"--stats-file", in_run("stats/" + p.name + ".json")});
+  a.insert(a.end(), {"--http-bind", at.http_host + ":" + std::to_string(p.http_port)});
+  return a;
+}
+
+namespace {
+
+// The command line of one process; $RUN_DIR and $here are the script's.
+std::string CommandLine(const PlacedProcess& p, const std::string& coordinator, bool secure) {
+  std::vector<std::string> a =
+      ProcessArgs(p, {.job_file = "\"$here/job.yaml\"",
+                      .coordinator = coordinator,
+                      .http_host = p.host,
+                      .in_run_dir = [](const std::string& rel) { return "\"$RUN_DIR/" + rel + "\""; }});
   if (secure) {
     const auto sec = SecurityArgs(p);
     a.insert(a.end(), sec.begin(), sec.end());
@@ -214,6 +238,10 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
   rendered.security.secret_file.clear();         // the coordinator's script names it (WriteSecrets)
   files["job.yaml"] =
       "# Geodesic job '" + job.name + "' (rendered by `geodesic deploy render`)\n" + JobToYaml(rendered);
+  if (options.target == "compose") {
+    GD_ASSIGN_OR_RETURN(files["compose.yaml"], RenderCompose(job, options));
+    return files;
+  }
   std::set<std::string> hosts;
   for (const auto& p : all) hosts.insert(p.host);
   for (const auto& h : hosts) {
@@ -258,11 +286,23 @@ StatusOr<std::string> HostSecret(const JobSpec& job, const std::string& path) {
   return transport::LoadSecret(path);
 }
 
+// Target kubernetes: the secret and keypair kept in secrets/, the Secrets in kubernetes-secrets.yaml.
+Status WriteKubernetesSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir) {
+  GD_RETURN_IF_ERROR(MakeDirs(dir + "/secrets"));
+  std::filesystem::permissions(dir + "/secrets", std::filesystem::perms::owner_all);
+  GD_ASSIGN_OR_RETURN(std::string secret, HostSecret(job, dir + "/secrets/secret"));
+  GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys,
+                      transport::LoadOrCreateKeyPair(dir + "/secrets/coordinator.keypair"));
+  GD_ASSIGN_OR_RETURN(std::string text, RenderKubernetesSecrets(job, options, secret, keys, transport::UnixNow()));
+  return WriteFileAtomic(dir + "/kubernetes-secrets.yaml", text, /*durable=*/false, 0600);
+}
+
 }  // namespace
 
 Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir) {
   if (job.security.mode != SecurityMode::kCurve) return Status::Ok();
   GD_RETURN_IF_ERROR(transport::RequireCurve());
+  if (options.target == "kubernetes") return WriteKubernetesSecrets(job, options, dir);
   GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
   for (const std::string& d : {dir + "/secrets", dir + "/" + SecretsDir(all.front().host)}) {
     GD_RETURN_IF_ERROR(MakeDirs(d));

@@ -19,22 +19,26 @@
 // options give byte-identical files.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "config/job.h"
+#include "transport/security.h"
 
 namespace geodesic::deploy {
 
 struct RenderOptions {
-  std::string target = "hosts";              // hosts | kubernetes (compose: not yet)
-  int base_port = 7400;                      // hosts: ZeroMQ listeners at base_port + k
-  int http_base_port = 9400;                 // hosts: HTTP endpoints at http_base_port + k
-  std::string image = "geodesic:latest";     // kubernetes: the image every pod runs
+  std::string target = "hosts";              // hosts | kubernetes | compose
+  int base_port = 7400;                      // hosts: ZeroMQ listeners at base_port + k; compose: the port
+  int http_base_port = 9400;                 // hosts: HTTP endpoints at http_base_port + k; compose: the port
+  std::string image = "geodesic:latest";     // kubernetes, compose: the image every container runs
   std::string pull_policy = "IfNotPresent";  // kubernetes: imagePullPolicy
   std::string volume_size = "1Gi";           // kubernetes: each pod's data volume
   std::string workload = "statefulsets";     // kubernetes: statefulsets | pods (for podman play kube)
+  int router_base_port = 7500;               // compose: the link router's listeners at router_base_port + i
 };
 
 // One placed process of a rendered deployment.
@@ -50,11 +54,56 @@ struct PlacedProcess {
 // Every process of `job` with its host and ports, in the numbering order.
 StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const RenderOptions& options);
 
+// A DNS-1123 label from `s`: lower case, [a-z0-9-], at most `max` characters.
+std::string DnsLabel(const std::string& s, size_t max = 63);
+
+// "tcp://HOST:PORT" of a listening process.
+std::string Endpoint(const PlacedProcess& p);
+
+// Where a process's command line finds the job file, the coordinator, and
+// the files it writes.
+struct ProcessPaths {
+  std::string job_file, coordinator, http_host;
+  std::function<std::string(const std::string&)> in_run_dir;  // "stats/x.json" -> its path
+};
+
+// The `geodesic` arguments of process `p` (without security flags).
+std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths& at);
+
+// Target compose: every process with its own container, named (and reached)
+// by the process's name, and one port for all (RenderOptions::base_port,
+// http_base_port).
+StatusOr<std::vector<PlacedProcess>> ComposeProcesses(const JobSpec& job, const RenderOptions& options);
+
+// Target compose: the link router's routes. For each region and each
+// listening process of another region, one listener of the router, at
+// router_base_port + i in a fixed order, that forwards to the process
+// through the link between the two regions (its declared shape, or
+// unshaped where the job declares none, as the regions' networks meet
+// only in the router).
+struct RouterRoute {
+  std::string client_region;  // whose processes dial this route
+  std::string target;         // the process it reaches (its name, a DNS name)
+  int target_port = 0;
+  std::pair<std::string, std::string> link;  // the two regions, in job order
+  bool forward = true;                       // client -> target is link.first -> link.second
+  int port = 0;                              // the router's listener
+};
+StatusOr<std::vector<RouterRoute>> RouterRoutes(const JobSpec& job, const RenderOptions& options);
+
+// Target compose, as compose.yaml (beside the rendered job.yaml): a network
+// per region; a service per process on its region's network, its
+// connections to other regions' processes routed (`--route`) through the
+// link router, service `wan` (`geodesic wan-router`), the one container on
+// every region's network; one volume `run` shared by all, the run
+// directory that `geodesic deploy summarize` reads. Deterministic.
+StatusOr<std::string> RenderCompose(const JobSpec& job, const RenderOptions& options);
+
 // The rendered files, by path relative to the output directory. hosts:
 // job.yaml, one host-<host>.sh per host, prometheus.yml, README.txt
 // (secrets are written by WriteSecrets). kubernetes: kubernetes.yaml
-// (RenderKubernetes). A clear InvalidArgument for what the target cannot
-// express.
+// (RenderKubernetes). compose: job.yaml and compose.yaml (RenderCompose).
+// A clear InvalidArgument for what the target cannot express.
 StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const RenderOptions& options);
 
 // Target kubernetes, as one multi-document file: a namespace
@@ -84,6 +133,18 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
 // links are real ("across real hosts", "between pods").
 std::string LinkMatrixComment(const JobSpec& job, const std::string& where);
 
+// Target kubernetes, secured jobs (security.mode: curve): the Secrets
+// kubernetes.yaml names, as one multi-document file: geodesic-coordinator
+// (the job secret, the coordinator's keypair: the coordinator's
+// environment), geodesic-coordinator-key (its public key) and per member
+// set geodesic-tokens-<set> (a join token per pod, by pod name, and the
+// evaluator's in worker 0's), minted with `secret`, valid for
+// security.token_ttl_s from `now_unix`. Members mount their set's tokens and
+// the public key under /var/run/secrets/geodesic/.
+StatusOr<std::string> RenderKubernetesSecrets(const JobSpec& job, const RenderOptions& options,
+                                              const std::string& secret, const transport::CurveKeyPair& keys,
+                                              int64_t now_unix);
+
 // Writes `files` under `dir` (created), scripts executable.
 Status WriteRendered(const std::string& dir, const std::map<std::string, std::string>& files);
 
@@ -95,7 +156,9 @@ Status WriteRendered(const std::string& dir, const std::map<std::string, std::st
 // public key, for every host; and a join token per process in its host's
 // secrets/host-<host>/, valid for security.token_ttl_s from now (tokens are
 // the one part of a render that differs between renders). Directories
-// 0700, secrets 0600. Nothing for an unsecured job.
+// 0700, secrets 0600. Target kubernetes: the secret and keypair, kept the
+// same way, in secrets/, and kubernetes-secrets.yaml (0600;
+// RenderKubernetesSecrets). Nothing for an unsecured job.
 Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir);
 
 }  // namespace geodesic::deploy

@@ -1,93 +1,26 @@
 // `geodesic deploy render --target kubernetes` (deploy/render.h,
 // docs/deploy.md): the job as Kubernetes objects in one multi-document
-// file. The objects are built as insertion-ordered JSON values, whose
-// scalars keep their types, and written as YAML here: every string value
-// double-quoted (so "1" stays a string where Kubernetes wants one, like an
-// argument or an environment value), numbers and booleans plain, text with
-// line breaks as a literal block. Deterministic.
+// file. The objects are built as insertion-ordered JSON values and written
+// as YAML by deploy/yaml_writer.h. Deterministic.
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "common/format.h"
 #include "deploy/render.h"
+#include "deploy/yaml_writer.h"
+#include "transport/security.h"
 
 namespace geodesic::deploy {
 namespace {
 
 using Node = nlohmann::ordered_json;
 
-void Emit(const Node& n, int indent, std::string& out);
-
-// A scalar after "key: " or "- ".
-void EmitScalar(const Node& n, int indent, std::string& out) {
-  if (!n.is_string()) {
-    out += n.dump() + "\n";
-    return;
-  }
-  const std::string& s = n.get_ref<const std::string&>();
-  if (s.find('\n') == std::string::npos) {
-    out += n.dump() + "\n";  // a JSON string is a YAML double-quoted scalar
-    return;
-  }
-  out += "|\n";
-  std::istringstream lines(s);
-  for (std::string line; std::getline(lines, line);) out += std::string(indent + 2, ' ') + line + "\n";
-}
-
-// A value after "key:" or "- ": nested collections on the following lines.
-void EmitValue(const Node& v, int indent, std::string& out) {
-  if (v.is_object() && !v.empty()) {
-    out += "\n";
-    Emit(v, indent + 2, out);
-  } else if (v.is_array() && !v.empty()) {
-    out += "\n";
-    Emit(v, indent + 2, out);
-  } else if (v.is_object() || v.is_array()) {
-    out += v.is_object() ? " {}\n" : " []\n";
-  } else {
-    out += " ";
-    EmitScalar(v, indent, out);
-  }
-}
-
-void Emit(const Node& n, int indent, std::string& out) {
-  const std::string pad(indent, ' ');
-  if (n.is_object()) {
-    for (const auto& [key, v] : n.items()) {
-      out += pad + key + ":";
-      EmitValue(v, indent, out);
-    }
-    return;
-  }
-  for (const Node& v : n) {
-    if (v.is_object() && !v.empty()) {
-      // The first key on the dash's line, the others under it.
-      std::string item;
-      Emit(v, indent + 2, item);
-      out += pad + "- " + item.substr(indent + 2);
-    } else {
-      out += pad + "-";
-      EmitValue(v, indent, out);
-    }
-  }
-}
-
 constexpr int kZmqPort = 7400;  // every pod has its own IP: one port for all
 constexpr int kHttpPort = 9400;
 constexpr const char* kJobPath = "/etc/geodesic/job.yaml";
 constexpr const char* kDataDir = "/var/lib/geodesic";
 constexpr const char* kRegionLabel = "topology.kubernetes.io/region";
-
-// A DNS-1123 label from `s`: lower case, [a-z0-9-], at most `max` characters.
-std::string Dns(const std::string& s, size_t max = 63) {
-  std::string out;
-  for (char c : s) {
-    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    out += std::isalnum(static_cast<unsigned char>(l)) ? l : '-';
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out.substr(0, max);
-}
+constexpr int kUser = 10001;  // the image's user and group (deploy/container/build-image.sh)
 
 struct RenderContext {
   const JobSpec& job;
@@ -96,6 +29,15 @@ struct RenderContext {
 };
 
 bool PodsMode(const RenderContext& k) { return k.options.workload == "pods"; }
+bool Secure(const RenderContext& k) { return k.job.security.mode == SecurityMode::kCurve; }
+
+// Secured jobs: where a member's pod mounts the coordinator's public key and
+// its set's join tokens (Secrets; RenderKubernetesSecrets).
+constexpr const char* kKeyDir = "/var/run/secrets/geodesic/coordinator";
+constexpr const char* kTokenDir = "/var/run/secrets/geodesic/tokens";
+constexpr const char* kCoordinatorSecret = "geodesic-coordinator";
+constexpr const char* kKeySecret = "geodesic-coordinator-key";
+std::string TokenSecret(const std::string& set) { return "geodesic-tokens-" + set; }
 
 struct Set {
   std::string name, component, region;
@@ -108,7 +50,7 @@ Node Labels(const RenderContext& k, const std::string& component, const std::str
   l["app.kubernetes.io/name"] = "geodesic";
   l["app.kubernetes.io/instance"] = k.job_label;
   l["app.kubernetes.io/component"] = component;
-  if (!region.empty()) l["geodesic.dev/region"] = Dns(region);
+  if (!region.empty()) l["geodesic.dev/region"] = DnsLabel(region);
   return l;
 }
 
@@ -161,22 +103,53 @@ Node Env(const std::string& name, const std::string& value) {
   return e;
 }
 
+Node SecretEnv(const std::string& name, const std::string& secret, const std::string& key) {
+  Node e;
+  e["name"] = name;
+  e["valueFrom"]["secretKeyRef"]["name"] = secret;
+  e["valueFrom"]["secretKeyRef"]["key"] = key;
+  return e;
+}
+
+// Secured jobs: the coordinator takes the job secret and its keypair from
+// environment values (a Secret's files would be root's, readable by all
+// in the pod, which the coordinator refuses for them); a member reads the
+// coordinator's public key and its join token, `token`, from its pod's
+// Secret volumes.
+void AddCredentials(const RenderContext& k, const std::string& token, std::vector<std::string>& args, Node& c) {
+  if (!Secure(k)) return;
+  if (args.front() == "coordinator") {
+    c["env"].push_back(SecretEnv("GEODESIC_JOB_SECRET", kCoordinatorSecret, "secret"));
+    c["env"].push_back(SecretEnv("GEODESIC_COORDINATOR_KEYPAIR", kCoordinatorSecret, "keypair"));
+    return;
+  }
+  args.insert(args.end(), {"--coordinator-key-file", std::string(kKeyDir) + "/coordinator.key", "--token-file",
+                           std::string(kTokenDir) + "/" + token});
+  c["volumeMounts"].push_back(Mount("coordinator-key", kKeyDir, true));
+  c["volumeMounts"].push_back(Mount("tokens", kTokenDir, true));
+}
+
 // The container of one process; `args` after the subcommand. The
 // containers of one pod share its network: the second one of worker 0's pod
 // (the evaluator) serves HTTP on the next port.
+Node FieldEnv(const std::string& name, const std::string& field) {
+  Node e;
+  e["name"] = name;
+  e["valueFrom"]["fieldRef"]["fieldPath"] = field;
+  return e;
+}
+
 Node Container(const RenderContext& k, const std::string& name, std::vector<std::string> args, bool listens,
-               const Node& resources, int http_port = kHttpPort) {
+               const Node& resources, const std::string& token, int http_port = kHttpPort) {
   args.insert(args.end(), {"--http-bind", "0.0.0.0:" + std::to_string(http_port)});
   Node c;
   c["name"] = name;
   c["image"] = k.options.image;
   c["imagePullPolicy"] = k.options.pull_policy;
-  for (const auto& a : args) c["args"].push_back(a);
+  c["env"] = Node::array();
   if (!PodsMode(k)) {  // listeners bind $(POD_IP); Pods bind their host name
-    Node ip;
-    ip["name"] = "POD_IP";
-    ip["valueFrom"]["fieldRef"]["fieldPath"] = "status.podIP";
-    c["env"].push_back(ip);
+    c["env"].push_back(FieldEnv("POD_IP", "status.podIP"));
+    if (Secure(k)) c["env"].push_back(FieldEnv("POD_NAME", "metadata.name"));  // its token's file
   }
   c["env"].push_back(Env("OMP_NUM_THREADS", "1"));
   // Informational in Kubernetes (Services and probes name the numbers);
@@ -196,6 +169,8 @@ Node Container(const RenderContext& k, const std::string& name, std::vector<std:
   c["resources"] = resources;
   c["volumeMounts"].push_back(Mount("job", "/etc/geodesic", true));
   c["volumeMounts"].push_back(Mount("data", kDataDir, false));
+  AddCredentials(k, token, args, c);
+  c["args"] = args;
   c["securityContext"]["allowPrivilegeEscalation"] = false;
   return c;
 }
@@ -213,6 +188,8 @@ std::vector<std::string> MemberArgs(const std::string& role, const Set& set) {
 // The pod's containers: the process, and for worker 0 the evaluator.
 // Listeners bind `bind_host`.
 Node Containers(const RenderContext& k, const Set& set, const std::string& bind_host) {
+  // A member's token file: its pod's name (a StatefulSet's pods read theirs from the downward API).
+  const std::string token = PodsMode(k) ? bind_host : "$(POD_NAME)";
   Node cs;
   const std::string bind = "tcp://" + bind_host + ":" + std::to_string(kZmqPort);
   const std::string ckpt = std::string(kDataDir) + "/checkpoints";
@@ -220,24 +197,24 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
     cs.push_back(Container(k, "coordinator",
                            {"coordinator", "--job", kJobPath, "--bind", bind, "--state-file",
                             std::string(kDataDir) + "/coordinator.state"},
-                           true, Resources("250m", "256Mi", "1Gi")));
+                           true, Resources("250m", "256Mi", "1Gi"), ""));
   } else if (set.component == "server" || set.component == "backup") {
     auto args = MemberArgs("server", set);
     if (set.component == "backup") args.insert(args.begin() + 1, "--backup");
     args.insert(args.end(), {"--bind", bind, "--checkpoint-dir", ckpt});
-    cs.push_back(Container(k, "server", args, true, Resources("500m", "512Mi", "2Gi")));
+    cs.push_back(Container(k, "server", args, true, Resources("500m", "512Mi", "2Gi"), token));
   } else {
     auto args = MemberArgs("worker", set);
     const std::string snapshots = std::string(kDataDir) + "/snapshots";
     if (set.worker0) args.insert(args.end(), {"--snapshot-dir", snapshots});
-    cs.push_back(Container(k, "worker", args, false, Resources("1", "1Gi", "4Gi")));
+    cs.push_back(Container(k, "worker", args, false, Resources("1", "1Gi", "4Gi"), token));
     if (set.worker0)
       cs.push_back(
           Container(k, "evaluator",
                     {"eval", "--job", kJobPath, "--coordinator", "tcp://coordinator:" + std::to_string(kZmqPort),
                      "--snapshot-dir", snapshots, "--result-file", std::string(kDataDir) + "/result.json",
                      "--dump-params", std::string(kDataDir) + "/final_params.bin"},
-                    false, Resources("500m", "1Gi", "2Gi"), kHttpPort + 1));
+                    false, Resources("500m", "1Gi", "2Gi"), "evaluator", kHttpPort + 1));
   }
   return cs;
 }
@@ -261,11 +238,26 @@ void FillPodSpec(const RenderContext& k, const Set& set, const std::string& bind
                  Node& spec) {
   spec["affinity"] = RegionAffinity(set.region);
   spec["containers"] = Containers(k, set, bind_host);
+  // The image's user; volumes (data claims, Secrets) are given its group.
+  spec["securityContext"]["runAsNonRoot"] = true;
+  spec["securityContext"]["runAsUser"] = kUser;
+  spec["securityContext"]["runAsGroup"] = kUser;
+  spec["securityContext"]["fsGroup"] = kUser;
   spec["terminationGracePeriodSeconds"] = 30;
   Node job;
   job["name"] = "job";
   job["configMap"]["name"] = "geodesic-job";
   spec["volumes"].push_back(job);
+  if (Secure(k) && set.component != "coordinator") {
+    for (const auto& [volume, secret] : {std::pair{std::string("coordinator-key"), std::string(kKeySecret)},
+                                         std::pair{std::string("tokens"), TokenSecret(set.name)}}) {
+      Node v;
+      v["name"] = volume;
+      v["secret"]["secretName"] = secret;
+      v["secret"]["defaultMode"] = 0440;  // octal: read-only (the files are root's, the group the pod's)
+      spec["volumes"].push_back(v);
+    }
+  }
   if (claim.empty()) return;
   Node data;
   data["name"] = "data";
@@ -340,7 +332,7 @@ std::vector<Set> Sets(const JobSpec& job) {
   int server = 0, worker = 0;
   for (const RegionSpec& r : job.regions) {
     if (r.servers > 0)
-      sets.push_back({.name = "server-" + Dns(r.name, 40),
+      sets.push_back({.name = "server-" + DnsLabel(r.name, 40),
                       .component = "server",
                       .region = r.name,
                       .replicas = r.servers,
@@ -352,7 +344,7 @@ std::vector<Set> Sets(const JobSpec& job) {
     for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
       if (job.RegionOfBackup(i).name == r.name) first = first < 0 ? i : first, ++count;
     if (count > 0)
-      sets.push_back({.name = "backup-" + Dns(r.name, 40),
+      sets.push_back({.name = "backup-" + DnsLabel(r.name, 40),
                       .component = "backup",
                       .region = r.name,
                       .replicas = count,
@@ -365,7 +357,7 @@ std::vector<Set> Sets(const JobSpec& job) {
       ++first, --count;
     }
     if (count > 0)
-      sets.push_back({.name = "worker-" + Dns(r.name, 40),
+      sets.push_back({.name = "worker-" + DnsLabel(r.name, 40),
                       .component = "worker",
                       .region = r.name,
                       .replicas = count,
@@ -405,6 +397,37 @@ Node ShardBudget(const RenderContext& k) {
   return b;
 }
 
+RenderContext Context(const JobSpec& job, const RenderOptions& options) {
+  return {.job = job, .options = options, .ns = DnsLabel("geodesic-" + job.name), .job_label = DnsLabel(job.name)};
+}
+
+Node OpaqueSecret(const RenderContext& k, const std::string& name, const Node& labels) {
+  Node s = Object("v1", "Secret", Meta(k, name, labels));
+  s["type"] = "Opaque";
+  return s;
+}
+
+// A join token for `role` `id`, valid for security.token_ttl_s from `now_unix`.
+StatusOr<std::string> Token(const JobSpec& job, const std::string& secret, const std::string& role, int id,
+                            int64_t now_unix) {
+  return transport::MintToken(
+      secret, {.job = job.name, .role = role, .id = id, .expiry_unix = now_unix + job.security.token_ttl_s});
+}
+
+// One set's join tokens, by pod name (and "evaluator" in worker 0's pod).
+StatusOr<Node> TokenSecretOf(const RenderContext& k, const Set& set, const std::string& secret, int64_t now_unix) {
+  Node t = OpaqueSecret(k, TokenSecret(set.name), Labels(k, set.component, set.region));
+  const std::string role = set.component == "worker" ? "worker" : "server";
+  for (int ordinal = 0; ordinal < set.replicas; ++ordinal) {
+    GD_ASSIGN_OR_RETURN(std::string token, Token(k.job, secret, role, set.id_offset + ordinal, now_unix));
+    t["stringData"][set.name + "-" + std::to_string(ordinal)] = token;
+  }
+  if (set.worker0) {
+    GD_ASSIGN_OR_RETURN(t["stringData"]["evaluator"], Token(k.job, secret, "evaluator", 0, now_unix));
+  }
+  return t;
+}
+
 std::string Header(const JobSpec& job, const RenderOptions& options) {
   std::ostringstream s;
   s << "# Geodesic job '" << job.name
@@ -415,6 +438,9 @@ std::string Header(const JobSpec& job, const RenderOptions& options) {
   s << "# Regions are placed by the nodes' " << kRegionLabel << " label, which must equal the job's region names:";
   for (const RegionSpec& r : job.regions) s << " " << r.name;
   s << ".\n" << LinkMatrixComment(job, "between pods");
+  if (job.security.mode == SecurityMode::kCurve)
+    s << "# security.mode: curve: apply kubernetes-secrets.yaml (the job secret, the coordinator's keypair, the\n"
+      << "# join tokens) first; every pod reads its credentials from those Secrets.\n";
   return s.str();
 }
 
@@ -423,11 +449,7 @@ std::string Header(const JobSpec& job, const RenderOptions& options) {
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options) {
   if (options.workload != "statefulsets" && options.workload != "pods")
     return InvalidArgument("deploy render: --workload '" + options.workload + "' is not one of statefulsets, pods");
-  if (job.security.mode == SecurityMode::kCurve)
-    return InvalidArgument(
-        "deploy render: --target kubernetes does not render security.mode: curve yet (the coordinator's keys and "
-        "the join tokens as Secrets); use --target hosts for a secured job");
-  const RenderContext k{.job = job, .options = options, .ns = Dns("geodesic-" + job.name), .job_label = Dns(job.name)};
+  const RenderContext k = Context(job, options);
   std::vector<Node> docs = {Namespace(k), JobConfigMap(k)};
   for (const Set& set : Sets(job)) {
     // The coordinator behind a stable virtual IP; the others headless, for
@@ -442,8 +464,33 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
   std::string out = Header(job, options);
   for (const Node& d : docs) {
     out += "---\n";
-    Emit(d, 0, out);
+    out += ToYaml(d);
   }
+  return out;
+}
+
+StatusOr<std::string> RenderKubernetesSecrets(const JobSpec& job, const RenderOptions& options,
+                                              const std::string& secret, const transport::CurveKeyPair& keys,
+                                              int64_t now_unix) {
+  const RenderContext k = Context(job, options);
+  Node coordinator = OpaqueSecret(k, kCoordinatorSecret, Labels(k, "coordinator", job.CoordinatorRegion().name));
+  coordinator["stringData"]["secret"] = secret;
+  coordinator["stringData"]["keypair"] = keys.public_key + "\n" + keys.secret_key + "\n";
+  Node key = OpaqueSecret(k, kKeySecret, Labels(k, "job", ""));
+  key["stringData"]["coordinator.key"] = keys.public_key + "\n";
+  std::vector<Node> docs = {coordinator, key};
+  for (const Set& set : Sets(job)) {
+    if (set.component == "coordinator") continue;
+    GD_ASSIGN_OR_RETURN(Node tokens, TokenSecretOf(k, set, secret, now_unix));
+    docs.push_back(std::move(tokens));
+  }
+  std::string out = "# Geodesic job '" + job.name +
+                    "': its Secrets for Kubernetes (rendered by `geodesic deploy render --target kubernetes`).\n"
+                    "# The job secret, the coordinator's CURVE keypair and every member's join token, valid for\n"
+                    "# security.token_ttl_s (" +
+                    std::to_string(job.security.token_ttl_s) +
+                    " s) from rendering. Keep this file private; apply it before kubernetes.yaml.\n";
+  for (const Node& d : docs) out += "---\n" + ToYaml(d);
   return out;
 }
 

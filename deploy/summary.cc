@@ -1,5 +1,6 @@
 #include "deploy/summary.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -197,12 +198,28 @@ void AddProcess(const RunRecord& run, const std::set<int>& promoted, const std::
   t.received[name] = static_cast<int64_t>(bytes->second);
 }
 
+// The processes that left stats in the run directory, by name, sorted.
+std::vector<std::string> StatsNames(const RunDir& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir.stats_dir(), ec))
+    if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 Totals AddUpProcesses(const RunRecord& run, const std::set<int>& promoted) {
   Totals t;
   for (auto& c : run.children.children()) {
     t.procs.push_back(ProcessEntry(*c));
     AddProcess(run, promoted, c->name(), t);
   }
+  // Processes that no launcher started (a rendered deployment): those that left stats.
+  if (run.children.children().empty())
+    for (const std::string& name : StatsNames(run.dir)) {
+      t.procs.push_back({{"name", name}});
+      AddProcess(run, promoted, name, t);
+    }
   // Every process's own peak, added: a bound on the job's peak memory (the
   // peaks need not coincide).
   double rss = 0;
@@ -249,7 +266,9 @@ json TimeFailovers(const RunRecord& run) {
 // Each declared link direction: its shape, probe and bytes carried.
 json EmulatedLinks(const RunRecord& run, double wall) {
   json traffic = json::array();
-  if (run.wan) {
+  if (run.link_traffic) {
+    traffic = *run.link_traffic;
+  } else if (run.wan) {
     traffic = run.wan->Traffic();
   } else if (auto t = run.netns->Traffic(); t.ok()) {
     traffic = *t;
@@ -439,7 +458,7 @@ json BuildSummary(const RunRecord& run) {
   summary["duplicates_answered"] = t.duplicates;
   summary["replication"] = {{"backups", run.job.replication.backups},
                             {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
-  if (run.wan || run.netns) {
+  if (run.wan || run.netns || run.link_traffic) {
     summary["links"] = EmulatedLinks(run, wall);
     summary["link_events"] = run.faults.link_events();
   }
@@ -490,6 +509,39 @@ StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::st
   // A model without a network (synthetic, for benchmarks) has no accuracy.
   bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == ModelKind::kSynthetic;
   return run.outcome == Outcome::kFinished && evaluated ? 0 : 1;
+}
+
+StatusOr<int> SummarizeRunDir(const JobSpec& job, const std::string& run_dir, const std::string& summary_file,
+                              ProgressLine& progress) {
+  const RunDir dir{.path = run_dir};
+  if (!std::filesystem::is_directory(dir.stats_dir()))
+    return NotFound(run_dir + " holds no stats/ directory: is it a run directory (a compose deployment's volume)?");
+  Supervisor none("", nullptr);
+  FaultInjector no_faults({}, {}, "", nullptr, nullptr);
+  json traffic;
+  const bool has_links = std::filesystem::exists(dir.File("links.json"));
+  if (has_links) {
+    GD_ASSIGN_OR_RETURN(std::string text, ReadFile(dir.File("links.json")));
+    traffic = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!traffic.is_array()) return InvalidArgument(dir.File("links.json") + ": not the link router's JSON array");
+  }
+  const bool finished = std::filesystem::exists(dir.result_json());
+  const RunRecord run{.job = job,
+                      .dir = dir,
+                      .outcome = finished ? Outcome::kFinished : Outcome::kFailed,
+                      .failure = finished ? "" : "no " + dir.result_json() + ": the evaluator has not finished",
+                      .losses = {},
+                      .unwritten = {},
+                      .span = {},
+                      .total_wall_seconds = 0,
+                      .children = none,
+                      .faults = no_faults,
+                      .recoveries = json::array(),
+                      .link_probes = json::array(),
+                      .wan = nullptr,
+                      .netns = nullptr,
+                      .link_traffic = has_links ? &traffic : nullptr};
+  return FinishRun(BuildSummary(run), run, summary_file, progress);
 }
 
 }  // namespace geodesic::deploy

@@ -36,6 +36,9 @@ struct RunRecord {
   nlohmann::json link_probes;  // before training, per emulated link
   EmulatedWan* wan = nullptr;
   NetnsWan* netns = nullptr;
+  // Bytes per link direction counted outside the launcher (a compose
+  // deployment's link router), as LinkTraffic writes them.
+  const nlohmann::json* link_traffic = nullptr;
 };
 
 nlohmann::json BuildSummary(const RunRecord& run);
@@ -44,6 +47,14 @@ nlohmann::json BuildSummary(const RunRecord& run);
 // says how the job ended, and returns the launcher's exit code.
 StatusOr<int> FinishRun(const nlohmann::json& summary, const RunRecord& run, const std::string& summary_file,
                         ProgressLine& progress);
+
+// The summary of a run that no launcher ran (a rendered deployment whose
+// processes shared `run_dir`, like a compose file's volume `run`): built
+// from the files alone (stats/, push ledgers, result.json, and links.json,
+// the link router's bytes per link), written and told as FinishRun does.
+// NotFound when `run_dir` has no stats/.
+StatusOr<int> SummarizeRunDir(const JobSpec& job, const std::string& run_dir, const std::string& summary_file,
+                              ProgressLine& progress);
 
 // Acknowledged vs. taken, per worker (docs/reliability.md): every worker
 // process's push ledger in `stats_dir` against `taken`, the chunks of each

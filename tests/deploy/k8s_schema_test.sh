@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # KubernetesManifestSchema: the rendered manifests (both workloads; the
-# default job and the three-region job with backups) pass the offline schema
+# default job and the three-region job with backups; a secured job's
+# manifests and its Secrets) pass the offline schema
 # check of tests/deploy/k8s_schema.py, and the check itself refuses a
 # manifest with a misspelt field, a string for a number and a missing
 # required field. Usage: k8s_schema_test.sh SOURCE_DIR GEODESIC_BINARY
@@ -18,6 +19,10 @@ for job in fashion_mnist three_regions; do
     files+=("$out/kubernetes.yaml")
   done
 done
+# A secured job: its Secrets, and the pods that read them.
+"$GEODESIC" deploy render "$SRC/examples/three_regions.yaml" --set security.mode=curve --target kubernetes \
+  --out "$WORK/secured" > /dev/null
+files+=("$WORK/secured/kubernetes-secrets.yaml" "$WORK/secured/kubernetes.yaml")
 set +e
 check "${files[@]}"
 rc=$?

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -109,7 +110,7 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
     EXPECT_NE(files.status().message().find(says), std::string::npos) << files.status();
   };
   const JobSpec job = ThreeHosts();
-  expect_error(job, {.target = "compose"}, "not built yet");
+  expect_error(job, {.target = "swarm"}, "unknown target 'swarm'");
   expect_error(job, {.base_port = 9400, .http_base_port = 9405}, "overlap");
   expect_error(job, {.base_port = 65530}, "do not fit");
   expect_error(Load("federated.yaml"), {}, "federated jobs are not rendered yet");
@@ -282,9 +283,85 @@ TEST(RenderKubernetesTest, EveryMemberIsOnePodOfAStatefulSetInItsRegion) {
   EXPECT_TRUE(services.contains("coordinator"));
   EXPECT_EQ(budgets, 1);
   EXPECT_EQ(RenderKubernetes(job, {.target = "kubernetes"}).value(), *text) << "rendering twice gives identical files";
-  auto secured = RenderKubernetes(Load("fashion_mnist.yaml", {"security.mode=curve"}), {.target = "kubernetes"});
-  EXPECT_FALSE(secured.ok());
-  EXPECT_NE(secured.status().message().find("does not render security.mode: curve yet"), std::string::npos);
+}
+
+// A member container's join token, checked against the job secret: the
+// token its --token-file names (in pod `pod`) in the Secret its pod mounts
+// at that directory. Returns whether it verified.
+bool CheckToken(const JobSpec& job, const YAML::Node& spec, const YAML::Node& c, const std::string& pod,
+                const std::map<std::string, YAML::Node>& secrets, const std::string& secret) {
+  std::string file = Arg(c, "--token-file");
+  if (auto at = file.find("$(POD_NAME)"); at != std::string::npos) file.replace(at, 11, pod);
+  EXPECT_EQ(Arg(c, "--coordinator-key-file"), "/var/run/secrets/geodesic/coordinator/coordinator.key");
+  std::string secret_name;
+  for (const YAML::Node& v : spec["volumes"])
+    if (v["name"].as<std::string>() == "tokens") secret_name = v["secret"]["secretName"].as<std::string>();
+  if (!secrets.contains(secret_name)) return false;
+  const YAML::Node token = secrets.at(secret_name)[file.substr(file.rfind('/') + 1)];
+  if (!token) return false;
+  const std::string role = c["args"][0].as<std::string>();
+  const int id =
+      role == "eval" ? 0 : std::stoi(Arg(c, "--id-from-hostname")) + std::stoi(pod.substr(pod.rfind('-') + 1));
+  auto claims = transport::VerifyToken(secret, token.as<std::string>(), job.name, role == "eval" ? "evaluator" : role,
+                                       id, transport::UnixNow());
+  EXPECT_TRUE(claims.ok()) << pod << " " << role << ": " << claims.status();
+  return claims.ok();
+}
+
+// A secured job: the coordinator takes the job secret and its keypair from
+// a Secret through its environment; every other process's token, minted
+// for its role and id, and the coordinator's public key come from Secrets
+// its pod mounts; the Secrets file is private, and a second render keeps the
+// secret and keypair (members holding tokens stay admitted).
+TEST(RenderKubernetesTest, ASecuredJobTakesItsCredentialsFromSecrets) {
+  const JobSpec job = Load("three_regions.yaml", {"security.mode=curve", "replication.backups=1"});
+  for (const std::string workload : {"statefulsets", "pods"}) {
+    const RenderOptions o{.target = "kubernetes", .workload = workload};
+    auto text = RenderKubernetes(job, o);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*RenderKubernetes(job, o), *text);
+    const std::string dir = ::testing::TempDir() + "/k8s-secrets-" + workload;
+    std::filesystem::remove_all(dir);
+    ASSERT_TRUE(WriteSecrets(job, o, dir).ok());
+    const std::string file = dir + "/kubernetes-secrets.yaml";
+    EXPECT_EQ(std::filesystem::status(file).permissions(),
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    std::map<std::string, YAML::Node> secrets;
+    for (const YAML::Node& d : Documents(ReadFile(file).value()))
+      secrets[d["metadata"]["name"].as<std::string>()] = d["stringData"];
+    const std::string secret = secrets["geodesic-coordinator"]["secret"].as<std::string>();
+    auto keys = transport::ParseKeyPair(secrets["geodesic-coordinator"]["keypair"].as<std::string>(), "keypair");
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    EXPECT_EQ(secrets["geodesic-coordinator-key"]["coordinator.key"].as<std::string>(), keys->public_key + "\n");
+    int verified = 0;
+    for (const YAML::Node& d : Documents(*text)) {
+      const std::string kind = d["kind"].as<std::string>(), name = d["metadata"]["name"].as<std::string>();
+      if (kind != "Pod" && kind != "StatefulSet") continue;
+      const YAML::Node spec = kind == "Pod" ? d["spec"] : d["spec"]["template"]["spec"];
+      EXPECT_EQ(spec["securityContext"]["fsGroup"].as<int>(), 10001) << "Secret files readable by the image's user";
+      const int replicas = kind == "Pod" ? 1 : d["spec"]["replicas"].as<int>();
+      for (const YAML::Node& c : spec["containers"]) {
+        if (c["args"][0].as<std::string>() == "coordinator") {
+          std::set<std::string> from_secret;
+          for (const YAML::Node& e : c["env"])
+            if (e["valueFrom"] && e["valueFrom"]["secretKeyRef"] &&
+                e["valueFrom"]["secretKeyRef"]["name"].as<std::string>() == "geodesic-coordinator")
+              from_secret.insert(e["valueFrom"]["secretKeyRef"]["key"].as<std::string>());
+          EXPECT_EQ(from_secret, (std::set<std::string>{"secret", "keypair"}));
+          continue;
+        }
+        for (int ordinal = 0; ordinal < replicas; ++ordinal)
+          verified +=
+              CheckToken(job, spec, c, kind == "Pod" ? name : name + "-" + std::to_string(ordinal), secrets, secret);
+      }
+    }
+    EXPECT_EQ(verified, 2 * job.NumServers() + job.NumWorkers() + 1) << workload;
+    ASSERT_TRUE(WriteSecrets(job, o, dir).ok());
+    EXPECT_EQ(Documents(ReadFile(file).value())[0]["stringData"]["keypair"].as<std::string>(),
+              secrets["geodesic-coordinator"]["keypair"].as<std::string>())
+        << "a second render keeps the keypair";
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace
@@ -329,6 +406,63 @@ TEST(RenderKubernetesTest, PodsWorkloadServesEveryMemberOnceWithoutTheDownwardAp
   EXPECT_EQ(ids["worker"].size(), static_cast<size_t>(job.NumWorkers()));
   EXPECT_EQ(pods.size(), 1 + 2u * job.NumServers() + job.NumWorkers());
   EXPECT_FALSE(RenderKubernetes(job, {.target = "kubernetes", .workload = "deployments"}).ok());
+}
+
+// The compose target: a service per process, hostname = service name, on
+// its region's network alone; the router on every region's network; each
+// process routes exactly the listeners of other regions through the router's
+// port for (its region, that listener), as the router itself computes them.
+TEST(RenderComposeTest, EveryProcessIsAServiceOnItsRegionsNetworkReachingOtherRegionsOnlyThroughTheRouter) {
+  const JobSpec job = Load("three_regions.yaml", {"replication.backups=1"});
+  const RenderOptions o{.target = "compose", .image = "localhost/geodesic:test"};
+  auto files = Render(job, o);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(*files, *Render(job, o)) << "rendering twice gives identical files";
+  ASSERT_TRUE(files->contains("job.yaml"));
+  const std::string& text = files->at("compose.yaml");
+  EXPECT_NE(text.find("three-regions"), std::string::npos);
+  EXPECT_NE(text.find("us -> asia: 160 ms RTT, 50 Mbit/s"), std::string::npos);
+  const YAML::Node doc = YAML::Load(text);
+  auto placed = ComposeProcesses(job, o);
+  auto routes = RouterRoutes(job, o);
+  ASSERT_TRUE(placed.ok() && routes.ok());
+  EXPECT_EQ(doc["services"].size(), placed->size() + 1);
+  EXPECT_EQ(doc["services"]["wan"]["networks"].size(), job.regions.size());
+  std::set<int> router_ports;
+  for (const RouterRoute& r : *routes) EXPECT_TRUE(router_ports.insert(r.port).second) << r.port;
+  size_t listeners = 0;
+  for (const PlacedProcess& p : *placed) listeners += p.port != 0;
+  EXPECT_EQ(routes->size(), listeners * (job.regions.size() - 1)) << "one route per region and foreign listener";
+  for (const PlacedProcess& p : *placed) {
+    const YAML::Node s = doc["services"][p.name];
+    ASSERT_TRUE(s.IsMap()) << p.name;
+    EXPECT_EQ(s["hostname"].as<std::string>(), p.name);
+    EXPECT_EQ(s["image"].as<std::string>(), "localhost/geodesic:test");
+    ASSERT_EQ(s["networks"].size(), 1u) << p.name;
+    EXPECT_EQ(s["networks"][0].as<std::string>(), "region-" + p.region);
+    EXPECT_EQ(s["command"][0].as<std::string>(), p.role);
+    std::string advertised;
+    for (size_t i = 0; i + 1 < s["command"].size(); ++i)
+      if (s["command"][i].as<std::string>() == "--advertise") advertised = s["command"][i + 1].as<std::string>();
+    EXPECT_EQ(advertised, p.role == "server" ? "tcp://" + p.name + ":7400" : "")
+        << p.name << ": shards advertise their names, which the routes know";
+    std::set<std::string> routed;
+    for (size_t i = 0; i + 1 < s["command"].size(); ++i) {
+      if (s["command"][i].as<std::string>() != "--route") continue;
+      const std::string spec = s["command"][i + 1].as<std::string>();
+      const std::string target = spec.substr(6, spec.find(':', 6) - 6);
+      routed.insert(target);
+      auto r = std::find_if(routes->begin(), routes->end(),
+                            [&](const RouterRoute& r) { return r.client_region == p.region && r.target == target; });
+      ASSERT_NE(r, routes->end()) << spec;
+      EXPECT_EQ(spec, "tcp://" + target + ":7400=tcp://wan:" + std::to_string(r->port));
+    }
+    for (const PlacedProcess& q : *placed)
+      EXPECT_EQ(routed.contains(q.name), q.port != 0 && q.region != p.region) << p.name << " -> " << q.name;
+  }
+  auto secured = Render(Load("three_regions.yaml", {"security.mode=curve"}), o);
+  ASSERT_FALSE(secured.ok());
+  EXPECT_NE(secured.status().message().find("compose does not render security.mode: curve"), std::string::npos);
 }
 
 }  // namespace
