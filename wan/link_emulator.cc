@@ -46,12 +46,15 @@ struct Link {
 };
 
 struct Route {
-  explicit Route(asio::io_context& io) : acceptor(io), backoff(io) {}
+  explicit Route(asio::io_context& io) : acceptor(io), backoff(io), resolver(io) {}
   tcp::acceptor acceptor;
   asio::steady_timer backoff;  // after a failed accept (e.g. out of descriptors)
+  tcp::resolver resolver;      // a named target, again per connection
   Link* link = nullptr;
-  int client_dir = 0;  // link direction of client -> target bytes
-  tcp::endpoint target;
+  int client_dir = 0;       // link direction of client -> target bytes
+  tcp::endpoint target;     // the target's last known address
+  std::string target_name;  // set when the target is a name, not an address
+  std::string target_port;
   std::string description;  // "127.0.0.1:4000 -> 127.0.0.1:5000 over us-eu"
 };
 
@@ -135,6 +138,21 @@ class LinkEmulator::Impl {
       ++r->link->counters.connections;
     }
     connections[c->id] = c;
+    if (r->target_name.empty()) {
+      Connect(c, r);
+      return;
+    }
+    // A name may move (a container created again gets another address):
+    // resolved again for each connection, the last address kept if it fails.
+    r->resolver.async_resolve(r->target_name, r->target_port,
+                              [this, c, r](std::error_code ec, const tcp::resolver::results_type& found) {
+                                if (c->closed || ec == asio::error::operation_aborted) return;
+                                if (!ec && !found.empty()) r->target = found.begin()->endpoint();
+                                Connect(c, r);
+                              });
+  }
+
+  void Connect(const ConnectionPtr& c, Route* r) {
     c->target.async_connect(r->target, [this, c, r](std::error_code ec) {
       if (c->closed) return;
       if (ec) {
@@ -313,6 +331,7 @@ class LinkEmulator::Impl {
       std::error_code ignored;
       r->acceptor.close(ignored);
       r->backoff.cancel();
+      r->resolver.cancel();
     }
     std::vector<ConnectionPtr> open;
     for (auto& [id, weak] : connections)
@@ -411,6 +430,8 @@ StatusOr<int> LinkEmulator::AddRoute(int link, const std::string& listen_host, i
   if (ec || targets.empty())
     return Unavailable("route " + route->description + ": cannot resolve the target: " + ec.message());
   route->target = targets.begin()->endpoint();
+  asio::ip::make_address(target_host, ec);
+  if (ec) route->target_name = target_host, route->target_port = std::to_string(target_port);
   const auto listens = resolver.resolve(listen_host, std::to_string(listen_port), ec);
   if (ec || listens.empty())
     return Unavailable("route " + route->description + ": cannot resolve the listen address: " + ec.message());

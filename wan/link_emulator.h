@@ -75,7 +75,9 @@ class LinkEmulator {
   // bound port. May be called before or after Start(). InvalidArgument for an
   // unknown link, Unavailable if the address cannot be resolved or bound.
   // The target is resolved now and connected per accepted connection; a
-  // failed connect closes the client's connection.
+  // target given by name is resolved again for each connection (a
+  // container created again may have another address; a failed lookup
+  // keeps the last one); a failed connect closes the client's connection.
   StatusOr<int> AddRoute(int link, const std::string& listen_host, int listen_port, const std::string& target_host,
                          int target_port, LinkDirection direction = LinkDirection::kForward);
 

@@ -532,6 +532,32 @@ TEST_F(LinkEmulatorOneLinkTest, CarriesZeroMqMessages) {
   router.set(zmq::sockopt::linger, 0);
 }
 
+// A target given by name (a container's, in a compose deployment) is
+// looked up again for every connection; each one reaches it.
+TEST_F(LinkEmulatorOneLinkTest, ANamedTargetIsLookedUpForEachConnection) {
+  ASSERT_TRUE(StartLink(Shape(1, 0)));
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::rcvtimeo, 3000);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  StatusOr<int> port =
+      emu_.AddRoute(link_, "127.0.0.1", 0, "localhost", std::stoi(endpoint.substr(endpoint.rfind(':') + 1)));
+  ASSERT_TRUE(port.ok()) << port.status();
+  for (int i = 0; i < 3; ++i) {
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect("tcp://127.0.0.1:" + std::to_string(*port));
+    ASSERT_TRUE(dealer.send(zmq::buffer(std::to_string(i)), zmq::send_flags::none));
+    zmq::message_t id, body;
+    ASSERT_TRUE(router.recv(id)) << "connection " << i;
+    ASSERT_TRUE(router.recv(body));
+    EXPECT_EQ(body.to_string(), std::to_string(i));
+  }
+  EXPECT_GE(emu_.Counters(link_).connections, 3u);
+}
+
 TEST(LinkEmulatorTest, ProbeErrorsNameTheEndpoint) {
   int port = 0;
   Fd silent = Listen(&port);  // accepts (backlog) but never answers
