@@ -6,8 +6,8 @@
 
 namespace geodesic::deploy {
 
-const std::string& DashboardPage() {
-  static const std::string page = R"HTML(<!doctype html>
+// The head: metadata and the style sheet.
+constexpr const char* kHead = R"HTML(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Geodesic</title><link rel="icon" href="data:,">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
@@ -22,7 +22,10 @@ th{background:#f0f0f0} td.l,th.l{text-align:left}
 .dead{color:#b00}.grid{display:flex;flex-wrap:wrap;gap:24px}
 #events{max-height:220px;overflow:auto;background:#fff;border:1px solid #ddd;padding:4px 8px;font-family:monospace}
 svg{background:#fff;border:1px solid #ddd}
-</style></head><body>
+</style></head><body>)HTML";
+
+// The body's markup, filled in by the script.
+constexpr const char* kBody = R"HTML(
 <h1>Geodesic: <span id="job">…</span> <span id="status" class="badge">…</span></h1>
 <div id="summary">connecting…</div>
 <h2>Regions and links</h2><table id="links"><thead><tr><th class="l">link</th><th>declared delay ms</th>
@@ -38,7 +41,10 @@ svg{background:#fff;border:1px solid #ddd}
 <svg id="curve" width="520" height="200"></svg></div>
 <div><h2>Staleness of applied updates (clocks)</h2><svg id="staleness" width="360" height="200"></svg></div></div>
 <h2>Events</h2><div id="events"></div>
-<script>
+)HTML";
+
+// The script: polls /api/state and draws the job's state.
+constexpr const char* kScript = R"HTML(<script>
 "use strict";
 const token = new URLSearchParams(location.search).get("token");
 let prev = null, prevAt = 0;
@@ -148,6 +154,9 @@ async function poll() {
 poll();
 </script></body></html>
 )HTML";
+
+const std::string& DashboardPage() {
+  static const std::string page = std::string(kHead) + kBody + kScript;
   return page;
 }
 

@@ -104,7 +104,7 @@ std::vector<std::string> SecurityArgs(const PlacedProcess& p) {
 }  // namespace
 
 std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths& at) {
-  auto in_run = [&](const std::string& rel) { return at.in_run_dir(rel); };
+  const auto& in_run = at.in_run_dir;
   std::vector<std::string> a = {p.role};
   if (p.name.rfind("backup-", 0) == 0) a.push_back("--backup");
   a.insert(a.end(), {"--job", at.job_file});
@@ -286,43 +286,56 @@ StatusOr<std::string> HostSecret(const JobSpec& job, const std::string& path) {
   return transport::LoadSecret(path);
 }
 
+Status MakePrivateDir(const std::string& d) {
+  GD_RETURN_IF_ERROR(MakeDirs(d));
+  std::filesystem::permissions(d, std::filesystem::perms::owner_all);
+  return Status::Ok();
+}
+
+struct CoordinatorSecrets {
+  std::string secret;
+  transport::CurveKeyPair keys;
+};
+
+// The job secret and the coordinator's keypair in the private directory
+// `dir`, both kept if already there.
+StatusOr<CoordinatorSecrets> KeptCoordinatorSecrets(const JobSpec& job, const std::string& dir) {
+  GD_RETURN_IF_ERROR(MakePrivateDir(dir));
+  GD_ASSIGN_OR_RETURN(std::string secret, HostSecret(job, dir + "/secret"));
+  GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys, transport::LoadOrCreateKeyPair(dir + "/coordinator.keypair"));
+  return CoordinatorSecrets{.secret = std::move(secret), .keys = std::move(keys)};
+}
+
 // Target kubernetes: the secret and keypair kept in secrets/, the Secrets in kubernetes-secrets.yaml.
 Status WriteKubernetesSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir) {
-  GD_RETURN_IF_ERROR(MakeDirs(dir + "/secrets"));
-  std::filesystem::permissions(dir + "/secrets", std::filesystem::perms::owner_all);
-  GD_ASSIGN_OR_RETURN(std::string secret, HostSecret(job, dir + "/secrets/secret"));
-  GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys,
-                      transport::LoadOrCreateKeyPair(dir + "/secrets/coordinator.keypair"));
-  GD_ASSIGN_OR_RETURN(std::string text, RenderKubernetesSecrets(job, options, secret, keys, transport::UnixNow()));
+  GD_ASSIGN_OR_RETURN(CoordinatorSecrets c, KeptCoordinatorSecrets(job, dir + "/secrets"));
+  GD_ASSIGN_OR_RETURN(std::string text, RenderKubernetesSecrets(job, options, c.secret, c.keys, transport::UnixNow()));
   return WriteFileAtomic(dir + "/kubernetes-secrets.yaml", text, /*durable=*/false, 0600);
 }
 
 }  // namespace
+
+StatusOr<std::string> JoinToken(const JobSpec& job, const std::string& secret, const std::string& role, int id,
+                                int64_t now_unix) {
+  return transport::MintToken(secret, {.job = job.name,
+                                       .role = role == "eval" ? "evaluator" : role,
+                                       .id = id,
+                                       .expiry_unix = now_unix + job.security.token_ttl_s});
+}
 
 Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std::string& dir) {
   if (job.security.mode != SecurityMode::kCurve) return Status::Ok();
   GD_RETURN_IF_ERROR(transport::RequireCurve());
   if (options.target == "kubernetes") return WriteKubernetesSecrets(job, options, dir);
   GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
-  for (const std::string& d : {dir + "/secrets", dir + "/" + SecretsDir(all.front().host)}) {
-    GD_RETURN_IF_ERROR(MakeDirs(d));
-    std::filesystem::permissions(d, std::filesystem::perms::owner_all);
-  }
-  const std::string coordinator = dir + "/" + SecretsDir(all.front().host) + "/";
-  GD_ASSIGN_OR_RETURN(std::string secret, HostSecret(job, coordinator + "secret"));
-  GD_ASSIGN_OR_RETURN(transport::CurveKeyPair keys,
-                      transport::LoadOrCreateKeyPair(coordinator + "coordinator.keypair"));
-  GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/coordinator.key", keys.public_key + "\n", /*durable=*/false, 0644));
+  GD_RETURN_IF_ERROR(MakePrivateDir(dir + "/secrets"));
+  GD_ASSIGN_OR_RETURN(CoordinatorSecrets c, KeptCoordinatorSecrets(job, dir + "/" + SecretsDir(all.front().host)));
+  GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/coordinator.key", c.keys.public_key + "\n", /*durable=*/false, 0644));
   for (const PlacedProcess& p : all) {
     if (p.role == "coordinator") continue;
     const std::string host_dir = dir + "/" + SecretsDir(p.host);
-    GD_RETURN_IF_ERROR(MakeDirs(host_dir));
-    std::filesystem::permissions(host_dir, std::filesystem::perms::owner_all);
-    GD_ASSIGN_OR_RETURN(std::string token,
-                        transport::MintToken(secret, {.job = job.name,
-                                                      .role = p.role == "eval" ? "evaluator" : p.role,
-                                                      .id = p.id,
-                                                      .expiry_unix = transport::UnixNow() + job.security.token_ttl_s}));
+    GD_RETURN_IF_ERROR(MakePrivateDir(host_dir));
+    GD_ASSIGN_OR_RETURN(std::string token, JoinToken(job, c.secret, p.role, p.id, transport::UnixNow()));
     GD_RETURN_IF_ERROR(WriteFileAtomic(host_dir + "/" + p.name + ".token", token + "\n", /*durable=*/false, 0600));
   }
   return Status::Ok();

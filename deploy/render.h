@@ -133,6 +133,12 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
 // links are real ("across real hosts", "between pods").
 std::string LinkMatrixComment(const JobSpec& job, const std::string& where);
 
+// A join token for process role `role` ("eval" is the evaluator's) and
+// `id`, minted with the job secret, valid for security.token_ttl_s from
+// `now_unix`.
+StatusOr<std::string> JoinToken(const JobSpec& job, const std::string& secret, const std::string& role, int id,
+                                int64_t now_unix);
+
 // Target kubernetes, secured jobs (security.mode: curve): the Secrets
 // kubernetes.yaml names, as one multi-document file: geodesic-coordinator
 // (the job secret, the coordinator's keypair: the coordinator's

@@ -407,23 +407,16 @@ Node OpaqueSecret(const RenderContext& k, const std::string& name, const Node& l
   return s;
 }
 
-// A join token for `role` `id`, valid for security.token_ttl_s from `now_unix`.
-StatusOr<std::string> Token(const JobSpec& job, const std::string& secret, const std::string& role, int id,
-                            int64_t now_unix) {
-  return transport::MintToken(
-      secret, {.job = job.name, .role = role, .id = id, .expiry_unix = now_unix + job.security.token_ttl_s});
-}
-
 // One set's join tokens, by pod name (and "evaluator" in worker 0's pod).
 StatusOr<Node> TokenSecretOf(const RenderContext& k, const Set& set, const std::string& secret, int64_t now_unix) {
   Node t = OpaqueSecret(k, TokenSecret(set.name), Labels(k, set.component, set.region));
   const std::string role = set.component == "worker" ? "worker" : "server";
   for (int ordinal = 0; ordinal < set.replicas; ++ordinal) {
-    GD_ASSIGN_OR_RETURN(std::string token, Token(k.job, secret, role, set.id_offset + ordinal, now_unix));
+    GD_ASSIGN_OR_RETURN(std::string token, JoinToken(k.job, secret, role, set.id_offset + ordinal, now_unix));
     t["stringData"][set.name + "-" + std::to_string(ordinal)] = token;
   }
   if (set.worker0) {
-    GD_ASSIGN_OR_RETURN(t["stringData"]["evaluator"], Token(k.job, secret, "evaluator", 0, now_unix));
+    GD_ASSIGN_OR_RETURN(t["stringData"]["evaluator"], JoinToken(k.job, secret, "evaluator", 0, now_unix));
   }
   return t;
 }
