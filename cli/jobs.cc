@@ -97,6 +97,9 @@ Command AddLaunch(CLI::App& app) {
   cmd->add_option("--cut", launch->cuts,
                   "partition on emulated links: cut regions A and B apart after SECONDS of training for "
                   "DURATION seconds: A:B@SECONDS+DURATION, e.g. us:asia@10+5 (repeatable)");
+  cmd->add_option("--join", launch->joins,
+                  "elastic jobs: start worker ID (an id beyond the workers the job starts with) after SECONDS of "
+                  "training: worker:ID@SECONDS, e.g. worker:4@10 (repeatable); stop one with --kill worker:ID@S:TERM");
   cmd->add_flag("--restart-workers", launch->restart_workers,
                 "restart a worker that dies; it rejoins at the live workers' clock (default: go on without it)");
   cmd->add_flag("--quiet", launch->quiet, "no live progress line");

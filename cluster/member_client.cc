@@ -194,6 +194,7 @@ void MemberClient::OnReply(const wire::Header& h, TimePoint* next) {
     return;
   }
   TakeView(r);
+  if (options_.on_reply) options_.on_reply(r);
   replies_++;
 }
 
@@ -207,6 +208,7 @@ void MemberClient::TakeView(const wire::HeartbeatReply& r) {
   view_.done = r.done_workers();
   view_.dead = r.dead_workers();
   view_.job_finished = r.job_finished();
+  view_.training_ended = r.training_ended();
   view_.promoted = view_.promoted || r.promoted();
   view_.migration = r.migration();
   if (r.has_shard_map() && r.shard_map().version() > view_.shard_map.version()) {

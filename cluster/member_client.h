@@ -46,6 +46,9 @@ struct MemberOptions {
   // (HeartbeatReply.authorized_keys/_ids; runs on the heartbeat thread, so it
   // must be thread-safe). The installed epoch goes back in heartbeats.
   std::function<void(const wire::HeartbeatReply&)> authorize;
+  // Every reply from a coordinator that knows us (heartbeat thread; must be
+  // thread-safe): elastic workers take their data units from it.
+  std::function<void(const wire::HeartbeatReply&)> on_reply;
 };
 
 struct MembershipView {
@@ -56,6 +59,7 @@ struct MembershipView {
   int done = 0;
   int dead = 0;
   bool job_finished = false;
+  bool training_ended = false;  // every worker done or gone (elastic: every unit finished)
   double seconds_since_reply = 0;
   // Replicated jobs: every shard's serving endpoint (and its backup's) as of
   // servers_epoch (0: none received yet), and, for a backup, whether it has

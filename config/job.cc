@@ -16,8 +16,42 @@ int JobSpec::NumServers() const {
 
 int JobSpec::NumWorkers() const {
   int n = 0;
+  for (const auto& r : regions) n += std::max(r.workers, r.max_workers);
+  return n;
+}
+
+int JobSpec::InitialWorkers() const {
+  int n = 0;
   for (const auto& r : regions) n += r.workers;
   return n;
+}
+
+int JobSpec::FirstWorkerOfRegion(size_t index) const {
+  int n = 0;
+  for (size_t i = 0; i < index && i < regions.size(); ++i) n += std::max(regions[i].workers, regions[i].max_workers);
+  return n;
+}
+
+bool JobSpec::IsInitialWorker(int id) const {
+  for (const auto& r : regions) {
+    const int ids = std::max(r.workers, r.max_workers);
+    if (id < ids) return id >= 0 && id < r.workers;
+    id -= ids;
+  }
+  return false;
+}
+
+int64_t JobSpec::UnitSamples() const {
+  return static_cast<int64_t>(data.batch_size) * std::max(1, training.local_steps);
+}
+
+int64_t JobSpec::UnitsPerEpoch() const { return std::max<int64_t>(1, kFashionTrainSamples / UnitSamples()); }
+
+int64_t JobSpec::TotalUnits() const {
+  if (training.steps > 0)
+    return (training.steps * InitialWorkers() + std::max(1, training.local_steps) - 1) /
+           std::max(1, training.local_steps);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(training.epochs * static_cast<double>(UnitsPerEpoch()))));
 }
 
 const RegionSpec& JobSpec::RegionOfServer(int id) const {
@@ -37,8 +71,8 @@ const RegionSpec& JobSpec::RegionOfBackup(int id) const {
 
 const RegionSpec& JobSpec::RegionOfWorker(int id) const {
   for (const auto& r : regions) {
-    if (id < r.workers) return r;
-    id -= r.workers;
+    if (id < std::max(r.workers, r.max_workers)) return r;
+    id -= std::max(r.workers, r.max_workers);
   }
   return regions.back();
 }
@@ -67,7 +101,7 @@ int64_t JobSpec::StepsPerWorker() const {
   if (federated.enabled()) return federated.rounds;
   if (training.steps > 0) return training.steps;
   double total = training.epochs * static_cast<double>(kFashionTrainSamples);
-  double per_step = static_cast<double>(std::max(1, NumWorkers())) * data.batch_size;
+  double per_step = static_cast<double>(std::max(1, InitialWorkers())) * data.batch_size;
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
 }
 

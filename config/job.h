@@ -103,6 +103,10 @@ struct RegionSpec {
   std::string host = "127.0.0.1";  // address the region's processes bind to
   int servers = 0;                 // parameter-server shards in this region
   int workers = 0;                 // training workers in this region
+  // Elastic jobs (membership.elastic): worker ids this region keeps for
+  // workers that join later (at least `workers`; the first `workers` of
+  // them start with the job). Equal to `workers` otherwise.
+  int max_workers = 0;
 };
 
 struct ModelSpec {
@@ -194,6 +198,12 @@ struct MembershipSpec {
   int rendezvous_timeout_s = 120;  // start-up wait for every expected member
   int rpc_timeout_s = 120;         // a pull or push acknowledgement not answered by then fails
   int report_after_s = 3;          // a wait longer than this is logged with whom it waits for
+  // Elastic workers (docs/deploy.md "Elastic workers"): workers may join
+  // (ids up to each region's max_workers) and leave while the job runs, and
+  // the data is handed out by the coordinator as units (one clock's batches
+  // of one epoch's permutation), each applied once by every shard.
+  bool elastic = false;
+  int units_ahead = 2;  // units a worker holds beyond the one it computes
 };
 
 // Gradient (push) and parameter (pull) compression. Codec names are those of
@@ -406,7 +416,19 @@ struct JobSpec {
   FederatedSpec federated;
 
   int NumServers() const;
+  // Worker ids: 0..NumWorkers()-1 (elastic jobs: every region's max_workers).
   int NumWorkers() const;
+  // Workers that start with the job (regions' `workers`); the rest of an
+  // elastic job's ids may join later.
+  int InitialWorkers() const;
+  bool IsInitialWorker(int id) const;
+  // The first worker id of region `index` (file order).
+  int FirstWorkerOfRegion(size_t index) const;
+  // Elastic jobs: samples in one data unit (batch_size x local_steps), units
+  // per epoch (the permutation's full units) and units in the job.
+  int64_t UnitSamples() const;
+  int64_t UnitsPerEpoch() const;
+  int64_t TotalUnits() const;
   // The values the shards keep for a model of `model_params`: the model,
   // and under SCAFFOLD the server's control variate after it (2x).
   int64_t ShardValues(int64_t model_params) const { return federated.scaffold() ? 2 * model_params : model_params; }
@@ -428,6 +450,10 @@ struct JobSpec {
   int64_t StepsPerWorker() const;  // minibatch steps
   // Clocks (pushes) per worker: StepsPerWorker() / training.local_steps, rounded up.
   int64_t ClocksPerWorker() const;
+  // The clocks a worker's requests may name: ClocksPerWorker(), or in an
+  // elastic job TotalUnits() (a worker's clocks are the units it computed
+  // from the clock it joined at, which never passes the units finished).
+  int64_t ClockLimit() const { return membership.elastic ? TotalUnits() : ClocksPerWorker(); }
   // The optimizer the shards run: the job's, or local SGD's outer step.
   OptimizerSpec ShardOptimizer() const;
   // The declared link from one region to another, or nullptr (unshaped).

@@ -103,9 +103,13 @@ void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) 
     r.Get("host", &region.host);
     r.Get("servers", &region.servers);
     r.Get("workers", &region.workers);
+    region.max_workers = region.workers;
+    r.Get("max_workers", &region.max_workers);
     r.Finish();
     Check(region.servers >= 0 && region.servers <= 256, errors, where + ".servers", "must be in [0, 256]");
     Check(region.workers >= 0 && region.workers <= 4096, errors, where + ".workers", "must be in [0, 4096]");
+    Check(region.max_workers >= region.workers && region.max_workers <= 4096, errors, where + ".max_workers",
+          "must be in [workers, 4096]");
     Check(!region.host.empty(), errors, where + ".host", "must not be empty");
     // It ends up in endpoints, command lines and rendered scripts.
     Check(region.host.size() <= 253 &&
@@ -212,7 +216,10 @@ void ParseMembership(MapReader& top, MembershipSpec* m, Errors* errors) {
   r.Get("rendezvous_timeout_s", &m->rendezvous_timeout_s);
   r.Get("rpc_timeout_s", &m->rpc_timeout_s);
   r.Get("report_after_s", &m->report_after_s);
+  r.Get("elastic", &m->elastic);
+  r.Get("units_ahead", &m->units_ahead);
   r.Finish();
+  Check(m->units_ahead >= 1 && m->units_ahead <= 64, errors, "membership.units_ahead", "must be in [1, 64]");
   Check(m->heartbeat_ms >= 10 && m->heartbeat_ms <= 60000, errors, "membership.heartbeat_ms", "must be in [10, 60000]");
   Check(m->lease_ms >= 2 * m->heartbeat_ms, errors, "membership.lease_ms", "must be at least twice heartbeat_ms");
   Check(m->rendezvous_timeout_s > 0, errors, "membership.rendezvous_timeout_s", "must be > 0");

@@ -111,6 +111,27 @@ void ValidateReplan(const JobSpec& job, Errors* errors) {
   }
 }
 
+// Elastic workers (docs/deploy.md "Elastic workers"): what they are built
+// for, refused clearly elsewhere.
+void ValidateElastic(const JobSpec& job, Errors* errors) {
+  bool spare = false;
+  for (const auto& r : job.regions) spare |= r.max_workers > r.workers;
+  if (!job.membership.elastic) {
+    Check(!spare, errors, "regions.*.max_workers", "needs membership.elastic: true");
+    return;
+  }
+  const char* w = "membership.elastic";
+  Check(job.training.staleness_bound >= 1, errors, w,
+        "needs an asynchronous job (training.staleness_bound >= 1): a BSP round's membership is fixed");
+  Check(!job.federated.enabled(), errors, w, "cannot be combined with federated (clients are sampled per round)");
+  Check(!job.wan.replan, errors, w, "cannot be combined with wan.replan (not supported yet)");
+  Check(job.data.partition.kind == DataPartition::kIid, errors, w,
+        "hands out units of one shuffled training set: data.partition must be iid");
+  Check(job.model.name != ModelKind::kSynthetic, errors, w, "needs a dataset (model synthetic has none)");
+  Check(job.regions.empty() || job.IsInitialWorker(0), errors, w,
+        "the first region must start with a worker: worker 0 writes the snapshots the evaluator reads");
+}
+
 void ValidateRoles(JobSpec* job, Errors* errors) {
   if (job->regions.empty()) return;
   Check(job->NumServers() >= 1, errors, "regions", "the job needs at least one server");
@@ -136,6 +157,7 @@ void ValidateJob(JobSpec* job, Errors* errors) {
   ValidateCompression(*job, errors);
   ValidateWanLinks(*job, errors);
   ValidateReplan(*job, errors);
+  ValidateElastic(*job, errors);
   ValidateRoles(job, errors);
   Check(ValidName(job->name), errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
 }

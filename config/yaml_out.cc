@@ -31,6 +31,7 @@ void EmitRegions(YAML::Emitter& out, const std::vector<RegionSpec>& regions) {
     Put(out, "host", r.host);
     Put(out, "servers", r.servers);
     Put(out, "workers", r.workers);
+    if (r.max_workers != r.workers) Put(out, "max_workers", r.max_workers);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
@@ -98,6 +99,10 @@ void EmitMembership(YAML::Emitter& out, const MembershipSpec& m) {
   Put(out, "rendezvous_timeout_s", m.rendezvous_timeout_s);
   Put(out, "rpc_timeout_s", m.rpc_timeout_s);
   Put(out, "report_after_s", m.report_after_s);
+  if (m.elastic) {
+    Put(out, "elastic", m.elastic);
+    Put(out, "units_ahead", m.units_ahead);
+  }
   out << YAML::EndMap;
 }
 

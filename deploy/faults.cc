@@ -1,6 +1,7 @@
 #include "deploy/faults.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -96,6 +97,23 @@ StatusOr<std::vector<T>> ParseEach(const std::vector<std::string>& specs, const 
 
 StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, const JobSpec& job) {
   return ParseEach(specs, job, &ParseKill);
+}
+
+StatusOr<std::vector<Join>> ParseJoins(const std::vector<std::string>& specs, const JobSpec& job) {
+  std::vector<Join> out;
+  for (const std::string& s : specs) {
+    Join j;
+    char tail = 0;
+    if (std::sscanf(s.c_str(), "worker:%d@%lf%c", &j.id, &j.after_s, &tail) != 2 || j.after_s < 0)
+      return InvalidArgument("--join '" + s + "': expected worker:ID@SECONDS, e.g. worker:4@10");
+    if (!job.membership.elastic)
+      return InvalidArgument("--join '" + s + "': the job is not elastic (membership.elastic)");
+    if (j.id < 0 || j.id >= job.NumWorkers() || job.IsInitialWorker(j.id))
+      return InvalidArgument("--join '" + s + "': worker " + std::to_string(j.id) +
+                             " is not one of the ids kept for workers that join later (regions' max_workers)");
+    out.push_back(j);
+  }
+  return out;
 }
 
 StatusOr<std::vector<Cut>> ParseCuts(const std::vector<std::string>& specs, const JobSpec& job) {

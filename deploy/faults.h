@@ -34,6 +34,14 @@ struct Kill {
 };
 StatusOr<std::vector<Kill>> ParseKills(const std::vector<std::string>& specs, const JobSpec& job);
 
+// Elastic jobs: `--join worker:ID@SECONDS` starts a worker that joins late.
+struct Join {
+  int id = 0;
+  double after_s = 0;
+  bool done = false;
+};
+StatusOr<std::vector<Join>> ParseJoins(const std::vector<std::string>& specs, const JobSpec& job);
+
 struct Cut {
   std::string a, b;
   double after_s = 0, for_s = 0;

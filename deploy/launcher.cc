@@ -301,17 +301,21 @@ Status StartServers(Session& s) {
   return Status::Ok();
 }
 
+Status StartWorker(Session& s, int i) {
+  std::string name = "worker-" + std::to_string(i);
+  const std::string& region = s.job.RegionOfWorker(i).name;
+  std::vector<std::string> args = {"worker",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
+                                   "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
+  if (i == 0) args = Append(args, {"--snapshot-dir", s.dir.snapshots()});
+  args = Append(args, s.Http(name, s.job.RegionOfWorker(i)));
+  GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "worker", i));
+  return s.children->Start(name, Append(Append(args, sec), s.Routes(region)), region);
+}
+
 Status StartWorkersAndEvaluator(Session& s) {
-  for (int i = 0; i < s.job.NumWorkers(); ++i) {
-    std::string name = "worker-" + std::to_string(i);
-    const std::string& region = s.job.RegionOfWorker(i).name;
-    std::vector<std::string> args = {"worker",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
-                                     "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
-    if (i == 0) args = Append(args, {"--snapshot-dir", s.dir.snapshots()});
-    args = Append(args, s.Http(name, s.job.RegionOfWorker(i)));
-    GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "worker", i));
-    GD_RETURN_IF_ERROR(s.children->Start(name, Append(Append(args, sec), s.Routes(region)), region));
-  }
+  // Elastic jobs: the others join later (--join).
+  for (int i = 0; i < s.job.NumWorkers(); ++i)
+    if (s.job.IsInitialWorker(i)) GD_RETURN_IF_ERROR(StartWorker(s, i));
   GD_ASSIGN_OR_RETURN(auto eval_sec, s.security.Args("evaluator", "evaluator", 0));
   const std::string& region = s.job.CoordinatorRegion().name;
   std::vector<std::string> args = {"eval",
@@ -334,11 +338,12 @@ Status StartWorkersAndEvaluator(Session& s) {
 // failing over what may be, and injecting the requested faults.
 class JobRun {
  public:
-  JobRun(Session& s, ProgressLine& progress, std::vector<Kill> kills, std::vector<Cut> cuts,
+  JobRun(Session& s, ProgressLine& progress, std::vector<Kill> kills, std::vector<Cut> cuts, std::vector<Join> joins,
          const std::atomic<bool>* stop)
       : s_(s),
         progress_(progress),
         faults_(std::move(kills), std::move(cuts), s.dir.wan_control(), s.wan.get(), s.netns.get()),
+        joins_(std::move(joins)),
         stop_(stop) {}
 
   Status Start();
@@ -373,6 +378,7 @@ class JobRun {
   void OnStatus(const wire::StatusReply& st);
   void UpdateDashboard(const wire::StatusReply& st, double rate);
   void WatchCoordinatorRestart();
+  void StartJoins();  // elastic jobs: the --join workers that are due
   // After the loop: a job that lost processes for good, or trained nothing
   // to the end, or could not write its results, did not finish.
   void Judge();
@@ -385,6 +391,7 @@ class JobRun {
   Session& s_;
   ProgressLine& progress_;
   FaultInjector faults_;
+  std::vector<Join> joins_;
   const std::atomic<bool>* stop_;
   Recoveries recoveries_;
   TrainingClock clock_;
@@ -487,7 +494,21 @@ bool JobRun::Step() {
   if (auto st = probe_->Poll()) OnStatus(*st);
   WatchCoordinatorRestart();
   faults_.Tick(clock_, *s_.children, progress_);
+  StartJoins();
   return true;
+}
+
+void JobRun::StartJoins() {
+  if (!clock_.started() || EvaluatorDone()) return;
+  const double t = clock_.Seconds();
+  for (Join& j : joins_) {
+    if (j.done || t < j.after_s) continue;
+    j.done = true;
+    Status st = StartWorker(s_, j.id);
+    progress_.Say("geodesic: worker-" + std::to_string(j.id) +
+                  (st.ok() ? " started (--join) after " + Fmt("%.1f", t) + " s of training; it joins at the live clock"
+                           : " could not be started: " + st.message()));
+  }
 }
 
 void JobRun::OnStatus(const wire::StatusReply& st) {
@@ -660,6 +681,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
+  GD_ASSIGN_OR_RETURN(std::vector<Join> joins, ParseJoins(options.joins, job));
   GD_RETURN_IF_ERROR(CheckCodecs(job, job_file));
   GD_RETURN_IF_ERROR(CheckDataset(job));
   Session s(options, std::move(job));
@@ -671,7 +693,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_RETURN_IF_ERROR(StartCoordinator(s, stop));
   GD_RETURN_IF_ERROR(StartServers(s));
   GD_RETURN_IF_ERROR(StartWorkersAndEvaluator(s));
-  JobRun run(s, progress, std::move(kills), std::move(cuts), stop);
+  JobRun run(s, progress, std::move(kills), std::move(cuts), std::move(joins), stop);
   GD_RETURN_IF_ERROR(run.Start());
   run.Run();
   const RunRecord record =

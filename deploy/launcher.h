@@ -31,6 +31,9 @@ struct LaunchOptions {
   // Partitions on emulated links, "A:B@SECONDS+DURATION": cut regions A and
   // B apart after that much training, heal DURATION seconds later.
   std::vector<std::string> cuts;
+  // Elastic jobs: start worker ID (one of the ids kept for workers that join
+  // later) after SECONDS of training, "worker:ID@SECONDS".
+  std::vector<std::string> joins;
   // Continue the stopped job in this run directory from its checkpoints
   // (its job.yaml unless job_file is given); see docs/reliability.md.
   std::string resume_dir;

@@ -84,8 +84,8 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
     add("server-" + std::to_string(i), "server", i, job.RegionOfServer(i), true);
   for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
     add("backup-" + std::to_string(i), "server", i, job.RegionOfBackup(i), true);
-  for (int i = 0; i < job.NumWorkers(); ++i)
-    add("worker-" + std::to_string(i), "worker", i, job.RegionOfWorker(i), false);
+  for (int i = 0; i < job.NumWorkers(); ++i)  // elastic jobs: the ones that start with the job
+    if (job.IsInitialWorker(i)) add("worker-" + std::to_string(i), "worker", i, job.RegionOfWorker(i), false);
   // Beside worker 0, whose snapshots it reads.
   add("evaluator", "eval", 0, job.NumWorkers() > 0 ? job.RegionOfWorker(0) : job.CoordinatorRegion(), false);
   return out;

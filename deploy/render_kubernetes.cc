@@ -42,6 +42,9 @@ std::string TokenSecret(const std::string& set) { return "geodesic-tokens-" + se
 struct Set {
   std::string name, component, region;
   int replicas = 1, id_offset = 0;
+  // Elastic jobs' worker sets: the replicas a scale-up may reach (ids
+  // id_offset.. of the region's max_workers), which get join tokens too.
+  int max_replicas = 0;
   bool worker0 = false;  // worker 0 with the evaluator beside it
 };
 
@@ -351,18 +354,19 @@ std::vector<Set> Sets(const JobSpec& job) {
                       .id_offset = first});
   }
   for (const RegionSpec& r : job.regions) {
-    int first = worker, count = r.workers;
+    int first = worker, count = r.workers, most = std::max(r.workers, r.max_workers);
     if (worker == 0 && count > 0) {
       sets.push_back({.name = "worker-0", .component = "worker", .region = r.name, .worker0 = true});
-      ++first, --count;
+      ++first, --count, --most;
     }
-    if (count > 0)
+    if (most > 0)  // an elastic region may start with none and be scaled up
       sets.push_back({.name = "worker-" + DnsLabel(r.name, 40),
                       .component = "worker",
                       .region = r.name,
                       .replicas = count,
-                      .id_offset = first});
-    worker += r.workers;
+                      .id_offset = first,
+                      .max_replicas = most});
+    worker += std::max(r.workers, r.max_workers);
   }
   return sets;
 }
@@ -411,7 +415,7 @@ Node OpaqueSecret(const RenderContext& k, const std::string& name, const Node& l
 StatusOr<Node> TokenSecretOf(const RenderContext& k, const Set& set, const std::string& secret, int64_t now_unix) {
   Node t = OpaqueSecret(k, TokenSecret(set.name), Labels(k, set.component, set.region));
   const std::string role = set.component == "worker" ? "worker" : "server";
-  for (int ordinal = 0; ordinal < set.replicas; ++ordinal) {
+  for (int ordinal = 0; ordinal < std::max(set.replicas, set.max_replicas); ++ordinal) {
     GD_ASSIGN_OR_RETURN(std::string token, JoinToken(k.job, secret, role, set.id_offset + ordinal, now_unix));
     t["stringData"][set.name + "-" + std::to_string(ordinal)] = token;
   }

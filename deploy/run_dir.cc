@@ -45,6 +45,10 @@ StatusOr<RunDir> PrepareRunDir(const JobSpec& job, const std::string& resume_dir
   const bool resuming = !resume_dir.empty();
   RunDir dir{resuming ? resume_dir : requested.empty() ? "runs/" + job.name + "-" + Timestamp() : requested};
   const std::string checkpoint_dir = dir.checkpoints();
+  if (resuming && job.membership.elastic)
+    return FailedPrecondition(
+        "--resume: resuming an elastic job (membership.elastic) is not supported yet: which "
+        "data units were finished is the coordinator's state, which a resumed run starts afresh");
   if (resuming) {
     GD_ASSIGN_OR_RETURN(*resume, server::PlanResume(checkpoint_dir, job.name, job.NumServers(), job.NumWorkers(),
                                                     job.training.staleness_bound));

@@ -64,6 +64,8 @@ struct Totals {
   int64_t rounds_run = 0;                                     // federated: the most rounds any executor ran
   std::vector<std::vector<stats::RoundStats>> round_records;  // federated: each executor's
   double peak_rss_mb_sum = 0;
+  json elastic_shards = json::object();  // elastic jobs: each serving shard's units
+  uint64_t unit_duplicates = 0;
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
@@ -157,6 +159,10 @@ void AddServer(const std::string& name, const stats::ShardStats& sv, Totals& t) 
   for (const auto& [w, n] : sv.taken_by_worker()) t.taken_by_worker[w] += n;
   t.duplicates += sv.duplicates();
   for (const auto& [k, v] : sv.staleness_histogram()) t.staleness.Add(k, v);
+  if (sv.has_units_complete()) {
+    t.elastic_shards[name] = {{"units_complete", sv.units_complete()}, {"unit_duplicates", sv.unit_duplicates()}};
+    t.unit_duplicates += sv.unit_duplicates();
+  }
   if (sv.refused_by_reason().empty()) return;
   json refused = json::object();
   for (const auto& [reason, n] : sv.refused_by_reason()) refused[reason] = n;
@@ -430,6 +436,24 @@ json PushAccounting(const std::string& stats_dir, const std::map<int, uint64_t>&
   return out;
 }
 
+// Elastic jobs: the data units and who was a member when. Every pushed
+// chunk acknowledged is taken, or answered DUPLICATE because its chunk had
+// taken the unit from another worker (unit_duplicates), or resent.
+json ElasticReport(const std::optional<stats::CoordinatorStats>& coord, const Totals& t) {
+  json e = {{"shards", t.elastic_shards}, {"unit_duplicates", t.unit_duplicates}};
+  json timeline = json::array();
+  if (coord) {
+    e["units_total"] = coord->units_total();
+    e["units_finished"] = coord->units_finished();
+    e["units_reissued"] = coord->units_reissued();
+    for (const auto& m : coord->membership())
+      timeline.push_back(
+          {{"at_s", m.at_s()}, {"worker", m.worker()}, {"what", m.what()}, {"clock", m.clock()}, {"live", m.live()}});
+  }
+  e["membership"] = timeline;
+  return e;
+}
+
 json BuildSummary(const RunRecord& run) {
   const auto coord = ReadStats<stats::CoordinatorStats>(run.dir.stats("coordinator"));
   // The launcher's clock; the coordinator's own count restarts with it.
@@ -456,6 +480,7 @@ json BuildSummary(const RunRecord& run) {
   summary["pushes_acknowledged"] = accounting["acknowledged"];
   summary["updates_taken"] = t.updates_taken;
   summary["duplicates_answered"] = t.duplicates;
+  if (run.job.membership.elastic) summary["elastic"] = ElasticReport(coord, t);
   summary["replication"] = {{"backups", run.job.replication.backups},
                             {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
   if (run.wan || run.netns || run.link_traffic) {

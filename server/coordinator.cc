@@ -99,6 +99,12 @@ stats::CoordinatorStats Coordinator::Stats() const {
     if (auto m = state_.shard_map()) j.set_shard_map_version(m->version);
   }
   j.set_job_finished(state_.job_finished());
+  if (state_.elastic()) {
+    j.set_units_total(state_.units().total());
+    j.set_units_finished(state_.units().finished());
+    j.set_units_reissued(state_.units().reissued());
+    for (const auto& e : state_.membership_events()) *j.add_membership() = e;
+  }
   j.set_failovers(static_cast<uint32_t>(state_.promotions()));
   return j;
 }

@@ -20,6 +20,13 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.staleness_bound = job.training.staleness_bound;
   o.total_clocks = job.ClocksPerWorker();
   o.membership = job.membership;
+  if (job.membership.elastic) {
+    // A worker's clocks are the units it computed, from the clock it joined at.
+    o.total_units = job.TotalUnits();
+    o.total_clocks = o.total_units;
+    o.units_ahead = job.membership.units_ahead;
+    for (int i = 0; i < job.NumWorkers(); ++i) o.late_workers.push_back(!job.IsInitialWorker(i));
+  }
   o.max_message_bytes = job.wire.max_message_bytes;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
@@ -77,7 +84,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
 }
 
 CoordinatorState::CoordinatorState(CoordinatorOptions options, const Clock* clock)
-    : options_(std::move(options)), clock_(clock), created_(clock->Now()) {
+    : options_(std::move(options)), clock_(clock), created_(clock->Now()), units_(options_.total_units) {
   servers_.resize(options_.num_servers);
   workers_.resize(options_.num_workers);
   for (int i = 0; i < options_.num_servers; ++i)
@@ -141,7 +148,7 @@ std::string CoordinatorState::WaitingFor() const {
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
     if (!servers_[i].registered) s.push_back(i);
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
-    if (!workers_[i].registered) w.push_back(i);
+    if (!workers_[i].registered && !Absent(i)) w.push_back(i);
   std::vector<int> b;
   for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
     if (!backups_[i].registered && !promoted_[i]) b.push_back(i);
@@ -157,8 +164,8 @@ void CoordinatorState::MaybeStart() {
   if (started_ || !shard_map_) return;
   for (const auto& s : servers_)
     if (!s.registered) return;
-  for (const auto& w : workers_)
-    if (!w.registered) return;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+    if (!workers_[i].registered && !Absent(i)) return;
   for (const auto& b : backups_)
     if (!b.registered) return;
   started_ = true;
@@ -261,6 +268,7 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
 void CoordinatorState::Enroll(wire::Role role, const wire::RegisterRequest& req, const std::string& peer_key,
                               Member* m) {
   bool was_live = m->live;
+  const bool rejoin = m->registered;
   // A late joiner, or a worker coming back after its lease ran out, starts
   // at the live workers' current clock with the current model; the clocks
   // it missed are history (BSP closed them without it).
@@ -281,7 +289,10 @@ void CoordinatorState::Enroll(wire::Role role, const wire::RegisterRequest& req,
   }
   if (!req.region().empty()) m->region = req.region();
   if (role == wire::EVALUATOR) evaluator_seen_ = true;
-  if (role == wire::WORKER && !was_live) ++epoch_;
+  if (role == wire::WORKER && !was_live) {
+    ++epoch_;
+    if (started_ && elastic()) NoteMember(static_cast<int>(m - workers_.data()), rejoin ? "rejoined" : "joined");
+  }
 }
 
 wire::RegisterReply CoordinatorState::RegisterAnswer(wire::Role role, int id, const Member& m) const {
@@ -327,8 +338,10 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     m->barrier_floor = hb.barrier_floor();
     m->at_barrier = hb.at_barrier();
     if (hb.has_worker()) m->worker = hb.worker();
+    if (elastic()) ElasticHeartbeat(id, hb, &r);
     if (hb.done() && !m->done) {
       m->done = true;
+      if (elastic()) NoteMember(id, "done");
       NoteWorkersEnd();
     }
   }
@@ -366,6 +379,7 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
   r.set_done_workers(done);
   r.set_dead_workers(dead);
   r.set_job_finished(job_finished());
+  r.set_training_ended(training_ended());
   return r;
 }
 
@@ -373,6 +387,7 @@ void CoordinatorState::Leave(wire::Role role, int id) {
   Member* m = Find(role, id);
   if (!m || !m->registered) return;
   if (m->live && role == wire::WORKER) ++epoch_;
+  if (m->live && role == wire::WORKER && elastic()) WorkerGone(id, "left");
   if (m->live && role == wire::BACKUP && !promoted_[id]) ++servers_epoch_;  // the primary goes on alone
   m->live = false;
   m->left = true;
@@ -388,6 +403,7 @@ std::vector<std::string> CoordinatorState::ExpireLeases() {
     m.live = false;
     if (!m.done) m.died = true;
     if (role == wire::WORKER) ++epoch_;
+    if (role == wire::WORKER && elastic()) WorkerGone(id, "died");
     char buf[256];
     std::snprintf(buf, sizeof(buf), "%s %d lease expired (silent %.1f s)%s", RoleName(role), id,
                   Seconds(now - m.last_seen),
@@ -421,19 +437,26 @@ std::vector<std::string> CoordinatorState::ExpireLeases() {
   return deaths;
 }
 
+bool CoordinatorState::Absent(int i) const {
+  return i < static_cast<int>(options_.late_workers.size()) && options_.late_workers[i] && !workers_[i].registered;
+}
+
 void CoordinatorState::NoteWorkersEnd() {
   if (!started_ || last_worker_end_) return;
-  for (const auto& w : workers_)
-    if (!(w.done || w.died || w.left)) return;
+  // An elastic job with units left waits for a worker to take them.
+  if (elastic() && !units_.complete()) return;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+    if (!(workers_[i].done || workers_[i].died || workers_[i].left || Absent(i))) return;
   last_worker_end_ = clock_->Now();
 }
 
 bool CoordinatorState::job_finished() const {
   if (!started_) return false;
+  if (elastic() && !units_.complete()) return false;
   for (const auto& w : workers_)
     if (!w.done && w.live) return false;
-  for (const auto& w : workers_)
-    if (!w.done && !w.died && !w.left) return false;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
+    if (!workers_[i].done && !workers_[i].died && !workers_[i].left && !Absent(i)) return false;
   if (options_.expect_evaluator && !(evaluator_seen_ && !evaluator_.live)) return false;
   return true;
 }

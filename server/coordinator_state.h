@@ -28,6 +28,8 @@
 #include "config/job.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
+#include "proto/stats.pb.h"
+#include "server/unit_ledger.h"
 #include "transport/security.h"
 #include "wan/planner.h"
 
@@ -93,6 +95,13 @@ struct CoordinatorOptions {
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
   std::function<cluster::ShardMap(const cluster::ChunkLayout&, std::string* note, double* predicted_step_ms)> place;
+  // Elastic jobs (membership.elastic): the worker ids the rendezvous does
+  // not wait for (they may join later), the data units handed out, and how
+  // many a worker may hold beyond those it computes. total_units 0: not
+  // elastic (workers train their own partitions).
+  std::vector<bool> late_workers;
+  int64_t total_units = 0;
+  int units_ahead = 2;
   // A resumed job: the clock each worker starts at (from its ResumePlan);
   // empty: every worker starts at 0.
   std::vector<int64_t> worker_start_clocks;
@@ -154,6 +163,12 @@ class CoordinatorState {
   uint64_t servers_epoch() const { return servers_epoch_; }
   // Promotions so far (a primary's lease expired and its backup took over).
   int promotions() const { return promotions_; }
+  // Elastic jobs: the data units and the membership timeline.
+  bool elastic() const { return options_.total_units > 0; }
+  const UnitLedger& units() const { return units_; }
+  const std::vector<stats::MembershipEvent>& membership_events() const { return events_; }
+  // Every worker is done, dead or gone, and (elastic) every unit finished.
+  bool training_ended() const { return last_worker_end_.has_value(); }
 
   // Re-planning (options().replan.enabled). Tick() checks the links for
   // drift when due (every replan.every_s, at the injected clock, or when
@@ -257,6 +272,14 @@ class CoordinatorState {
   int64_t MinLiveClock() const;
   void MaybeStart();
   void NoteWorkersEnd();
+  // Whether worker `i` need not be there: an elastic job's late id that
+  // never registered.
+  bool Absent(int i) const;
+  // Elastic jobs (coordinator_elastic.cc): a worker's units on a heartbeat,
+  // its units back to the pool when it goes, and the timeline.
+  void ElasticHeartbeat(int id, const wire::Heartbeat& hb, wire::HeartbeatReply* r);
+  void WorkerGone(int id, const char* what);
+  void NoteMember(int id, const char* what);
   wire::RegisterReply Assignment(wire::Role role, const Member& m) const;
   // The shards' serving and backup endpoints (replicated jobs).
   void AddServers(google::protobuf::RepeatedPtrField<wire::ServerInfo>* out) const;
@@ -296,6 +319,8 @@ class CoordinatorState {
   bool injected_ = false;
   TimePoint last_check_{};
   uint64_t migrations_started_ = 0;
+  UnitLedger units_;
+  std::vector<stats::MembershipEvent> events_;
 };
 
 }  // namespace geodesic::server

@@ -65,6 +65,8 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   s.set_servers_epoch(servers_epoch_);
   s.set_promotions(promotions_);
   s.set_keys_epoch(keys_epoch_);
+  if (elastic()) *s.mutable_units() = units_.Save();
+  for (const auto& e : events_) *s.add_membership_events() = e;
   return s;
 }
 
@@ -84,6 +86,8 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
     if (!m.ok()) return m.status().Annotate("coordinator state");
     map = *m;
   }
+  UnitLedger units(options_.total_units);
+  if (elastic()) GD_RETURN_IF_ERROR(units.Restore(s.units()).Annotate("coordinator state"));
   const TimePoint now = clock_->Now();
   started_ = s.started();
   started_at_ = now - std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s.training_seconds()));
@@ -111,6 +115,8 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
     servers_epoch_ = s.servers_epoch() + 1;  // members re-read the serving endpoints
     promotions_ = s.promotions();
   }
+  units_ = std::move(units);
+  events_.assign(s.membership_events().begin(), s.membership_events().end());
   return ::geodesic::Status::Ok();
 }
 

@@ -160,6 +160,12 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   h.status = CheckMember(ctx, m.header, &h.reason);
   if (h.status.ok()) h.status = CheckClock(ctx, req.clock(), /*inclusive=*/false, &h.reason);
   if (!h.status.ok()) return h;
+  if (req.has_unit() != (ctx.total_units > 0) || (req.has_unit() && (req.unit() < 0 || req.unit() >= ctx.total_units)))
+    return Refused(wire::REFUSAL_BAD_UNIT,
+                   InvalidArgument(ctx.total_units == 0 ? "a data unit in a job that is not elastic"
+                                   : !req.has_unit()    ? "an elastic job's push names no data unit"
+                                                        : "data unit " + std::to_string(req.unit()) +
+                                                           " is beyond the job's " + std::to_string(ctx.total_units)));
   h.reply.set_request_id(m.header.request_id());
   auto* ack = h.reply.mutable_push_ack();
   ack->set_clock(req.clock());
@@ -183,7 +189,7 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
     for (int i = 0; i < req.chunks_size(); ++i) {
       const auto& c = req.chunks(i);
       auto out = ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i],
-                                 static_cast<int>(ctx.clocks->live().size()));
+                                 static_cast<int>(ctx.clocks->live().size()), req.has_unit() ? req.unit() : -1);
       switch (out.result) {
         case wire::APPLIED:
           ack->set_applied_chunks(ack->applied_chunks() + 1);

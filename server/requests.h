@@ -61,6 +61,9 @@ struct ShardContext {
   // is below it, a pull's at most it. 0: not known (only kMaxClock bounds
   // clocks), for tools and tests that have no job.
   int64_t total_clocks = 0;
+  // Elastic jobs: the data units (JobSpec::TotalUnits); a push names one
+  // below it. 0: not elastic, pushes name none.
+  int64_t total_units = 0;
 };
 
 // Membership and clock checks every request of a worker passes first

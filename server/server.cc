@@ -53,7 +53,8 @@ ShardContext Server::Context() {
                       .server_id = options_.id,
                       .num_workers = num_workers_,
                       .decoder = &decoder_,
-                      .total_clocks = options_.job.ClocksPerWorker()};
+                      .total_clocks = options_.job.ClockLimit(),
+                      .total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0};
 }
 
 void Server::Authorize(const wire::HeartbeatReply& r) {
@@ -252,6 +253,10 @@ stats::ShardStats Server::Stats() const {
     j.set_updates_applied(shard_->updates_applied());
     j.set_duplicates(shard_->duplicates());
     j.set_stale_dropped(shard_->dropped());
+    if (options_.job.membership.elastic) {
+      j.set_units_complete(shard_->UnitsComplete());
+      j.set_unit_duplicates(shard_->unit_duplicates());
+    }
     for (const auto& [k, v] : shard_->staleness().NonZero()) (*j.mutable_staleness_histogram())[k] = v;
   }
   checkpoints_.AddStats(&j);
@@ -317,6 +322,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   so.optimizer = options_.job.ShardOptimizer();
   so.strategy = FederatedStrategyOf(options_.job);
   so.total_clocks = options_.job.ClocksPerWorker();
+  so.total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0;
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   pulls_.Start(shard_.get(), &clocks_, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   migration_.Start(shard_.get(), &pulls_, map.version);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/log.h"
+#include "server/unit_ledger.h"
 
 namespace geodesic::server {
 namespace {
@@ -27,6 +28,7 @@ ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::v
     c.id = owned_[i];
     c.size = layout_.Size(c.id);
     c.optimizer = NewOptimizer(options_, c.size);
+    c.units_taken.assign(options_.total_units, false);
   }
   uninitialized_ = chunks_.size();
 }
@@ -62,18 +64,22 @@ void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_s
 }
 
 ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id, uint64_t base_version,
-                                         const float* grad, int live_workers) {
+                                         const float* grad, int live_workers, int64_t unit) {
   Chunk& c = chunk(id);
   PushOutcome out;
   if (worker < 0) worker = 0;
   if (c.last_clock.size() <= static_cast<size_t>(worker)) c.last_clock.resize(worker + 1, -1);
-  if (clock <= c.last_clock[worker]) {
+  const bool unit_taken = unit >= 0 && unit < static_cast<int64_t>(c.units_taken.size()) && c.units_taken[unit];
+  if (clock <= c.last_clock[worker] || unit_taken) {
     ++duplicates_;
+    if (unit_taken && clock > c.last_clock[worker]) ++unit_duplicates_;
+    c.last_clock[worker] = std::max(c.last_clock[worker], clock);
     out.result = wire::DUPLICATE;
     out.clock_completed = MarkReceived(worker, clock, id);
     return out;
   }
   c.last_clock[worker] = clock;
+  if (unit >= 0 && unit < static_cast<int64_t>(c.units_taken.size())) c.units_taken[unit] = true;
 
   if (options_.staleness_bound == 0) {
     if (clock <= c.closed_through) {
@@ -197,6 +203,30 @@ void ShardState::SaveChunk(const Chunk& c, wire::ChunkCheckpoint* out) const {
   ChunkOptimizer::State st = c.optimizer->Save();
   for (int64_t v : st.counters) out->add_optimizer_counters(v);
   for (const auto& a : st.arrays) out->add_optimizer_arrays(reinterpret_cast<const char*>(a.data()), a.size() * 4);
+  if (!c.units_taken.empty()) out->set_units_taken(PackBits(c.units_taken));
+}
+
+Status ShardState::TakeUnits(const wire::ChunkCheckpoint& in, Chunk* c, const std::string& where) const {
+  if (options_.total_units == 0) return Status::Ok();
+  if (in.units_taken().empty()) {  // a checkpoint of the job before it was elastic: nothing taken yet
+    c->units_taken.assign(options_.total_units, false);
+    return Status::Ok();
+  }
+  auto bits = UnpackBits(in.units_taken(), options_.total_units);
+  if (!bits.ok()) return bits.status().Annotate(where + ": data units");
+  c->units_taken = std::move(*bits);
+  return Status::Ok();
+}
+
+int64_t ShardState::UnitsComplete() const {
+  if (options_.total_units == 0 || chunks_.empty()) return 0;
+  int64_t n = 0;
+  for (int64_t u = 0; u < options_.total_units; ++u) {
+    bool all = true;
+    for (const Chunk& c : chunks_) all = all && c.units_taken[u];
+    n += all;
+  }
+  return n;
 }
 
 StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
@@ -239,6 +269,7 @@ Status ShardState::AdoptChunk(const wire::ChunkCheckpoint& in) {
   const uint64_t size = layout_.Size(id);
   GD_ASSIGN_OR_RETURN(ChunkOptimizer::State st, CheckChunk(in, size, "adopted chunk " + std::to_string(id)));
   Chunk c;
+  GD_RETURN_IF_ERROR(TakeUnits(in, &c, "adopted chunk " + std::to_string(id)));
   c.id = id;
   c.size = size;
   c.optimizer = NewOptimizer(options_, size);
@@ -307,6 +338,8 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
     std::string where =
         "checkpoint of shard " + std::to_string(ck.shard_id()) + ", chunk " + std::to_string(in.chunk_id());
     GD_ASSIGN_OR_RETURN(ChunkOptimizer::State st, CheckChunk(in, c.size, where));
+    Chunk units;
+    GD_RETURN_IF_ERROR(TakeUnits(in, &units, where));
     take.emplace_back(&in, std::move(st));
   }
   for (auto& [in, st] : take) {
@@ -319,6 +352,7 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
     c.closed_through = in->closed_through();
     c.rounds.clear();
     c.last_clock.assign(in->last_clock().begin(), in->last_clock().end());
+    GD_CHECK(TakeUnits(*in, &c, "").ok()) << "units checked above";
     GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
   }
   // Each worker has completed, here, the clocks every owned chunk has taken.

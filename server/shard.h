@@ -57,6 +57,9 @@ struct ShardOptions {
   int64_t total_clocks = 0;  // the job's clocks, for the learning-rate schedule
   // Federated jobs with an adaptive strategy run it instead of `optimizer`.
   std::optional<StrategySpec> strategy = std::nullopt;
+  // Elastic jobs: the data units (JobSpec::TotalUnits). Each chunk takes
+  // each unit once, from whichever worker pushes it first. 0: not elastic.
+  int64_t total_units = 0;
 };
 
 class ShardState {
@@ -82,8 +85,10 @@ class ShardState {
   // The chunk must be owned and initialized. On a completed clock the
   // caller records it in `clocks` and then calls CloseRounds.
   // `live_workers` (at least 1) is how many pushes make up one clock.
+  // `unit` (elastic jobs, in [0, total_units)): the data unit the gradient
+  // was computed on; a chunk that took it already answers DUPLICATE.
   PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad,
-                   int live_workers = 1);
+                   int live_workers = 1, int64_t unit = -1);
 
   // Records that `worker` finished `clock` with no gradient (a skipped
   // step). Returns true if this completed the clock here (false for a
@@ -137,6 +142,10 @@ class ShardState {
   uint64_t updates_applied() const { return updates_applied_; }
   uint64_t duplicates() const { return duplicates_; }
   uint64_t dropped() const { return dropped_; }
+  // Elastic jobs: units every owned chunk took, and pushes of a unit a
+  // chunk had already taken (from another worker).
+  int64_t UnitsComplete() const;
+  uint64_t unit_duplicates() const { return unit_duplicates_; }
 
  private:
   struct Contribution {
@@ -157,6 +166,7 @@ class ShardState {
     std::vector<int64_t> last_clock;  // per worker: newest clock taken, -1 if none
     std::map<int64_t, Round> rounds;  // BSP: open rounds by clock
     int64_t closed_through = -1;      // BSP: rounds at or below this clock are closed
+    std::vector<bool> units_taken;    // elastic jobs: per data unit, whether this chunk took it
   };
 
   void SaveChunk(const Chunk& c, wire::ChunkCheckpoint* out) const;
@@ -182,7 +192,9 @@ class ShardState {
   std::map<std::pair<int, int64_t>, std::vector<uint32_t>> pending_;  // (worker, clock) -> chunks received
   std::vector<int64_t> completed_;  // per worker: newest clock completed here, -1 if none
   IntHistogram staleness_;
-  uint64_t updates_applied_ = 0, duplicates_ = 0, dropped_ = 0;
+  uint64_t updates_applied_ = 0, duplicates_ = 0, dropped_ = 0, unit_duplicates_ = 0;
+  // Takes `in`'s units_taken into `c` (elastic jobs), or says why not.
+  Status TakeUnits(const wire::ChunkCheckpoint& in, Chunk* c, const std::string& where) const;
 };
 
 }  // namespace geodesic::server

@@ -110,6 +110,8 @@ class Outbox {
   size_t size() const { return entries_.size(); }
   auto begin() { return entries_.begin(); }
   auto end() { return entries_.end(); }
+  auto begin() const { return entries_.begin(); }
+  auto end() const { return entries_.end(); }
 
  private:
   RetryPolicy policy_;

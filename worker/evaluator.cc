@@ -40,7 +40,8 @@ Status WaitForTraining(const JobSpec& job, const cluster::MemberClient& member, 
   WaitReporter report(clock, std::chrono::seconds(30));
   while (!stop->load()) {
     cluster::MembershipView v = member.view();
-    if (v.valid && v.done + v.dead >= workers) break;
+    // Elastic jobs: ids that never joined are neither; the coordinator knows.
+    if (v.valid && (v.training_ended || (!job.membership.elastic && v.done + v.dead >= workers))) break;
     if (report.Due()) {
       std::string line = "waiting for training to end: " + std::to_string(v.done) + " of " + std::to_string(workers) +
                          " workers done, " + std::to_string(v.dead) + " dead";

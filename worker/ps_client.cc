@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/log.h"
 #include "common/wait.h"
@@ -625,7 +626,13 @@ Status PsClient::Borrow(PendingPull& p, std::vector<PulledChunk>* borrowed) {
   return Status::Ok();
 }
 
-Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner) {
+int64_t PsClient::OldestUnackedClock() const {
+  int64_t oldest = std::numeric_limits<int64_t>::max();
+  for (const auto& [id, e] : pushes_) oldest = std::min(oldest, e.header.push_request().clock());
+  return oldest;
+}
+
+Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit) {
   TimePoint now = clock_->Now();
   grad = compressor_->Prepare(clock, grad, &owner);
   for (size_t si = 0; si < shards_.size(); ++si) {
@@ -636,6 +643,7 @@ Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const vo
       h.set_request_id(id);
       auto* req = h.mutable_push_request();
       req->set_clock(clock);
+      if (unit >= 0) req->set_unit(unit);
       std::vector<transport::Payload> payloads;
       if (!compressor_->encodes(si)) {
         AddChunks(batch, grad, owner, req->mutable_chunks(), &payloads);  // fp32, zero-copy
@@ -671,7 +679,7 @@ Status PsClient::EncodeChunks(size_t si, int64_t clock, const std::vector<uint32
   return Status::Ok();
 }
 
-Status PsClient::PushSkipped(int64_t clock) {
+Status PsClient::PushSkipped(int64_t clock, int64_t unit) {
   TimePoint now = clock_->Now();
   for (size_t si = 0; si < shards_.size(); ++si) {
     if (shards_[si].chunks.empty()) continue;
@@ -680,6 +688,7 @@ Status PsClient::PushSkipped(int64_t clock) {
     h.set_request_id(id);
     h.mutable_push_request()->set_clock(clock);
     h.mutable_push_request()->set_skipped(true);
+    if (unit >= 0) h.mutable_push_request()->set_unit(unit);
     GD_RETURN_IF_ERROR(shards_[si].socket->Send(h, {}));
     pushes_.Add(id, static_cast<int>(si), std::move(h), {}, now);
   }

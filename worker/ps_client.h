@@ -150,10 +150,14 @@ class PsClient {
                                 const std::function<std::string()>& describe = {},
                                 std::vector<PulledChunk>* borrowed = nullptr);
 
-  // Sends the gradient of step `clock` (num_params values) to the shards.
-  Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner);
+  // Sends the gradient of step `clock` (num_params values) to the shards;
+  // `unit` >= 0 (elastic jobs): the data unit it was computed on.
+  Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit = -1);
   // Tells every shard this worker finished `clock` without a gradient.
-  Status PushSkipped(int64_t clock);
+  Status PushSkipped(int64_t clock, int64_t unit = -1);
+  // The oldest clock with a push not yet acknowledged by every shard
+  // (INT64_MAX when none): every clock below it is acknowledged.
+  int64_t OldestUnackedClock() const;
   // Blocks until at most `max_unacked_clocks` clocks still await push
   // acknowledgements; returns the seconds it blocked.
   StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);

@@ -22,6 +22,8 @@
 #include "worker/process_options.h"
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
+#include "worker/units.h"
+#include "worker/worker_data.h"
 #include "worker/worker_metrics.h"
 
 namespace geodesic::worker {
@@ -59,22 +61,6 @@ StatusOr<DrawnPart> DrawPart(const ImageSet& train, const JobSpec& job, int id) 
   return mine;
 }
 
-}  // namespace
-
-struct Worker::Data {
-  torch::Tensor images, labels;  // this worker's partition, renumbered 0..n-1
-  std::string partition_digest;
-  std::vector<int64_t> partition_labels;
-  std::unique_ptr<BatchSampler> sampler;
-  std::vector<torch::Tensor> synthetic_grads;
-  // Federated: one record per round (the stats file's `rounds`), and the
-  // byte counters when the open one began.
-  std::vector<stats::RoundStats> round_log;
-  double round_sent0 = 0, round_received0 = 0;
-};
-
-namespace {
-
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
@@ -111,8 +97,16 @@ Status Worker::Run() {
   NoteFloor();
   for (; c_ < steps_; ++c_) {
     if (stop_->load()) break;
-    GD_RETURN_IF_ERROR(Step());
+    if (units_) {
+      GD_ASSIGN_OR_RETURN(bool got, TakeUnit());
+      if (!got) break;
+    }
+    Status step = Step();
+    if (!step.ok() && !(units_ && stop_->load())) return step;  // elastic: a stop mid-step departs
+    if (!step.ok()) break;
   }
+  // Elastic jobs: stopped (a pod deleted, a scale-down) is leaving the job.
+  if (stop_->load() && units_) return Depart();
   if (stop_->load()) {
     WriteStats(false);
     return Cancelled("stopped at clock " + std::to_string(c_));
@@ -135,6 +129,8 @@ Status Worker::LoadData() {
     GD_LOG(INFO) << "federated: executor " << options_.id << " of " << job_.NumWorkers() << " for "
                  << job_.federated.clients << " clients (" << ToString(job_.data.partition) << ", digest "
                  << federated_->digest() << "), " << job_.federated.per_round << " a round";
+  } else if (job_.membership.elastic) {
+    GD_RETURN_IF_ERROR(LoadElasticData());
   } else if (!synthetic_) {
     GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
     GD_ASSIGN_OR_RETURN(DrawnPart drawn, DrawPart(train, job_, options_.id));
@@ -154,7 +150,8 @@ Status Worker::LoadData() {
   GD_ASSIGN_OR_RETURN(model_, FlatModel::Create(job_.model, job_.seed, device));
   n_ = model_->num_params();
   total_steps_ = job_.StepsPerWorker();
-  steps_ = job_.ClocksPerWorker();
+  steps_ = job_.ClockLimit();
+  if (job_.membership.elastic) total_steps_ = steps_ * std::max(1, job_.training.local_steps);
   local_steps_ = job_.training.local_steps;
   local_ = local_steps_ > 1 || federated_;  // federated rounds pull into rounds_->global() too
   depth_ = job_.training.pipeline_depth;
@@ -194,6 +191,7 @@ Status Worker::JoinJob() {
   cluster::MemberOptions mo = MemberOptionsFor(job_, wire::WORKER, options_.id, options_.coordinator,
                                                model_->signature(), options_.credentials);
   if (federated_ && job_.federated.gateway) GD_RETURN_IF_ERROR(OpenGateway(mo));
+  if (units_) mo.on_reply = [this](const wire::HeartbeatReply& r) { units_->OnReply(r); };
   member_ = std::make_unique<cluster::MemberClient>(ctx_, std::move(mo), &counters_, clock_);
   GD_ASSIGN_OR_RETURN(assignment_, member_->Join(stop_));
   PsClientOptions po = PsOptionsFor(job_, wire::WORKER, options_.id);
@@ -210,7 +208,10 @@ Status Worker::JoinJob() {
     return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " values, the job needs " +
                               std::to_string(values));
   progress_.Start(assignment_.start_clock(), total_steps_);
-  member_->Start([this](wire::Heartbeat* hb) { progress_.Fill(hb); });
+  member_->Start([this](wire::Heartbeat* hb) {
+    progress_.Fill(hb);
+    if (units_) units_->Fill(hb);
+  });
   // After the heartbeats start: they keep our lease, and they bring the
   // news of a shard that fails over meanwhile (the init follows it).
   // The shards start from our model (under SCAFFOLD, with c = 0 after it).
@@ -249,7 +250,7 @@ Status Worker::Step() {
     GD_ASSIGN_OR_RETURN(int64_t m, Barrier());
     if (c_ >= m) GD_RETURN_IF_ERROR(WaitAtBarrier());
   }
-  const bool more = c_ + 1 < steps_;
+  const bool more = c_ + 1 < steps_ && (!units_ || units_->MayHaveMore());
   GD_RETURN_IF_ERROR(RequestAhead(more));
   TimePoint t0 = clock_->Now();
   if (SnapshotDue(t0)) {
@@ -273,6 +274,7 @@ Status Worker::Step() {
   // unacknowledged, bounding memory.
   GD_ASSIGN_OR_RETURN(double acked_wait, ps_->WaitAcks(std::max(2, depth_ + 1), stop_));
   (void)acked_wait;
+  NoteAcked();
   comm_s_ += Seconds(clock_->Now() - t1);  // sending the push and any ack wait
   if (more && pending_pull_ < 0) {
     GD_RETURN_IF_ERROR(WaitPull(c_ + 1));
@@ -421,10 +423,17 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
     grad.copy_(grads[step % grads.size()]);
     return true;
   }
-  const std::vector<int64_t>& idx = data_->sampler->Next();
-  torch::Tensor sel =
-      torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
-  torch::Tensor x = data_->images.index_select(0, sel), y = data_->labels.index_select(0, sel);
+  const std::vector<int64_t>& idx = NextBatch();
+  torch::Tensor x, y;
+  if (units_) {  // elastic: indices into the whole set, converted now
+    x = ImagesTensor(data_->full, &idx);
+    y = LabelsTensor(data_->full, &idx);
+  } else {
+    torch::Tensor sel =
+        torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
+    x = data_->images.index_select(0, sel);
+    y = data_->labels.index_select(0, sel);
+  }
   torch::Tensor logits = model_->Forward(x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();
@@ -489,13 +498,15 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
 Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
   if (usable) {
     auto owner = std::make_shared<torch::Tensor>(grad);
-    GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr())));
+    GD_RETURN_IF_ERROR(
+        ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr()), unit_));
   } else {
     if (!local_) ++skipped_;
     GD_LOG(ERROR) << (local_ ? "round " : "step ") << c_ << ": loss or gradient is not finite; skipping this "
                   << (local_ ? "round's" : "step's") << " push";
-    GD_RETURN_IF_ERROR(ps_->PushSkipped(c_));
+    GD_RETURN_IF_ERROR(ps_->PushSkipped(c_, unit_));
   }
+  if (units_) unit_of_clock_[c_] = unit_;
   pushed_through_ = c_;
   return Status::Ok();
 }
@@ -588,6 +599,7 @@ stats::WorkerStats Worker::Stats(bool final) {
   j.set_samples(samples_);
   j.set_skipped_steps(skipped_);
   j.set_pushes_refused(ps_->pushes_refused());
+  if (units_) j.set_units_finished(units_->finished());
   if (ledger_) {
     j.set_chunks_acknowledged(ledger_->counts().acknowledged);
     j.set_push_ledger(ledger_->path());
@@ -653,6 +665,7 @@ void Worker::WriteStats(bool final) {
 Status Worker::Finish() {
   GD_ASSIGN_OR_RETURN(double final_wait, ps_->WaitAcks(0, stop_));
   comm_s_ += final_wait;
+  NoteAcked();
   CloseRoundRecord();
   // The model as this worker last saw it closes the accuracy curve. With
   // local rounds that is the last round's start: the shards' final model
@@ -668,7 +681,8 @@ Status Worker::Finish() {
   uint64_t seen = member_->replies();
   WaitReporter report(clock_, std::chrono::seconds(job_.membership.report_after_s));
   TimePoint deadline = clock_->Now() + Millis(job_.membership.lease_ms * 2);
-  while (member_->replies() < seen + 2 && clock_->Now() < deadline && !stop_->load()) {
+  while ((member_->replies() < seen + 2 || (units_ && !units_->AllConfirmed())) && clock_->Now() < deadline &&
+         !stop_->load()) {
     if (report.Due()) GD_LOG(INFO) << "waiting for the coordinator to note that we are done";
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

@@ -18,9 +18,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/clock.h"
@@ -49,6 +51,7 @@ class FederatedRounds;
 class FlatModel;
 class LocalRounds;
 class PsClient;
+class UnitQueue;
 
 class Worker {
  public:
@@ -105,6 +108,15 @@ class Worker {
   // Publishes the stats as metrics, and writes them to the stats file.
   void WriteStats(bool final);
   Status Finish();
+  // Elastic jobs (worker_elastic.cc): the whole training set, the next data
+  // unit (false: none left for us), a minibatch of it, the units whose
+  // pushes were acknowledged, and leaving when stopped (scaled down).
+  Status LoadElasticData();
+  StatusOr<bool> TakeUnit();
+  const std::vector<int64_t>& NextBatch();
+  void NoteAcked();
+  Status WaitUnitsConfirmed();
+  Status Depart();
 
   const WorkerProcessOptions& options_;
   const JobSpec& job_;
@@ -153,6 +165,14 @@ class Worker {
   // hold its new shard map. pulled_through_/pushed_through_ say which
   // barriers we can still honor (the floor we report).
   int64_t pulled_through_ = 0, pushed_through_ = -1;
+  // Elastic jobs: the units the coordinator holds for us, the one being
+  // computed and its batches, and the unit of each clock whose push is not
+  // acknowledged yet.
+  std::unique_ptr<UnitQueue> units_;
+  int64_t unit_ = -1;
+  std::vector<std::vector<int64_t>> unit_batches_;
+  size_t unit_batch_ = 0;
+  std::map<int64_t, int64_t> unit_of_clock_;
 };
 
 }  // namespace geodesic::worker

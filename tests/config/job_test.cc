@@ -493,3 +493,53 @@ TEST(JobTest, ReplanNeedsLinksAndRefusesWhatItCannotMove) {
 }
 
 }  // namespace geodesic
+
+namespace geodesic {
+namespace {
+
+const char* kElastic = R"(
+name: t
+regions:
+  us: {servers: 1, workers: 2, max_workers: 4}
+  eu: {servers: 1, workers: 0, max_workers: 2}
+membership: {elastic: true}
+training: {staleness_bound: 2, epochs: 2}
+data: {batch_size: 100}
+)";
+
+TEST(JobTest, ElasticJobsKeepIdsForLateWorkersRegionByRegion) {
+  auto job = ParseJob(kElastic, "e.yaml");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->NumWorkers(), 6);
+  EXPECT_EQ(job->InitialWorkers(), 2);
+  EXPECT_EQ(job->FirstWorkerOfRegion(1), 4);
+  std::vector<bool> initial;
+  for (int i = 0; i < 6; ++i) initial.push_back(job->IsInitialWorker(i));
+  EXPECT_EQ(initial, (std::vector<bool>{true, true, false, false, false, false}));
+  EXPECT_EQ(job->RegionOfWorker(3).name, "us");
+  EXPECT_EQ(job->RegionOfWorker(4).name, "eu");
+  EXPECT_EQ(job->UnitsPerEpoch(), 600);
+  EXPECT_EQ(job->TotalUnits(), 1200);
+  EXPECT_EQ(job->ClockLimit(), 1200);
+  // Steps per worker count the workers that start.
+  EXPECT_EQ(job->StepsPerWorker(), 600);
+  // Round trip.
+  auto again = ParseJob(JobToYaml(*job), "again.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->NumWorkers(), 6);
+  EXPECT_TRUE(again->membership.elastic);
+}
+
+TEST(JobTest, ElasticJobsRefuseWhatTheyDoNotSupport) {
+  for (const char* bad : {"training.staleness_bound=0", "data.partition=dirichlet:0.5", "wan.replan=true",
+                          "regions.us.workers=0", "regions.us.max_workers=1", "membership.units_ahead=0"}) {
+    auto job = ParseJob(kElastic, "e.yaml", {bad});
+    EXPECT_FALSE(job.ok()) << bad;
+  }
+  auto spare = ParseJob(kElastic, "e.yaml", {"membership.elastic=false"});
+  ASSERT_FALSE(spare.ok());
+  EXPECT_NE(spare.status().message().find("needs membership.elastic"), std::string::npos) << spare.status();
+}
+
+}  // namespace
+}  // namespace geodesic

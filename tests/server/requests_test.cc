@@ -160,3 +160,32 @@ TEST_F(RequestsTest, PushesAndInitsFromNonMembersAreRefusedWhole) {
 
 }  // namespace
 }  // namespace geodesic::server
+
+namespace geodesic::server {
+namespace {
+
+// Elastic jobs: every push names a data unit within the job; other jobs'
+// pushes name none. Anything else is refused whole.
+TEST_F(RequestsTest, DataUnitsMustMatchTheJob) {
+  transport::Message m = Push(0, 1.0f);
+  m.header.mutable_push_request()->set_unit(3);
+  Handled h = ApplyPush(Ctx(), m);  // not an elastic job
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_UNIT) << h.status;
+  ShardContext elastic = Ctx();
+  elastic.total_units = 10;
+  h = ApplyPush(elastic, Push(0, 1.0f));  // no unit
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_UNIT) << h.status;
+  for (int64_t unit : {int64_t{10}, int64_t{-1}, INT64_MAX}) {
+    m.header.mutable_push_request()->set_unit(unit);
+    h = ApplyPush(elastic, m);
+    EXPECT_EQ(h.reason, wire::REFUSAL_BAD_UNIT) << unit;
+    EXPECT_NE(h.status.message().find("unit"), std::string::npos) << h.status;
+  }
+  EXPECT_EQ(shard_.updates_applied(), 0u);
+  m.header.mutable_push_request()->set_unit(9);
+  h = ApplyPush(elastic, m);
+  EXPECT_TRUE(h.status.ok()) << h.status;
+}
+
+}  // namespace
+}  // namespace geodesic::server
