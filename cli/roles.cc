@@ -112,7 +112,8 @@ StatusOr<transport::CurveKeyPair> CoordinatorKeys(const std::string& keypair_fil
 // processes sharing a fresh run directory (a compose volume) need no set-up
 // step (a directory that cannot be made fails the stats write, which says so).
 void AddStatsFileFlag(CLI::App* cmd, std::string* path) {
-  cmd->add_option("--stats-file", *path, "write stats JSON here (its directory is created)")
+  cmd->add_option("--stats-file", *path,
+                  "write stats JSON here (its directory is created; {id} in it becomes the member's id)")
       ->each([](const std::string& file) {
         std::error_code ec;
         const auto dir = std::filesystem::path(file).parent_path();
@@ -221,8 +222,16 @@ using ServerFlags = MemberFlags<server::ServerProcessOptions>;
 using WorkerFlags = MemberFlags<worker::WorkerProcessOptions>;
 using EvaluatorFlags = MemberFlags<worker::EvaluatorOptions>;
 
+// "{id}" in a stats file's path becomes the member's id, resolved from its
+// host name where --id-from-hostname says so: one pod template names each
+// pod's stats file apart (deploy/render_kubernetes.cc).
+void SubstituteId(std::string* path, int id) {
+  for (size_t at; (at = path->find("{id}")) != std::string::npos;) path->replace(at, 4, std::to_string(id));
+}
+
 int RunServer(ServerFlags& f) {
   if (Status s = ResolveId(f.id_offset, &f.options.id); !s.ok()) return Fail(s);
+  SubstituteId(&f.options.stats_file, f.options.id);
   auto prepare = [](const JobSpec& job, server::ServerProcessOptions& o) {
     GD_RETURN_IF_ERROR(CheckId("servers", o.id, job.NumServers()));
     o.checkpoint_requests = &g_checkpoint_requests;
@@ -240,6 +249,7 @@ int RunServer(ServerFlags& f) {
 
 int RunWorker(WorkerFlags& f) {
   if (Status s = ResolveId(f.id_offset, &f.options.id); !s.ok()) return Fail(s);
+  SubstituteId(&f.options.stats_file, f.options.id);
   auto prepare = [](const JobSpec& job, const worker::WorkerProcessOptions& o) {
     return CheckId("workers", o.id, job.NumWorkers());
   };

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 namespace geodesic {
@@ -26,7 +27,12 @@ std::string Errno() { return std::strerror(errno); }
 std::string PushLedgerPath(const std::string& stats_file) {
   std::string base = stats_file;
   if (base.size() > 5 && base.ends_with(".json")) base.resize(base.size() - 5);
-  return base + "." + std::to_string(::getpid()) + ".ledger";
+  base += "." + std::to_string(::getpid());
+  // A container's processes all have small pids: a restarted worker may
+  // have its predecessor's. Its ledger must not replace the dead one's.
+  std::string path = base + ".ledger";
+  for (int k = 2; std::filesystem::exists(path) && k < 10000; ++k) path = base + "-" + std::to_string(k) + ".ledger";
+  return path;
 }
 
 StatusOr<PushLedger> PushLedger::Create(const std::string& path) {

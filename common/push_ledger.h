@@ -34,7 +34,9 @@ struct PushCounts {
 
 // Where a process whose stats go to `stats_file` keeps its ledger:
 // "dir/worker-3.json" -> "dir/worker-3.<pid>.ledger", one per process, so a
-// restarted worker does not overwrite its dead predecessor's.
+// restarted worker does not overwrite its dead predecessor's; where that
+// file exists already (a container restarted with the same pid),
+// "dir/worker-3.<pid>-2.ledger" and so on.
 std::string PushLedgerPath(const std::string& stats_file);
 
 class PushLedger {

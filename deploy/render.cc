@@ -230,7 +230,10 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
   GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
   if (options.target == "kubernetes") {
     GD_ASSIGN_OR_RETURN(std::string manifests, RenderKubernetes(job, options));
-    return std::map<std::string, std::string>{{"kubernetes.yaml", manifests}};
+    std::map<std::string, std::string> out = {{"kubernetes.yaml", manifests}};
+    if (std::string late = RenderKubernetesLateWorkers(job, options); !late.empty())
+      out["kubernetes-late-workers.yaml"] = late;
+    return out;
   }
   std::map<std::string, std::string> files, scripts;
   JobSpec rendered = job;

@@ -128,6 +128,11 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
 // is named `coordinator`, the name members dial.
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options);
 
+// Elastic jobs, workload "pods": the Pods (and claims) of the worker ids
+// beyond those the job starts with, which a scale-up would create; empty
+// otherwise. Written as kubernetes-late-workers.yaml.
+std::string RenderKubernetesLateWorkers(const JobSpec& job, const RenderOptions& options);
+
 // The declared link matrix as comment lines, one per direction (RTT, rate,
 // loss), for the head of a rendered file; `where` says between what the
 // links are real ("across real hosts", "between pods").

@@ -196,20 +196,25 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
   Node cs;
   const std::string bind = "tcp://" + bind_host + ":" + std::to_string(kZmqPort);
   const std::string ckpt = std::string(kDataDir) + "/checkpoints";
+  // Each process's stats (and a worker's push ledgers) on its pod's volume,
+  // named as in a launcher's run directory (`geodesic deploy summarize`).
+  const std::string stats = std::string(kDataDir) + "/stats/";
   if (set.component == "coordinator") {
     cs.push_back(Container(k, "coordinator",
                            {"coordinator", "--job", kJobPath, "--bind", bind, "--state-file",
-                            std::string(kDataDir) + "/coordinator.state"},
+                            std::string(kDataDir) + "/coordinator.state", "--stats-file", stats + "coordinator.json"},
                            true, Resources("250m", "256Mi", "1Gi"), ""));
   } else if (set.component == "server" || set.component == "backup") {
     auto args = MemberArgs("server", set);
     if (set.component == "backup") args.insert(args.begin() + 1, "--backup");
-    args.insert(args.end(), {"--bind", bind, "--checkpoint-dir", ckpt});
+    args.insert(args.end(),
+                {"--bind", bind, "--checkpoint-dir", ckpt, "--stats-file", stats + set.component + "-{id}.json"});
     cs.push_back(Container(k, "server", args, true, Resources("500m", "512Mi", "2Gi"), token));
   } else {
     auto args = MemberArgs("worker", set);
     const std::string snapshots = std::string(kDataDir) + "/snapshots";
     if (set.worker0) args.insert(args.end(), {"--snapshot-dir", snapshots});
+    args.insert(args.end(), {"--stats-file", stats + "worker-{id}.json"});
     cs.push_back(Container(k, "worker", args, false, Resources("1", "1Gi", "4Gi"), token));
     if (set.worker0)
       cs.push_back(
@@ -295,9 +300,10 @@ Node StatefulSet(const RenderContext& k, const Set& set) {
 // Workload "pods": a set's pods one by one, each after its data claim. The
 // names are the StatefulSet's (NAME-ORDINAL, so --id-from-hostname reads
 // the same ids), but for the coordinator's pod: `coordinator`.
-void AppendPods(const RenderContext& k, const Set& set, std::vector<Node>& docs) {
+// Ordinals [from, to); to -1: the set's replicas.
+void AppendPods(const RenderContext& k, const Set& set, std::vector<Node>& docs, int from = 0, int to = -1) {
   const Node labels = Labels(k, set.component, set.region);
-  for (int ordinal = 0; ordinal < set.replicas; ++ordinal) {
+  for (int ordinal = from; ordinal < (to < 0 ? set.replicas : to); ++ordinal) {
     const std::string name = set.component == "coordinator" ? set.name : set.name + "-" + std::to_string(ordinal);
     Node claim = Object("v1", "PersistentVolumeClaim", Meta(k, "data-" + name, labels));
     claim["spec"] = ClaimSpec(k);
@@ -463,6 +469,21 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
     out += "---\n";
     out += ToYaml(d);
   }
+  return out;
+}
+
+std::string RenderKubernetesLateWorkers(const JobSpec& job, const RenderOptions& options) {
+  if (!job.membership.elastic || options.workload != "pods") return "";
+  const RenderContext k = Context(job, options);
+  std::vector<Node> docs;
+  for (const Set& set : Sets(job))
+    if (set.max_replicas > set.replicas) AppendPods(k, set, docs, set.replicas, set.max_replicas);
+  if (docs.empty()) return "";
+  std::string out = "# Geodesic job '" + job.name +
+                    "': the pods of the worker ids kept for workers that join later (membership.elastic),\n"
+                    "# rendered by `geodesic deploy render --target kubernetes --workload pods`. Play one pod (its\n"
+                    "# claim and itself) to add a worker, as scaling its StatefulSet up would.\n";
+  for (const Node& d : docs) out += "---\n" + ToYaml(d);
   return out;
 }
 

@@ -164,6 +164,12 @@ void Coordinator::Step(WaitReporter* rendezvous) {
   if (!state_.started() && rendezvous->Due())
     GD_LOG(INFO) << "start-up: waiting " << static_cast<int>(rendezvous->ElapsedSeconds()) << " s for "
                  << state_.WaitingFor() << " to register";
+  // An elastic job whose workers are all gone with units left waits for one.
+  uint64_t skipped = 0;
+  if (state_.elastic() && state_.started() && !state_.units().complete() && state_.LiveWorkers() == 0 &&
+      idle_report_.Due(clock_->Now(), &skipped))
+    GD_LOG(WARNING) << "no live worker and " << state_.units().total() - state_.units().finished()
+                    << " data unit(s) left: waiting for a worker to join";
   if (state_.started() && !announced_start_) {
     announced_start_ = true;
     auto bytes = state_.shard_map()->BytesPerServer(options_.coordinator.num_servers);

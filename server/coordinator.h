@@ -79,6 +79,7 @@ class Coordinator {
   transport::Socket socket_;
   transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
   Throttle failed_reply_log_{std::chrono::seconds(1)};
+  Throttle idle_report_{std::chrono::seconds(10)};  // elastic jobs: no live worker, units left
   CoordinatorState state_;
   CoordinatorStore store_;
   mutable transport::ProcessMetrics metrics_;  // published by the loop, served by its own thread

@@ -26,15 +26,19 @@ void CoordinatorState::WorkerGone(int id, const char* what) {
   NoteMember(id, what);
 }
 
+int CoordinatorState::LiveWorkers() const {
+  int live = 0;
+  for (const auto& w : workers_) live += w.live && !w.done;
+  return live;
+}
+
 void CoordinatorState::NoteMember(int id, const char* what) {
   stats::MembershipEvent e;
   e.set_at_s(started_ ? Seconds(clock_->Now() - started_at_) : 0);
   e.set_worker(id);
   e.set_what(what);
   e.set_clock(static_cast<int32_t>(workers_[id].clock));
-  int live = 0;
-  for (const auto& w : workers_) live += w.live && !w.done;
-  e.set_live(live);
+  e.set_live(LiveWorkers());
   // Bounded: a worker flapping forever must not grow the state file forever.
   if (events_.size() < 10000) events_.push_back(e);
 }

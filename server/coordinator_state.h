@@ -169,6 +169,7 @@ class CoordinatorState {
   const std::vector<stats::MembershipEvent>& membership_events() const { return events_; }
   // Every worker is done, dead or gone, and (elastic) every unit finished.
   bool training_ended() const { return last_worker_end_.has_value(); }
+  int LiveWorkers() const;
 
   // Re-planning (options().replan.enabled). Tick() checks the links for
   // drift when due (every replan.every_s, at the injected clock, or when

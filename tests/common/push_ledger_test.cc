@@ -86,6 +86,11 @@ TEST(PushLedgerTest, AFileThatIsNotALedgerIsRefusedWithItsReason) {
 TEST(PushLedgerTest, EachProcessGetsItsOwnFileBesideItsStats) {
   const std::string p = PushLedgerPath("/run/stats/worker-3.json");
   EXPECT_EQ(p, "/run/stats/worker-3." + std::to_string(::getpid()) + ".ledger");
+  // A predecessor with our pid (another pid namespace) keeps its file.
+  const std::string dir = TempDir();
+  const std::string first = PushLedgerPath(dir + "/worker-1.json");
+  ASSERT_TRUE(PushLedger::Create(first).ok());
+  EXPECT_EQ(PushLedgerPath(dir + "/worker-1.json"), dir + "/worker-1." + std::to_string(::getpid()) + "-2.ledger");
 }
 
 }  // namespace

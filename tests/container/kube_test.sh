@@ -31,20 +31,8 @@ on_exit podman play kube --down "$M"
 start=$SECONDS
 podman play kube "$M" > "$WORK/play.log" 2>&1 || fail "podman play kube: $(tail -5 "$WORK/play.log")"
 containers=$(podman ps -a --filter "pod=coordinator" --format '{{.Names}}' | grep -vc infra || true)
-# The job is over when every pod has exited (each restarts only on failure).
-while (( SECONDS - start < DEADLINE_S )); do
-  running=$(for pod in $PODS; do podman pod inspect "$pod" --format '{{.State}}'; done | grep -vc Exited || true)
-  [[ $running -eq 0 ]] && break
-  sleep 2
-done
+wait_pods_exited "$start" "$DEADLINE_S" $PODS
 elapsed=$((SECONDS - start))
-podman ps -a --format '{{.Names}} {{.ExitCode}} {{.Status}}' | grep -v infra > "$WORK/containers"
-dump_logs() {
-  local c
-  for c in $(awk '{print $1}' "$WORK/containers"); do echo "--- $c"; podman logs "$c" 2>&1 | tail -15; done
-}
-(( running == 0 )) || { dump_logs; fail "the pods still ran after ${DEADLINE_S} s"; }
-awk '$2 != 0 { bad = 1 } END { exit bad }' "$WORK/containers" || { dump_logs; fail "a container failed: $(cat "$WORK/containers")"; }
 
 count=$(wc -l < "$WORK/containers")
 result=$(podman volume inspect data-worker-0-0 --format '{{.Mountpoint}}')/result.json

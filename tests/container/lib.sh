@@ -64,3 +64,28 @@ need_image() {
 
 # json_field FILE KEY: a top-level number or string of a JSON file.
 json_field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+
+# wait_pods_exited SINCE DEADLINE_S POD...: waits until every pod has exited
+# (pods restart only on failure) or DEADLINE_S seconds after SINCE ($SECONDS
+# then); lists the containers and exit codes in $WORK/containers, and
+# fails, with every container's log tail, if a pod still ran or a container
+# exited with an error.
+wait_pods_exited() {
+  local since=$1 deadline=$2 running=1 pod
+  shift 2
+  while (( SECONDS - since < deadline )); do
+    running=$(for pod in "$@"; do podman pod inspect "$pod" --format '{{.State}}'; done | grep -vc Exited || true)
+    [[ $running -eq 0 ]] && break
+    sleep 2
+  done
+  podman ps -a --format '{{.Names}} {{.ExitCode}} {{.Status}}' | grep -v infra > "$WORK/containers"
+  (( running == 0 )) || { dump_logs; fail "the pods still ran after ${deadline} s"; }
+  awk '$2 != 0 { bad = 1 } END { exit bad }' "$WORK/containers" ||
+    { dump_logs; fail "a container failed: $(cat "$WORK/containers")"; }
+}
+
+# dump_logs: the tail of every container's log listed in $WORK/containers.
+dump_logs() {
+  local c
+  for c in $(awk '{print $1}' "$WORK/containers"); do echo "--- $c"; podman logs "$c" 2>&1 | tail -15; done
+}
