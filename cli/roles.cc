@@ -242,7 +242,7 @@ int RunServer(ServerFlags& f) {
                    [](const server::ServerProcessOptions& o, zmq::context_t& ctx) {
                      server::Server server(o, ctx, RealClock::Get());
                      Status s = server.Run(&g_stop);
-                     server.Linger();
+                     server.Linger(s.ok());
                      return s;
                    });
 }
@@ -317,6 +317,9 @@ void AddHttpFlags(CLI::App* cmd, transport::HttpOptions& o) {
   cmd->add_option("--http-linger", o.linger_s,
                   "at exit, keep serving until the final metrics were scraped once, at most this long (s)")
       ->check(CLI::Range(0.0, 600.0));
+  cmd->add_flag_callback(
+      "--hold-after-exit", [&o] { o.hold_until = &g_stop; },
+      "after finishing well, keep serving /healthz until SIGTERM instead of exiting (a StatefulSet's pod)");
 }
 
 Command AddCoordinator(CLI::App& app) {

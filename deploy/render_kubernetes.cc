@@ -145,6 +145,10 @@ Node FieldEnv(const std::string& name, const std::string& field) {
 Node Container(const RenderContext& k, const std::string& name, std::vector<std::string> args, bool listens,
                const Node& resources, const std::string& token, int http_port = kHttpPort) {
   args.insert(args.end(), {"--http-bind", "0.0.0.0:" + std::to_string(http_port)});
+  // A StatefulSet's pod restarts a process that exits, finished or not: a
+  // finished one serves /healthz until the pod is deleted. Pods
+  // (restartPolicy OnFailure) let finished ones exit.
+  if (!PodsMode(k)) args.push_back("--hold-after-exit");
   Node c;
   c["name"] = name;
   c["image"] = k.options.image;

@@ -209,7 +209,7 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   }
   store_.Save(state_, true);
   WriteStats();
-  metrics_.Linger(options_.http.linger_s);
+  metrics_.Linger(options_.http, /*finished=*/true);
   return Status::Ok();
 }
 

@@ -75,7 +75,8 @@ class Server {
   Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* clock);
   Status Run(const std::atomic<bool>* stop);
   // After Run: until the final metrics were scraped (http.linger_s at most).
-  void Linger() const { metrics_.Linger(options_.http.linger_s); }
+  // `finished`: Run returned OK (transport::ProcessMetrics::Linger).
+  void Linger(bool finished) const { metrics_.Linger(options_.http, finished); }
 
   // Counters for tests and the stats file.
 

@@ -21,6 +21,7 @@
 #include <asio.hpp>
 
 #include "common/files.h"
+#include "common/log.h"
 
 namespace geodesic::transport {
 
@@ -324,8 +325,11 @@ Status WriteHttpAddress(const HttpEndpoint& endpoint, const std::string& file) {
   return WriteFileAtomic(file, endpoint.address());
 }
 
-void ProcessMetrics::Linger(double max_s) const {
-  if (endpoint_ && max_s > 0) snapshot_.AwaitFinalScrape(max_s);
+void ProcessMetrics::Linger(const HttpOptions& o, bool finished) const {
+  if (endpoint_ && o.linger_s > 0) snapshot_.AwaitFinalScrape(o.linger_s);
+  if (!finished || !o.hold_until || o.hold_until->load()) return;
+  GD_LOG(INFO) << "finished; holding until stopped (--hold-after-exit)";
+  while (!o.hold_until->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
 Status ProcessMetrics::Start(const HttpOptions& options, std::function<bool()> ready) {

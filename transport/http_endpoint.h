@@ -108,6 +108,11 @@ struct HttpOptions {
   // At exit, keep serving until the final metrics were scraped once, for
   // at most this long (s): Prometheus then holds the process's last counts.
   double linger_s = 0;
+  // --hold-after-exit: after a successful end, keep serving (/healthz, the
+  // final metrics) until this is set (SIGTERM), rather than exit: a
+  // Kubernetes StatefulSet starts a process that exits again, finished or
+  // not, so the rendered StatefulSets hold. Null: exit at once.
+  const std::atomic<bool>* hold_until = nullptr;
 };
 
 // A process's metrics and their endpoint: the role's loop publishes (only
@@ -120,8 +125,9 @@ class ProcessMetrics {
   void Publish(std::vector<prometheus::MetricFamily> families) { snapshot_.Publish(std::move(families)); }
   bool serving() const { return endpoint_ != nullptr; }
   // Waits (at exit, after the final Publish) until they were scraped, or
-  // `max_s` passed; returns at once with no endpoint.
-  void Linger(double max_s) const;
+  // `o.linger_s` passed (at once with no endpoint); then, if the process
+  // `finished` well and `o.hold_until` is set, until that is set.
+  void Linger(const HttpOptions& o, bool finished) const;
   HttpEndpoint* endpoint() { return endpoint_.get(); }
 
  private:

@@ -183,7 +183,7 @@ Status RunEvaluator(const EvaluatorOptions& options, zmq::context_t& ctx, const 
   std::atomic<bool> joined{false};
   GD_RETURN_IF_ERROR(metrics.Start(options.http, [&joined] { return joined.load(); }));
   Status s = Evaluate(options, ctx, stop, metrics, joined);
-  metrics.Linger(options.http.linger_s);
+  metrics.Linger(options.http, s.ok());
   return s;
 }
 

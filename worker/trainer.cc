@@ -8,7 +8,7 @@ namespace geodesic::worker {
 Status RunWorker(const WorkerProcessOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
   Worker worker(options, ctx, stop);
   Status s = worker.Run();
-  worker.Linger();
+  worker.Linger(s.ok());
   return s;
 }
 

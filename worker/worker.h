@@ -62,7 +62,8 @@ class Worker {
 
   Status Run();
   // After Run: until the final metrics were scraped (http.linger_s at most).
-  void Linger() const { metrics_.Linger(options_.http.linger_s); }
+  // `finished`: Run returned OK (transport::ProcessMetrics::Linger).
+  void Linger(bool finished) const { metrics_.Linger(options_.http, finished); }
 
  private:
   struct Data;  // the partition's tensors, the sampler

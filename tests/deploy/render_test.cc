@@ -236,6 +236,12 @@ void CheckStatefulSet(const JobSpec& job, const YAML::Node& d, std::map<std::str
   std::vector<int> ordinals(spec["replicas"].as<int>());
   std::iota(ordinals.begin(), ordinals.end(), 0);
   CheckPodSpec(job, pod, ordinals, ids);
+  // A StatefulSet restarts a process that exits: finished ones hold.
+  for (const YAML::Node& c : pod["spec"]["containers"]) {
+    bool hold = false;
+    for (const YAML::Node& a : c["args"]) hold |= a.as<std::string>() == "--hold-after-exit";
+    EXPECT_TRUE(hold) << c["name"].as<std::string>();
+  }
   const std::string bind = Arg(pod["spec"]["containers"][0], "--bind");
   if (!bind.empty()) {
     EXPECT_EQ(bind, "tcp://$(POD_IP):7400");
@@ -406,6 +412,29 @@ TEST(RenderKubernetesTest, PodsWorkloadServesEveryMemberOnceWithoutTheDownwardAp
   EXPECT_EQ(ids["worker"].size(), static_cast<size_t>(job.NumWorkers()));
   EXPECT_EQ(pods.size(), 1 + 2u * job.NumServers() + job.NumWorkers());
   EXPECT_FALSE(RenderKubernetes(job, {.target = "kubernetes", .workload = "deployments"}).ok());
+  EXPECT_EQ(text->find("--hold-after-exit"), std::string::npos) << "Pods let finished processes exit";
+  EXPECT_EQ(RenderKubernetesLateWorkers(job, {.target = "kubernetes", .workload = "pods"}), "");
+}
+
+// Elastic jobs: the pods a scale-up would create, apart, with the ids kept
+// for late workers; every pod names its stats file by its id.
+TEST(RenderKubernetesTest, ElasticJobsRenderTheLateWorkersPodsApart) {
+  const JobSpec job = Load("elastic.yaml", {});
+  const RenderOptions o{.target = "kubernetes", .workload = "pods"};
+  auto text = RenderKubernetes(job, o);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const std::string late = RenderKubernetesLateWorkers(job, o);
+  std::map<std::string, std::set<int>> initial, later;
+  for (const auto& [docs, ids] : {std::pair{Documents(*text), &initial}, std::pair{Documents(late), &later}})
+    for (const YAML::Node& d : docs) {
+      const std::string name = d["metadata"]["name"].as<std::string>();
+      if (d["kind"].as<std::string>() != "Pod" || name == "coordinator") continue;
+      CheckPodSpec(job, d, {std::stoi(name.substr(name.rfind('-') + 1))}, ids);
+      EXPECT_NE(Arg(d["spec"]["containers"][0], "--stats-file").find("/stats/"), std::string::npos) << name;
+    }
+  EXPECT_EQ(initial["worker"], (std::set<int>{0, 1, 4, 5}));
+  EXPECT_EQ(later["worker"], (std::set<int>{2, 3, 6, 7}));
+  EXPECT_TRUE(later["server"].empty());
 }
 
 // The compose target: a service per process, hostname = service name, on

@@ -148,3 +148,36 @@ TEST(HttpEndpointTest, IdleConnectionsNeverDelayPublishing) {
 
 }  // namespace
 }  // namespace geodesic::transport
+
+namespace geodesic::transport {
+namespace {
+
+// --hold-after-exit: a process that finished well keeps serving /healthz
+// until it is stopped; one that failed, or was stopped already, does not hold.
+TEST(ProcessMetricsTest, HoldsAfterAGoodEndUntilStopped) {
+  ProcessMetrics m;
+  std::atomic<bool> stop{false};
+  HttpOptions o;
+  o.bind = "127.0.0.1:0";
+  o.hold_until = &stop;
+  ASSERT_TRUE(m.Start(o, nullptr).ok());
+  const std::string addr = m.endpoint()->address();
+  m.Linger(o, /*finished=*/false);  // a failure exits at once
+  std::atomic<bool> held{true};
+  std::thread t([&] {
+    m.Linger(o, /*finished=*/true);
+    held = false;
+  });
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(held.load());
+    EXPECT_EQ(HttpGet(addr, "/healthz")->status, 200);
+  }
+  stop = true;
+  t.join();
+  EXPECT_FALSE(held.load());
+  m.Linger(o, /*finished=*/true);  // stopped already: returns
+}
+
+}  // namespace
+}  // namespace geodesic::transport
