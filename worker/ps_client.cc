@@ -695,7 +695,7 @@ Status PsClient::PushSkipped(int64_t clock, int64_t unit) {
   return Status::Ok();
 }
 
-StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop) {
+StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop, Duration max_wait) {
   auto unacked_clocks = [&] {
     std::vector<int64_t> clocks;
     for (const auto& [id, e] : pushes_) clocks.push_back(e.header.push_request().clock());
@@ -706,12 +706,13 @@ StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic
   if (unacked_clocks() <= max_unacked_clocks) return 0.0;
   TimePoint entered = clock_->Now();
   TimePoint deadline = entered + std::chrono::seconds(options_.timing.rpc_timeout_s);
+  if (max_wait > Duration::zero()) deadline = std::min(deadline, entered + max_wait);
   WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
   while (unacked_clocks() > max_unacked_clocks) {
     if (stop->load()) return Cancelled("stopped while waiting for push acknowledgements");
     if (clock_->Now() > deadline)
       return DeadlineExceeded(std::to_string(pushes_.size()) + " push message(s) unacknowledged after " +
-                              std::to_string(options_.timing.rpc_timeout_s) + " s");
+                              std::to_string(Seconds(clock_->Now() - entered)) + " s");
     if (report.Due()) {
       std::map<int, int> per_shard;
       for (const auto& [id, e] : pushes_) per_shard[shards_[e.dest].id]++;

@@ -160,7 +160,8 @@ class PsClient {
   int64_t OldestUnackedClock() const;
   // Blocks until at most `max_unacked_clocks` clocks still await push
   // acknowledgements; returns the seconds it blocked.
-  StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop);
+  // `max_wait` (if positive) shortens the deadline (membership.rpc_timeout_s).
+  StatusOr<double> WaitAcks(size_t max_unacked_clocks, const std::atomic<bool>* stop, Duration max_wait = {});
 
   // Re-planning (docs/planner.md "In a running job"): takes the coordinator's
   // newer shard map (same layout and servers). Chunks that changed owner

@@ -69,7 +69,8 @@ void Worker::NoteAcked() {
 }
 
 Status Worker::WaitUnitsConfirmed() {
-  const TimePoint deadline = clock_->Now() + Millis(job_.membership.lease_ms * 2);
+  const TimePoint deadline =
+      clock_->Now() + std::min(Millis(job_.membership.lease_ms * 2), Duration(std::chrono::seconds(10)));
   while (!units_->AllConfirmed() && clock_->Now() < deadline) {
     member_->Nudge();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -85,8 +86,10 @@ Status Worker::WaitUnitsConfirmed() {
 // and we leave; the units we held go to the others.
 Status Worker::Depart() {
   GD_LOG(INFO) << "elastic: stopped at clock " << c_ << "; leaving the job";
+  // Within a pod's grace period (Kubernetes' default: 30 s), whatever the
+  // network does: a worker cut off at its stop leaves what it cannot say.
   const std::atomic<bool> keep_going{false};
-  Status acked = ps_->WaitAcks(0, &keep_going).status();
+  Status acked = ps_->WaitAcks(0, &keep_going, std::chrono::seconds(10)).status();
   if (!acked.ok()) GD_LOG(WARNING) << "leaving with pushes unacknowledged: " << acked;
   NoteAcked();
   GD_RETURN_IF_ERROR(WaitUnitsConfirmed());

@@ -2,10 +2,11 @@
 # KubeElastic: an elastic job (examples/elastic.yaml) rendered with
 # `geodesic deploy render --target kubernetes --workload pods` runs under
 # `podman play kube`, every process in its own container, while its
-# membership changes as Kubernetes would change it: worker 1's pod is
-# deleted (SIGTERM) and created again (the same pod, name and volume), two
-# pods of the ids kept for late workers are created (ids 2 and 6, from kubernetes-late-workers.yaml: a scale-up), and
-# worker 4's pod is stopped (SIGTERM: a scale-down). The job reaches 88%;
+# membership changes as Kubernetes would change it: worker 1's process is
+# stopped (SIGTERM) and started again in its pod (the same name, id and
+# volume), two pods of the ids kept for late workers are created (ids 2
+# and 6, from kubernetes-late-workers.yaml: a scale-up), and worker 4 is
+# stopped (SIGTERM: a scale-down). The job reaches 88%;
 # the summary `geodesic deploy summarize` builds from the pods' volumes shows
 # every data unit taken once by every chunk, no acknowledged update lost,
 # and who was a member when.
@@ -21,8 +22,7 @@ M=$WORK/k8s/kubernetes.yaml
 LATE=$WORK/k8s/kubernetes-late-workers.yaml
 [[ -f $LATE ]] || fail "no $LATE rendered"
 # One file per pod (the job's ConfigMap, the pod's claim, the pod), to play
-# pods one at a time, and NAME.again.yaml without the claim, to play a pod
-# again on the volume its first play made.
+# pods one at a time.
 mkdir -p "$WORK/pods"
 /usr/bin/python3 - "$M" "$LATE" "$WORK/pods" <<'PY'
 import sys, yaml
@@ -34,8 +34,6 @@ for d in docs:
         name = d["metadata"]["name"]
         with open(f"{sys.argv[3]}/{name}.yaml", "w") as f:
             yaml.safe_dump_all([job, claims["data-" + name], d], f, sort_keys=False)
-        with open(f"{sys.argv[3]}/{name}.again.yaml", "w") as f:
-            yaml.safe_dump_all([job, d], f, sort_keys=False)
 PY
 pods_of() { awk '/^kind: "Pod"/ { pod = 1 } pod && /^  name:/ { gsub(/"/, "", $2); print $2; pod = 0 }' "$1"; }
 PODS=$(pods_of "$M")
@@ -58,15 +56,19 @@ t0=$SECONDS
 at() { while (( SECONDS - t0 < $1 )); do sleep 0.2; done; }
 play() { podman play kube "$@" >> "$WORK/play.log" 2>&1 || fail "podman play kube $*: $(tail -5 "$WORK/play.log")"; }
 at 4
-# Worker 1: its pod deleted (SIGTERM, then SIGKILL after 30 s), and back.
-podman pod rm -f -t 30 worker-us-east-0 > /dev/null
-play "$WORK/pods/worker-us-east-0.again.yaml"
+# Worker 1: its process stopped (SIGTERM: it leaves) and started again in
+# the same pod: a new process with the same name, id, address and volume.
+# (Not `podman pod stop`: that takes the pod's network down with the
+# SIGTERM, where Kubernetes keeps it until the containers have exited, so
+# the worker could not say goodbye.)
+podman stop -t 30 worker-us-east-0-worker > /dev/null
+podman start worker-us-east-0-worker > /dev/null
 at 6
 play "$WORK/pods/worker-us-east-1.yaml"  # worker 2 joins
 at 8
 play "$WORK/pods/worker-eu-west-2.yaml"  # worker 6 joins
 at 12
-podman pod stop -t 30 worker-eu-west-0 > /dev/null  # worker 4: SIGTERM, it leaves
+podman stop -t 30 worker-eu-west-0-worker > /dev/null  # worker 4: SIGTERM, it leaves
 
 # The job is over when every pod has exited (each restarts only on failure).
 wait_pods_exited "$t0" "$DEADLINE_S" $PODS worker-us-east-1 worker-eu-west-2
