@@ -35,16 +35,10 @@ for d in docs:
         with open(f"{sys.argv[3]}/{name}.yaml", "w") as f:
             yaml.safe_dump_all([job, claims["data-" + name], d], f, sort_keys=False)
 PY
-pods_of() { awk '/^kind: "Pod"/ { pod = 1 } pod && /^  name:/ { gsub(/"/, "", $2); print $2; pod = 0 }' "$1"; }
 PODS=$(pods_of "$M")
 ALL="$PODS $(pods_of "$LATE")"
-for pod in $ALL; do
-  ! podman pod exists "$pod" || fail "a pod named $pod exists already (podman pod rm -f $pod)"
-  ! podman volume exists "data-$pod" || fail "a volume data-$pod exists already (podman volume rm data-$pod)"
-done
-podman network exists podman-default-kube-network || on_exit podman network rm -f podman-default-kube-network
-on_exit podman volume rm -f geodesic-job
-for pod in $ALL; do on_exit podman volume rm -f "data-$pod"; on_exit podman pod rm -f -t 0 "$pod"; done
+claim_pods $ALL
+for pod in $ALL; do on_exit podman pod rm -f -t 0 "$pod"; done
 
 podman play kube "$M" > "$WORK/play.log" 2>&1 || fail "podman play kube: $(tail -5 "$WORK/play.log")"
 start=$SECONDS

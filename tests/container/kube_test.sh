@@ -15,17 +15,9 @@ launch_acc=$(json_field "$WORK/launch/result.json" test_accuracy)
 "$GEODESIC" deploy render "$JOB" --target kubernetes --workload pods --image "$IMAGE" --pull-policy Never \
   --out "$WORK/k8s" > /dev/null
 M=$WORK/k8s/kubernetes.yaml
-PODS=$(awk '/^kind: "Pod"/ { pod = 1 } pod && /^  name:/ { gsub(/"/, "", $2); print $2; pod = 0 }' "$M")
+PODS=$(pods_of "$M")
 [[ -n $PODS ]] || fail "no pods in $M"
-# Names are global in podman: a leftover of another run would be taken over.
-for pod in $PODS; do
-  ! podman pod exists "$pod" || fail "a pod named $pod exists already (podman pod rm -f $pod)"
-  ! podman volume exists "data-$pod" || fail "a volume data-$pod exists already (podman volume rm data-$pod)"
-done
-podman network exists podman-default-kube-network || on_exit podman network rm -f podman-default-kube-network
-# Each claim, and the job's ConfigMap, become podman volumes that --down leaves.
-on_exit podman volume rm -f geodesic-job
-for pod in $PODS; do on_exit podman volume rm -f "data-$pod"; done
+claim_pods $PODS
 on_exit podman play kube --down "$M"
 
 start=$SECONDS

@@ -89,3 +89,21 @@ dump_logs() {
   local c
   for c in $(awk '{print $1}' "$WORK/containers"); do echo "--- $c"; podman logs "$c" 2>&1 | tail -15; done
 }
+
+# pods_of FILE: the names of the Pods in a rendered manifest file.
+pods_of() { awk '/^kind: "Pod"/ { pod = 1 } pod && /^  name:/ { gsub(/"/, "", $2); print $2; pod = 0 }' "$1"; }
+
+# claim_pods POD...: fails if a pod or its data volume of that name exists
+# (names are global in podman: a leftover of another run would be taken
+# over), and removes at exit what playing them makes: each claim's volume,
+# the job's ConfigMap volume and podman's kube network.
+claim_pods() {
+  local pod
+  for pod in "$@"; do
+    ! podman pod exists "$pod" || fail "a pod named $pod exists already (podman pod rm -f $pod)"
+    ! podman volume exists "data-$pod" || fail "a volume data-$pod exists already (podman volume rm data-$pod)"
+  done
+  podman network exists podman-default-kube-network || on_exit podman network rm -f podman-default-kube-network
+  on_exit podman volume rm -f geodesic-job
+  for pod in "$@"; do on_exit podman volume rm -f "data-$pod"; done
+}
