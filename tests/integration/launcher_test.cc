@@ -234,10 +234,13 @@ TEST(LaunchTest, AStuckWorkerIsNamedByWhoeverWaitsForIt) {
       120);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::string w0 = testing::ReadText(dir / "run/logs/worker-0.log");
-  std::string s0 = testing::ReadText(dir / "run/logs/server-0.log");
+  // The pause can catch worker 1 between its pushes to the two shards; then
+  // only the shard still missing its push holds pulls, so either may name it.
+  std::string shards =
+      testing::ReadText(dir / "run/logs/server-0.log") + testing::ReadText(dir / "run/logs/server-1.log");
   EXPECT_NE(w0.find("slowest live worker 1 at clock"), std::string::npos) << w0;
   EXPECT_NE(w0.find("(bound 0)"), std::string::npos) << w0;
-  EXPECT_NE(s0.find("waits for worker 1 at clock"), std::string::npos) << s0;
+  EXPECT_NE(shards.find("waits for worker 1 at clock"), std::string::npos) << shards;
   EXPECT_NE(r.output.find("SIGSTOP to worker-1"), std::string::npos) << r.output;
   auto summary = testing::ReadJson(dir / "run/summary.json");
   ASSERT_TRUE(summary.is_object());
