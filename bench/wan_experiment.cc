@@ -12,6 +12,9 @@
 //              averaged, overlapped with the next round), int8 pushes
 //              and pulls
 //   wan-local  the same over the emulated links, with the planner
+//   lan-diloco, wan-diloco  the same rounds with DiLoCo's optimizers
+//              (inner AdamW, outer Nesterov momentum; only when asked for
+//              by --configs)
 //   ddp        PyTorch DistributedDataParallel (gloo, python3-torch) with
 //              the same model, data, batch and 6 ranks over the kernel
 //              links (bench/ddp_netns.sh; root), stopped after --ddp-cap-x
@@ -63,6 +66,13 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
     return a;
   };
   const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push and pull int8";
+  // DiLoCo (Douillard et al.): AdamW inside the rounds, SGD with Nesterov
+  // momentum on the rounds' average; the values are docs/wan.md's tuning.
+  const std::vector<std::string> diloco = with(
+      local, {"optimizer.name=adamw", "optimizer.lr=" + o.diloco_inner_lr, "optimizer.weight_decay=0.01",
+              "training.outer_lr=" + o.diloco_outer_lr, "training.outer_momentum=0.9", "training.outer_nesterov=true"});
+  const std::string diloco_what = "DiLoCo: rounds of " + h + " steps of AdamW (lr " + o.diloco_inner_lr +
+                                  "), outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum 0.9), int8";
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}, ""},
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},
@@ -77,6 +87,10 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
        with({"training.staleness_bound=0", "wan.planner=true"}, compress), "", false, false},
       {"lan-local", "no emulation, " + local_what, with({"wan.emulation=none", "wan.links=[]"}, local), "", true},
       {"wan-local", "WAN, " + local_what + ", planner", with({"wan.planner=true"}, local), "lan-local", true},
+      {"lan-diloco", "no emulation, " + diloco_what, with({"wan.emulation=none", "wan.links=[]"}, diloco), "", true,
+       false},
+      {"wan-diloco", "WAN, " + diloco_what + ", planner", with({"wan.planner=true"}, diloco), "lan-diloco", true,
+       false},
       {"ddp", "PyTorch DDP (gloo), BSP, over the kernel-emulated links", {}, "", false},
   };
 }

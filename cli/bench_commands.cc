@@ -100,9 +100,13 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
   cmd->add_option("--epochs", o.epochs, "epochs of every run (0: the job's)")->default_val(4.0);
   cmd->add_option("--out", o.result_file, "output directory")->default_val("runs/wan");
   cmd->add_option("--configs", o.configs,
-                  "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best, lan-local, wan-local, ddp "
-                  "(default all but wan-bsp-best)");
+                  "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best, lan-local, wan-local, "
+                  "lan-diloco, wan-diloco, ddp (default all but wan-bsp-best and the diloco ones)");
   cmd->add_option("--local-steps", o.local_steps, "steps per round of the local SGD configurations")->default_val(6);
+  cmd->add_option("--diloco-inner-lr", o.diloco_inner_lr, "AdamW learning rate of lan-diloco and wan-diloco")
+      ->default_val(o.diloco_inner_lr);
+  cmd->add_option("--diloco-outer-lr", o.diloco_outer_lr, "outer Nesterov learning rate of lan-diloco and wan-diloco")
+      ->default_val(o.diloco_outer_lr);
   cmd->add_option("--local-epochs", o.local_epochs, "epochs of the local SGD configurations")->default_val(5.0);
   cmd->add_option("--ddp-cap-x", o.ddp_cap_x,
                   "ddp: stop after this many times the best Geodesic WAN time to the target")

@@ -119,15 +119,32 @@ OptimizerSpec JobSpec::ShardOptimizer() const {
     o.name = OptimizerKind::kSgd;
     o.lr = training.outer_lr;
     o.momentum = training.outer_momentum;
+    o.nesterov = training.outer_nesterov;
     o.weight_decay = 0;
   }
   return o;
 }
 
-double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t clocks) {
-  if (spec.schedule != LrSchedule::kCosine || clocks <= 0) return 1.0;
-  double t = std::clamp(static_cast<double>(clock) / static_cast<double>(clocks), 0.0, 1.0);
-  return 0.5 * (1.0 + std::cos(M_PI * t));
+double LearningRateFactor(const OptimizerSpec& spec, int64_t step, int64_t steps) {
+  if (steps <= 0) return 1.0;
+  const double n = static_cast<double>(steps), k = static_cast<double>(std::clamp<int64_t>(step, 0, steps));
+  const double warm = std::ceil(spec.warmup * n);
+  if (k < warm) return (k + 1) / warm;
+  switch (spec.schedule) {
+    case LrSchedule::kCosine: {
+      const double u = n > warm ? (k - warm) / (n - warm) : 1.0;
+      return 0.5 * (1.0 + std::cos(M_PI * u));
+    }
+    case LrSchedule::kStep: {
+      double f = 1.0;
+      for (double m : spec.milestones)
+        if (k >= m * n) f *= spec.gamma;
+      return f;
+    }
+    case LrSchedule::kConstant:
+      break;
+  }
+  return 1.0;
 }
 
 const LinkSpec* JobSpec::Link(const std::string& from, const std::string& to) const {

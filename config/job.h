@@ -22,8 +22,8 @@ namespace geodesic {
 enum class ModelKind { kCnn, kMlp, kSynthetic };
 enum class DatasetKind { kFashionMnist };
 enum class DataPartition { kIid, kDirichlet, kShards, kLognormal };
-enum class OptimizerKind { kSgd, kAdam };
-enum class LrSchedule { kConstant, kCosine };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+enum class LrSchedule { kConstant, kCosine, kStep };
 enum class TrainingDevice { kCpu, kCuda, kAuto };
 enum class WanEmulation { kNone, kProxy, kNetns };
 enum class TcpCongestionControl { kAuto, kBbr, kCubic, kReno };
@@ -51,11 +51,11 @@ struct EnumWords<FederatedStrategy> {
 };
 template <>
 struct EnumWords<OptimizerKind> {
-  static constexpr std::string_view kWords[] = {"sgd", "adam"};
+  static constexpr std::string_view kWords[] = {"sgd", "adam", "adamw"};
 };
 template <>
 struct EnumWords<LrSchedule> {
-  static constexpr std::string_view kWords[] = {"constant", "cosine"};
+  static constexpr std::string_view kWords[] = {"constant", "cosine", "step"};
 };
 template <>
 struct EnumWords<TrainingDevice> {
@@ -137,17 +137,33 @@ struct DataSpec {
   int batch_size = 64;                                     // per worker
 };
 
+// The optimizer of the job's steps: the shards' (each pushed gradient is a
+// step) or, with training.local_steps > 1, each worker's inner optimizer
+// (the shards then run the outer step of TrainingSpec). Update rules as
+// torch.optim's SGD, Adam and AdamW (server/optimizer.h).
 struct OptimizerSpec {
   OptimizerKind name = OptimizerKind::kSgd;  // sgd is SGD with momentum
   double lr = 0.05;                          // applied to the mean gradient of one clock
   double momentum = 0.9;                     // sgd only
+  bool nesterov = false;                     // sgd: Nesterov momentum (needs momentum > 0)
+  // sgd and adam: L2 (added to the gradient); adamw: decoupled (the
+  // parameters shrink by lr * weight_decay before each step).
   double weight_decay = 0.0;
-  double beta1 = 0.9;  // adam only
+  double beta1 = 0.9;  // adam and adamw
   double beta2 = 0.999;
   double eps = 1e-8;
-  // Learning-rate schedule over the job's clocks: "constant", or "cosine"
-  // (lr * (1 + cos(pi * clock / clocks)) / 2, reaching 0 at the last clock).
+  // Learning-rate schedule over the optimizer's steps (LearningRateFactor):
+  // "constant"; "cosine", lr * (1 + cos(pi * u)) / 2 with u going from 0
+  // after the warm-up to 1 at the last step; "step", lr times gamma for
+  // every milestone passed.
   LrSchedule schedule = LrSchedule::kConstant;
+  double warmup = 0;               // share of the steps with a linear warm-up, [0, 1)
+  std::vector<double> milestones;  // step: shares of the steps, increasing, in (0, 1)
+  double gamma = 0.1;              // step: the factor at each milestone
+  // > 0: each worker scales every minibatch gradient whose L2 norm exceeds
+  // this down to it, as torch.nn.utils.clip_grad_norm_ (before the push,
+  // or before the local step).
+  double clip_norm = 0;
 };
 
 struct TrainingSpec {
@@ -184,6 +200,7 @@ struct TrainingSpec {
   bool overlap_rounds = true;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
+  bool outer_nesterov = false;  // Nesterov outer momentum (DiLoCo); needs outer_momentum > 0
 };
 
 struct WireSpec {
@@ -463,8 +480,11 @@ struct JobSpec {
 // Training samples of the job's dataset (Fashion-MNIST: 60,000).
 inline constexpr int64_t kFashionTrainSamples = 60000;
 
-// The schedule's learning-rate factor (0..1] at `clock` of `clocks`.
-double LearningRateFactor(const OptimizerSpec& spec, int64_t clock, int64_t clocks);
+// The schedule's learning-rate factor [0, 1] at step `step` (0-based) of
+// `steps`: a linear warm-up over the first W = ceil(warmup * steps) steps,
+// (step + 1) / W, then the schedule. Cosine runs over the steps after the
+// warm-up; step's milestones count from step 0.
+double LearningRateFactor(const OptimizerSpec& spec, int64_t step, int64_t steps);
 
 // Parses YAML text. `overrides` are "dotted.key=value" strings applied on top
 // of the file (e.g. "training.staleness_bound=0"), as the launcher's --set.

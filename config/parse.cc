@@ -149,27 +149,51 @@ void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
   Check(d->batch_size >= 1 && d->batch_size <= 65536, errors, "data.batch_size", "must be in [1, 65536]");
 }
 
+void CheckSchedule(const OptimizerSpec& o, Errors* errors) {
+  Check(Finite(o.warmup) && o.warmup >= 0 && o.warmup < 1, errors, "optimizer.warmup",
+        "must be in [0, 1) (a share of the steps)");
+  Check(Finite(o.gamma) && o.gamma > 0 && o.gamma <= 1, errors, "optimizer.gamma", "must be in (0, 1]");
+  bool increasing = true;
+  for (size_t i = 0; i < o.milestones.size(); ++i)
+    increasing &= Finite(o.milestones[i]) && o.milestones[i] > 0 && o.milestones[i] < 1 &&
+                  (i == 0 || o.milestones[i] > o.milestones[i - 1]);
+  Check(increasing, errors, "optimizer.milestones", "must be increasing shares of the steps, each in (0, 1)");
+  Check(o.schedule == LrSchedule::kStep || o.milestones.empty(), errors, "optimizer.milestones",
+        "needs optimizer.schedule: step");
+  Check(o.schedule != LrSchedule::kStep || !o.milestones.empty(), errors, "optimizer.schedule",
+        "step needs optimizer.milestones (e.g. [0.5, 0.75])");
+}
+
 void ParseOptimizer(MapReader& top, OptimizerSpec* o, Errors* errors) {
   MapReader r(top.child("optimizer"), "optimizer", errors);
   std::string name = ToString(o->name), schedule = ToString(o->schedule);
   r.Get("name", &name);
   r.Get("lr", &o->lr);
   r.Get("momentum", &o->momentum);
+  r.Get("nesterov", &o->nesterov);
   r.Get("weight_decay", &o->weight_decay);
   r.Get("beta1", &o->beta1);
   r.Get("beta2", &o->beta2);
   r.Get("eps", &o->eps);
   r.Get("schedule", &schedule);
+  r.Get("warmup", &o->warmup);
+  r.Get("milestones", &o->milestones);
+  r.Get("gamma", &o->gamma);
+  r.Get("clip_norm", &o->clip_norm);
   r.Finish();
   ParseWord(schedule, &o->schedule, errors, "optimizer.schedule",
-            "'" + schedule + "' is not a schedule; use constant or cosine");
-  ParseWord(name, &o->name, errors, "optimizer.name", "'" + name + "' is not an optimizer; use sgd or adam");
+            "'" + schedule + "' is not a schedule; use constant, cosine or step");
+  ParseWord(name, &o->name, errors, "optimizer.name", "'" + name + "' is not an optimizer; use sgd, adam or adamw");
   Check(Finite(o->lr) && o->lr > 0 && o->lr < 1e3, errors, "optimizer.lr", "must be in (0, 1000)");
   Check(Finite(o->momentum) && o->momentum >= 0 && o->momentum < 1, errors, "optimizer.momentum", "must be in [0, 1)");
+  Check(!o->nesterov || (o->name == OptimizerKind::kSgd && o->momentum > 0), errors, "optimizer.nesterov",
+        "needs optimizer.name: sgd and optimizer.momentum > 0");
   Check(Finite(o->weight_decay) && o->weight_decay >= 0, errors, "optimizer.weight_decay", "must be >= 0");
   Check(Finite(o->beta1) && o->beta1 >= 0 && o->beta1 < 1, errors, "optimizer.beta1", "must be in [0, 1)");
   Check(Finite(o->beta2) && o->beta2 >= 0 && o->beta2 < 1, errors, "optimizer.beta2", "must be in [0, 1)");
   Check(Finite(o->eps) && o->eps > 0, errors, "optimizer.eps", "must be > 0");
+  Check(Finite(o->clip_norm) && o->clip_norm >= 0, errors, "optimizer.clip_norm", "must be >= 0 (0: no clipping)");
+  CheckSchedule(*o, errors);
 }
 
 void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
@@ -187,6 +211,7 @@ void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
   r.Get("overlap_rounds", &t->overlap_rounds);
   r.Get("outer_lr", &t->outer_lr);
   r.Get("outer_momentum", &t->outer_momentum);
+  r.Get("outer_nesterov", &t->outer_nesterov);
   r.Finish();
   Check(t->steps >= 0, errors, "training.steps", "must be >= 0");
   Check(t->steps > 0 || (Finite(t->epochs) && t->epochs > 0 && t->epochs <= 10000), errors, "training.epochs",

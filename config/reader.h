@@ -41,7 +41,8 @@ class MapReader {
     if (!present(key)) return;
     const YAML::Node& n = node_[key];
     try {
-      constexpr bool kList = std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<std::string>>;
+      constexpr bool kList = std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<double>> ||
+                             std::is_same_v<T, std::vector<std::string>>;
       if (kList ? !n.IsSequence() : !n.IsScalar()) throw YAML::Exception(YAML::Mark(), "");
       *out = n.as<T>();
     } catch (const YAML::Exception&) {
@@ -84,6 +85,8 @@ class MapReader {
       return "a string";
     else if constexpr (std::is_same_v<T, std::vector<std::string>>)
       return "a list of names";
+    else if constexpr (std::is_same_v<T, std::vector<double>>)
+      return "a list of numbers";
     else
       return "a list of integers";
   }

@@ -22,12 +22,15 @@ void ValidateLocalSteps(const JobSpec& job, Errors* errors) {
   Check(Finite(t.outer_lr) && t.outer_lr > 0 && t.outer_lr <= 10, errors, "training.outer_lr", "must be in (0, 10]");
   Check(Finite(t.outer_momentum) && t.outer_momentum >= 0 && t.outer_momentum < 1, errors, "training.outer_momentum",
         "must be in [0, 1)");
+  Check(!t.outer_nesterov || t.outer_momentum > 0, errors, "training.outer_nesterov",
+        "needs training.outer_momentum > 0");
+  Check(!t.outer_nesterov || t.local_steps > 1, errors, "training.outer_nesterov",
+        "is the outer step of local SGD (training.local_steps > 1); use optimizer.nesterov otherwise");
   if (t.local_steps <= 1) return;
   Check(t.staleness_bound == 0, errors, "training.local_steps",
         "needs training.staleness_bound: 0 (rounds are averaged synchronously; overlap_rounds hides the round "
         "trip instead)");
   Check(t.pipeline_depth == 1, errors, "training.local_steps", "cannot be combined with training.pipeline_depth");
-  Check(job.optimizer.name == OptimizerKind::kSgd, errors, "training.local_steps", "needs optimizer.name: sgd");
   Check(!job.compression.momentum_correction, errors, "training.local_steps",
         "cannot be combined with compression.momentum_correction (the workers already keep the momentum)");
 }
@@ -42,6 +45,9 @@ void ValidateFederated(const JobSpec& job, Errors* errors) {
         "sets clients' local training in federated.local_epochs or local_steps; leave training.local_steps at 1");
   Check(job.training.pipeline_depth == 1, errors, key, "cannot be combined with training.pipeline_depth");
   Check(job.model.name != ModelKind::kSynthetic, errors, key, "needs a model with a network (cnn or mlp)");
+  Check(job.optimizer.clip_norm == 0, errors, "optimizer.clip_norm",
+        "is not applied by federated clients (their local step is federated.local_lr's SGD); "
+        "federated.dp_clip_norm clips their updates");
   Check(!job.compression.momentum_correction, errors, key, "cannot be combined with compression.momentum_correction");
   Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan (not supported yet)");
   Check(job.federated.clients * job.data.batch_size <= kFashionTrainSamples, errors, key,
@@ -63,6 +69,8 @@ void ValidateFederated(const JobSpec& job, Errors* errors) {
 void ValidateCompression(const JobSpec& job, Errors* errors) {
   Check(!job.compression.momentum_correction || job.optimizer.name == OptimizerKind::kSgd, errors,
         "compression.momentum_correction", "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
+  Check(!job.compression.momentum_correction || !job.optimizer.nesterov, errors, "compression.momentum_correction",
+        "cannot be combined with optimizer.nesterov (the workers' momentum is plain)");
   for (size_t i = 0; i < job.compression.links.size(); ++i)
     for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b})
       Check(job.FindRegion(*region), errors, "compression.links[" + std::to_string(i) + "].regions",

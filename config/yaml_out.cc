@@ -59,11 +59,16 @@ void EmitOptimizer(YAML::Emitter& out, const OptimizerSpec& o) {
   Put(out, "name", o.name);
   Put(out, "lr", o.lr);
   Put(out, "momentum", o.momentum);
+  Put(out, "nesterov", o.nesterov);
   Put(out, "weight_decay", o.weight_decay);
   Put(out, "beta1", o.beta1);
   Put(out, "beta2", o.beta2);
   Put(out, "eps", o.eps);
   Put(out, "schedule", o.schedule);
+  Put(out, "warmup", o.warmup);
+  if (!o.milestones.empty()) PutFlow(out, "milestones", o.milestones);
+  Put(out, "gamma", o.gamma);
+  Put(out, "clip_norm", o.clip_norm);
   out << YAML::EndMap;
 }
 
@@ -81,6 +86,7 @@ void EmitTraining(YAML::Emitter& out, const TrainingSpec& t) {
   Put(out, "overlap_rounds", t.overlap_rounds);
   Put(out, "outer_lr", t.outer_lr);
   Put(out, "outer_momentum", t.outer_momentum);
+  Put(out, "outer_nesterov", t.outer_nesterov);
   out << YAML::EndMap;
 }
 

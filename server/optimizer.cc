@@ -6,8 +6,9 @@
 namespace geodesic::server {
 namespace {
 
-// torch.optim.SGD with dampening 0, nesterov off:
-//   d = g + wd * p;  buf = momentum * buf + d  (buf starts at d);  p -= lr * buf
+// torch.optim.SGD with dampening 0:
+//   d = g + wd * p;  buf = momentum * buf + d  (buf starts at d);
+//   p -= lr * buf, or with Nesterov p -= lr * (d + momentum * buf)
 // A zero-initialized buffer gives the same first step as torch's clone.
 class Sgd final : public ChunkOptimizer {
  public:
@@ -15,18 +16,20 @@ class Sgd final : public ChunkOptimizer {
       : lr_(static_cast<float>(spec.lr)),
         momentum_(static_cast<float>(spec.momentum)),
         wd_(static_cast<float>(spec.weight_decay)),
+        nesterov_(spec.nesterov),
         n_(n),
         buf_(spec.momentum > 0 ? n : 0, 0.0f) {}
 
   void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
     const float lr = lr_ * lr_scale, mu = momentum_, wd = wd_, gs = grad_scale;
     if (mu > 0) {
+      // Nesterov looks ahead by one more momentum step: d + mu * b.
       float* __restrict buf = buf_.data();
       for (size_t i = 0; i < n; ++i) {
         float d = grad[i] * gs + wd * in[i];
         float b = mu * buf[i] + d;
         buf[i] = b;
-        out[i] = in[i] - lr * b;
+        out[i] = in[i] - lr * (nesterov_ ? d + mu * b : b);
       }
     } else {
       for (size_t i = 0; i < n; ++i) out[i] = in[i] - lr * (grad[i] * gs + wd * in[i]);
@@ -41,13 +44,16 @@ class Sgd final : public ChunkOptimizer {
     }
     if (acc_.empty()) acc_.assign(n, 0.0f);
     const float lr = lr_ * lr_scale, mu = momentum_, wd = wd_, gs = grad_scale;
-    const float share = mu / static_cast<float>(per_clock);
+    // A clock's pushes sum to the BSP step on their sum D: plain,
+    // D + mu * buf; Nesterov, (1 + mu) D + mu^2 * buf.
+    const float own = nesterov_ ? 1.0f + mu : 1.0f;
+    const float share = (nesterov_ ? mu * mu : mu) / static_cast<float>(per_clock);
     float* __restrict buf = buf_.data();
     float* __restrict acc = acc_.data();
     for (size_t i = 0; i < n; ++i) {
       float d = grad[i] * gs + wd * in[i];
       acc[i] += d;
-      out[i] = in[i] - lr * (d + share * buf[i]);
+      out[i] = in[i] - lr * (own * d + share * buf[i]);
     }
     if (++pushes_in_clock_ >= per_clock) {
       for (size_t i = 0; i < n; ++i) {
@@ -73,6 +79,7 @@ class Sgd final : public ChunkOptimizer {
 
  private:
   float lr_, momentum_, wd_;
+  bool nesterov_;
   size_t n_;
   std::vector<float> buf_;
   std::vector<float> acc_;  // async: this clock's gradients so far
@@ -82,9 +89,11 @@ class Sgd final : public ChunkOptimizer {
 // torch.optim.Adam (amsgrad off, L2 weight decay):
 //   g += wd * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// and torch.optim.AdamW (decoupled): p *= 1 - lr * wd first, g unchanged.
 class Adam final : public ChunkOptimizer {
  public:
-  Adam(const OptimizerSpec& spec, size_t n) : spec_(spec), m_(n, 0.0f), v_(n, 0.0f) {}
+  Adam(const OptimizerSpec& spec, size_t n)
+      : spec_(spec), decoupled_(spec.name == OptimizerKind::kAdamW), m_(n, 0.0f), v_(n, 0.0f) {}
 
   void Step(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale) override {
     ++t_;
@@ -93,17 +102,20 @@ class Adam final : public ChunkOptimizer {
     const float step = static_cast<float>(spec_.lr * lr_scale / bc1);
     const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
     const float b1 = static_cast<float>(spec_.beta1), b2 = static_cast<float>(spec_.beta2);
-    const float eps = static_cast<float>(spec_.eps), wd = static_cast<float>(spec_.weight_decay);
-    const float gs = grad_scale;
+    const float eps = static_cast<float>(spec_.eps), gs = grad_scale;
+    const float wd = static_cast<float>(spec_.weight_decay);
+    // L2 goes into the gradient; decoupled decay shrinks the parameters.
+    const float l2 = decoupled_ ? 0.0f : wd;
+    const float shrink = decoupled_ ? static_cast<float>(1.0 - spec_.lr * lr_scale * spec_.weight_decay) : 1.0f;
     float* __restrict m = m_.data();
     float* __restrict v = v_.data();
     for (size_t i = 0; i < n; ++i) {
-      float g = grad[i] * gs + wd * in[i];
+      float g = grad[i] * gs + l2 * in[i];
       float mi = b1 * m[i] + (1.0f - b1) * g;
       float vi = b2 * v[i] + (1.0f - b2) * g * g;
       m[i] = mi;
       v[i] = vi;
-      out[i] = in[i] - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+      out[i] = in[i] * shrink - step * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
     }
   }
   void StepAsync(const float* in, float* out, const float* grad, size_t n, float grad_scale, float lr_scale,
@@ -125,6 +137,7 @@ class Adam final : public ChunkOptimizer {
 
  private:
   OptimizerSpec spec_;
+  bool decoupled_;
   int64_t t_ = 0;
   std::vector<float> m_, v_;
 };
@@ -132,7 +145,7 @@ class Adam final : public ChunkOptimizer {
 }  // namespace
 
 std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n) {
-  if (spec.name == OptimizerKind::kAdam) return std::make_unique<Adam>(spec, n);
+  if (spec.name == OptimizerKind::kAdam || spec.name == OptimizerKind::kAdamW) return std::make_unique<Adam>(spec, n);
   return std::make_unique<Sgd>(spec, n);
 }
 

@@ -1,7 +1,7 @@
-// Optimizers that a server shard runs on its chunks: SGD with momentum and
-// Adam, with the same update rules as torch.optim.SGD and torch.optim.Adam
-// (tests/server/optimizer_test.cc checks them against LibTorch on the same
-// numbers).
+// Optimizers that a server shard runs on its chunks: SGD with momentum
+// (plain or Nesterov), Adam and AdamW, with the same update rules as
+// torch.optim.SGD, Adam and AdamW (tests/server/optimizer_test.cc checks
+// them against LibTorch on the same numbers).
 //
 // One ChunkOptimizer holds the state (momentum buffer, Adam moments) of one
 // chunk. Step() reads the current parameters from `in` and writes the updated

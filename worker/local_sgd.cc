@@ -1,16 +1,33 @@
 #include "worker/local_sgd.h"
 
 namespace geodesic::worker {
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> MakeInner(const OptimizerSpec& o, const torch::Tensor& param) {
+  std::vector<torch::Tensor> params = {param};
+  switch (o.name) {
+    case OptimizerKind::kAdam:
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+    case OptimizerKind::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(o.weight_decay));
+    case OptimizerKind::kSgd:
+      break;
+  }
+  return std::make_unique<torch::optim::SGD>(
+      params, torch::optim::SGDOptions(o.lr).momentum(o.momentum).nesterov(o.nesterov).weight_decay(o.weight_decay));
+}
+
+}  // namespace
 
 LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds)
-    : params_(params),
-      lr_(job.optimizer.lr),
-      momentum_(job.optimizer.momentum),
-      weight_decay_(job.optimizer.weight_decay) {
+    : params_(params), lr_(job.optimizer.lr) {
   if (!rounds) return;
   global_ = torch::zeros({job.ShardValues(params.numel())}, params.options());
   base_ = torch::zeros_like(params.detach());
-  if (momentum_ > 0 && job.training.local_steps > 1) velocity_ = torch::zeros_like(base_);
+  alias_ = params_.detach();
+  inner_ = MakeInner(job.optimizer, alias_);
 }
 
 void LocalRounds::Restart() {
@@ -22,12 +39,10 @@ void LocalRounds::Restart() {
 
 void LocalRounds::Step(const torch::Tensor& grad, double lr_factor) {
   torch::NoGradGuard ng;
-  torch::Tensor d = weight_decay_ > 0 ? grad + weight_decay_ * params_ : grad;
-  if (velocity_.defined()) {
-    velocity_.mul_(momentum_).add_(d);
-    d = velocity_;
-  }
-  params_.sub_(d, lr_ * lr_factor);
+  for (auto& group : inner_->param_groups()) group.options().set_lr(lr_ * lr_factor);
+  alias_.mutable_grad() = grad;
+  inner_->step();
+  alias_.mutable_grad() = torch::Tensor();
 }
 
 torch::Tensor LocalRounds::Finish(bool merged) {

@@ -1,10 +1,12 @@
 // Local SGD rounds (training.local_steps > 1), a worker's side.
 //
 // Each clock is a round: the worker takes local_steps minibatch steps on
-// its own model with the job's SGD (momentum and weight decay kept across
-// rounds), then pushes its progress over the round, u = model - base, as
-// the "gradient" -u; the shards average a round's pushes (BSP) and apply
-// the outer step global -= outer_lr * mean(-u) (JobSpec::ShardOptimizer).
+// its own model with the job's optimizer, the inner one (SGD, Adam or
+// AdamW, as LibTorch's own torch::optim, state kept across rounds), then
+// pushes its progress over the round, u = model - base, as the "gradient"
+// -u; the shards average a round's pushes (BSP) and apply the outer step
+// global -= outer_lr * mean(-u), with outer (Nesterov) momentum
+// (JobSpec::ShardOptimizer). AdamW inside and Nesterov outside is DiLoCo.
 //
 // Pulls land in global(), this worker's copy of the shards' model (pulls
 // of changes are added into it, so nothing else may write it). Without
@@ -37,8 +39,8 @@ class LocalRounds {
   torch::Tensor& global() { return global_; }
   // The model and the round's base become the global model.
   void Restart();
-  // One local SGD step with gradient `grad`: d = grad + wd * p;
-  // v = momentum * v + d; p -= lr * lr_factor * v.
+  // One step of the inner optimizer with gradient `grad` and learning rate
+  // optimizer.lr * lr_factor.
   void Step(const torch::Tensor& grad, double lr_factor);
   // Ends a round: returns what to push, base - model (a new tensor). With
   // `merged`, global() holds the previous round's average, which the model
@@ -47,15 +49,11 @@ class LocalRounds {
 
  private:
   torch::Tensor& params_;
-  // The momentum buffer takes the round's average velocity when a round's
-  // average arrives: a worker's own velocity holds its own minibatches'
-  // noise, which averaging the models removes but the buffer would carry on.
-  void AverageVelocity();
-
-  torch::Tensor global_, base_, velocity_, previous_global_;
-  double lr_ = 0, momentum_ = 0, weight_decay_ = 0, last_lr_ = 0;
-  int steps_ = 0, local_steps_ = 1;
-  bool have_previous_ = false;
+  torch::Tensor global_, base_;
+  // The inner optimizer steps `alias_`, a tensor sharing params_'s storage.
+  torch::Tensor alias_;
+  std::unique_ptr<torch::optim::Optimizer> inner_;
+  double lr_ = 0;
 };
 
 }  // namespace geodesic::worker

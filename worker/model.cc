@@ -127,4 +127,14 @@ double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tens
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
+bool ClipGradient(torch::Tensor& grad, double max_norm) {
+  if (max_norm <= 0) return false;
+  torch::NoGradGuard ng;
+  const double norm = grad.norm().item<double>();
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return false;
+  grad.mul_(coef);
+  return true;
+}
+
 }  // namespace geodesic::worker

@@ -53,6 +53,11 @@ class FlatModel {
   wire::ModelSignature signature_;
 };
 
+// optimizer.clip_norm, as torch.nn.utils.clip_grad_norm_: when the L2 norm
+// of `grad` exceeds max_norm (> 0), scales it by max_norm / (norm + 1e-6)
+// in place and returns true.
+bool ClipGradient(torch::Tensor& grad, double max_norm);
+
 // Normalized images [n, 1, rows, cols] and int64 labels [n] of the samples
 // `indices` of `set` (all samples if null).
 torch::Tensor ImagesTensor(const ImageSet& set, const std::vector<int64_t>* indices = nullptr);

@@ -393,7 +393,7 @@ bool Worker::Compute(torch::Tensor& grad) {
     return ComputeGradient(c_, grad);
   }
   // A round: local steps on our own model, then its progress is pushed.
-  const double lr_factor = LearningRateFactor(job_.optimizer, c_, steps_);
+  // The inner schedule runs over the minibatch steps.
   int took = 0;
   for (int64_t k = c_ * local_steps_; k < std::min(total_steps_, (c_ + 1) * local_steps_); ++k) {
     grad.zero_();
@@ -403,7 +403,7 @@ bool Worker::Compute(torch::Tensor& grad) {
       GD_LOG(ERROR) << "step " << k << ": loss or gradient is not finite; skipping this local step";
       continue;
     }
-    rounds_->Step(grad, lr_factor);
+    rounds_->Step(grad, LearningRateFactor(job_.optimizer, k, total_steps_));
     ++took;
   }
   return took > 0;
@@ -440,6 +440,7 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
   double l = loss.item<double>();
   double acc = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
   bool usable = std::isfinite(l) && compression::CountNonFinite(grad.data_ptr<float>(), n_) == 0;
+  if (usable && ClipGradient(grad, job_.optimizer.clip_norm)) ++clipped_;
   if (usable) {
     loss_ema_ = loss_ema_ < 0 ? l : 0.95 * loss_ema_ + 0.05 * l;
     acc_ema_ = acc_ema_ < 0 ? acc : 0.95 * acc_ema_ + 0.05 * acc;
@@ -600,6 +601,7 @@ stats::WorkerStats Worker::Stats(bool final) {
   j.set_skipped_steps(skipped_);
   j.set_pushes_refused(ps_->pushes_refused());
   if (units_) j.set_units_finished(units_->finished());
+  if (job_.optimizer.clip_norm > 0) j.set_clipped_steps(clipped_);
   if (ledger_) {
     j.set_chunks_acknowledged(ledger_->counts().acknowledged);
     j.set_push_ledger(ledger_->path());

@@ -156,7 +156,7 @@ class Worker {
   int64_t c_ = 0;  // the clock being trained
   TimePoint start_{}, last_snapshot_{}, last_stats_{};
   double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_ema_ = -1, acc_ema_ = -1;
-  int64_t samples_ = 0, skipped_ = 0, batches_ = 0;
+  int64_t samples_ = 0, skipped_ = 0, batches_ = 0, clipped_ = 0;
   int64_t jumped_ = 0;         // clocks skipped to catch up after a rejoin
   double barrier_s_ = 0;       // re-planning: time spent waiting at migration barriers...
   int barriers_ = 0;           // ...and how many

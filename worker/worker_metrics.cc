@@ -83,6 +83,8 @@ std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
   b.Counter("samples_total", "Training samples processed.", s.samples());
   b.Counter("clocks_total", "Clocks advanced (pushes), rejoin jumps excluded.", s.clocks());
   b.Counter("skipped_steps_total", "Steps whose push was not sent.", s.skipped_steps());
+  if (s.has_clipped_steps())
+    b.Counter("clipped_steps_total", "Minibatch gradients scaled down to optimizer.clip_norm.", s.clipped_steps());
   b.Counter("pushes_refused_total", "Pushes the shards refused.", s.pushes_refused());
   b.Counter("redirects_total", "Requests redirected to another shard.", s.redirects());
   b.Counter("pull_resyncs_total", "Full pulls after a gap.", s.pull_resyncs());

@@ -225,7 +225,6 @@ TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
        {std::vector<std::string>{"training.local_steps=0"},
         {"training.local_steps=4", "training.staleness_bound=2"},
         {"training.local_steps=4", "training.staleness_bound=2", "training.pipeline_depth=2"},
-        {"training.local_steps=4", "training.staleness_bound=0", "optimizer.name=adam"},
         {"training.local_steps=4", "training.staleness_bound=0", "compression.momentum_correction=true"}}) {
     auto r = ParseJob(kMinimal, "t", bad);
     ASSERT_FALSE(r.ok()) << bad.back();
@@ -237,6 +236,81 @@ TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
     EXPECT_NE(r.status().message().find(std::string(bad).substr(0, std::string(bad).find('='))), std::string::npos)
         << r.status();
   }
+}
+
+TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
+  auto job = ParseJob(
+      kMinimal, "t",
+      {"training.staleness_bound=0", "training.local_steps=8", "training.outer_lr=0.7", "training.outer_momentum=0.9",
+       "training.outer_nesterov=true", "optimizer.name=adamw", "optimizer.lr=0.001", "optimizer.weight_decay=0.1",
+       "optimizer.clip_norm=1.5", "optimizer.schedule=step", "optimizer.milestones=[0.5, 0.75]", "optimizer.gamma=0.2",
+       "optimizer.warmup=0.1"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  OptimizerSpec outer = job->ShardOptimizer();
+  EXPECT_EQ(outer.name, OptimizerKind::kSgd);
+  EXPECT_TRUE(outer.nesterov);
+  EXPECT_DOUBLE_EQ(outer.momentum, 0.9);
+  EXPECT_EQ(outer.schedule, LrSchedule::kConstant);  // the inner optimizer's schedule stays on the workers
+  auto again = ParseJob(JobToYaml(*job), "t");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobToYaml(*job);
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+  EXPECT_EQ(again->optimizer.name, OptimizerKind::kAdamW);
+  EXPECT_EQ(again->optimizer.milestones, (std::vector<double>{0.5, 0.75}));
+  EXPECT_DOUBLE_EQ(again->optimizer.clip_norm, 1.5);
+  EXPECT_TRUE(again->training.outer_nesterov);
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"training.outer_nesterov=true"}, "training.outer_nesterov"},  // no momentum, no rounds
+      {{"training.staleness_bound=0", "training.local_steps=4", "training.outer_nesterov=true"},
+       "training.outer_nesterov"},
+      {{"optimizer.nesterov=true", "optimizer.momentum=0"}, "optimizer.nesterov"},
+      {{"optimizer.nesterov=true", "optimizer.name=adam"}, "optimizer.nesterov"},
+      {{"optimizer.name=lamb"}, "optimizer.name"},
+      {{"optimizer.schedule=step"}, "optimizer.schedule"},
+      {{"optimizer.milestones=[0.5]"}, "optimizer.milestones"},
+      {{"optimizer.schedule=step", "optimizer.milestones=[0.7, 0.3]"}, "optimizer.milestones"},
+      {{"optimizer.schedule=step", "optimizer.milestones=[0.5, 1.5]"}, "optimizer.milestones"},
+      {{"optimizer.schedule=step", "optimizer.milestones=[a]"}, "optimizer.milestones"},
+      {{"optimizer.gamma=0"}, "optimizer.gamma"},
+      {{"optimizer.warmup=1"}, "optimizer.warmup"},
+      {{"optimizer.clip_norm=-1"}, "optimizer.clip_norm"},
+      {{"optimizer.nesterov=true", "compression.momentum_correction=true"}, "compression.momentum_correction"},
+  };
+  for (const auto& [overrides, key] : bad) {
+    auto r = ParseJob(kMinimal, "t", overrides);
+    ASSERT_FALSE(r.ok()) << overrides.back();
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status();
+  }
+}
+
+TEST(JobTest, LearningRateSchedulesByHand) {
+  OptimizerSpec o;
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 57, 100), 1.0);
+  o.schedule = LrSchedule::kCosine;
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 0, 100), 1.0);
+  EXPECT_NEAR(LearningRateFactor(o, 50, 100), 0.5, 1e-12);
+  EXPECT_NEAR(LearningRateFactor(o, 100, 100), 0.0, 1e-12);
+  // Warm-up over ceil(0.1 * 100) = 10 steps: 1/10, 2/10, ..., then cosine
+  // over the remaining 90 (half-way at step 10 + 45).
+  o.warmup = 0.1;
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 0, 100), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 4, 100), 0.5);
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 10, 100), 1.0);
+  EXPECT_NEAR(LearningRateFactor(o, 55, 100), 0.5, 1e-12);
+  EXPECT_NEAR(LearningRateFactor(o, 100, 100), 0.0, 1e-12);
+  // Step: gamma at each milestone, counted from step 0; warm-up first.
+  o.schedule = LrSchedule::kStep;
+  o.milestones = {0.5, 0.75};
+  o.gamma = 0.1;
+  o.warmup = 0;
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 49, 100), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 50, 100), 0.1);
+  EXPECT_NEAR(LearningRateFactor(o, 75, 100), 0.01, 1e-15);
+  o.warmup = 0.02;
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 0, 100), 0.5);
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 2, 100), 1.0);
+  // No steps to schedule: the plain rate.
+  EXPECT_DOUBLE_EQ(LearningRateFactor(o, 3, 0), 1.0);
 }
 
 TEST(JobTest, PartitionSpecsParseRoundTripAndNameWhatIsWrong) {

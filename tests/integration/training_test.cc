@@ -204,6 +204,63 @@ TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
   }
 }
 
+// One worker's AdamW inside DiLoCo's rounds, written out as torch.optim
+// documents it (decoupled decay, then the bias-corrected Adam step).
+struct AdamWByHand {
+  torch::Tensor m, v;
+  int64_t t = 0;
+  void Step(torch::Tensor& p, const torch::Tensor& g, const OptimizerSpec& o, double lr) {
+    if (!m.defined()) m = torch::zeros_like(p), v = torch::zeros_like(p);
+    ++t;
+    p.mul_(1 - lr * o.weight_decay);
+    m.mul_(o.beta1).add_(g, 1 - o.beta1);
+    v.mul_(o.beta2).addcmul_(g, g, 1 - o.beta2);
+    const double bc1 = 1 - std::pow(o.beta1, t), bc2 = 1 - std::pow(o.beta2, t);
+    p.addcdiv_(m, (v.sqrt() / std::sqrt(bc2)).add_(o.eps), -lr / bc1);
+  }
+};
+
+// DiLoCo's recipe through `geodesic launch`, against the algorithm written
+// out: rounds of 5 AdamW steps (warm-up and cosine over the 12 steps,
+// gradients clipped to norm 0.5), the rounds' averaged progress taken by
+// an outer SGD step with Nesterov momentum.
+TEST(TrainingTest, DilocoRoundsMatchTheRecipeByHand) {
+  TempDir dir;
+  JobSpec job = LaunchExact(
+      dir / "run", {"training.staleness_bound=0", "training.local_steps=5", "training.overlap_rounds=false",
+                    "optimizer.name=adamw", "optimizer.lr=0.003", "optimizer.weight_decay=0.1", "optimizer.warmup=0.25",
+                    "optimizer.schedule=cosine", "optimizer.clip_norm=0.5", "training.outer_lr=0.7",
+                    "training.outer_momentum=0.9", "training.outer_nesterov=true"});
+  ASSERT_EQ(job.ClocksPerWorker(), 3);
+  Workers workers(job);
+  const OptimizerSpec& inner = job.optimizer;
+  const double outer_lr = 0.7, mu = 0.9;
+  torch::Tensor global = workers.model->params().detach().clone(), outer_buf = torch::zeros_like(global);
+  std::vector<AdamWByHand> adam(3);
+  std::vector<int64_t> clipped(3, 0);
+  for (int64_t c = 0; c < job.ClocksPerWorker(); ++c) {
+    torch::Tensor mean_push = torch::zeros_like(global);
+    for (int w = 0; w < 3; ++w) {
+      torch::Tensor model = global.clone();
+      for (int64_t k = c * 5; k < std::min<int64_t>(12, (c + 1) * 5); ++k) {
+        torch::Tensor g = workers.Gradient(w, model);
+        const double norm = g.norm().item<double>();
+        if (0.5 / (norm + 1e-6) < 1) g.mul_(0.5 / (norm + 1e-6)), ++clipped[w];
+        adam[w].Step(model, g, inner, inner.lr * LearningRateFactor(inner, k, 12));
+      }
+      mean_push += (global - model) / 3.0;  // the pushed "gradient": base - model
+    }
+    outer_buf = mu * outer_buf + mean_push;
+    global = global - outer_lr * (mean_push + mu * outer_buf);
+  }
+  EXPECT_GT(clipped[0], 0);  // the clipping was exercised
+  ExpectFinalParams(dir / "run", job, global);
+  auto w0 = testing::ReadJson(dir / "run/stats/worker-0.json");
+  ASSERT_TRUE(w0.is_object());
+  ASSERT_TRUE(w0.contains("clipped_steps")) << w0.dump();
+  EXPECT_EQ(w0["clipped_steps"], std::to_string(clipped[0]));  // int64 is a string in protobuf's JSON
+}
+
 TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {
   TempDir dir;
   // BSP, the strictest bound: a dead worker would stop everyone if its lease

@@ -13,13 +13,18 @@ namespace {
 
 constexpr int kWorkers = 3;
 
+OptimizerSpec Optimizer(const char* name) {
+  OptimizerSpec o;
+  o.name = *FromString<OptimizerKind>(name);
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  return o;
+}
+
 // One shard replica: its state, clocks and decoder.
 struct Replica {
   Replica(int64_t bound, const char* optimizer)
-      : shard(ShardOptions{.staleness_bound = bound,
-                           .optimizer =
-                               OptimizerSpec{.name = *FromString<OptimizerKind>(optimizer), .lr = 0.1, .momentum = 0.9},
-                           .total_clocks = 100},
+      : shard(ShardOptions{.staleness_bound = bound, .optimizer = Optimizer(optimizer), .total_clocks = 100},
               cluster::ChunkLayout(40, 16), {0, 1, 2}),
         clocks(bound) {
     clocks.SetLive({0, 1, 2}, {0, 0, 0});

@@ -17,22 +17,39 @@ JobSpec LocalJob(double momentum, double weight_decay) {
   return job;
 }
 
-TEST(LocalRoundsTest, ALocalStepIsTheShardsSgdStep) {
-  // The same SGD (momentum, weight decay, learning-rate factor) that a shard
-  // runs when each step is pushed, so local_steps = 1 and > 1 train alike.
+// The inner optimizer (LibTorch's own) against the shard's optimizer of the
+// same spec, which tests/server/optimizer_test.cc checks against LibTorch:
+// so local_steps = 1 and > 1 train alike, with any optimizer.
+void ExpectLocalStepsMatchTheShard(const JobSpec& job) {
+  torch::manual_seed(7);
+  torch::Tensor params = torch::randn({257});
+  std::vector<float> expect(params.data_ptr<float>(), params.data_ptr<float>() + params.numel());
+  auto shard = server::MakeChunkOptimizer(job.optimizer, expect.size());
+  LocalRounds rounds(job, params);
+  for (int k = 0; k < 5; ++k) {
+    torch::Tensor g = torch::randn({257});
+    const double factor = 1.0 - 0.1 * k;  // a schedule's factor reaches both
+    rounds.Step(g, factor);
+    shard->Step(expect.data(), expect.data(), g.data_ptr<float>(), expect.size(), 1.0f, static_cast<float>(factor));
+  }
+  for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(params[i].item<float>(), expect[i], 1e-5) << i;
+}
+
+TEST(LocalRoundsTest, ALocalStepIsTheShardsStep) {
   for (double momentum : {0.0, 0.9}) {
-    JobSpec job = LocalJob(momentum, 0.01);
-    torch::Tensor params = torch::randn({257});
-    std::vector<float> expect(params.data_ptr<float>(), params.data_ptr<float>() + params.numel());
-    auto shard = server::MakeChunkOptimizer(job.optimizer, expect.size());
-    LocalRounds rounds(job, params);
-    for (int k = 0; k < 5; ++k) {
-      torch::Tensor g = torch::randn({257});
-      const double factor = 1.0 - 0.1 * k;
-      rounds.Step(g, factor);
-      shard->Step(expect.data(), expect.data(), g.data_ptr<float>(), expect.size(), 1.0f, static_cast<float>(factor));
-    }
-    for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(params[i].item<float>(), expect[i], 1e-5) << i;
+    SCOPED_TRACE("sgd, momentum " + std::to_string(momentum));
+    ExpectLocalStepsMatchTheShard(LocalJob(momentum, 0.01));
+  }
+  JobSpec nesterov = LocalJob(0.9, 0.01);
+  nesterov.optimizer.nesterov = true;
+  SCOPED_TRACE("nesterov");
+  ExpectLocalStepsMatchTheShard(nesterov);
+  for (OptimizerKind kind : {OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    SCOPED_TRACE(ToString(kind));
+    JobSpec job = LocalJob(0, 0.05);
+    job.optimizer.name = kind;
+    job.optimizer.lr = 0.01;
+    ExpectLocalStepsMatchTheShard(job);
   }
 }
 

@@ -67,6 +67,25 @@ TEST(ModelTest, EvaluateCountsCorrectPredictions) {
   EXPECT_DOUBLE_EQ(Evaluate(*m, x, y, 3), 0.75);
 }
 
+TEST(ModelTest, ClippingMatchesTorchsClipGradNorm) {
+  torch::manual_seed(5);
+  for (double max_norm : {0.5, 3.0, 1e6}) {
+    torch::Tensor g = torch::randn({1000});  // norm about 31.6
+    torch::Tensor ref = torch::zeros({1000}, torch::requires_grad());
+    ref.mutable_grad() = g.clone();
+    torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{ref}, max_norm);
+    const bool scaled = ClipGradient(g, max_norm);
+    EXPECT_EQ(scaled, max_norm < 30);
+    EXPECT_TRUE(torch::allclose(g, ref.grad(), 1e-6, 1e-7)) << max_norm;
+    if (scaled) {
+      EXPECT_NEAR(g.norm().item<double>(), max_norm, 1e-4);
+    }
+  }
+  torch::Tensor g = torch::ones({4});
+  EXPECT_FALSE(ClipGradient(g, 0));  // 0: off
+  EXPECT_TRUE(torch::equal(g, torch::ones({4})));
+}
+
 TEST(ModelTest, ImagesAreNormalized) {
   ImageSet set;
   set.count = 2;
