@@ -28,14 +28,17 @@ struct BenchOptions {
   // codecs run (with zstd and error feedback) under momentum correction.
   std::vector<std::string> codecs{"fp16", "bf16", "int8", "int4", "sign", "topk:0.01", "randk:0.01"};
   std::vector<std::string> mc_codecs{"topk:0.01", "topk:0.005"};
-  std::string direction = "push";         // compression: push, pull or both
-  bool resume = false;                    // compression: reuse finished runs of the same configuration in --out
-  std::vector<std::string> configs;       // wan: which configurations (empty: all)
-  double snapshot_every_s = 2;            // wan: accuracy-curve resolution
-  int local_steps = 6;                    // wan: local SGD configurations' steps per round
-  std::string diloco_inner_lr = "0.001";  // wan: the DiLoCo configurations' AdamW learning rate
-  std::string diloco_outer_lr = "0.7";    // wan: their outer (Nesterov SGD) learning rate
-  double local_epochs = 5;                // wan: their epochs (local SGD needs more samples than BSP)
+  std::string direction = "push";    // compression: push, pull or both
+  bool resume = false;               // compression: reuse finished runs of the same configuration in --out
+  std::vector<std::string> configs;  // wan: which configurations (empty: all)
+  double snapshot_every_s = 2;       // wan: accuracy-curve resolution
+  int local_steps = 6;               // wan: local SGD configurations' steps per round
+  // wan: the DiLoCo configurations' AdamW learning rate, and their outer
+  // Nesterov SGD's rate and momentum (docs/wan.md says how they were tuned).
+  std::string diloco_inner_lr = "0.002";
+  std::string diloco_outer_lr = "1.0";
+  std::string diloco_outer_momentum = "0.3";
+  double local_epochs = 5;  // wan: their epochs (local SGD needs more samples than BSP)
   // wan, configuration ddp: PyTorch DDP over the kernel links stops after
   // this many times the best Geodesic WAN time to the target (or after
   // ddp_max_s when none reached it), so a slow baseline costs bounded time.

@@ -67,12 +67,14 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
   };
   const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push and pull int8";
   // DiLoCo (Douillard et al.): AdamW inside the rounds, SGD with Nesterov
-  // momentum on the rounds' average; the values are docs/wan.md's tuning.
-  const std::vector<std::string> diloco = with(
-      local, {"optimizer.name=adamw", "optimizer.lr=" + o.diloco_inner_lr, "optimizer.weight_decay=0.01",
-              "training.outer_lr=" + o.diloco_outer_lr, "training.outer_momentum=0.9", "training.outer_nesterov=true"});
+  // momentum on the rounds' average; the defaults are docs/wan.md's tuning.
+  const std::vector<std::string> diloco =
+      with(local, {"optimizer.name=adamw", "optimizer.lr=" + o.diloco_inner_lr, "optimizer.weight_decay=0.01",
+                   "training.outer_lr=" + o.diloco_outer_lr, "training.outer_momentum=" + o.diloco_outer_momentum,
+                   "training.outer_nesterov=true"});
   const std::string diloco_what = "DiLoCo: rounds of " + h + " steps of AdamW (lr " + o.diloco_inner_lr +
-                                  "), outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum 0.9), int8";
+                                  ") overlapped, outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum " +
+                                  o.diloco_outer_momentum + "), push and pull int8";
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}, ""},
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},

@@ -107,6 +107,9 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
       ->default_val(o.diloco_inner_lr);
   cmd->add_option("--diloco-outer-lr", o.diloco_outer_lr, "outer Nesterov learning rate of lan-diloco and wan-diloco")
       ->default_val(o.diloco_outer_lr);
+  cmd->add_option("--diloco-outer-momentum", o.diloco_outer_momentum,
+                  "outer Nesterov momentum of lan-diloco and wan-diloco")
+      ->default_val(o.diloco_outer_momentum);
   cmd->add_option("--local-epochs", o.local_epochs, "epochs of the local SGD configurations")->default_val(5.0);
   cmd->add_option("--ddp-cap-x", o.ddp_cap_x,
                   "ddp: stop after this many times the best Geodesic WAN time to the target")

@@ -146,6 +146,10 @@ TEST(JobTest, ShippedExampleParses) {
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_EQ(three->wan.links.size(), 6u);
   EXPECT_EQ(three->wan.emulation, WanEmulation::kProxy);
+  auto diloco = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_diloco.yaml");
+  ASSERT_TRUE(diloco.ok()) << diloco.status();
+  EXPECT_EQ(diloco->optimizer.name, OptimizerKind::kAdamW);
+  EXPECT_TRUE(diloco->ShardOptimizer().nesterov);
 }
 
 TEST(JobTest, WanLinksBothWaysOrOneWay) {
