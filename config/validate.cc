@@ -71,6 +71,8 @@ void ValidateCompression(const JobSpec& job, Errors* errors) {
         "compression.momentum_correction", "needs optimizer.name: sgd (it moves SGD's momentum to the workers)");
   Check(!job.compression.momentum_correction || !job.optimizer.nesterov, errors, "compression.momentum_correction",
         "cannot be combined with optimizer.nesterov (the workers' momentum is plain)");
+  Check(job.optimizer.clip_norm == 0 || job.model.name != ModelKind::kSynthetic, errors, "optimizer.clip_norm",
+        "needs a model with a network (the synthetic model's gradients are a fixed table)");
   for (size_t i = 0; i < job.compression.links.size(); ++i)
     for (const std::string* region : {&job.compression.links[i].region_a, &job.compression.links[i].region_b})
       Check(job.FindRegion(*region), errors, "compression.links[" + std::to_string(i) + "].regions",

@@ -278,6 +278,7 @@ TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
       {{"optimizer.gamma=0"}, "optimizer.gamma"},
       {{"optimizer.warmup=1"}, "optimizer.warmup"},
       {{"optimizer.clip_norm=-1"}, "optimizer.clip_norm"},
+      {{"optimizer.clip_norm=1", "model.name=synthetic"}, "optimizer.clip_norm"},
       {{"optimizer.nesterov=true", "compression.momentum_correction=true"}, "compression.momentum_correction"},
   };
   for (const auto& [overrides, key] : bad) {
