@@ -19,7 +19,7 @@ namespace geodesic {
 
 // The fixed-vocabulary settings of a job file. Code compares the enums; the
 // words below are what job files, YAML output and logs use (ToString).
-enum class ModelKind { kCnn, kMlp, kSynthetic };
+enum class ModelKind { kCnn, kMlp, kSynthetic, kTorchScript };
 enum class DatasetKind { kFashionMnist };
 enum class DataPartition { kIid, kDirichlet, kShards, kLognormal };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
@@ -35,7 +35,7 @@ template <typename E>
 struct EnumWords;
 template <>
 struct EnumWords<ModelKind> {
-  static constexpr std::string_view kWords[] = {"cnn", "mlp", "synthetic"};
+  static constexpr std::string_view kWords[] = {"cnn", "mlp", "synthetic", "torchscript"};
 };
 template <>
 struct EnumWords<DatasetKind> {
@@ -113,6 +113,10 @@ struct ModelSpec {
   ModelKind name = ModelKind::kCnn;
   std::vector<int> mlp_hidden = {256};  // hidden widths for mlp
   int64_t synthetic_params = 1 << 20;   // float32 parameters of `synthetic`
+  // `torchscript`: a module saved with torch.jit.save (docs/models.md). A
+  // relative path is made absolute against the working directory when the
+  // job file is loaded, so every process of the job reads the same file.
+  std::string path;
 };
 
 // How the training set is split across workers (worker/partition.h has the
@@ -301,6 +305,10 @@ struct EvalSpec {
   double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
   double target_accuracy = 0.88;  // the summary reports the time to reach it
   int64_t test_samples = 0;       // 0: the whole 10k test set
+  // Models with buffers (BatchNorm's running statistics): training samples
+  // run through the model before each evaluation to recompute the buffers
+  // for the weights evaluated (docs/models.md, "Buffers").
+  int64_t buffer_samples = 4096;
 };
 
 // Server shard checkpoints (server/checkpoint.h, docs/reliability.md). The

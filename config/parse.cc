@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -126,8 +127,13 @@ void ParseModel(MapReader& top, ModelSpec* m, Errors* errors) {
   r.Get("name", &name);
   r.Get("mlp_hidden", &m->mlp_hidden);
   r.Get("synthetic_params", &m->synthetic_params);
+  r.Get("path", &m->path);
   r.Finish();
-  ParseWord(name, &m->name, errors, "model.name", "'" + name + "' is not a model; use cnn, mlp or synthetic");
+  ParseWord(name, &m->name, errors, "model.name",
+            "'" + name + "' is not a model; use cnn, mlp, synthetic or torchscript");
+  Check(m->name != ModelKind::kTorchScript || !m->path.empty(), errors, "model.path",
+        "model torchscript needs the path of a module saved with torch.jit.save");
+  Check(m->name == ModelKind::kTorchScript || m->path.empty(), errors, "model.path", "is only for model torchscript");
   for (int h : m->mlp_hidden) Check(h > 0 && h <= 65536, errors, "model.mlp_hidden", "widths must be in [1, 65536]");
   Check(m->synthetic_params > 0 && m->synthetic_params <= (int64_t{1} << 31), errors, "model.synthetic_params",
         "must be in [1, 2^31]");
@@ -271,7 +277,9 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   r.Get("snapshot_every_s", &e->snapshot_every_s);
   r.Get("target_accuracy", &e->target_accuracy);
   r.Get("test_samples", &e->test_samples);
+  r.Get("buffer_samples", &e->buffer_samples);
   r.Finish();
+  Check(e->buffer_samples >= 1, errors, "eval.buffer_samples", "must be >= 1");
   Check(Finite(e->snapshot_every_s) && e->snapshot_every_s > 0, errors, "eval.snapshot_every_s", "must be > 0");
   Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
         "must be in (0, 1]");
@@ -624,7 +632,11 @@ StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::st
   if (!in) return NotFound("cannot open job file '" + path + "'");
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseJob(ss.str(), path, overrides);
+  GD_ASSIGN_OR_RETURN(JobSpec job, ParseJob(ss.str(), path, overrides));
+  std::error_code ec;
+  if (!job.model.path.empty())
+    job.model.path = std::filesystem::absolute(job.model.path, ec).lexically_normal().string();
+  return job;
 }
 
 }  // namespace geodesic

@@ -44,7 +44,7 @@ void ValidateFederated(const JobSpec& job, Errors* errors) {
   Check(job.training.local_steps == 1, errors, key,
         "sets clients' local training in federated.local_epochs or local_steps; leave training.local_steps at 1");
   Check(job.training.pipeline_depth == 1, errors, key, "cannot be combined with training.pipeline_depth");
-  Check(job.model.name != ModelKind::kSynthetic, errors, key, "needs a model with a network (cnn or mlp)");
+  Check(job.model.name != ModelKind::kSynthetic, errors, key, "needs a model with a network (cnn, mlp or torchscript)");
   Check(job.optimizer.clip_norm == 0, errors, "optimizer.clip_norm",
         "is not applied by federated clients (their local step is federated.local_lr's SGD); "
         "federated.dp_clip_norm clips their updates");

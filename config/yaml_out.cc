@@ -42,6 +42,7 @@ void EmitModel(YAML::Emitter& out, const ModelSpec& m) {
   Put(out, "name", m.name);
   PutFlow(out, "mlp_hidden", m.mlp_hidden);
   Put(out, "synthetic_params", m.synthetic_params);
+  if (!m.path.empty()) Put(out, "path", m.path);
   out << YAML::EndMap;
 }
 
@@ -193,6 +194,7 @@ void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
   Put(out, "snapshot_every_s", e.snapshot_every_s);
   Put(out, "target_accuracy", e.target_accuracy);
   Put(out, "test_samples", e.test_samples);
+  Put(out, "buffer_samples", e.buffer_samples);
   out << YAML::EndMap;
 }
 

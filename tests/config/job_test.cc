@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 namespace geodesic {
 namespace {
 
@@ -105,6 +108,38 @@ TEST(JobTest, YamlRoundTrip) {
   EXPECT_DOUBLE_EQ(again->optimizer.lr, 0.0123);
   EXPECT_EQ(again->model.mlp_hidden, (std::vector<int>{32, 16}));
   EXPECT_EQ(again->training.steps, 7);
+}
+
+TEST(JobTest, TorchScriptNeedsAPathOthersRefuseOne) {
+  auto job = ParseJob(kMinimal, "t", {"model.name=torchscript", "model.path=/m/model.pt", "eval.buffer_samples=512"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->model.name, ModelKind::kTorchScript);
+  EXPECT_EQ(job->eval.buffer_samples, 512);
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->model.path, "/m/model.pt");
+  EXPECT_EQ(again->eval.buffer_samples, 512);
+
+  auto none = ParseJob(kMinimal, "t", {"model.name=torchscript"});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("model.path"), std::string::npos) << none.status();
+  auto cnn = ParseJob(kMinimal, "t", {"model.path=/m/model.pt"});
+  ASSERT_FALSE(cnn.ok());
+  EXPECT_NE(cnn.status().message().find("model.path: is only for model torchscript"), std::string::npos)
+      << cnn.status();
+  EXPECT_FALSE(ParseJob(kMinimal, "t", {"model.name=torchscript", "model.path=/m.pt", "eval.buffer_samples=0"}).ok());
+  auto word = ParseJob(kMinimal, "t", {"model.name=resnet"});
+  ASSERT_FALSE(word.ok());
+  EXPECT_NE(word.status().message().find("use cnn, mlp, synthetic or torchscript"), std::string::npos);
+}
+
+TEST(JobTest, ARelativeModelPathIsMadeAbsoluteWhenLoaded) {
+  const std::string file = ::testing::TempDir() + "/torchscript-job.yaml";
+  std::ofstream(file) << kMinimal << "model: {name: torchscript, path: models/../models/m.pt}\n";
+  auto job = LoadJobFile(file);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->model.path, (std::filesystem::current_path() / "models/m.pt").string());
+  std::filesystem::remove(file);
 }
 
 TEST(JobTest, CompressionPerDirectionAndRegionPair) {
