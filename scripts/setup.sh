@@ -28,6 +28,9 @@ PACKAGES=(
   dataset-fashion-mnist
   # kernel WAN emulation (wan.emulation: netns, deploy/netns) and the PyTorch DDP baseline (bench/ddp_baseline.py)
   iproute2 iptables libnetfilter-queue-dev python3-torch
+  # TorchScript models from Python (scripts/export_model.py: torchvision's ResNet-18) and the
+  # check that a run's final parameters evaluate the same in PyTorch (scripts/evaluate_params.py)
+  python3-torchvision python3-yaml
   # the OCI image and the container deployments (deploy/container, deploy render): a Debian root
   # filesystem from the apt mirror, buildah to build, podman (with runc: crun fails on cgroup v1
   # hybrid hosts) and podman-compose to run

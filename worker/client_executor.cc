@@ -59,6 +59,8 @@ StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec
   impl->grad = impl->model->NewGradBuffer();
   impl->images = ImagesTensor(train);
   impl->labels = LabelsTensor(train);
+  // Its buffers, if any, follow its own data (docs/models.md).
+  impl->model->SetBufferImages(impl->images.narrow(0, 0, std::min(impl->images.size(0), EvalSpec{}.buffer_samples)));
   impl->seed = seed;
   impl->batch_size = batch_size;
   impl->local = local;

@@ -101,6 +101,16 @@ Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, Fl
     labels = labels.narrow(0, 0, job.eval.test_samples);
   }
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  if (model.num_buffer_values() > 0) {
+    // Buffers are recomputed from the head of the training set (docs/models.md).
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
+    torch::Tensor head = ImagesTensor(train);
+    model.SetBufferImages(head.narrow(0, 0, std::min<int64_t>(job.eval.buffer_samples, head.size(0))).clone());
+    (*result)["buffers"] = {{"values", model.num_buffer_values()},
+                            {"policy", "recomputed before each evaluation from the first " +
+                                           std::to_string(std::min<int64_t>(job.eval.buffer_samples, head.size(0))) +
+                                           " training samples (PreciseBN); not trained, not sent"}};
+  }
   TimePoint e0 = clock->Now();
   double acc = Evaluate(model, images, labels);
   (*result)["test_accuracy"] = acc;

@@ -1,5 +1,10 @@
 #include "worker/model.h"
 
+#include <torch/script.h>
+
+#include <filesystem>
+#include <functional>
+
 namespace geodesic::worker {
 namespace {
 
@@ -32,7 +37,75 @@ uint64_t Fnv1a(uint64_t h, const std::string& s) {
   return h;
 }
 
+std::string ShapeOf(const torch::Tensor& t) {
+  std::string shape;
+  for (int64_t d : t.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + shape + "]";
+}
+
+// The first line of a LibTorch exception, which goes on with a C++ trace.
+std::string FirstLine(const std::exception& e) {
+  std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
+constexpr int64_t kBufferBatch = 256;
+
 }  // namespace
+
+FlatModel::~FlatModel() = default;
+
+void FlatModel::train(bool on) {
+  if (net_) net_->train(on);
+  if (script_) script_->train(on);
+}
+
+std::vector<torch::Tensor> FlatModel::Trainable() const {
+  if (net_) return net_->parameters();
+  std::vector<torch::Tensor> out;
+  if (script_)
+    for (const auto& p : script_->parameters(true))
+      if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+int64_t FlatModel::num_buffer_values() const {
+  int64_t n = 0;
+  for (const auto& b : buffers_) n += b.numel();
+  return n;
+}
+
+Status FlatModel::LoadScript(const std::string& path, torch::Device device) {
+  const std::string where = "model.path: " + path;
+  if (!std::filesystem::is_regular_file(path)) return NotFound(where + " is not a file");
+  try {
+    script_ = std::make_unique<torch::jit::Module>(torch::jit::load(path, device));
+  } catch (const std::exception& e) {
+    return InvalidArgument(where + " is not a module saved with torch.jit.save: " + FirstLine(e));
+  }
+  for (const auto& p : Trainable())
+    if (p.scalar_type() != torch::kFloat32) return InvalidArgument(where + ": trainable parameters must be float32");
+  if (Trainable().empty()) return InvalidArgument(where + ": the module has no trainable parameters");
+  for (const auto& b : script_->buffers(true)) {
+    buffers_.push_back(b);
+    saved_buffers_.push_back(b.clone());
+  }
+  torch::NoGradGuard ng;
+  script_->eval();
+  torch::Tensor out;
+  try {
+    auto result = script_->forward({torch::zeros({2, 1, 28, 28}, torch::TensorOptions().device(device))});
+    if (!result.isTensor()) return InvalidArgument(where + ": forward must return one tensor of logits");
+    out = result.toTensor();
+  } catch (const std::exception& e) {
+    return InvalidArgument(where + ": forward on a [2, 1, 28, 28] batch failed: " + FirstLine(e));
+  }
+  script_->train();
+  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != 10 || out.scalar_type() != torch::kFloat32)
+    return InvalidArgument(where + ": forward maps a [2, 1, 28, 28] batch to " + ShapeOf(out) +
+                           "; Fashion-MNIST needs float32 logits [2, 10]");
+  return Status::Ok();
+}
 
 StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, uint64_t seed, torch::Device device) {
   std::unique_ptr<FlatModel> m(new FlatModel());
@@ -43,6 +116,8 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
     m->net_ = MakeCnn();
   } else if (spec.name == ModelKind::kMlp) {
     m->net_ = MakeMlp(spec.mlp_hidden);
+  } else if (spec.name == ModelKind::kTorchScript) {
+    GD_RETURN_IF_ERROR(m->LoadScript(spec.path, device));
   } else if (spec.name == ModelKind::kSynthetic) {
     m->params_ = torch::randn({spec.synthetic_params}, torch::TensorOptions().dtype(torch::kFloat32)) * 0.01;
     digest = Fnv1a(digest, "synthetic:" + std::to_string(spec.synthetic_params));
@@ -51,13 +126,12 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
   }
   if (m->net_) {
     m->net_->to(device);
-    for (const auto& p : m->net_->named_parameters()) {
-      std::string shape;
-      for (int64_t d : p.value().sizes()) shape += std::to_string(d) + "x";
-      digest = Fnv1a(digest, p.key() + ":" + shape + ";");
-    }
-    m->Bind();
+    for (const auto& p : m->net_->named_parameters()) digest = Fnv1a(digest, p.key() + ":" + ShapeOf(p.value()) + ";");
   }
+  if (m->script_)
+    for (const auto& p : m->script_->named_parameters(true))
+      if (p.value.requires_grad()) digest = Fnv1a(digest, p.name + ":" + ShapeOf(p.value) + ";");
+  if (m->has_network()) m->Bind();
   m->signature_.set_num_params(static_cast<uint64_t>(m->params_.numel()));
   m->signature_.set_layout_digest(digest);
   return m;
@@ -66,10 +140,10 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
 void FlatModel::Bind() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat;
-  for (auto& p : net_->parameters()) flat.push_back(p.detach().reshape(-1));
+  for (auto& p : Trainable()) flat.push_back(p.detach().reshape(-1));
   params_ = torch::cat(flat).contiguous();
   int64_t off = 0;
-  for (auto& p : net_->parameters()) {
+  for (auto& p : Trainable()) {
     int64_t n = p.numel();
     // set_data makes the parameter share the flat tensor's storage.
     p.set_data(params_.narrow(0, off, n).view(p.sizes()));
@@ -79,9 +153,9 @@ void FlatModel::Bind() {
 
 torch::Tensor FlatModel::NewGradBuffer() {
   torch::Tensor grad = torch::zeros_like(params_);
-  if (!net_) return grad;
+  if (!has_network()) return grad;
   int64_t off = 0;
-  for (auto& p : net_->parameters()) {
+  for (auto& p : Trainable()) {
     int64_t n = p.numel();
     p.mutable_grad() = grad.narrow(0, off, n).view(p.sizes());
     off += n;
@@ -89,7 +163,46 @@ torch::Tensor FlatModel::NewGradBuffer() {
   return grad;
 }
 
-torch::Tensor FlatModel::Forward(const torch::Tensor& images) { return net_->forward(images); }
+torch::Tensor FlatModel::Forward(const torch::Tensor& images) {
+  if (script_) return script_->forward({images}).toTensor();
+  return net_->forward(images);
+}
+
+void FlatModel::RecomputeBuffers() {
+  if (buffers_.empty() || !buffer_images_.defined() || buffer_images_.size(0) == 0) return;
+  torch::NoGradGuard ng;
+  train(true);
+  auto set_all = [&](const std::function<void(size_t)>& f) {
+    for (size_t i = 0; i < buffers_.size(); ++i) f(i);
+  };
+  auto floating = [&](size_t i) { return buffers_[i].is_floating_point(); };
+  const int64_t n = buffer_images_.size(0);
+  // Whole batches only (a train-mode BatchNorm refuses a batch of one).
+  const int64_t size = std::min(kBufferBatch, n), batches = n / size;
+  auto batch = [&](int64_t b) { return buffer_images_.narrow(0, b * size, size).to(params_.device()); };
+  // m of each buffer: one forward from 1s, one from 0s; r1 - r0 = 1 - m.
+  set_all([&](size_t i) { buffers_[i].copy_(floating(i) ? torch::ones_like(buffers_[i]) : saved_buffers_[i]); });
+  Forward(batch(0));
+  std::vector<torch::Tensor> from_ones(buffers_.size());
+  set_all([&](size_t i) { from_ones[i] = buffers_[i].clone(); });
+  std::vector<double> m(buffers_.size(), 0.0);
+  std::vector<torch::Tensor> sum(buffers_.size());
+  for (int64_t b = 0; b < batches; ++b) {
+    set_all([&](size_t i) {
+      if (floating(i)) buffers_[i].zero_();
+    });
+    Forward(batch(b));
+    set_all([&](size_t i) {
+      if (!floating(i)) return;
+      if (b == 0) m[i] = 1.0 - (from_ones[i] - buffers_[i]).mean().item<double>();
+      if (m[i] < 1e-6) return;
+      torch::Tensor value = buffers_[i] / m[i];
+      sum[i] = b == 0 ? value : sum[i] + value;
+    });
+  }
+  set_all(
+      [&](size_t i) { buffers_[i].copy_(m[i] < 1e-6 ? saved_buffers_[i] : sum[i] / static_cast<double>(batches)); });
+}
 
 torch::Tensor ImagesTensor(const ImageSet& set, const std::vector<int64_t>* indices) {
   int64_t pixels = int64_t{set.rows} * set.cols;
@@ -115,6 +228,7 @@ torch::Tensor LabelsTensor(const ImageSet& set, const std::vector<int64_t>* indi
 }
 
 double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch) {
+  model.RecomputeBuffers();
   torch::NoGradGuard no_grad;
   model.train(false);
   int64_t n = images.size(0), correct = 0;

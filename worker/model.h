@@ -4,33 +4,57 @@
 //
 // Models: "cnn" (the reference CNN of docs/architecture.md, ~185k parameters), "mlp"
 // (784 -> hidden... -> 10), "synthetic" (a flat vector of N parameters with
-// no network, for communication benchmarks). Construction is seeded, so
-// every process building the same spec gets the same initial values.
+// no network, for communication benchmarks), "torchscript" (a module saved
+// with torch.jit.save; its trainable parameters are the flat vector, its
+// buffers stay local and are recomputed before evaluation, docs/models.md).
+// Construction is seeded (or reads the same file), so every process
+// building the same spec gets the same initial values.
 // Not synchronized; one training thread owns a FlatModel.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "worker/dataset.h"
 
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+
 namespace geodesic::worker {
 
 class FlatModel {
  public:
+  // A torchscript module that is missing, unreadable, not float32 or whose
+  // forward does not map [2, 1, 28, 28] images to [2, 10] logits is an
+  // error naming model.path.
   static StatusOr<std::unique_ptr<FlatModel>> Create(const ModelSpec& spec, uint64_t seed,
                                                      torch::Device device = torch::kCPU);
+  ~FlatModel();
 
   // Logits [batch, 10] for images [batch, 1, 28, 28]. Not for "synthetic".
   torch::Tensor Forward(const torch::Tensor& images);
-  bool has_network() const { return static_cast<bool>(net_); }
-  void train(bool on) {
-    if (net_) net_->train(on);
-  }
+  bool has_network() const { return net_ || script_; }
+  void train(bool on);
+
+  // Buffers: tensors of the module that are not trained (BatchNorm's
+  // running statistics); their values, 0 for the built-in models.
+  int64_t num_buffer_values() const;
+  const std::vector<torch::Tensor>& buffers() const { return buffers_; }
+  // The training images RecomputeBuffers runs through the model.
+  void SetBufferImages(torch::Tensor images) { buffer_images_ = std::move(images); }
+  // For the weights as they are now: resets the buffers to the module's
+  // saved values, then sets every buffer a train-mode forward keeps as a
+  // running average (running = (1 - m) running + m batch) to the plain
+  // average of its batch values over the buffer images, in batches of 256
+  // (PreciseBN). m is measured on the first batch. Others keep their saved
+  // values. Nothing without buffers or buffer images. Leaves train mode on.
+  void RecomputeBuffers();
 
   // The flat parameter vector; the network's parameters are views into it.
   torch::Tensor& params() { return params_; }
@@ -46,9 +70,14 @@ class FlatModel {
 
  private:
   FlatModel() = default;
+  Status LoadScript(const std::string& path, torch::Device device);
+  std::vector<torch::Tensor> Trainable() const;
   void Bind();
 
   torch::nn::Sequential net_{nullptr};
+  std::unique_ptr<torch::jit::Module> script_;
+  std::vector<torch::Tensor> buffers_, saved_buffers_;
+  torch::Tensor buffer_images_;
   torch::Tensor params_;
   wire::ModelSignature signature_;
 };
@@ -63,7 +92,8 @@ bool ClipGradient(torch::Tensor& grad, double max_norm);
 torch::Tensor ImagesTensor(const ImageSet& set, const std::vector<int64_t>* indices = nullptr);
 torch::Tensor LabelsTensor(const ImageSet& set, const std::vector<int64_t>* indices = nullptr);
 
-// Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad.
+// Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad,
+// after model.RecomputeBuffers().
 double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch = 1000);
 
 }  // namespace geodesic::worker

@@ -13,7 +13,13 @@
 namespace geodesic::worker {
 namespace {
 
-const ModelSpec kMlp{.name = ModelKind::kMlp, .mlp_hidden = {32}};
+ModelSpec Mlp() {
+  ModelSpec spec;
+  spec.name = ModelKind::kMlp;
+  spec.mlp_hidden = {32};
+  return spec;
+}
+const ModelSpec kMlp = Mlp();
 
 struct Fixture {
   ImageSet train = Bands();

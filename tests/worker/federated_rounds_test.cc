@@ -21,7 +21,8 @@ namespace {
 JobSpec ScaffoldJob() {
   JobSpec job;
   job.seed = 7;
-  job.model = {.name = ModelKind::kMlp, .mlp_hidden = {16}};
+  job.model.name = ModelKind::kMlp;
+  job.model.mlp_hidden = {16};
   job.data.batch_size = 32;
   job.training.outer_lr = 0.5;  // η ≠ 1: the control push is scaled by 1 / η
   job.federated.clients = 4;

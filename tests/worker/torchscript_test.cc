@@ -1,0 +1,191 @@
+// model: torchscript. The modules come from scripts/export_model.py run by
+// Debian's python3 (python3-torch, the LibTorch the build links).
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "worker/model.h"
+
+namespace geodesic::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TorchScriptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("geodesic-ts-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Exports `model` (export_model.py's names) with `args`; its path.
+  std::string Export(const std::string& model, const std::string& args = "") {
+    const std::string out = (dir_ / (model + ".pt")).string();
+    const std::string cmd = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/export_model.py " + model + " " + out +
+                            " " + args + " > /dev/null";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    return out;
+  }
+  // Saves a scripted module written in TorchScript source.
+  std::string Script(const std::string& name, const std::string& source) {
+    const std::string py = (dir_ / (name + ".py")).string(), out = (dir_ / (name + ".pt")).string();
+    std::ofstream(py) << "import torch\n" << source << "\ntorch.jit.save(torch.jit.script(M()), '" << out << "')\n";
+    EXPECT_EQ(std::system(("/usr/bin/python3 " + py).c_str()), 0) << py;
+    return out;
+  }
+  static ModelSpec Spec(const std::string& path) {
+    ModelSpec spec;
+    spec.name = ModelKind::kTorchScript;
+    spec.path = path;
+    return spec;
+  }
+  static std::string Error(const std::string& path) {
+    auto m = FlatModel::Create(Spec(path), 1);
+    EXPECT_FALSE(m.ok()) << path;
+    return m.ok() ? "" : m.status().ToString();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TorchScriptTest, ScriptedCnnComputesWhatTheBuiltInCnnComputes) {
+  auto builtin = std::move(FlatModel::Create(ModelSpec{}, 3).value());
+  auto script = std::move(FlatModel::Create(Spec(Export("cnn")), 3).value());
+  ASSERT_EQ(script->num_params(), builtin->num_params());
+  EXPECT_EQ(script->num_params(), 184586);
+  EXPECT_EQ(script->num_buffer_values(), 0);
+  EXPECT_EQ(script->signature().name(), "torchscript");
+  EXPECT_FALSE(torch::equal(script->params(), builtin->params()));  // its own initial values
+  script->params().copy_(builtin->params());
+
+  torch::manual_seed(0);
+  const torch::Tensor x = torch::randn({8, 1, 28, 28});
+  const torch::Tensor y = torch::randint(0, 10, {8});
+  auto step = [&](FlatModel& m) {
+    torch::Tensor g = m.NewGradBuffer();
+    torch::Tensor logits = m.Forward(x);
+    torch::nn::functional::cross_entropy(logits, y).backward();
+    return std::make_pair(logits.detach(), g);
+  };
+  auto [la, ga] = step(*builtin);
+  auto [lb, gb] = step(*script);
+  EXPECT_TRUE(torch::allclose(la, lb, 1e-5, 1e-6));
+  EXPECT_GT(ga.abs().sum().item<double>(), 0.0);
+  EXPECT_TRUE(torch::allclose(ga, gb, 1e-4, 1e-6));  // the gradient lands in the flat buffer
+}
+
+TEST_F(TorchScriptTest, SameFileSameLayoutDigestAndTheSeedIsTheFiles) {
+  const std::string path = Export("cnn-bn");
+  auto a = std::move(FlatModel::Create(Spec(path), 1).value());
+  auto b = std::move(FlatModel::Create(Spec(path), 99).value());
+  EXPECT_TRUE(torch::equal(a->params(), b->params()));
+  EXPECT_EQ(a->signature().layout_digest(), b->signature().layout_digest());
+  auto other = std::move(FlatModel::Create(Spec(Export("cnn")), 1).value());
+  EXPECT_NE(a->signature().layout_digest(), other->signature().layout_digest());
+}
+
+// PreciseBN: the first BatchNorm's running mean and variance become the
+// average over batches of the batch mean and unbiased variance of conv1's
+// output, computed here by hand from a second copy of the module.
+TEST_F(TorchScriptTest, BuffersAreRecomputedFromBatchStatistics) {
+  const std::string path = Export("cnn-bn");
+  auto m = std::move(FlatModel::Create(Spec(path), 1).value());
+  // Buffers: per BatchNorm running_mean [C], running_var [C], num_batches_tracked.
+  ASSERT_EQ(m->buffers().size(), 6u);
+  EXPECT_EQ(m->num_buffer_values(), 16 + 16 + 1 + 32 + 32 + 1);
+  torch::manual_seed(5);
+  m->params().copy_(torch::randn({m->num_params()}) * 0.1);
+  const torch::Tensor images = torch::randn({600, 1, 28, 28});  // 2 whole batches of 256; 88 unused
+  m->SetBufferImages(images);
+  m->RecomputeBuffers();
+
+  torch::jit::Module copy = torch::jit::load(path);
+  torch::jit::Module conv1 = copy.attr("0").toModule();
+  {
+    torch::NoGradGuard ng;
+    conv1.attr("weight").toTensor().copy_(m->params().narrow(0, 0, 16 * 9).view({16, 1, 3, 3}));
+  }
+  torch::Tensor mean = torch::zeros({16}), var = torch::zeros({16});
+  for (int b = 0; b < 2; ++b) {
+    torch::Tensor out = conv1.forward({images.narrow(0, b * 256, 256)}).toTensor();
+    mean += out.mean({0, 2, 3}) / 2;
+    var += out.transpose(0, 1).reshape({16, -1}).var(1, /*unbiased=*/true) / 2;
+  }
+  EXPECT_TRUE(torch::allclose(m->buffers()[0], mean, 1e-4, 1e-5)) << m->buffers()[0] << mean;
+  EXPECT_TRUE(torch::allclose(m->buffers()[1], var, 1e-4, 1e-5)) << m->buffers()[1] << var;
+  EXPECT_EQ(m->buffers()[2].item<int64_t>(), 0);  // the counter keeps its saved value
+  const torch::Tensor first = m->buffers()[4].clone();
+  m->RecomputeBuffers();  // depends on the weights and images only
+  EXPECT_TRUE(torch::allclose(m->buffers()[4], first, 1e-5, 1e-6));
+
+  // Evaluation recomputes them, then runs in eval mode: the same logits as
+  // the second copy given the flat parameters and the buffers by hand.
+  Evaluate(*m, images, torch::zeros({600}, torch::kInt64));
+  EXPECT_TRUE(torch::allclose(m->buffers()[4], first, 1e-5, 1e-6));
+  torch::NoGradGuard ng;
+  int64_t off = 0;
+  for (const auto& p : copy.parameters()) {
+    p.copy_(m->params().narrow(0, off, p.numel()).view(p.sizes()));
+    off += p.numel();
+  }
+  size_t i = 0;
+  for (const auto& b : copy.buffers()) b.copy_(m->buffers()[i++]);
+  copy.eval();
+  m->train(false);
+  EXPECT_TRUE(torch::allclose(copy.forward({images.narrow(0, 0, 16)}).toTensor(), m->Forward(images.narrow(0, 0, 16)),
+                              1e-5, 1e-6));
+}
+
+TEST_F(TorchScriptTest, BuffersStayWithoutBufferImages) {
+  auto m = std::move(FlatModel::Create(Spec(Export("cnn-bn")), 1).value());
+  const torch::Tensor before = m->buffers()[1].clone();
+  m->RecomputeBuffers();
+  EXPECT_TRUE(torch::equal(m->buffers()[1], before));
+}
+
+TEST_F(TorchScriptTest, BadModulesAreRefusedNamingThePath) {
+  const std::string missing = (dir_ / "missing.pt").string();
+  EXPECT_NE(Error(missing).find("model.path: " + missing + " is not a file"), std::string::npos);
+
+  const std::string garbage = (dir_ / "garbage.pt").string();
+  std::ofstream(garbage) << "not a zip archive\n";
+  EXPECT_NE(Error(garbage).find("is not a module saved with torch.jit.save"), std::string::npos) << Error(garbage);
+
+  const std::string rgb = Export("cnn", "--channels 3");
+  EXPECT_NE(Error(rgb).find(rgb + ": forward on a [2, 1, 28, 28] batch failed"), std::string::npos) << Error(rgb);
+
+  const std::string five = Script("five",
+                                  "class M(torch.nn.Module):\n"
+                                  "    def __init__(self):\n"
+                                  "        super().__init__()\n"
+                                  "        self.fc = torch.nn.Linear(784, 5)\n"
+                                  "    def forward(self, x):\n"
+                                  "        return self.fc(x.flatten(1))\n");
+  EXPECT_NE(Error(five).find("maps a [2, 1, 28, 28] batch to [2, 5]"), std::string::npos) << Error(five);
+
+  const std::string frozen = Script("frozen",
+                                    "class M(torch.nn.Module):\n"
+                                    "    def __init__(self):\n"
+                                    "        super().__init__()\n"
+                                    "        self.fc = torch.nn.Linear(784, 10)\n"
+                                    "        self.fc.requires_grad_(False)\n"
+                                    "    def forward(self, x):\n"
+                                    "        return self.fc(x.flatten(1))\n");
+  EXPECT_NE(Error(frozen).find("has no trainable parameters"), std::string::npos) << Error(frozen);
+
+  const std::string dbl = Script("double",
+                                 "class M(torch.nn.Module):\n"
+                                 "    def __init__(self):\n"
+                                 "        super().__init__()\n"
+                                 "        self.fc = torch.nn.Linear(784, 10).double()\n"
+                                 "    def forward(self, x):\n"
+                                 "        return self.fc(x.flatten(1).double()).float()\n");
+  EXPECT_NE(Error(dbl).find("trainable parameters must be float32"), std::string::npos) << Error(dbl);
+}
+
+}  // namespace
+}  // namespace geodesic::worker
