@@ -15,10 +15,20 @@
 namespace geodesic::cli {
 namespace {
 
+// A TorchScript model is loaded and tried here, so that a bad module is
+// one clear error before any process starts.
+Status CheckModel(const deploy::LaunchOptions& launch) {
+  if (launch.job_file.empty()) return Status::Ok();
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(launch.job_file, launch.overrides));
+  if (job.model.name != ModelKind::kTorchScript) return Status::Ok();
+  return worker::FlatModel::Create(job.model, job.seed).status();
+}
+
 int RunLaunch(const deploy::LaunchOptions& launch, const CLI::Option* job_arg) {
   SetLogPrefix("launch");
   if (job_arg->count() == 0 && launch.resume_dir.empty())
     return Fail(InvalidArgument("launch needs a job file (or --resume RUN_DIR)"));
+  if (Status s = CheckModel(launch); !s.ok()) return Fail(s);
   auto r = deploy::Launch(launch, &g_stop);
   if (!r.ok()) return Fail(r.status());
   return *r;

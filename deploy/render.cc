@@ -41,6 +41,10 @@ Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
     return InvalidArgument("deploy render: unknown target '" + o.target + "' (available: hosts, kubernetes, compose)");
   if (job.federated.enabled())
     return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
+  if (job.model.name == ModelKind::kTorchScript && o.target != "hosts")
+    return InvalidArgument("deploy render: model torchscript: the image does not hold " + job.model.path +
+                           " yet; render --target hosts (the file must be at that path on every host) or use "
+                           "`geodesic launch`");
   const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
   for (int base : {o.base_port, o.http_base_port})
     if (base < 1024 || base + count > 65535)

@@ -337,6 +337,10 @@ json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStat
   summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = run.total_wall_seconds;
+  summary["model"] = {{"name", ToString(run.job.model.name)}};
+  if (result.is_object() && result.contains("num_params")) summary["model"]["parameters"] = result["num_params"];
+  if (!run.job.model.path.empty()) summary["model"]["path"] = run.job.model.path;
+  if (result.is_object() && result.contains("buffers")) summary["model"]["buffers"] = result["buffers"];
   if (run.job.wan.replan) {
     json replans = json::array();
     if (coord)

@@ -114,6 +114,12 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
   expect_error(job, {.base_port = 9400, .http_base_port = 9405}, "overlap");
   expect_error(job, {.base_port = 65530}, "do not fit");
   expect_error(Load("federated.yaml"), {}, "federated jobs are not rendered yet");
+  JobSpec script = job;
+  script.model.name = ModelKind::kTorchScript;
+  script.model.path = "/models/m.pt";
+  expect_error(script, {.target = "kubernetes"}, "the image does not hold /models/m.pt");
+  expect_error(script, {.target = "compose"}, "the image does not hold /models/m.pt");
+  EXPECT_TRUE(Render(script, {}).ok());  // hosts: the file is at that path on every host
 }
 
 // A secured job: the coordinator's script names the secret and keypair, every

@@ -95,6 +95,26 @@ TEST(LaunchTest, MissingDatasetNamesThePackage) {
   EXPECT_NE(r.output.find("--id 7 but the job has 1 workers"), std::string::npos) << r.output;
 }
 
+TEST(LaunchTest, BadTorchScriptModuleIsOneClearErrorAndStartsNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\n");
+  testing::WriteText(dir / "garbage.pt", "not a module\n");
+  for (const std::string& path : {dir / "missing.pt", dir / "garbage.pt"}) {
+    auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "model.name=torchscript",
+                          "--set", "model.path=" + path},
+                         60);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("model.path: " + path), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "run/logs"));
+  }
+  // A worker started by hand says the same before joining anything.
+  auto r = RunGeodesic({"worker", "--job", dir / "job.yaml", "--set", "model.name=torchscript", "--set",
+                        "model.path=" + (dir / "garbage.pt"), "--id", "0", "--coordinator", "tcp://127.0.0.1:1"},
+                       60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("is not a module saved with torch.jit.save"), std::string::npos) << r.output;
+}
+
 TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kSyntheticJob);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -259,6 +260,41 @@ TEST(TrainingTest, DilocoRoundsMatchTheRecipeByHand) {
   ASSERT_TRUE(w0.is_object());
   ASSERT_TRUE(w0.contains("clipped_steps")) << w0.dump();
   EXPECT_EQ(w0["clipped_steps"], std::to_string(clipped[0]));  // int64 is a string in protobuf's JSON
+}
+
+// A model of the user's own: a BatchNorm CNN exported from PyTorch, trained
+// through `geodesic launch`; PyTorch, given the run's final parameters and
+// the same buffer recompute, gets the same test accuracy.
+TEST(TrainingTest, TorchScriptModelTrainsAndPyTorchAgrees) {
+  TempDir dir;
+  const std::string module = dir / "cnn_bn.pt";
+  const std::string export_cmd =
+      "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/export_model.py cnn-bn " + module + " > /dev/null";
+  ASSERT_EQ(std::system(export_cmd.c_str()), 0) << export_cmd;
+  auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--quiet", "--set", "model.name=torchscript",
+                        "--set", "model.path=" + module, "--set", "training.steps=300", "--set",
+                        "eval.test_samples=5000", "--set", "eval.buffer_samples=2048"},
+                       300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = testing::ReadJson(dir / "run/summary.json");
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["status"], "finished");
+  EXPECT_EQ(s["model"]["name"], "torchscript");
+  EXPECT_EQ(s["model"]["path"], module);
+  EXPECT_EQ(s["model"]["parameters"].get<int64_t>(), 12858);
+  EXPECT_EQ(s["model"]["buffers"]["values"].get<int64_t>(), 98);
+  const double acc = s["test_accuracy"].get<double>();
+  EXPECT_GT(acc, 0.75);
+
+  const std::string eval_cmd = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/evaluate_params.py " + (dir / "run") +
+                               " > " + (dir / "pytorch.json");
+  ASSERT_EQ(std::system(eval_cmd.c_str()), 0) << eval_cmd;
+  auto py = testing::ReadJson(dir / "pytorch.json");
+  std::cout << "torchscript cnn-bn, 300 steps: geodesic " << acc << ", pytorch " << py.dump() << std::endl;
+  EXPECT_EQ(py["parameters"].get<int64_t>(), 12858);
+  // Same weights, buffers and images; float sums in another order may flip
+  // an argmax or two of 5000.
+  EXPECT_NEAR(py["test_accuracy"].get<double>(), acc, 2.0 / 5000);
 }
 
 TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {
