@@ -16,12 +16,20 @@
 
 namespace geodesic::worker {
 
+// Samples of shape [channels, rows, cols], channels first, as uint8 pixels
+// (scaled to [0, 1] by the model's input) or float32 values (taken as they
+// are); exactly one of `pixels` and `values` holds count * sample_size().
 struct ImageSet {
   int64_t count = 0;
+  int channels = 1;
   int rows = 0;
   int cols = 0;
-  std::vector<uint8_t> pixels;  // count * rows * cols, row-major
-  std::vector<uint8_t> labels;  // count, 0..9
+  std::vector<uint8_t> pixels;  // count * sample_size(), row-major
+  std::vector<float> values;    // or these, for float32 sources
+  std::vector<uint8_t> labels;  // count, 0..classes-1
+  int classes = 10;
+  int64_t sample_size() const { return int64_t{channels} * rows * cols; }
+  bool is_float() const { return !values.empty(); }
 };
 
 // Mean and std of the 60k Fashion-MNIST training pixels in [0, 1]: x = (p/255 - mean) / std.
@@ -30,6 +38,23 @@ inline constexpr float kFashionStd = 0.3530f;
 
 // Loads split "train" (60k) or "test" (10k) from `dir`.
 StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split);
+
+// The CIFAR-10 binary format ("CIFAR-10 binary version"): files of records
+// of one label byte (0..9) and 3 * 32 * 32 pixel bytes (red, green, blue
+// planes, rows top first). Split "train" reads data_batch_1.bin ..
+// data_batch_5.bin, "test" test_batch.bin, from `dir` or from
+// `dir`/cifar-10-batches-bin; a train split may have fewer batch files if
+// they are numbered from 1 without gaps. A file that is not whole records or
+// has a label above 9 is DataLoss naming it.
+StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split);
+
+// A safetensors file (a little-endian u64 header length, a JSON header, raw
+// little-endian arrays; docs/datasets.md) holding "images" (U8 or F32, shape
+// [N, D], [N, H, W] or [N, C, H, W]) and "labels" (U8, I32 or I64, shape
+// [N]). `classes` is the header's __metadata__ "classes" if present, else
+// the largest label + 1 (at most 256). Offsets, sizes, dtypes, shapes and
+// labels are all checked; each error names the file and the tensor.
+StatusOr<ImageSet> LoadSafetensors(const std::string& path);
 
 // Reads a gzip-compressed IDX file of the given magic (0x803 images,
 // 0x801 labels). Exposed for tests.
