@@ -45,7 +45,13 @@ int64_t JobSpec::UnitSamples() const {
   return static_cast<int64_t>(data.batch_size) * std::max(1, training.local_steps);
 }
 
-int64_t JobSpec::UnitsPerEpoch() const { return std::max<int64_t>(1, kFashionTrainSamples / UnitSamples()); }
+int64_t JobSpec::TrainSamples() const {
+  if (data.train_samples > 0) return data.train_samples;
+  if (data.dataset == DatasetKind::kFashionMnist) return kFashionTrainSamples;
+  return data.dataset == DatasetKind::kCifar10 ? kCifar10TrainSamples : 0;
+}
+
+int64_t JobSpec::UnitsPerEpoch() const { return std::max<int64_t>(1, TrainSamples() / UnitSamples()); }
 
 int64_t JobSpec::TotalUnits() const {
   if (training.steps > 0)
@@ -100,7 +106,7 @@ const std::string& JobSpec::PullCodec(const std::string& worker_region, const st
 int64_t JobSpec::StepsPerWorker() const {
   if (federated.enabled()) return federated.rounds;
   if (training.steps > 0) return training.steps;
-  double total = training.epochs * static_cast<double>(kFashionTrainSamples);
+  double total = training.epochs * static_cast<double>(TrainSamples());
   double per_step = static_cast<double>(std::max(1, InitialWorkers())) * data.batch_size;
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(total / per_step)));
 }

@@ -20,7 +20,7 @@ namespace geodesic {
 // The fixed-vocabulary settings of a job file. Code compares the enums; the
 // words below are what job files, YAML output and logs use (ToString).
 enum class ModelKind { kCnn, kMlp, kSynthetic, kTorchScript };
-enum class DatasetKind { kFashionMnist };
+enum class DatasetKind { kFashionMnist, kCifar10, kSafetensors };
 enum class DataPartition { kIid, kDirichlet, kShards, kLognormal };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 enum class LrSchedule { kConstant, kCosine, kStep };
@@ -39,7 +39,7 @@ struct EnumWords<ModelKind> {
 };
 template <>
 struct EnumWords<DatasetKind> {
-  static constexpr std::string_view kWords[] = {"fashion-mnist"};
+  static constexpr std::string_view kWords[] = {"fashion-mnist", "cifar10", "safetensors"};
 };
 template <>
 struct EnumWords<DataPartition> {
@@ -116,7 +116,7 @@ struct ModelSpec {
   // `torchscript`: a module saved with torch.jit.save (docs/models.md). A
   // relative path is made absolute against the working directory when the
   // job file is loaded, so every process of the job reads the same file.
-  std::string path;
+  std::string path = {};
 };
 
 // How the training set is split across workers (worker/partition.h has the
@@ -134,11 +134,33 @@ std::string ToString(const PartitionSpec& p);
 // "dirichlet:0.3" -> {kDirichlet, 0.3}; a clear InvalidArgument otherwise.
 StatusOr<PartitionSpec> ParsePartition(std::string_view text);
 
+// Random changes to training batches (never to evaluation), drawn from
+// (seed, worker, step) so that a run is reproducible.
+struct AugmentSpec {
+  int crop = 0;       // pad each side by this many pixels (zeros after normalization), crop back at random
+  bool flip = false;  // mirror left-right with probability 1/2
+};
+
+// Where the samples come from (docs/datasets.md): "fashion-mnist", the IDX
+// files of Debian's dataset-fashion-mnist in `path`; "cifar10", the binary
+// version's data_batch_N.bin and test_batch.bin in `path`; "safetensors",
+// train.safetensors and test.safetensors in `path`.
 struct DataSpec {
   DatasetKind dataset = DatasetKind::kFashionMnist;
   std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
   PartitionSpec partition;                                 // how the training set is split across workers
   int batch_size = 64;                                     // per worker
+  // Per-channel normalization of each sample, x = (p - mean) / std, p a
+  // pixel scaled to [0, 1] (uint8 data) or the stored value (float data).
+  // Empty: the dataset's own (Fashion-MNIST's and CIFAR-10's published
+  // values, a safetensors file's metadata, else 0 and 1).
+  std::vector<double> mean = {};
+  std::vector<double> std = {};
+  AugmentSpec augment = {};
+  // Training samples, for counting epochs: 0 is the dataset's standard size
+  // (Fashion-MNIST 60,000, CIFAR-10 50,000); a safetensors dataset counted
+  // in epochs needs it. Workers check it against what they load.
+  int64_t train_samples = 0;
 };
 
 // The optimizer of the job's steps: the shards' (each pushed gradient is a
@@ -453,6 +475,8 @@ struct JobSpec {
   // per epoch (the permutation's full units) and units in the job.
   int64_t UnitSamples() const;
   int64_t UnitsPerEpoch() const;
+  // data.train_samples, or the dataset's standard size (0 for safetensors).
+  int64_t TrainSamples() const;
   int64_t TotalUnits() const;
   // The values the shards keep for a model of `model_params`: the model,
   // and under SCAFFOLD the server's control variate after it (2x).
@@ -485,8 +509,9 @@ struct JobSpec {
   const LinkSpec* Link(const std::string& from, const std::string& to) const;
 };
 
-// Training samples of the job's dataset (Fashion-MNIST: 60,000).
+// Training samples of the standard datasets.
 inline constexpr int64_t kFashionTrainSamples = 60000;
+inline constexpr int64_t kCifar10TrainSamples = 50000;
 
 // The schedule's learning-rate factor [0, 1] at step `step` (0-based) of
 // `steps`: a linear warm-up over the first W = ceil(warmup * steps) steps,

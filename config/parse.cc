@@ -146,8 +146,22 @@ void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
   r.Get("path", &d->path);
   r.Get("partition", &partition);
   r.Get("batch_size", &d->batch_size);
+  r.Get("train_samples", &d->train_samples);
+  r.Get("mean", &d->mean);
+  r.Get("std", &d->std);
+  MapReader a(r.child("augment"), "data.augment", errors);
+  a.Get("crop", &d->augment.crop);
+  a.Get("flip", &d->augment.flip);
+  a.Finish();
   r.Finish();
-  ParseWord(dataset, &d->dataset, errors, "data.dataset", "'" + dataset + "' is not supported; use fashion-mnist");
+  ParseWord(dataset, &d->dataset, errors, "data.dataset",
+            "'" + dataset + "' is not supported; use fashion-mnist, cifar10 or safetensors");
+  Check(d->mean.size() == d->std.size(), errors, "data.std", "needs one value per value of data.mean");
+  Check(d->mean.size() <= 64, errors, "data.mean", "at most 64 channels");
+  for (double m : d->mean) Check(Finite(m), errors, "data.mean", "values must be finite");
+  for (double v : d->std) Check(Finite(v) && v > 0, errors, "data.std", "values must be finite and > 0");
+  Check(d->train_samples >= 0, errors, "data.train_samples", "must be >= 0 (0: the dataset's standard size)");
+  Check(d->augment.crop >= 0 && d->augment.crop <= 64, errors, "data.augment.crop", "must be in [0, 64] pixels");
   if (StatusOr<PartitionSpec> p = ParsePartition(partition); p.ok())
     d->partition = *p;
   else

@@ -50,8 +50,9 @@ void ValidateFederated(const JobSpec& job, Errors* errors) {
         "federated.dp_clip_norm clips their updates");
   Check(!job.compression.momentum_correction, errors, key, "cannot be combined with compression.momentum_correction");
   Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan (not supported yet)");
-  Check(job.federated.clients * job.data.batch_size <= kFashionTrainSamples, errors, key,
-        "times data.batch_size must be at most the 60000 training samples (each client needs one batch)");
+  Check(job.TrainSamples() == 0 || job.federated.clients * job.data.batch_size <= job.TrainSamples(), errors, key,
+        "times data.batch_size must be at most the " + std::to_string(job.TrainSamples()) +
+            " training samples (each client needs one batch)");
   if (job.federated.fedbuff()) {
     Check(job.federated.over_selection == 0 && job.federated.deadline_s == 0, errors, "federated.strategy",
           "fedbuff needs over_selection: 0 and deadline_s: 0 (it waits for no round: a step takes the next "
@@ -160,7 +161,19 @@ bool ValidName(const std::string& s) {
   return true;
 }
 
+// Data of another shape than Fashion-MNIST's needs a model that takes it,
+// and epochs need the number of training samples.
+void ValidateData(const JobSpec& job, Errors* errors) {
+  const bool fashion = job.data.dataset == DatasetKind::kFashionMnist;
+  Check(fashion || job.model.name != ModelKind::kCnn, errors, "model.name",
+        "cnn takes Fashion-MNIST's 1x28x28 images; use mlp or torchscript for data.dataset " +
+            ToString(job.data.dataset));
+  Check(job.TrainSamples() > 0 || job.training.steps > 0 || job.federated.enabled(), errors, "data.train_samples",
+        "needed to count training.epochs over a safetensors dataset (or set training.steps)");
+}
+
 void ValidateJob(JobSpec* job, Errors* errors) {
+  ValidateData(*job, errors);
   ValidatePipeline(job->training, errors);
   ValidateLocalSteps(*job, errors);
   ValidateFederated(*job, errors);

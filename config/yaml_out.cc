@@ -52,6 +52,15 @@ void EmitData(YAML::Emitter& out, const DataSpec& d) {
   Put(out, "path", d.path);
   Put(out, "partition", ToString(d.partition));
   Put(out, "batch_size", d.batch_size);
+  if (d.train_samples > 0) Put(out, "train_samples", d.train_samples);
+  if (!d.mean.empty()) {
+    PutFlow(out, "mean", d.mean);
+    PutFlow(out, "std", d.std);
+  }
+  out << YAML::Key << "augment" << YAML::Value << YAML::Flow << YAML::BeginMap;
+  Put(out, "crop", d.augment.crop);
+  Put(out, "flip", d.augment.flip);
+  out << YAML::EndMap;
   out << YAML::EndMap;
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -140,6 +141,45 @@ TEST(JobTest, ARelativeModelPathIsMadeAbsoluteWhenLoaded) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->model.path, (std::filesystem::current_path() / "models/m.pt").string());
   std::filesystem::remove(file);
+}
+
+TEST(JobTest, DatasetsNormalizationAndAugmentation) {
+  auto job = ParseJob(std::string(kMinimal) + R"(
+model: {name: mlp}
+data:
+  dataset: cifar10
+  path: /data/cifar
+  mean: [0.5, 0.25, 0.125]
+  std: [0.5, 0.5, 0.5]
+  augment: {crop: 4, flip: true}
+)",
+                      "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->data.dataset, DatasetKind::kCifar10);
+  EXPECT_EQ(job->data.augment.crop, 4);
+  EXPECT_TRUE(job->data.augment.flip);
+  EXPECT_EQ(job->TrainSamples(), 50000);
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status() << JobToYaml(*job);
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+  EXPECT_EQ(again->data.std, (std::vector<double>{0.5, 0.5, 0.5}));
+
+  auto expect_error = [](const std::vector<std::string>& sets, const std::string& says) {
+    auto bad = ParseJob(kMinimal, "t", sets);
+    ASSERT_FALSE(bad.ok()) << says;
+    EXPECT_NE(bad.status().message().find(says), std::string::npos) << bad.status();
+  };
+  expect_error({"data.dataset=imagenet"}, "use fashion-mnist, cifar10 or safetensors");
+  expect_error({"model.name=mlp", "data.mean=[0.5]"}, "data.std: needs one value per value of data.mean");
+  expect_error({"model.name=mlp", "data.mean=[0.5]", "data.std=[0]"}, "data.std: values must be finite and > 0");
+  expect_error({"data.augment.crop=-1"}, "data.augment.crop: must be in [0, 64]");
+  expect_error({"data.dataset=cifar10"}, "model.name: cnn takes Fashion-MNIST's 1x28x28 images");
+  expect_error({"data.dataset=safetensors", "model.name=mlp"}, "data.train_samples: needed to count training.epochs");
+  EXPECT_TRUE(ParseJob(kMinimal, "t", {"data.dataset=safetensors", "model.name=mlp", "training.steps=5"}).ok());
+  auto counted = ParseJob(kMinimal, "t", {"data.dataset=safetensors", "model.name=mlp", "data.train_samples=1000"});
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(counted->TrainSamples(), 1000);
+  EXPECT_EQ(counted->StepsPerWorker(), static_cast<int64_t>(std::ceil(3 * 1000.0 / (3 * 64))));
 }
 
 TEST(JobTest, CompressionPerDirectionAndRegionPair) {
