@@ -66,10 +66,10 @@ Trained Train(const JobSpec& job, worker::FlatModel& model, const worker::ImageS
 Status RunPlainTraining(const BenchOptions& options, const std::atomic<bool>* stop) {
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file));
   torch::set_num_threads(1);
-  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadFashionMnist(job.data.path, "train"));
-  GD_ASSIGN_OR_RETURN(worker::ImageSet test, worker::LoadFashionMnist(job.data.path, "test"));
+  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadDataset(job.data, "train"));
+  GD_ASSIGN_OR_RETURN(worker::ImageSet test, worker::LoadDataset(job.data, "test"));
   torch::Tensor test_images = worker::ImagesTensor(test), test_labels = worker::LabelsTensor(test);
-  GD_ASSIGN_OR_RETURN(auto model, worker::FlatModel::Create(job.model, job.seed));
+  GD_ASSIGN_OR_RETURN(auto model, worker::FlatModel::Create(job.model, job.seed, torch::kCPU, worker::ShapeOf(train)));
   if (!model->has_network()) return InvalidArgument("plain training needs a model with a network (cnn or mlp)");
   const Trained r = Train(job, *model, train, options.seconds, stop);
   torch::Tensor flat = model->params();

@@ -19,7 +19,7 @@
 namespace geodesic::cli {
 namespace {
 
-constexpr int kLabels = 10;
+constexpr int kColourCount = 10;
 
 struct PartitionFlags {
   std::string job_file, out_dir;
@@ -33,6 +33,7 @@ struct Split {
   int parts = 0;
   worker::Partition partition;
   std::vector<std::vector<int64_t>> counts;  // [part][label]
+  int classes = 10;
   std::string digest;
 };
 
@@ -42,12 +43,13 @@ StatusOr<Split> DrawSplit(const PartitionFlags& f) {
   s.parts = f.parts > 0                 ? f.parts
             : s.job.federated.enabled() ? static_cast<int>(s.job.federated.clients)
                                         : s.job.NumWorkers();
-  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadFashionMnist(s.job.data.path, "train"));
-  auto partition =
-      worker::PartitionSamples(train.labels, kLabels, s.parts, s.job.data.partition, s.job.seed, s.job.data.batch_size);
+  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadDataset(s.job.data, "train"));
+  s.classes = train.classes;
+  auto partition = worker::PartitionSamples(train.labels, s.classes, s.parts, s.job.data.partition, s.job.seed,
+                                            s.job.data.batch_size);
   if (!partition.ok()) return InvalidArgument("data.partition: " + partition.status().message());
   s.partition = std::move(*partition);
-  s.counts = worker::LabelCounts(s.partition, train.labels, kLabels);
+  s.counts = worker::LabelCounts(s.partition, train.labels, s.classes);
   s.digest = worker::PartitionDigest(s.partition);
   return s;
 }
@@ -63,7 +65,7 @@ std::string Header(const Split& s) {
 
 std::string Table(const Split& s) {
   std::string out = StrFormat("%6s %8s", "part", "samples");
-  for (int l = 0; l < kLabels; ++l) out += StrFormat(" %6s", ("l" + std::to_string(l)).c_str());
+  for (int l = 0; l < s.classes; ++l) out += StrFormat(" %6s", ("l" + std::to_string(l)).c_str());
   out += "  top-label share\n";
   for (int p = 0; p < s.parts; ++p) {
     const auto& c = s.counts[p];
@@ -77,7 +79,7 @@ std::string Table(const Split& s) {
 
 std::string Csv(const Split& s) {
   std::string out = "part,samples";
-  for (int l = 0; l < kLabels; ++l) out += ",label_" + std::to_string(l);
+  for (int l = 0; l < s.classes; ++l) out += ",label_" + std::to_string(l);
   out += "\n";
   for (int p = 0; p < s.parts; ++p) {
     out += std::to_string(p) + "," + std::to_string(s.partition[p].size());
@@ -98,8 +100,8 @@ std::string Indices(const Split& s) {
 
 // One stacked bar per part (height: samples), one colour per label.
 std::string Svg(const Split& s) {
-  static const char* kColours[kLabels] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+  static const char* kColours[kColourCount] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                               "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
   size_t largest = 1;
   for (const auto& p : s.partition) largest = std::max(largest, p.size());
   const double bar = std::clamp(900.0 / s.parts, 1.0, 40.0), plot_h = 320, left = 60, top = 40;
@@ -112,22 +114,22 @@ std::string Svg(const Split& s) {
   out += StrFormat(R"(<text x="%.0f" y="20">%s</text>)", left, Header(s).c_str()) + "\n";
   for (int p = 0; p < s.parts; ++p) {
     double y = top + plot_h;
-    for (int l = 0; l < kLabels; ++l) {
+    for (int l = 0; l < s.classes; ++l) {
       const double h = plot_h * static_cast<double>(s.counts[p][l]) / static_cast<double>(largest);
       y -= h;
       if (h > 0)
         out += StrFormat(R"(<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"/>)", left + p * bar, y,
-                         std::max(bar - (bar > 3 ? 1 : 0), 0.5), h, kColours[l]) +
+                         std::max(bar - (bar > 3 ? 1 : 0), 0.5), h, kColours[l % kColourCount]) +
                "\n";
     }
   }
   out += StrFormat(R"(<text x="%.0f" y="%.0f">part (0-%d)</text>)", left, top + plot_h + 20, s.parts - 1) + "\n";
   out += StrFormat(R"(<text x="5" y="%.0f">%zu</text><text x="5" y="%.0f">0</text>)", top + 10, largest, top + plot_h) +
          "\n";
-  for (int l = 0; l < kLabels; ++l)
+  for (int l = 0; l < s.classes; ++l)
     out += StrFormat(
                R"(<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f">label %d</text>)",
-               width - 100, top + 18.0 * l, kColours[l], width - 82, top + 18.0 * l + 11, l) +
+               width - 100, top + 18.0 * l, kColours[l % kColourCount], width - 82, top + 18.0 * l + 11, l) +
            "\n";
   return out + "</svg>\n";
 }

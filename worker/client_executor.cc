@@ -54,7 +54,7 @@ StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec
                                                                  const LocalOptimizerSpec& local) {
   if (batch_size < 1) return InvalidArgument("batch size must be at least 1");
   auto impl = std::make_unique<Impl>();
-  GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed));
+  GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed, torch::kCPU, ShapeOf(train)));
   if (!impl->model->has_network()) return InvalidArgument("federated clients need a model with a network");
   impl->grad = impl->model->NewGradBuffer();
   impl->images = ImagesTensor(train);

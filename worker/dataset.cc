@@ -102,6 +102,77 @@ StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& s
   return set;
 }
 
+namespace {
+
+// Published per-channel statistics of the standard training sets.
+const std::vector<float> kCifarMean = {0.4914f, 0.4822f, 0.4465f};
+const std::vector<float> kCifarStd = {0.2470f, 0.2435f, 0.2616f};
+
+Status SetNormalization(const DataSpec& data, ImageSet* set) {
+  const size_t channels = static_cast<size_t>(set->channels);
+  if (!data.mean.empty()) {
+    if (data.mean.size() != channels)
+      return InvalidArgument("data.mean has " + std::to_string(data.mean.size()) + " values; " + data.path + " has " +
+                             std::to_string(channels) + " channel(s)");
+    set->mean.assign(data.mean.begin(), data.mean.end());
+    set->std.assign(data.std.begin(), data.std.end());
+  } else if (data.dataset == DatasetKind::kFashionMnist) {
+    set->mean.assign(channels, kFashionMean);
+    set->std.assign(channels, kFashionStd);
+  } else if (data.dataset == DatasetKind::kCifar10) {
+    set->mean = kCifarMean;
+    set->std = kCifarStd;
+  } else if (set->mean.size() != channels || set->std.size() != channels) {  // safetensors without metadata
+    set->mean.assign(channels, 0.0f);
+    set->std.assign(channels, 1.0f);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split) {
+  StatusOr<ImageSet> set = InvalidArgument("data.dataset: unknown");
+  if (data.dataset == DatasetKind::kFashionMnist)
+    set = LoadFashionMnist(data.path, split);
+  else if (data.dataset == DatasetKind::kCifar10)
+    set = LoadCifar10(data.path, split);
+  else if (data.dataset == DatasetKind::kSafetensors)
+    set = LoadSafetensors(data.path + "/" + split + ".safetensors");
+  if (!set.ok()) return set.status().Annotate("data.path");
+  GD_RETURN_IF_ERROR(SetNormalization(data, &*set));
+  return set;
+}
+
+ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& indices) {
+  ImageSet out;
+  out.count = static_cast<int64_t>(indices.size());
+  out.channels = set.channels;
+  out.rows = set.rows;
+  out.cols = set.cols;
+  out.classes = set.classes;
+  out.mean = set.mean;
+  out.std = set.std;
+  const auto size = static_cast<size_t>(set.sample_size());
+  for (int64_t i : indices) {
+    const size_t at = static_cast<size_t>(i) * size;
+    if (set.is_float())
+      out.values.insert(out.values.end(), set.values.begin() + at, set.values.begin() + at + size);
+    else
+      out.pixels.insert(out.pixels.end(), set.pixels.begin() + at, set.pixels.begin() + at + size);
+    out.labels.push_back(set.labels[static_cast<size_t>(i)]);
+  }
+  return out;
+}
+
+Status CheckTrainingSet(const JobSpec& job, const ImageSet& train) {
+  if (job.training.steps > 0 || job.federated.enabled() || job.TrainSamples() == train.count) return Status::Ok();
+  return InvalidArgument("data.train_samples: the job counts training.epochs over " +
+                         std::to_string(job.TrainSamples()) + " training samples, but " + job.data.path + " has " +
+                         std::to_string(train.count) + "; set data.train_samples: " + std::to_string(train.count) +
+                         " (or training.steps)");
+}
+
 std::vector<int64_t> IidPartition(int64_t n, int parts, int part, uint64_t seed) {
   std::vector<int64_t> perm(n);
   std::iota(perm.begin(), perm.end(), 0);

@@ -1,6 +1,7 @@
-// Fashion-MNIST from Debian's dataset-fashion-mnist package (IDX files,
-// gzip-compressed, in /usr/share/datasets/fashion-mnist), and how the
-// training set is split across workers.
+// Datasets: Fashion-MNIST from Debian's dataset-fashion-mnist package (IDX
+// files, gzip-compressed, in /usr/share/datasets/fashion-mnist), CIFAR-10's
+// binary batches and safetensors files (formats.cc), and how the training
+// set is split across workers.
 //
 // Loading checks every header field and length, so a truncated or foreign
 // file is a clear DataLoss error rather than garbage pixels; a missing file
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/job.h"
 
 namespace geodesic::worker {
 
@@ -28,6 +30,9 @@ struct ImageSet {
   std::vector<float> values;    // or these, for float32 sources
   std::vector<uint8_t> labels;  // count, 0..classes-1
   int classes = 10;
+  // Per-channel normalization the model's input applies, x = (p - mean) / std
+  // (data.mean and data.std, or the dataset's own; set by LoadDataset).
+  std::vector<float> mean, std;
   int64_t sample_size() const { return int64_t{channels} * rows * cols; }
   bool is_float() const { return !values.empty(); }
 };
@@ -35,6 +40,20 @@ struct ImageSet {
 // Mean and std of the 60k Fashion-MNIST training pixels in [0, 1]: x = (p/255 - mean) / std.
 inline constexpr float kFashionMean = 0.2860f;
 inline constexpr float kFashionStd = 0.3530f;
+
+// Split "train" or "test" of the job's dataset (data.dataset in data.path),
+// with its normalization: data.mean and data.std (one value per channel), or
+// Fashion-MNIST's and CIFAR-10's published values, or a safetensors file's
+// __metadata__ "mean" and "std", or 0 and 1. Errors name data.path.
+StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split);
+
+// The samples `indices` of `set`, in that order, with its shape, classes
+// and normalization.
+ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& indices);
+
+// A training set that epochs cannot be counted over: its size differs from
+// job.TrainSamples() when the job counts training.epochs. Names the key.
+Status CheckTrainingSet(const JobSpec& job, const ImageSet& train);
 
 // Loads split "train" (60k) or "test" (10k) from `dir`.
 StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split);

@@ -22,14 +22,12 @@
 namespace geodesic::worker {
 namespace {
 
-// A missing test set should fail now, not after training.
-Status CheckTestSet(const JobSpec& job, const FlatModel& model) {
-  if (!model.has_network()) return Status::Ok();
-  for (const char* f : {"/t10k-images-idx3-ubyte.gz", "/t10k-labels-idx1-ubyte.gz"})
-    if (!std::filesystem::exists(job.data.path + f))
-      return NotFound("Fashion-MNIST test file " + job.data.path + f +
-                      " is missing; install it with `apt-get install dataset-fashion-mnist`");
-  return Status::Ok();
+// The shape of the test samples, read now: a missing or malformed test set
+// should fail before training, not after it.
+StatusOr<SampleShape> TestShape(const JobSpec& job) {
+  if (job.model.name == ModelKind::kSynthetic) return SampleShape{};
+  GD_ASSIGN_OR_RETURN(ImageSet test, LoadDataset(job.data, "test"));
+  return ShapeOf(test);
 }
 
 // Waits, without a deadline (training takes as long as it takes), until
@@ -94,7 +92,7 @@ Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, Fl
 
 Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Clock* clock,
                          const std::atomic<bool>* stop, nlohmann::json* result) {
-  GD_ASSIGN_OR_RETURN(ImageSet test, LoadFashionMnist(job.data.path, "test"));
+  GD_ASSIGN_OR_RETURN(ImageSet test, LoadDataset(job.data, "test"));
   torch::Tensor images = ImagesTensor(test), labels = LabelsTensor(test);
   if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
     images = images.narrow(0, 0, job.eval.test_samples);
@@ -103,7 +101,7 @@ Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, Fl
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (model.num_buffer_values() > 0) {
     // Buffers are recomputed from the head of the training set (docs/models.md).
-    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
     torch::Tensor head = ImagesTensor(train);
     model.SetBufferImages(head.narrow(0, 0, std::min<int64_t>(job.eval.buffer_samples, head.size(0))).clone());
     (*result)["buffers"] = {{"values", model.num_buffer_values()},
@@ -129,8 +127,8 @@ Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std:
                 transport::ProcessMetrics& metrics, std::atomic<bool>& joined) {
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
-  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed));
-  GD_RETURN_IF_ERROR(CheckTestSet(job, *model));
+  GD_ASSIGN_OR_RETURN(SampleShape shape, TestShape(job));
+  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, torch::kCPU, shape));
   transport::TrafficCounters counters;
   cluster::MemberClient member(
       ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature(), options.credentials),

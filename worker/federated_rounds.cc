@@ -73,7 +73,7 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   r->executor_ = executor;
   r->executors_ = std::max(1, job.NumWorkers());
   const FederatedSpec& f = job.federated;
-  auto split = PartitionSamples(train.labels, 10, static_cast<int>(f.clients), job.data.partition, job.seed,
+  auto split = PartitionSamples(train.labels, train.classes, static_cast<int>(f.clients), job.data.partition, job.seed,
                                 job.data.batch_size);
   if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
   r->clients_ = std::move(*split);

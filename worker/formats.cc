@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,33 @@ Status TakeLabels(const RawTensor& t, const json& meta, const std::string& where
   return Status::Ok();
 }
 
+// __metadata__ "mean" and "std": comma-separated per-channel values.
+Status TakeNormalization(const json& meta, const std::string& where, ImageSet* set) {
+  if (!meta.is_object()) return Status::Ok();
+  for (const char* key : {"mean", "std"}) {
+    if (!meta.contains(key)) continue;
+    std::vector<float>& out = std::string(key) == "mean" ? set->mean : set->std;
+    std::string text = meta[key].is_string() ? meta[key].get<std::string>() : "";
+    for (size_t pos = 0; pos <= text.size();) {
+      size_t comma = std::min(text.find(',', pos), text.size());
+      char* end = nullptr;
+      const std::string item = text.substr(pos, comma - pos);
+      const float v = std::strtof(item.c_str(), &end);
+      if (item.empty() || *end != '\0' || !std::isfinite(v) || (key[0] == 's' && v <= 0))
+        return InvalidArgument(where + ": __metadata__ " + key + " '" + text +
+                               "' is not a comma-separated list of numbers" + (key[0] == 's' ? " > 0" : ""));
+      out.push_back(v);
+      pos = comma + 1;
+    }
+    if (out.size() != static_cast<size_t>(set->channels))
+      return InvalidArgument(where + ": __metadata__ " + key + " has " + std::to_string(out.size()) + " values for " +
+                             std::to_string(set->channels) + " channel(s)");
+  }
+  if (set->mean.empty() != set->std.empty())
+    return InvalidArgument(where + ": __metadata__ needs both mean and std, or neither");
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split) {
@@ -207,7 +235,9 @@ StatusOr<ImageSet> LoadSafetensors(const std::string& path) {
   GD_ASSIGN_OR_RETURN(RawTensor images, FindTensor(header, "images", file, data_start, path));
   GD_RETURN_IF_ERROR(TakeImages(images, path, &set));
   GD_ASSIGN_OR_RETURN(RawTensor labels, FindTensor(header, "labels", file, data_start, path));
-  GD_RETURN_IF_ERROR(TakeLabels(labels, header.value("__metadata__", json()), path, &set));
+  const json meta = header.value("__metadata__", json());
+  GD_RETURN_IF_ERROR(TakeLabels(labels, meta, path, &set));
+  GD_RETURN_IF_ERROR(TakeNormalization(meta, path, &set));
   return set;
 }
 

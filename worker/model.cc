@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <random>
 
 namespace geodesic::worker {
 namespace {
@@ -16,16 +17,15 @@ nn::Sequential MakeCnn() {
                         nn::Linear(1024, 128), nn::ReLU(), nn::Linear(128, 10));
 }
 
-nn::Sequential MakeMlp(const std::vector<int>& hidden) {
+nn::Sequential MakeMlp(const std::vector<int>& hidden, int64_t in, int64_t classes) {
   nn::Sequential s;
   s->push_back(nn::Flatten());
-  int64_t in = 28 * 28;
   for (int h : hidden) {
     s->push_back(nn::Linear(in, h));
     s->push_back(nn::ReLU());
     in = h;
   }
-  s->push_back(nn::Linear(in, 10));
+  s->push_back(nn::Linear(in, classes));
   return s;
 }
 
@@ -75,7 +75,14 @@ int64_t FlatModel::num_buffer_values() const {
   return n;
 }
 
-Status FlatModel::LoadScript(const std::string& path, torch::Device device) {
+std::string SampleShape::ToString() const {
+  return std::to_string(channels) + "x" + std::to_string(rows) + "x" + std::to_string(cols) + " samples, " +
+         std::to_string(classes) + " classes";
+}
+
+SampleShape ShapeOf(const ImageSet& set) { return {set.channels, set.rows, set.cols, set.classes}; }
+
+Status FlatModel::LoadScript(const std::string& path, torch::Device device, const SampleShape& input) {
   const std::string where = "model.path: " + path;
   if (!std::filesystem::is_regular_file(path)) return NotFound(where + " is not a file");
   try {
@@ -93,31 +100,40 @@ Status FlatModel::LoadScript(const std::string& path, torch::Device device) {
   torch::NoGradGuard ng;
   script_->eval();
   torch::Tensor out;
+  const torch::Tensor probe =
+      torch::zeros({2, input.channels, input.rows, input.cols}, torch::TensorOptions().device(device));
+  const std::string batch = "a " + ShapeOf(probe) + " batch";
   try {
-    auto result = script_->forward({torch::zeros({2, 1, 28, 28}, torch::TensorOptions().device(device))});
+    auto result = script_->forward({probe});
     if (!result.isTensor()) return InvalidArgument(where + ": forward must return one tensor of logits");
     out = result.toTensor();
   } catch (const std::exception& e) {
-    return InvalidArgument(where + ": forward on a [2, 1, 28, 28] batch failed: " + FirstLine(e));
+    return InvalidArgument(where + ": forward on " + batch + " failed: " + FirstLine(e));
   }
   script_->train();
-  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != 10 || out.scalar_type() != torch::kFloat32)
-    return InvalidArgument(where + ": forward maps a [2, 1, 28, 28] batch to " + ShapeOf(out) +
-                           "; Fashion-MNIST needs float32 logits [2, 10]");
+  if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != input.classes || out.scalar_type() != torch::kFloat32)
+    return InvalidArgument(where + ": forward maps " + batch + " to " + ShapeOf(out) + "; the data (" +
+                           input.ToString() + ") needs float32 logits [2, " + std::to_string(input.classes) + "]");
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, uint64_t seed, torch::Device device) {
+StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, uint64_t seed, torch::Device device,
+                                                       SampleShape input) {
   std::unique_ptr<FlatModel> m(new FlatModel());
   torch::manual_seed(seed);
   m->signature_.set_name(ToString(spec.name));
   uint64_t digest = 14695981039346656037ull;
+  const SampleShape fashion;
   if (spec.name == ModelKind::kCnn) {
+    if (input.channels != fashion.channels || input.rows != fashion.rows || input.cols != fashion.cols ||
+        input.classes != fashion.classes)
+      return InvalidArgument("model cnn takes " + fashion.ToString() + "; the data has " + input.ToString() +
+                             " (use mlp or torchscript)");
     m->net_ = MakeCnn();
   } else if (spec.name == ModelKind::kMlp) {
-    m->net_ = MakeMlp(spec.mlp_hidden);
+    m->net_ = MakeMlp(spec.mlp_hidden, int64_t{input.channels} * input.rows * input.cols, input.classes);
   } else if (spec.name == ModelKind::kTorchScript) {
-    GD_RETURN_IF_ERROR(m->LoadScript(spec.path, device));
+    GD_RETURN_IF_ERROR(m->LoadScript(spec.path, device, input));
   } else if (spec.name == ModelKind::kSynthetic) {
     m->params_ = torch::randn({spec.synthetic_params}, torch::TensorOptions().dtype(torch::kFloat32)) * 0.01;
     digest = Fnv1a(digest, "synthetic:" + std::to_string(spec.synthetic_params));
@@ -205,18 +221,52 @@ void FlatModel::RecomputeBuffers() {
 }
 
 torch::Tensor ImagesTensor(const ImageSet& set, const std::vector<int64_t>* indices) {
-  int64_t pixels = int64_t{set.rows} * set.cols;
-  int64_t n = indices ? static_cast<int64_t>(indices->size()) : set.count;
-  torch::Tensor out = torch::empty({n, 1, set.rows, set.cols}, torch::kFloat32);
+  const int64_t plane = int64_t{set.rows} * set.cols, size = set.sample_size();
+  const int64_t n = indices ? static_cast<int64_t>(indices->size()) : set.count;
+  torch::Tensor out = torch::empty({n, set.channels, set.rows, set.cols}, torch::kFloat32);
   float* dst = out.data_ptr<float>();
-  const float scale = 1.0f / (255.0f * kFashionStd), shift = kFashionMean / kFashionStd;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t src = indices ? (*indices)[i] : i;
-    const uint8_t* p = set.pixels.data() + src * pixels;
-    float* d = dst + i * pixels;
-    for (int64_t k = 0; k < pixels; ++k) d[k] = static_cast<float>(p[k]) * scale - shift;
+  for (int c = 0; c < set.channels; ++c) {
+    const float mean = set.mean.empty() ? kFashionMean : set.mean[c];
+    const float std = set.std.empty() ? kFashionStd : set.std[c];
+    // uint8: x = p / 255 scaled and shifted in one multiply-add, as always.
+    const float scale = set.is_float() ? 1.0f / std : 1.0f / (255.0f * std), shift = mean / std;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t src = (indices ? (*indices)[i] : i) * size + c * plane;
+      float* d = dst + i * size + c * plane;
+      if (set.is_float())
+        for (int64_t k = 0; k < plane; ++k) d[k] = set.values[src + k] * scale - shift;
+      else
+        for (int64_t k = 0; k < plane; ++k) d[k] = static_cast<float>(set.pixels[src + k]) * scale - shift;
+    }
   }
   return out;
+}
+
+uint64_t AugmentSeed(uint64_t job_seed, int worker, int64_t step) {
+  uint64_t h = job_seed * 0x9e3779b97f4a7c15ull ^ (static_cast<uint64_t>(worker) + 1) * 0xbf58476d1ce4e5b9ull;
+  return h ^ (static_cast<uint64_t>(step) + 1) * 0x94d049bb133111ebull;
+}
+
+void Augment(torch::Tensor& batch, const AugmentSpec& augment, uint64_t seed) {
+  if (augment.crop == 0 && !augment.flip) return;
+  torch::NoGradGuard ng;
+  std::mt19937_64 rng(seed);
+  const int64_t h = batch.size(2), w = batch.size(3), pad = augment.crop;
+  auto draw = [&](int64_t span) { return static_cast<int64_t>(rng() % static_cast<uint64_t>(span)); };
+  for (int64_t i = 0; i < batch.size(0); ++i) {
+    torch::Tensor x = batch[i];
+    if (augment.flip && draw(2) == 1) x.copy_(x.flip({2}));
+    if (pad == 0) continue;
+    const int64_t dy = draw(2 * pad + 1) - pad, dx = draw(2 * pad + 1) - pad;
+    if (dy == 0 && dx == 0) continue;
+    torch::Tensor moved = torch::zeros_like(x);
+    const int64_t rows = h - std::abs(dy), cols = w - std::abs(dx);
+    if (rows > 0 && cols > 0)
+      moved.narrow(1, std::max<int64_t>(0, -dy), rows)
+          .narrow(2, std::max<int64_t>(0, -dx), cols)
+          .copy_(x.narrow(1, std::max<int64_t>(0, dy), rows).narrow(2, std::max<int64_t>(0, dx), cols));
+    x.copy_(moved);
+  }
 }
 
 torch::Tensor LabelsTensor(const ImageSet& set, const std::vector<int64_t>* indices) {

@@ -28,16 +28,26 @@ struct Module;
 
 namespace geodesic::worker {
 
+// What a model takes and gives: samples [channels, rows, cols] and
+// `classes` logits. The default is Fashion-MNIST's.
+struct SampleShape {
+  int channels = 1, rows = 28, cols = 28, classes = 10;
+  std::string ToString() const;
+};
+SampleShape ShapeOf(const ImageSet& set);
+
 class FlatModel {
  public:
-  // A torchscript module that is missing, unreadable, not float32 or whose
-  // forward does not map [2, 1, 28, 28] images to [2, 10] logits is an
-  // error naming model.path.
+  // For samples of `input`: cnn takes only Fashion-MNIST's; mlp any (its
+  // first layer takes channels * rows * cols values). A torchscript module
+  // that is missing, unreadable, not float32 or whose forward does not map
+  // [2, channels, rows, cols] samples to [2, classes] logits is an error
+  // naming model.path.
   static StatusOr<std::unique_ptr<FlatModel>> Create(const ModelSpec& spec, uint64_t seed,
-                                                     torch::Device device = torch::kCPU);
+                                                     torch::Device device = torch::kCPU, SampleShape input = {});
   ~FlatModel();
 
-  // Logits [batch, 10] for images [batch, 1, 28, 28]. Not for "synthetic".
+  // Logits [batch, classes] for samples [batch, channels, rows, cols]. Not for "synthetic".
   torch::Tensor Forward(const torch::Tensor& images);
   bool has_network() const { return net_ || script_; }
   void train(bool on);
@@ -70,7 +80,7 @@ class FlatModel {
 
  private:
   FlatModel() = default;
-  Status LoadScript(const std::string& path, torch::Device device);
+  Status LoadScript(const std::string& path, torch::Device device, const SampleShape& input);
   std::vector<torch::Tensor> Trainable() const;
   void Bind();
 
@@ -87,10 +97,19 @@ class FlatModel {
 // in place and returns true.
 bool ClipGradient(torch::Tensor& grad, double max_norm);
 
-// Normalized images [n, 1, rows, cols] and int64 labels [n] of the samples
-// `indices` of `set` (all samples if null).
+// Normalized samples [n, channels, rows, cols] (set.mean and set.std per
+// channel) and int64 labels [n] of the samples `indices` of `set` (all
+// samples if null).
 torch::Tensor ImagesTensor(const ImageSet& set, const std::vector<int64_t>* indices = nullptr);
 torch::Tensor LabelsTensor(const ImageSet& set, const std::vector<int64_t>* indices = nullptr);
+
+// data.augment on a batch [n, c, h, w] in place: each sample mirrored
+// left-right with probability 1/2 (flip) and shifted by a random offset in
+// [-crop, crop] on each axis, the uncovered border zero (a random crop of
+// the zero-padded sample). The draws come from `seed` alone.
+void Augment(torch::Tensor& batch, const AugmentSpec& augment, uint64_t seed);
+// The augmentation seed of worker `worker`'s step `step` in a job seeded `job_seed`.
+uint64_t AugmentSeed(uint64_t job_seed, int worker, int64_t step);
 
 // Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad,
 // after model.RecomputeBuffers().

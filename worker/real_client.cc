@@ -51,23 +51,14 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
                            std::to_string(f.clients) + " clients");
   at::set_num_threads(job.training.threads);  // the executors' threads: the same arithmetic
   SingleThreadedBlas();
-  GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job.data.path, "train"));
-  GD_ASSIGN_OR_RETURN(Partition split, PartitionSamples(train.labels, 10, static_cast<int>(f.clients),
+  GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
+  GD_ASSIGN_OR_RETURN(Partition split, PartitionSamples(train.labels, train.classes, static_cast<int>(f.clients),
                                                         job.data.partition, job.seed, job.data.batch_size));
   ClientData d;
   d.digest = PartitionDigest(split);
   const std::vector<int64_t>& mine = split[static_cast<size_t>(o.client)];
-  const size_t pixels = static_cast<size_t>(train.rows) * static_cast<size_t>(train.cols);
-  ImageSet own;
-  own.count = static_cast<int64_t>(mine.size());
-  own.rows = train.rows;
-  own.cols = train.cols;
-  for (int64_t i : mine) {
-    own.pixels.insert(own.pixels.end(), train.pixels.begin() + static_cast<ptrdiff_t>(i * pixels),
-                      train.pixels.begin() + static_cast<ptrdiff_t>((i + 1) * pixels));
-    own.labels.push_back(train.labels[static_cast<size_t>(i)]);
-    d.indices.push_back(static_cast<int64_t>(d.indices.size()));
-  }
+  const ImageSet own = Subset(train, mine);
+  for (size_t i = 0; i < mine.size(); ++i) d.indices.push_back(static_cast<int64_t>(i));
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
   GD_ASSIGN_OR_RETURN(d.exec, ClientExecutor::Create(job.model, job.seed, own, job.data.batch_size, local));
   GD_LOG(INFO) << "client " << o.client << ": " << mine.size() << " samples (partition digest " << d.digest << ")";

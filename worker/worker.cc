@@ -51,12 +51,12 @@ struct DrawnPart {
 
 StatusOr<DrawnPart> DrawPart(const ImageSet& train, const JobSpec& job, int id) {
   // Every part gets at least one full batch, which the batch sampler needs.
-  StatusOr<Partition> split =
-      PartitionSamples(train.labels, 10, job.NumWorkers(), job.data.partition, job.seed, job.data.batch_size);
+  StatusOr<Partition> split = PartitionSamples(train.labels, train.classes, job.NumWorkers(), job.data.partition,
+                                               job.seed, job.data.batch_size);
   if (!split.ok()) return InvalidArgument("data.partition: " + split.status().message());
   DrawnPart mine;
   mine.digest = PartitionDigest(*split);
-  mine.labels = LabelCounts(*split, train.labels, 10)[id];
+  mine.labels = LabelCounts(*split, train.labels, train.classes)[id];
   mine.indices = std::move((*split)[id]);
   return mine;
 }
@@ -122,8 +122,10 @@ Status Worker::LoadData() {
 
   // Data first: a missing dataset should fail before we join the job.
   synthetic_ = job_.model.name == ModelKind::kSynthetic;
+  SampleShape shape;  // synthetic: none needed
   if (job_.federated.enabled()) {
-    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job_.data, "train"));
+    shape = ShapeOf(train);
     GD_ASSIGN_OR_RETURN(federated_, FederatedRounds::Create(job_, options_.id, train));
     data_->partition_digest = federated_->digest();
     GD_LOG(INFO) << "federated: executor " << options_.id << " of " << job_.NumWorkers() << " for "
@@ -131,8 +133,11 @@ Status Worker::LoadData() {
                  << federated_->digest() << "), " << job_.federated.per_round << " a round";
   } else if (job_.membership.elastic) {
     GD_RETURN_IF_ERROR(LoadElasticData());
+    shape = ShapeOf(data_->full);
   } else if (!synthetic_) {
-    GD_ASSIGN_OR_RETURN(ImageSet train, LoadFashionMnist(job_.data.path, "train"));
+    GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job_.data, "train"));
+    GD_RETURN_IF_ERROR(CheckTrainingSet(job_, train));
+    shape = ShapeOf(train);
     GD_ASSIGN_OR_RETURN(DrawnPart drawn, DrawPart(train, job_, options_.id));
     std::vector<int64_t>& part = drawn.indices;
     // Keep only this worker's partition, renumbered 0..n-1.
@@ -147,7 +152,7 @@ Status Worker::LoadData() {
     GD_LOG(INFO) << "partition: " << part.size() << " of " << train.count << " training samples ("
                  << ToString(job_.data.partition) << ", digest " << drawn.digest << ")";
   }
-  GD_ASSIGN_OR_RETURN(model_, FlatModel::Create(job_.model, job_.seed, device));
+  GD_ASSIGN_OR_RETURN(model_, FlatModel::Create(job_.model, job_.seed, device, shape));
   n_ = model_->num_params();
   total_steps_ = job_.StepsPerWorker();
   steps_ = job_.ClockLimit();
@@ -434,6 +439,7 @@ bool Worker::ComputeGradient(int64_t step, torch::Tensor& grad) {
     x = data_->images.index_select(0, sel);
     y = data_->labels.index_select(0, sel);
   }
+  Augment(x, job_.data.augment, AugmentSeed(job_.seed, options_.id, step));
   torch::Tensor logits = model_->Forward(x);
   torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
   loss.backward();

@@ -13,7 +13,8 @@
 namespace geodesic::worker {
 
 Status Worker::LoadElasticData() {
-  GD_ASSIGN_OR_RETURN(data_->full, LoadFashionMnist(job_.data.path, "train"));
+  GD_ASSIGN_OR_RETURN(data_->full, LoadDataset(job_.data, "train"));
+  GD_RETURN_IF_ERROR(CheckTrainingSet(job_, data_->full));
   data_->units = std::make_unique<UnitData>(data_->full.count, job_.UnitSamples(), job_.data.batch_size, job_.seed);
   units_ = std::make_unique<UnitQueue>(job_.membership.units_ahead);
   data_->partition_digest = "elastic";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -174,6 +175,79 @@ TEST_F(FormatsTest, MalformedSafetensorsNameTheFileAndTensor) {
   fl["images"]["dtype"] = "F32";
   expect(Safetensors(fl, {{"images", Bytes(nan)}, {"labels", Bytes(lab)}}), "not finite");
   EXPECT_NE(ErrorOf(LoadSafetensors((dir_ / "none.safetensors").string())).find("is missing"), std::string::npos);
+}
+
+TEST_F(FormatsTest, LoadDatasetSetsTheNormalizationPerChannel) {
+  const std::vector<uint8_t> px(2 * 3 * 4, 7);
+  const std::vector<uint8_t> lab = {0, 1};
+  nlohmann::json h = {{"images", {{"dtype", "U8"}, {"shape", {2, 3, 2, 2}}}},
+                      {"labels", {{"dtype", "U8"}, {"shape", {2}}}},
+                      {"__metadata__", {{"mean", "0.5,0.25,0.125"}, {"std", "2,4,8"}}}};
+  Write("train.safetensors", Safetensors(h, {{"images", Bytes(px)}, {"labels", Bytes(lab)}}));
+  DataSpec data;
+  data.dataset = DatasetKind::kSafetensors;
+  data.path = dir_.string();
+  auto set = LoadDataset(data, "train");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->mean, (std::vector<float>{0.5f, 0.25f, 0.125f}));
+  EXPECT_EQ(set->std, (std::vector<float>{2, 4, 8}));
+  data.mean = {0.1, 0.2, 0.3};
+  data.std = {1, 1, 1};
+  set = LoadDataset(data, "train");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->mean, (std::vector<float>{0.1f, 0.2f, 0.3f}));  // the job's win
+  data.mean = {0.1};
+  data.std = {1};
+  EXPECT_NE(ErrorOf(LoadDataset(data, "train")).find("data.mean has 1 values; " + dir_.string() + " has 3 channel"),
+            std::string::npos);
+  auto missing = LoadDataset(data, "test");
+  EXPECT_NE(ErrorOf(missing).find("data.path: safetensors file " + (dir_ / "test.safetensors").string()),
+            std::string::npos)
+      << ErrorOf(missing);
+
+  h["__metadata__"]["std"] = "2,0,8";
+  Write("train.safetensors", Safetensors(h, {{"images", Bytes(px)}, {"labels", Bytes(lab)}}));
+  data.mean.clear();
+  data.std.clear();
+  EXPECT_NE(ErrorOf(LoadDataset(data, "train")).find("__metadata__ std '2,0,8'"), std::string::npos);
+
+  Write("data_batch_1.bin", CifarRecords(2));
+  data.dataset = DatasetKind::kCifar10;
+  set = LoadDataset(data, "train");
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->mean, (std::vector<float>{0.4914f, 0.4822f, 0.4465f}));
+}
+
+TEST_F(FormatsTest, SubsetKeepsShapeNormalizationAndOrder) {
+  Write("data_batch_1.bin", CifarRecords(4));
+  auto set = LoadCifar10(dir_.string(), "train");
+  ASSERT_TRUE(set.ok()) << set.status();
+  set->mean = {1, 2, 3};
+  const ImageSet sub = Subset(*set, {3, 1});
+  EXPECT_EQ(sub.count, 2);
+  EXPECT_EQ(sub.channels, 3);
+  EXPECT_EQ(sub.mean, set->mean);
+  EXPECT_EQ(sub.labels, (std::vector<uint8_t>{3, 1}));
+  ASSERT_EQ(sub.pixels.size(), 2u * 3072);
+  EXPECT_TRUE(std::equal(sub.pixels.begin(), sub.pixels.begin() + 3072, set->pixels.begin() + 3 * 3072));
+}
+
+TEST_F(FormatsTest, EpochsNeedTheTrainingSetsSize) {
+  JobSpec job;
+  job.data.dataset = DatasetKind::kCifar10;
+  job.data.path = "/data/cifar";
+  ImageSet train;
+  train.count = 2000;
+  const Status s = CheckTrainingSet(job, train);
+  EXPECT_NE(s.message().find("data.train_samples: the job counts training.epochs over 50000 training samples, but "
+                             "/data/cifar has 2000; set data.train_samples: 2000"),
+            std::string::npos)
+      << s;
+  job.data.train_samples = 2000;
+  EXPECT_TRUE(CheckTrainingSet(job, train).ok());
+  job.data.train_samples = 0;
+  job.training.steps = 10;  // steps: no epochs to count
+  EXPECT_TRUE(CheckTrainingSet(job, train).ok());
 }
 
 }  // namespace

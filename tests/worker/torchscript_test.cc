@@ -207,5 +207,27 @@ TEST_F(TorchScriptTest, BadModulesAreRefusedNamingThePath) {
   EXPECT_NE(Error(dbl).find("trainable parameters must be float32"), std::string::npos) << Error(dbl);
 }
 
+TEST_F(TorchScriptTest, TheProbeUsesTheDatasShape) {
+  const std::string rgb = Script("rgb",
+                                 "class M(torch.nn.Module):\n"
+                                 "    def __init__(self):\n"
+                                 "        super().__init__()\n"
+                                 "        self.conv = torch.nn.Conv2d(3, 4, 3)\n"
+                                 "        self.fc = torch.nn.Linear(4 * 30 * 30, 10)\n"
+                                 "    def forward(self, x):\n"
+                                 "        return self.fc(self.conv(x).flatten(1))\n");
+  const SampleShape cifar{.channels = 3, .rows = 32, .cols = 32, .classes = 10};
+  auto m = FlatModel::Create(Spec(rgb), 1, torch::kCPU, cifar);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->Forward(torch::zeros({5, 3, 32, 32})).sizes(), (std::vector<int64_t>{5, 10}));
+  EXPECT_NE(Error(rgb).find("forward on a [2, 1, 28, 28] batch failed"), std::string::npos) << Error(rgb);
+  auto classes = FlatModel::Create(Spec(rgb), 1, torch::kCPU, SampleShape{3, 32, 32, 100});
+  ASSERT_FALSE(classes.ok());
+  EXPECT_NE(classes.status().message().find("to [2, 10]; the data (3x32x32 samples, 100 classes) needs float32 "
+                                            "logits [2, 100]"),
+            std::string::npos)
+      << classes.status();
+}
+
 }  // namespace
 }  // namespace geodesic::worker
