@@ -10,18 +10,35 @@
 #include "deploy/launcher.h"
 #include "wan/plan_report.h"
 #include "wan/planner.h"
+#include "worker/dataset.h"
 #include "worker/model.h"
 
 namespace geodesic::cli {
 namespace {
 
-// A TorchScript model is loaded and tried here, so that a bad module is
-// one clear error before any process starts.
+// The samples the job's model takes: both splits of its dataset read and
+// checked (same shape, classes, the count epochs are taken over), so that
+// a missing or malformed file is one clear error before anything starts.
+StatusOr<worker::SampleShape> CheckData(const JobSpec& job) {
+  if (job.model.name == ModelKind::kSynthetic) return worker::SampleShape{};
+  GD_ASSIGN_OR_RETURN(worker::ImageSet test, worker::LoadDataset(job.data, "test"));
+  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadDataset(job.data, "train"));
+  GD_RETURN_IF_ERROR(worker::CheckTrainingSet(job, train));
+  const worker::SampleShape a = worker::ShapeOf(train), b = worker::ShapeOf(test);
+  if (a.ToString() != b.ToString())
+    return InvalidArgument("data.path: " + job.data.path + ": the training set has " + a.ToString() +
+                           ", the test set " + b.ToString());
+  return a;
+}
+
+// The data, and the model on it (a TorchScript module is loaded and tried).
 Status CheckModel(const deploy::LaunchOptions& launch) {
   if (launch.job_file.empty()) return Status::Ok();
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(launch.job_file, launch.overrides));
-  if (job.model.name != ModelKind::kTorchScript) return Status::Ok();
-  return worker::FlatModel::Create(job.model, job.seed).status();
+  if (job.data.dataset == DatasetKind::kFashionMnist && job.model.name != ModelKind::kTorchScript)
+    return Status::Ok();  // the launcher checks the files; the built-in models take them
+  GD_ASSIGN_OR_RETURN(worker::SampleShape shape, CheckData(job));
+  return worker::FlatModel::Create(job.model, job.seed, torch::kCPU, shape).status();
 }
 
 int RunLaunch(const deploy::LaunchOptions& launch, const CLI::Option* job_arg) {
@@ -63,7 +80,9 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (compute_opt->count() > 0) f.options.compute_ms = f.compute_ms;
   auto job = LoadJobFile(f.job_file, f.overrides);
   if (!job.ok()) return Fail(job.status());
-  auto model = worker::FlatModel::Create(job->model, job->seed);
+  auto shape = CheckData(*job);
+  if (!shape.ok()) return Fail(shape.status());
+  auto model = worker::FlatModel::Create(job->model, job->seed, torch::kCPU, *shape);
   if (!model.ok()) return Fail(model.status());
   const cluster::ChunkLayout layout(job->ShardValues((*model)->num_params()),
                                     cluster::ChunkElemsFor(job->wire.chunk_bytes));

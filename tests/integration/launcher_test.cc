@@ -115,6 +115,32 @@ TEST(LaunchTest, BadTorchScriptModuleIsOneClearErrorAndStartsNothing) {
   EXPECT_NE(r.output.find("is not a module saved with torch.jit.save"), std::string::npos) << r.output;
 }
 
+TEST(LaunchTest, BadDatasetFilesAreOneClearErrorAndStartNothing) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\nmodel: {name: mlp}\n");
+  std::filesystem::create_directories(dir / "cifar");
+  testing::WriteText(dir / "cifar/data_batch_1.bin", std::string(3073 * 2, '\1'));
+  testing::WriteText(dir / "cifar/test_batch.bin", std::string(3073 + 5, '\1'));
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "data.dataset=cifar10", "--set",
+                        "data.path=" + (dir / "cifar")},
+                       60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("data.path: " + (dir / "cifar/test_batch.bin") + ": 3078 bytes is not a whole number"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/logs"));
+  testing::WriteText(dir / "cifar/test_batch.bin", std::string(3073, '\1'));
+  r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "data.dataset=cifar10", "--set",
+                   "data.path=" + (dir / "cifar")},
+                  60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("data.train_samples: the job counts training.epochs over 50000 training samples, but " +
+                          (dir / "cifar") + " has 2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "run/logs"));
+}
+
 TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kSyntheticJob);

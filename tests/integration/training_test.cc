@@ -297,6 +297,53 @@ TEST(TrainingTest, TorchScriptModelTrainsAndPyTorchAgrees) {
   EXPECT_NEAR(py["test_accuracy"].get<double>(), acc, 2.0 / 5000);
 }
 
+// The readers are lossless: the same job on Fashion-MNIST's IDX files and on
+// their safetensors conversion, and on generated CIFAR-10-format files and
+// theirs, ends at the same accuracy (BSP is deterministic); the CIFAR-format
+// run, with augmentation, learns.
+TEST(TrainingTest, DatasetFormatsAreLossless) {
+  TempDir dir;
+  const std::string convert = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/convert_dataset.py ";
+  for (const std::string& cmd :
+       {convert + "fashion-mnist /usr/share/datasets/fashion-mnist " + (dir / "fm"),
+        convert + "generate-cifar10 " + (dir / "cifar") + " --train 3000 --test 1000 --batches 2",
+        convert + "cifar10 " + (dir / "cifar") + " " + (dir / "cifar-st")})
+    ASSERT_EQ(std::system((cmd + " > /dev/null").c_str()), 0) << cmd;
+  auto run = [&](const std::string& name, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"launch",
+                                     Example(),
+                                     "--run-dir",
+                                     dir / name,
+                                     "--quiet",
+                                     "--set",
+                                     "model.name=mlp",
+                                     "--set",
+                                     "model.mlp_hidden=[64]",
+                                     "--set",
+                                     "training.steps=150",
+                                     "--set",
+                                     "eval.snapshot_every_s=1000"};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    auto r = RunGeodesic(args, 240);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    auto s = testing::ReadJson(dir / (name + "/summary.json"));
+    return s.is_object() ? s["test_accuracy"].get<double>() : -1.0;
+  };
+  const double idx = run("idx", {}), st = run("st", {"data.dataset=safetensors", "data.path=" + (dir / "fm")});
+  std::cout << "fashion-mnist: idx " << idx << ", safetensors " << st << std::endl;
+  EXPECT_GT(idx, 0.7);
+  EXPECT_EQ(st, idx);
+  const std::vector<std::string> aug = {"data.augment.crop=2", "data.augment.flip=true"};
+  std::vector<std::string> cifar = {"data.dataset=cifar10", "data.path=" + (dir / "cifar")};
+  cifar.insert(cifar.end(), aug.begin(), aug.end());
+  std::vector<std::string> cifar_st = {"data.dataset=safetensors", "data.path=" + (dir / "cifar-st")};
+  cifar_st.insert(cifar_st.end(), aug.begin(), aug.end());
+  const double c = run("cifar", cifar), cs = run("cifar-st", cifar_st);
+  std::cout << "generated cifar10 format: binary " << c << ", safetensors " << cs << std::endl;
+  EXPECT_GT(c, 0.3);  // ten classes: chance is 0.1
+  EXPECT_EQ(cs, c);
+}
+
 TEST(TrainingTest, KilledWorkerDoesNotBlockTheOthers) {
   TempDir dir;
   // BSP, the strictest bound: a dead worker would stop everyone if its lease
