@@ -71,7 +71,9 @@ void ExpectEveryUnitTakenOnce(const nlohmann::json& s) {
   EXPECT_GE(answered, acked) << s["push_accounting"].dump(2);
   EXPECT_LE(answered, acked + in_flight) << s["push_accounting"].dump(2);
   for (const auto& [id, w] : s["push_accounting"]["workers"].items()) {
-    if (id != "1") EXPECT_EQ(w["in_flight_at_exit"], 0) << id << ": " << w.dump();
+    if (id != "1") {
+      EXPECT_EQ(w["in_flight_at_exit"], 0) << id << ": " << w.dump();
+    }
   }
   // The timeline: who was a member when.
   std::map<int, std::vector<std::string>> by_worker;
