@@ -41,6 +41,10 @@ Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
     return InvalidArgument("deploy render: unknown target '" + o.target + "' (available: hosts, kubernetes, compose)");
   if (job.federated.enabled())
     return InvalidArgument("deploy render: federated jobs are not rendered yet; run them with `geodesic launch`");
+  if (job.data.dataset != DatasetKind::kFashionMnist && job.model.name != ModelKind::kSynthetic && o.target != "hosts")
+    return InvalidArgument("deploy render: data.dataset " + ToString(job.data.dataset) + ": the image holds only " +
+                           "Fashion-MNIST; render --target hosts (the data must be at " + job.data.path +
+                           " on every host) or use `geodesic launch`");
   if (job.model.name == ModelKind::kTorchScript && o.target != "hosts")
     return InvalidArgument("deploy render: model torchscript: the image does not hold " + job.model.path +
                            " yet; render --target hosts (the file must be at that path on every host) or use "

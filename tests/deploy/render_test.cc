@@ -120,6 +120,12 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
   expect_error(script, {.target = "kubernetes"}, "the image does not hold /models/m.pt");
   expect_error(script, {.target = "compose"}, "the image does not hold /models/m.pt");
   EXPECT_TRUE(Render(script, {}).ok());  // hosts: the file is at that path on every host
+  JobSpec cifar = job;
+  cifar.model.name = ModelKind::kMlp;
+  cifar.data.dataset = DatasetKind::kCifar10;
+  cifar.data.path = "/data/cifar";
+  expect_error(cifar, {.target = "kubernetes"}, "data.dataset cifar10: the image holds only Fashion-MNIST");
+  EXPECT_TRUE(Render(cifar, {}).ok());
 }
 
 // A secured job: the coordinator's script names the secret and keypair, every
