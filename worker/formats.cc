@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/files.h"
 #include "worker/dataset.h"
 
 namespace geodesic::worker {
@@ -22,29 +22,15 @@ static_assert(std::endian::native == std::endian::little, "safetensors and CIFAR
 
 constexpr int64_t kCifarPixels = 3 * 32 * 32;
 constexpr int64_t kCifarRecord = 1 + kCifarPixels;
-constexpr uint64_t kMaxFileBytes = uint64_t{16} << 30;  // 16 GiB: past this, a length is garbage
-
-StatusOr<std::vector<uint8_t>> ReadFile(const std::string& path) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(path, ec);
-  if (ec) return NotFound("cannot read " + path + ": " + ec.message());
-  if (size > kMaxFileBytes) return DataLoss(path + ": larger than 16 GiB");
-  std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes(size);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    return DataLoss(path + ": short read");
-  return bytes;
-}
-
 // Appends the records of one CIFAR-10 batch file to `set`.
 Status AppendCifarFile(const std::string& path, ImageSet* set) {
-  GD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadFile(path));
+  GD_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
   const int64_t n = static_cast<int64_t>(bytes.size()) / kCifarRecord;
   if (bytes.empty() || static_cast<int64_t>(bytes.size()) % kCifarRecord != 0)
     return DataLoss(path + ": " + std::to_string(bytes.size()) + " bytes is not a whole number of CIFAR-10 records (" +
                     std::to_string(kCifarRecord) + " bytes each)");
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* r = bytes.data() + i * kCifarRecord;
+    const auto* r = reinterpret_cast<const uint8_t*>(bytes.data()) + i * kCifarRecord;
     if (r[0] > 9)
       return DataLoss(path + ": record " + std::to_string(i) + " has label " + std::to_string(r[0]) + " outside 0..9");
     set->labels.push_back(r[0]);
@@ -89,7 +75,7 @@ struct RawTensor {
   int64_t bytes = 0;
 };
 
-StatusOr<RawTensor> FindTensor(const json& header, const std::string& name, const std::vector<uint8_t>& file,
+StatusOr<RawTensor> FindTensor(const json& header, const std::string& name, const std::string& file,
                                uint64_t data_start, const std::string& where) {
   const std::string at = where + ": tensor '" + name + "'";
   if (!header.contains(name)) return InvalidArgument(at + " is missing (the file needs 'images' and 'labels')");
@@ -119,7 +105,7 @@ StatusOr<RawTensor> FindTensor(const json& header, const std::string& name, cons
     return DataLoss(at + ": shape " + t["shape"].dump() + " of " + r.dtype + " needs " +
                     std::to_string(elements * DtypeBytes(r.dtype)) + " bytes, data_offsets give " +
                     std::to_string(end - begin));
-  r.data = file.data() + data_start + begin;
+  r.data = reinterpret_cast<const uint8_t*>(file.data()) + data_start + begin;
   r.bytes = static_cast<int64_t>(end - begin);
   return r;
 }
@@ -221,9 +207,9 @@ StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split)
 
 StatusOr<ImageSet> LoadSafetensors(const std::string& path) {
   if (!fs::is_regular_file(path)) return NotFound("safetensors file " + path + " is missing");
-  GD_ASSIGN_OR_RETURN(std::vector<uint8_t> file, ReadFile(path));
+  GD_ASSIGN_OR_RETURN(const std::string file, ReadFile(path));
   if (file.size() < 8) return DataLoss(path + ": too short for a safetensors header");
-  const uint64_t header_bytes = Le64(file.data());
+  const uint64_t header_bytes = Le64(reinterpret_cast<const uint8_t*>(file.data()));
   if (header_bytes < 2 || header_bytes > file.size() - 8 || header_bytes > (uint64_t{100} << 20))
     return DataLoss(path + ": header length " + std::to_string(header_bytes) + " does not fit the file's " +
                     std::to_string(file.size()) + " bytes; not a safetensors file");
