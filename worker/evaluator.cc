@@ -22,14 +22,6 @@
 namespace geodesic::worker {
 namespace {
 
-// The shape of the test samples, read now: a missing or malformed test set
-// should fail before training, not after it.
-StatusOr<SampleShape> TestShape(const JobSpec& job) {
-  if (job.model.name == ModelKind::kSynthetic) return SampleShape{};
-  GD_ASSIGN_OR_RETURN(ImageSet test, LoadDataset(job.data, "test"));
-  return ShapeOf(test);
-}
-
 // Waits, without a deadline (training takes as long as it takes), until
 // every worker is done or dead; reports what it waits for.
 Status WaitForTraining(const JobSpec& job, const cluster::MemberClient& member, const Clock* clock,
@@ -90,9 +82,8 @@ Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, Fl
 
 }  // namespace
 
-Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Clock* clock,
-                         const std::atomic<bool>* stop, nlohmann::json* result) {
-  GD_ASSIGN_OR_RETURN(ImageSet test, LoadDataset(job.data, "test"));
+Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::string& snapshot_dir, FlatModel& model,
+                         const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result) {
   torch::Tensor images = ImagesTensor(test), labels = LabelsTensor(test);
   if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
     images = images.narrow(0, 0, job.eval.test_samples);
@@ -127,7 +118,13 @@ Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std:
                 transport::ProcessMetrics& metrics, std::atomic<bool>& joined) {
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
-  GD_ASSIGN_OR_RETURN(SampleShape shape, TestShape(job));
+  // The test set, read now: a missing or malformed one fails before training, not after it.
+  ImageSet test;
+  SampleShape shape;  // synthetic: none needed
+  if (job.model.name != ModelKind::kSynthetic) {
+    GD_ASSIGN_OR_RETURN(test, LoadDataset(job.data, "test"));
+    shape = ShapeOf(test);
+  }
   GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, torch::kCPU, shape));
   transport::TrafficCounters counters;
   cluster::MemberClient member(
@@ -173,7 +170,7 @@ Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std:
     }
   }
   if (model->has_network())
-    GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, options.snapshot_dir, *model, clock, stop, &result));
+    GD_RETURN_IF_ERROR(EvaluateOnTestSet(job, test, options.snapshot_dir, *model, clock, stop, &result));
   Status written = WriteFileAtomic(options.result_file, result.dump(2));
   if (metrics.serving()) metrics.Publish(EvaluatorMetrics(job, counters, result));
   member.Stop(true);

@@ -9,6 +9,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "worker/dataset.h"
 #include "worker/trainer.h"
 
 namespace geodesic::worker {
@@ -16,9 +17,9 @@ namespace geodesic::worker {
 class FlatModel;
 
 // Fills result["test_accuracy"], the accuracy curve over the snapshots in
-// `snapshot_dir` and the seconds to the job's target accuracy. Loads the
-// test set now, so that it took no CPU from the workers.
-Status EvaluateOnTestSet(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Clock* clock,
-                         const std::atomic<bool>* stop, nlohmann::json* result);
+// `snapshot_dir` and the seconds to the job's target accuracy, on `test`
+// (the job's test split, read once when the evaluator starts).
+Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::string& snapshot_dir, FlatModel& model,
+                         const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result);
 
 }  // namespace geodesic::worker
