@@ -76,6 +76,15 @@ Status CheckDataset(const JobSpec& job) {
   return Status::Ok();
 }
 
+}  // namespace
+
+Status CheckLaunchable(const JobSpec& job, const std::string& job_file) {
+  GD_RETURN_IF_ERROR(CheckCodecs(job, job_file));
+  return CheckDataset(job);
+}
+
+namespace {
+
 // Security (security.mode curve; docs/security.md): the job secret (made
 // here, mode 0600, unless the job names one), and a token per member in a
 // 0600 file that its command line names (a token in argv would show in ps).
@@ -683,8 +692,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
   GD_ASSIGN_OR_RETURN(std::vector<Join> joins, ParseJoins(options.joins, job));
-  GD_RETURN_IF_ERROR(CheckCodecs(job, job_file));
-  GD_RETURN_IF_ERROR(CheckDataset(job));
+  GD_RETURN_IF_ERROR(CheckLaunchable(job, job_file));
   Session s(options, std::move(job));
   GD_ASSIGN_OR_RETURN(s.dir, PrepareRunDir(s.job, options.resume_dir, options.run_dir, &s.resume));
   ProgressLine progress(options.quiet);

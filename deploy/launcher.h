@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "config/job.h"
 
 namespace geodesic::deploy {
 
@@ -53,6 +54,10 @@ struct LaunchOptions {
   double metrics_linger_s = 0;
   std::string dashboard_token_file;
 };
+
+// What Launch checks before it starts anything: the job's codec names and,
+// for Fashion-MNIST, that its files are there.
+Status CheckLaunchable(const JobSpec& job, const std::string& job_file);
 
 // Runs the job to its end. Returns the launcher's exit code: 0 when the job
 // finished and was evaluated, 1 on failure, 130 when interrupted; a Status

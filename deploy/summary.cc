@@ -380,6 +380,11 @@ void AddTraffic(const Totals& t, double wall, json& summary) {
     summary["bytes_per_step"] = {{"push", static_cast<double>(t.push_bytes) / t.worker_steps},
                                  {"pull", static_cast<double>(t.pull_bytes) / t.worker_steps},
                                  {"total", static_cast<double>(t.push_bytes + t.pull_bytes) / t.worker_steps}};
+  // What the workers exchanged in all, and per training sample: the
+  // measure that compares configurations whose steps differ (local SGD's
+  // rounds, batch sizes).
+  summary["bytes_exchanged"] = {{"push", t.push_bytes}, {"pull", t.pull_bytes}, {"total", t.push_bytes + t.pull_bytes}};
+  if (t.samples > 0) summary["bytes_per_sample"] = static_cast<double>(t.push_bytes + t.pull_bytes) / t.samples;
   summary["bytes_sent"] = t.sent;
   summary["bytes_received"] = t.received;
   json hist = json::object();
