@@ -53,5 +53,7 @@ Command AddWanRouter(CLI::App& app);
 Command AddPartition(CLI::App& app);
 // `geodesic bench ...` (cli/bench_commands.cc).
 Command AddBench(CLI::App& app);
+// `geodesic sweep SWEEP.yaml` (cli/sweep.cc).
+Command AddSweep(CLI::App& app);
 
 }  // namespace geodesic::cli

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {
       AddCoordinator(app), AddServer(app),    AddWorker(app),    AddEvaluator(app),  AddClient(app), AddToken(app),
       AddLaunch(app),      AddWan(app),       AddPlan(app),      AddCheckpoint(app), AddStatus(app), AddMetrics(app),
-      AddDeploy(app),      AddWanRouter(app), AddPartition(app), AddBench(app),
+      AddDeploy(app),      AddWanRouter(app), AddPartition(app), AddBench(app),      AddSweep(app),
   };
   CLI11_PARSE(app, argc, argv);
   geodesic::transport::RouteProtobufLogs();
