@@ -49,8 +49,8 @@ StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
 
 int64_t StepsOf(const nlohmann::json& summary) {
   int64_t steps = 0;
-  for (const auto& [name, b] : summary["step_time_breakdown"].items())
-    steps = std::max(steps, b["steps"].get<int64_t>());
+  for (const auto& [name, b] : summary.at("step_time_breakdown").items())
+    steps = std::max(steps, b.at("steps").get<int64_t>());
   return steps;
 }
 

@@ -41,16 +41,29 @@ json Identity(const SweepSpec& spec) {
   return {{"name", spec.name}, {"job", spec.job_file}, {"set", spec.overrides}, {"limit_s", spec.limit_s}};
 }
 
-// The rows of the runs OUT already has (OUT/runs/*/row.json), by RunKey.
-std::map<std::string, json> EarlierRows(const std::string& out) {
-  std::map<std::string, json> rows;
+// A run that OUT already has: its folder, and how it ended.
+struct EarlierRun {
+  std::string dir, status, failure;
+};
+
+// The runs OUT already has (OUT/runs/*/row.json), by RunKey. A row that
+// cannot be read back (edited, cut short) is not a run that ended: it runs
+// again. Only the key and the verdict are read from it; the rest of the
+// row is rebuilt from the run's summary.
+std::map<std::string, EarlierRun> EarlierRuns(const std::string& out) {
+  std::map<std::string, EarlierRun> runs;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(out + "/runs", ec)) {
     auto row = ReadJsonFile(e.path().string() + "/row.json");
-    if (!row.ok() || !row->is_object() || !row->contains("overrides")) continue;
-    rows[RunKey((*row)["job_file"], (*row)["overrides"])] = *row;
+    if (!row.ok() || !row->is_object()) continue;
+    const json job = row->value("job_file", json()), overrides = row->value("overrides", json());
+    const json status = row->value("status", json()), failure = row->value("failure", json(""));
+    if (!job.is_string() || !overrides.is_array() || !status.is_string() || !failure.is_string() ||
+        !std::all_of(overrides.begin(), overrides.end(), [](const json& o) { return o.is_string(); }))
+      continue;
+    runs[RunKey(job, overrides)] = {e.path().string(), status, failure};
   }
-  return rows;
+  return runs;
 }
 
 // Makes OUT, or checks that it holds this sweep when resuming.
@@ -115,13 +128,16 @@ class SweepRunner {
         stop_(stop) {}
 
   StatusOr<int> Run() {
-    std::map<std::string, json> earlier = o_.resume ? EarlierRows(o_.out) : std::map<std::string, json>{};
+    const std::map<std::string, EarlierRun> earlier =
+        o_.resume ? EarlierRuns(o_.out) : std::map<std::string, EarlierRun>{};
     int reused = 0;
     for (const SweepPoint& p : points_) {
       auto it = earlier.find(RunKey(p.job_file, p.Overrides(spec_)));
-      if (it == earlier.end() || (o_.retry_failed && it->second["status"] != "finished")) continue;
-      rows_[p.index] = it->second;
-      rows_[p.index]["index"] = p.index;
+      if (it == earlier.end() || (o_.retry_failed && it->second.status != "finished")) continue;
+      const EarlierRun& e = it->second;
+      auto summary = ReadJsonFile(e.dir + "/summary.json");
+      rows_[p.index] = SweepRow(spec_, p, e.dir, e.status, e.failure, summary.ok() ? *summary : json(),
+                                FileSha256(e.dir + "/final_params.bin"));
       ++reused;
     }
     if (reused > 0)

@@ -25,7 +25,7 @@ void AddShares(const json& summary, json& row) {
   const json b = Get(summary, "step_time_breakdown");
   if (b.is_object())
     for (const auto& [name, w] : b.items()) {
-      const json& sec = w["seconds"];
+      const json sec = w.value("seconds", json::object());
       compute += sec.value("compute", 0.0), comm += sec.value("communication", 0.0),
           wait += sec.value("staleness_wait", 0.0);
     }
@@ -46,8 +46,8 @@ json CurveWithBytes(const json& summary) {
   const double total = exchanged.is_object() ? exchanged.value("total", 0.0) : 0.0;
   if (!curve.is_array()) return out;
   for (const auto& p : curve) {
-    const double step = p[1].get<double>();
-    out.push_back({p[0], p[1], p[2], steps > 0 ? json(total * std::min(1.0, step / steps)) : json()});
+    const double step = p.at(1).get<double>();
+    out.push_back({p.at(0), p.at(1), p.at(2), steps > 0 ? json(total * std::min(1.0, step / steps)) : json()});
   }
   return out;
 }
@@ -178,6 +178,23 @@ std::string MarkdownBySeed(const SweepSpec& spec, const std::vector<json>& rows)
   return md.str();
 }
 
+// The row's numbers, from the run's summary (null where it has none).
+void AddSummary(const json& summary, json& row) {
+  for (const char* k : {"test_accuracy", "seconds_to_target", "target_accuracy", "wall_seconds", "samples",
+                        "samples_per_second", "bytes_per_sample", "staleness_mean", "staleness_max"})
+    row[k] = Get(summary, k);
+  const json curve = CurveWithBytes(summary);
+  row["last_accuracy"] = curve.empty() ? json() : curve.back()[2];
+  const json per_step = Get(summary, "bytes_per_step");
+  row["push_bytes_per_step"] = per_step.is_object() ? per_step.value("push", json()) : json();
+  row["pull_bytes_per_step"] = per_step.is_object() ? per_step.value("pull", json()) : json();
+  const json exchanged = Get(summary, "bytes_exchanged");
+  row["bytes_exchanged"] = exchanged.is_object() ? exchanged.value("total", json()) : json();
+  AddShares(summary, row);
+  row["links"] = Links(summary);
+  row["curve"] = curve;
+}
+
 }  // namespace
 
 json SweepRow(const SweepSpec& spec, const SweepPoint& point, const std::string& run_dir, const std::string& status,
@@ -187,20 +204,16 @@ json SweepRow(const SweepSpec& spec, const SweepPoint& point, const std::string&
   json row = {{"index", point.index}, {"run", point.Slug()},        {"dir", run_dir},
               {"axes", axes},         {"job_file", point.job_file}, {"overrides", point.Overrides(spec)},
               {"status", status},     {"failure", failure}};
-  for (const char* k : {"test_accuracy", "seconds_to_target", "target_accuracy", "wall_seconds", "samples",
-                        "samples_per_second", "bytes_per_sample", "staleness_mean", "staleness_max"})
-    row[k] = Get(summary, k);
-  const json curve = CurveWithBytes(summary);
-  row["last_accuracy"] = curve.empty() ? json() : curve.back()[2];
-  const json per_step = Get(summary, "bytes_per_step");
-  row["push_bytes_per_step"] = per_step.is_object() ? per_step["push"] : json();
-  row["pull_bytes_per_step"] = per_step.is_object() ? per_step["pull"] : json();
-  const json exchanged = Get(summary, "bytes_exchanged");
-  row["bytes_exchanged"] = exchanged.is_object() ? exchanged["total"] : json();
-  AddShares(summary, row);
-  row["links"] = Links(summary);
   row["params_sha256"] = params_sha256;
-  row["curve"] = curve;
+  try {
+    AddSummary(summary, row);
+  } catch (const json::exception& e) {
+    // A summary of another shape (edited, or from another version): the
+    // row keeps the verdict and says why the numbers are missing.
+    AddSummary(json(), row);
+    row["failure"] =
+        row["failure"].get<std::string>() + (failure.empty() ? "" : "; ") + "summary.json unreadable: " + e.what();
+  }
   return row;
 }
 

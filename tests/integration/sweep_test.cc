@@ -130,6 +130,37 @@ membership: {heartbeat_ms: 100, lease_ms: 1000}
   EXPECT_EQ(std::system(("! pgrep -f -- '[/]" + dir.path().substr(1) + "/out/runs' > /dev/null").c_str()), 0);
 }
 
+TEST(SweepLaunchTest, ResumeRerunsDamagedRowsAndSurvivesDamagedSummaries) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", R"(
+name: quick
+regions:
+  a: {servers: 1, workers: 1}
+model: {name: synthetic, synthetic_params: 10000}
+training: {steps: 20}
+membership: {heartbeat_ms: 100, lease_ms: 1000}
+)");
+  testing::WriteText(dir / "sweep.yaml", "job: job.yaml\naxes:\n  training.staleness_bound: [0, 1]\nlimit_s: 60\n");
+  const std::string out = dir / "out";
+  auto r = RunGeodesic({"sweep", dir / "sweep.yaml", "--out", out, "--no-plot"}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // A row cut short, and a summary of another shape.
+  testing::WriteText(out + "/runs/000-staleness_bound-0/row.json", "{\"status\": \"fin");
+  testing::WriteText(out + "/runs/001-staleness_bound-1/summary.json",
+                     R"({"accuracy_curve": [[1]], "step_time_breakdown": {"worker-0": 3}, "links": 7})");
+  r = RunGeodesic({"sweep", dir / "sweep.yaml", "--out", out, "--no-plot", "--resume"}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("1 of 2 runs kept"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1/2] training.staleness_bound=0: running"), std::string::npos) << r.output;
+  const auto rows = Rows(out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["status"], "finished");
+  EXPECT_TRUE(rows[0]["wall_seconds"].is_number()) << rows[0];
+  EXPECT_EQ(rows[1]["status"], "finished");
+  EXPECT_NE(rows[1]["failure"].get<std::string>().find("summary.json unreadable"), std::string::npos) << rows[1];
+  EXPECT_TRUE(rows[1]["samples"].is_null());
+}
+
 TEST(SweepLaunchTest, BadSweepIsRefusedBeforeAnythingStarts) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", kJob);
