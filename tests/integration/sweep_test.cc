@@ -31,6 +31,13 @@ eval: {snapshot_every_s: 1}
 membership: {heartbeat_ms: 100, lease_ms: 1000}
 )";
 
+// One worker and one shard of a synthetic model: seconds to start, no data.
+std::string SyntheticJob(int64_t steps) {
+  return "name: synth\nregions:\n  a: {servers: 1, workers: 1}\nmodel: {name: synthetic, synthetic_params: 10000}\n"
+         "training: {steps: " +
+         std::to_string(steps) + "}\nmembership: {heartbeat_ms: 100, lease_ms: 1000}\n";
+}
+
 // Lines of `path` (0 if missing).
 int Lines(const std::string& path) {
   std::ifstream f(path);
@@ -109,14 +116,7 @@ TEST(TrainingSweepTest, RowsPerRunResumeAndIdenticalBspRuns) {
 
 TEST(SweepLaunchTest, RunPastItsLimitIsStoppedAndRecorded) {
   TempDir dir;
-  testing::WriteText(dir / "job.yaml", R"(
-name: slow
-regions:
-  a: {servers: 1, workers: 1}
-model: {name: synthetic, synthetic_params: 10000}
-training: {steps: 100000000}
-membership: {heartbeat_ms: 100, lease_ms: 1000}
-)");
+  testing::WriteText(dir / "job.yaml", SyntheticJob(100000000));
   testing::WriteText(dir / "sweep.yaml", "job: job.yaml\nlimit_s: 4\n");
   auto r = RunGeodesic({"sweep", dir / "sweep.yaml", "--out", dir / "out", "--no-plot"}, 120);
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -132,14 +132,7 @@ membership: {heartbeat_ms: 100, lease_ms: 1000}
 
 TEST(SweepLaunchTest, ResumeRerunsDamagedRowsAndSurvivesDamagedSummaries) {
   TempDir dir;
-  testing::WriteText(dir / "job.yaml", R"(
-name: quick
-regions:
-  a: {servers: 1, workers: 1}
-model: {name: synthetic, synthetic_params: 10000}
-training: {steps: 20}
-membership: {heartbeat_ms: 100, lease_ms: 1000}
-)");
+  testing::WriteText(dir / "job.yaml", SyntheticJob(20));
   testing::WriteText(dir / "sweep.yaml", "job: job.yaml\naxes:\n  training.staleness_bound: [0, 1]\nlimit_s: 60\n");
   const std::string out = dir / "out";
   auto r = RunGeodesic({"sweep", dir / "sweep.yaml", "--out", out, "--no-plot"}, 120);
