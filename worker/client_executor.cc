@@ -20,17 +20,21 @@ struct ClientExecutor::Impl {
   uint64_t seed = 0;
   int batch_size = 0;
   LocalOptimizerSpec local;
+  AugmentSpec augment;
 
   int64_t Steps(const ClientRound& r) const {
     return LocalStepsFor(static_cast<int64_t>(r.indices->size()), batch_size, r.local_epochs, r.local_steps);
   }
 
-  // One minibatch's loss and gradient into `grad`; false when not finite.
-  bool Gradient(const std::vector<int64_t>& batch, double* loss, double* accuracy) {
+  // One minibatch's loss and gradient into `grad`, its images augmented
+  // with draws from `augment_seed`; false when not finite.
+  bool Gradient(const std::vector<int64_t>& batch, uint64_t augment_seed, double* loss, double* accuracy) {
     grad.zero_();
     torch::Tensor sel =
         torch::from_blob(const_cast<int64_t*>(batch.data()), {static_cast<int64_t>(batch.size())}, torch::kInt64);
-    torch::Tensor y = labels.index_select(0, sel), logits = model->Forward(images.index_select(0, sel));
+    torch::Tensor x = images.index_select(0, sel);
+    Augment(x, augment, augment_seed);
+    torch::Tensor y = labels.index_select(0, sel), logits = model->Forward(x);
     torch::Tensor l = torch::nn::functional::cross_entropy(logits, y);
     l.backward();
     *loss = l.item<double>();
@@ -51,7 +55,8 @@ ClientExecutor::~ClientExecutor() = default;
 
 StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec& model, uint64_t seed,
                                                                  const ImageSet& train, int batch_size,
-                                                                 const LocalOptimizerSpec& local) {
+                                                                 const LocalOptimizerSpec& local,
+                                                                 const AugmentSpec& augment) {
   if (batch_size < 1) return InvalidArgument("batch size must be at least 1");
   auto impl = std::make_unique<Impl>();
   GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed, torch::kCPU, ShapeOf(train)));
@@ -64,6 +69,7 @@ StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec
   impl->seed = seed;
   impl->batch_size = batch_size;
   impl->local = local;
+  impl->augment = augment;
   if (local.momentum != 0) impl->momentum.assign(impl->model->num_params(), 0.0f);
   return std::unique_ptr<ClientExecutor>(new ClientExecutor(std::move(impl)));
 }
@@ -84,13 +90,14 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
     out.eval_accuracy = m.Accuracy(*r.indices, r.eval_samples);
     out.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();
   }
-  BatchSampler sampler(*r.indices, m.batch_size, ClientSeed(m.seed, r.client, r.round));
+  const uint64_t client_seed = ClientSeed(m.seed, r.client, r.round);
+  BatchSampler sampler(*r.indices, m.batch_size, client_seed);
   out.steps = m.Steps(r);
   double loss_sum = 0, accuracy_sum = 0;
   for (int64_t k = 0; k < out.steps; ++k) {
     const std::vector<int64_t>& batch = sampler.Next();
     double loss = 0, accuracy = 0;
-    if (!m.Gradient(batch, &loss, &accuracy)) {
+    if (!m.Gradient(batch, AugmentSeed(client_seed, 0, k), &loss, &accuracy)) {
       out.finite = false;
       return out;
     }

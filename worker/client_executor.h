@@ -48,9 +48,11 @@ struct ClientOutcome {
 class ClientExecutor {
  public:
   // `train` is shared by every client this executor runs; the executor
-  // keeps its own tensor copy of it.
+  // keeps its own tensor copy of it. `augment` changes each training batch
+  // as a worker's (data.augment), drawn from (seed, client, round, step).
   static StatusOr<std::unique_ptr<ClientExecutor>> Create(const ModelSpec& model, uint64_t seed, const ImageSet& train,
-                                                          int batch_size, const LocalOptimizerSpec& local);
+                                                          int batch_size, const LocalOptimizerSpec& local,
+                                                          const AugmentSpec& augment = {});
   ~ClientExecutor();
 
   int64_t num_params() const;

@@ -83,7 +83,8 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
     r->steps_.push_back(LocalStepsFor(r->sizes_.back(), job.data.batch_size, f.local_epochs, f.local_steps));
   }
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
-  GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local));
+  GD_ASSIGN_OR_RETURN(r->exec_,
+                      ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local, job.data.augment));
   GD_RETURN_IF_ERROR(r->SetUpUplinks());
   if (f.fedbuff()) {
     std::vector<double> seconds;

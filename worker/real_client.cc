@@ -60,7 +60,8 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
   const ImageSet own = Subset(train, mine);
   for (size_t i = 0; i < mine.size(); ++i) d.indices.push_back(static_cast<int64_t>(i));
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
-  GD_ASSIGN_OR_RETURN(d.exec, ClientExecutor::Create(job.model, job.seed, own, job.data.batch_size, local));
+  GD_ASSIGN_OR_RETURN(d.exec,
+                      ClientExecutor::Create(job.model, job.seed, own, job.data.batch_size, local, job.data.augment));
   GD_LOG(INFO) << "client " << o.client << ": " << mine.size() << " samples (partition digest " << d.digest << ")";
   return d;
 }

@@ -26,9 +26,9 @@ struct Fixture {
   std::vector<int64_t> mine = std::vector<int64_t>(320);
   std::unique_ptr<ClientExecutor> exec;
   std::vector<float> global;
-  explicit Fixture(LocalOptimizerSpec local = {.lr = 0.05, .momentum = 0.9}) {
+  explicit Fixture(LocalOptimizerSpec local = {.lr = 0.05, .momentum = 0.9}, AugmentSpec augment = {}) {
     std::iota(mine.begin(), mine.end(), 0);
-    exec = std::move(ClientExecutor::Create(kMlp, 1, train, 32, local)).value();
+    exec = std::move(ClientExecutor::Create(kMlp, 1, train, 32, local, augment)).value();
     global.assign(exec->num_params(), 0.0f);
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0, 0.05f);
@@ -69,6 +69,18 @@ TEST(ClientExecutorTest, UpdatesAreDeterministicAndIndependentOfOtherClients) {
   EXPECT_EQ(std::memcmp(a.delta.data(), b.delta.data(), a.delta.size() * sizeof(float)), 0);
   ClientOutcome c = f.Run({.client = 1, .round = 3});
   EXPECT_NE(std::memcmp(a.delta.data(), c.delta.data(), a.delta.size() * sizeof(float)), 0);
+}
+
+// data.augment applies to clients as to workers: it changes the update,
+// and the same client, round and step draw the same changes.
+TEST(ClientExecutorTest, AugmentationChangesTheUpdateAndRepeatsForTheSameDraws) {
+  Fixture plain, augmented({.lr = 0.05, .momentum = 0.9}, {.crop = 2, .flip = true});
+  const ClientRound r{.client = 3, .round = 0, .local_epochs = 1};
+  const ClientOutcome a = plain.Run(r), b = augmented.Run(r), c = augmented.Run(r);
+  ASSERT_TRUE(a.finite && b.finite && c.finite);
+  EXPECT_NE(a.delta, b.delta);
+  EXPECT_EQ(b.delta, c.delta);
+  EXPECT_NE(augmented.Run({.client = 3, .round = 1, .local_epochs = 1}).delta, b.delta);
 }
 
 TEST(ClientExecutorTest, FedProxWithZeroMuIsFedAvgBitForBit) {
