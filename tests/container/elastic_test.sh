@@ -46,6 +46,17 @@ until podman logs coordinator-coordinator 2>&1 | grep -q "training starts"; do
   (( SECONDS - start < 180 )) || fail "training did not start within 180 s: $(podman logs coordinator-coordinator 2>&1 | tail -5)"
   sleep 0.5
 done
+# ...and until every worker has its chunks' first values and trains: the
+# coordinator's rendezvous can come well before that (a shard's first name
+# lookups in the pod network have taken 40 s), and a worker stopped before
+# it trains is a different case (it leaves during start-up).
+for pod in $PODS; do
+  [[ $pod == worker-* ]] || continue
+  until podman logs "$pod-worker" 2>&1 | grep -q "\] training [0-9]* "; do
+    (( SECONDS - start < 240 )) || fail "$pod did not start training within 240 s: $(podman logs "$pod-worker" 2>&1 | tail -5)"
+    sleep 0.5
+  done
+done
 t0=$SECONDS
 at() { while (( SECONDS - t0 < $1 )); do sleep 0.2; done; }
 play() { podman play kube "$@" >> "$WORK/play.log" 2>&1 || fail "podman play kube $*: $(tail -5 "$WORK/play.log")"; }
