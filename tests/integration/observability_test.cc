@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -331,7 +332,11 @@ double TrainingSeconds(const std::string& run_dir) {
 
 TEST(TrainingUnderHttpAttackTest, GarbageHugeHeadersAndHeldConnectionsLeaveTrainingUnaffected) {
   TempDir dir;
-  testing::WriteText(dir / "job.yaml", kShortJob);
+  // Long enough (about 12 s on an idle 2-core machine) to outlast the attack
+  // below even on a loaded one: checks of a job that has ended prove nothing.
+  std::string job = kShortJob;
+  job.replace(job.find("steps: 6000"), 11, "steps: 15000");
+  testing::WriteText(dir / "job.yaml", job);
   auto quiet = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "calm", "--quiet"}, 180);
   ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
   rlimit files{};
@@ -346,6 +351,7 @@ TEST(TrainingUnderHttpAttackTest, GarbageHugeHeadersAndHeldConnectionsLeaveTrain
     targets.push_back(testing::ReadText(dir / ("attacked/http/" + p)));
   }
   std::vector<int> held;
+  const auto attack_start = std::chrono::steady_clock::now();
   for (const auto& t : targets) Garbage(t);
   for (int i = 0; i < 2000; ++i)
     if (int fd = Connect(targets[static_cast<size_t>(i) % targets.size()]); fd >= 0) held.push_back(fd);
@@ -353,6 +359,9 @@ TEST(TrainingUnderHttpAttackTest, GarbageHugeHeadersAndHeldConnectionsLeaveTrain
   EXPECT_GT(held.size(), 1000u);
   std::this_thread::sleep_for(std::chrono::seconds(3));
   for (int fd : held) close(fd);
+  const double attack_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - attack_start).count();
+  ASSERT_FALSE(std::filesystem::exists(dir / "attacked/summary.json"))
+      << "the job ended before the attack did (" << attack_s << " s of attack): lengthen the job";
   // The attacker gone, the endpoints answer again at once.
   for (const auto& t : targets) {
     StatusOr<transport::HttpResponse> r = Unavailable("not asked");
@@ -362,7 +371,8 @@ TEST(TrainingUnderHttpAttackTest, GarbageHugeHeadersAndHeldConnectionsLeaveTrain
   }
   ASSERT_EQ(launch.Wait(180), 0) << testing::ReadText(dir / "launch.log");
   const double calm = TrainingSeconds(dir / "calm"), attacked = TrainingSeconds(dir / "attacked");
-  std::printf("training: %.1f s calm, %.1f s attacked (%zu connections held)\n", calm, attacked, held.size());
+  std::printf("training: %.1f s calm, %.1f s attacked (%zu connections held, %.1f s of attack)\n", calm, attacked,
+              held.size(), attack_s);
   EXPECT_LT(attacked, 1.5 * calm + 2);
 }
 
