@@ -33,6 +33,8 @@ void AddShares(const json& summary, json& row) {
   row["compute_share"] = total > 0 ? json(compute / total) : json();
   row["communication_share"] = total > 0 ? json(comm / total) : json();
   row["staleness_wait_share"] = total > 0 ? json(wait / total) : json();
+  const json util = Get(summary, "compute_utilization");
+  row["compute_utilization"] = util.is_object() ? util.value("mean", json()) : json();
 }
 
 // The accuracy curve with the bytes the workers had exchanged by each
@@ -80,10 +82,22 @@ std::string Num(const json& v, const char* fmt) {
   return b;
 }
 
-const char* kColumns[] = {
-    "status",         "test_accuracy",      "last_accuracy",    "seconds_to_target",   "wall_seconds",
-    "samples",        "samples_per_second", "bytes_per_sample", "push_bytes_per_step", "pull_bytes_per_step",
-    "staleness_mean", "staleness_max",      "compute_share",    "communication_share", "staleness_wait_share"};
+const char* kColumns[] = {"status",
+                          "test_accuracy",
+                          "last_accuracy",
+                          "seconds_to_target",
+                          "wall_seconds",
+                          "samples",
+                          "samples_per_second",
+                          "bytes_per_sample",
+                          "push_bytes_per_step",
+                          "pull_bytes_per_step",
+                          "staleness_mean",
+                          "staleness_max",
+                          "compute_share",
+                          "communication_share",
+                          "staleness_wait_share",
+                          "compute_utilization"};
 
 std::string Csv(const SweepSpec& spec, const std::vector<json>& rows) {
   std::set<std::string> links;
@@ -112,9 +126,9 @@ std::string MarkdownRuns(const SweepSpec& spec, const std::vector<json>& rows) {
   md << "| run |";
   for (const SweepAxis& a : spec.axes) md << " " << a.key << " |";
   md << " status | test accuracy | s to target | samples/s | bytes/sample | staleness mean / max | compute share "
-        "|\n|---|";
+        "| compute utilization |\n|---|";
   for (size_t i = 0; i < spec.axes.size(); ++i) md << "---|";
-  md << "---|---|---|---|---|---|---|\n";
+  md << "---|---|---|---|---|---|---|---|\n";
   for (const json& r : rows) {
     if (r.is_null()) continue;
     md << "| " << r["index"].get<int>() << " |";
@@ -122,7 +136,8 @@ std::string MarkdownRuns(const SweepSpec& spec, const std::vector<json>& rows) {
     md << " " << r["status"].get<std::string>() << " | " << Num(r["test_accuracy"], "%.4f") << " | "
        << Num(r["seconds_to_target"], "%.1f") << " | " << Num(r["samples_per_second"], "%.0f") << " | "
        << Num(r["bytes_per_sample"], "%.0f") << " | " << Num(r["staleness_mean"], "%.2f") << " / "
-       << Num(r["staleness_max"], "%.0f") << " | " << Num(r["compute_share"], "%.2f") << " |\n";
+       << Num(r["staleness_max"], "%.0f") << " | " << Num(r["compute_share"], "%.2f") << " | "
+       << Num(r["compute_utilization"], "%.2f") << " |\n";
   }
   return md.str();
 }

@@ -66,6 +66,7 @@ struct Totals {
   double peak_rss_mb_sum = 0;
   json elastic_shards = json::object();  // elastic jobs: each serving shard's units
   uint64_t unit_duplicates = 0;
+  std::vector<double> utilization;  // each worker's share of its training time in compute
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
@@ -146,11 +147,27 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
   t.pull_bytes += static_cast<int64_t>(w.bytes_received());
   double cs = w.compute_seconds(), ns = w.comm_seconds(), ws = w.wait_seconds();
   double tot = cs + ns + ws;
-  t.breakdown[name] = {{"compute", tot > 0 ? cs / tot : 0},
-                       {"communication", tot > 0 ? ns / tot : 0},
-                       {"staleness_wait", tot > 0 ? ws / tot : 0},
-                       {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}}},
-                       {"steps", int64_t{w.steps()}}};
+  // Compute utilization: the share of the worker's wall time since it
+  // started training spent computing (the rest: communication, waits, and
+  // what the three do not cover, such as evaluation and start-up).
+  const double wall = w.training_seconds();
+  const json util = wall > 0 ? json(std::min(1.0, cs / wall)) : json();
+  if (wall > 0) t.utilization.push_back(util.get<double>());
+  t.breakdown[name] = {
+      {"compute", tot > 0 ? cs / tot : 0},
+      {"communication", tot > 0 ? ns / tot : 0},
+      {"staleness_wait", tot > 0 ? ws / tot : 0},
+      {"utilization", util},
+      {"seconds", {{"compute", cs}, {"communication", ns}, {"staleness_wait", ws}, {"training", wall}}},
+      {"steps", int64_t{w.steps()}}};
+}
+
+// The workers' compute utilization: mean and least, null without workers.
+json Utilization(const std::vector<double>& u) {
+  if (u.empty()) return json();
+  double sum = 0;
+  for (double x : u) sum += x;
+  return {{"mean", sum / static_cast<double>(u.size())}, {"min", *std::min_element(u.begin(), u.end())}};
 }
 
 // A shard's serving process (a promoted backup, else its primary).
@@ -393,6 +410,7 @@ void AddTraffic(const Totals& t, double wall, json& summary) {
   summary["staleness_mean"] = t.staleness.Mean();
   summary["staleness_max"] = t.staleness.max();
   summary["step_time_breakdown"] = t.breakdown;
+  summary["compute_utilization"] = Utilization(t.utilization);
   summary["messages_refused"] = t.refused;
   summary["processes"] = t.procs;
   summary["peak_rss_mb_sum"] = t.peak_rss_mb_sum;

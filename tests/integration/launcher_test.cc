@@ -165,6 +165,15 @@ TEST(LaunchTest, SyntheticJobWritesACompleteSummary) {
   auto b = s["step_time_breakdown"]["worker-1"];
   EXPECT_NEAR(b["compute"].get<double>() + b["communication"].get<double>() + b["staleness_wait"].get<double>(), 1.0,
               1e-6);
+  // Compute utilization: compute seconds over the worker's training seconds.
+  EXPECT_GT(b["seconds"]["training"].get<double>(), 0);
+  EXPECT_NEAR(b["utilization"].get<double>(),
+              b["seconds"]["compute"].get<double>() / b["seconds"]["training"].get<double>(), 1e-9);
+  EXPECT_GT(b["utilization"].get<double>(), 0);
+  EXPECT_LE(b["utilization"].get<double>(), 1);
+  const double u0 = s["step_time_breakdown"]["worker-0"]["utilization"], u1 = b["utilization"];
+  EXPECT_NEAR(s["compute_utilization"]["mean"].get<double>(), (u0 + u1) / 2, 1e-9);
+  EXPECT_EQ(s["compute_utilization"]["min"].get<double>(), std::min(u0, u1));
   EXPECT_EQ(s["processes"].size(), 6u);  // coordinator, 2 servers, 2 workers, evaluator
   for (auto& p : s["processes"]) EXPECT_EQ(p["exit"], "exited 0") << p.dump();
   EXPECT_TRUE(std::filesystem::exists(dir / "run/final_params.bin"));

@@ -98,6 +98,8 @@ TEST(TrainingSweepTest, RowsPerRunResumeAndIdenticalBspRuns) {
     EXPECT_EQ(row["samples"].get<int64_t>(), 2 * 60 * 64);
     EXPECT_GT(row["bytes_per_sample"].get<double>(), 1000);
     EXPECT_GT(row["compute_share"].get<double>(), 0);
+    EXPECT_GT(row["compute_utilization"].get<double>(), 0);
+    EXPECT_LE(row["compute_utilization"].get<double>(), 1);
     EXPECT_GE(row["curve"].size(), 1u);
     EXPECT_EQ(row["params_sha256"].get<std::string>().size(), 64u);
     // Staleness counts updates applied between a worker's read and its
