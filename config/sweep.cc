@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -51,6 +52,45 @@ void ParseSet(const YAML::Node& n, SweepSpec* spec, Errors* errors) {
   }
 }
 
+// Whether `key` (of axis `where`) is also under set:, which would mix two
+// sources for one key.
+void CheckNotInSet(const SweepSpec& spec, const std::string& key, const std::string& where, Errors* errors) {
+  for (const std::string& o : spec.overrides)
+    if (o.starts_with(key + "=")) errors->push_back(where + ": also under set:, which would hide it");
+}
+
+// An axis of named recipes: name -> mapping of dotted job keys (or empty).
+void ParseRecipes(const YAML::Node& n, const std::string& where, const SweepSpec& spec, SweepAxis* axis,
+                  Errors* errors) {
+  if (axis->key.find('.') != std::string::npos || axis->key == "job" || axis->key == "seed")
+    errors->push_back(where + ": a recipe axis needs a label that is not a job key (recipe, say)");
+  for (const auto& kv : n) {
+    const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string at = where + "." + name;
+    if (!config_internal::ValidName(name))
+      errors->push_back(at + ": a recipe's name is 1-63 letters, digits, '-' or '_'");
+    if (!kv.second.IsNull() && !kv.second.IsMap()) {
+      errors->push_back(at + ": expected a mapping of dotted job keys to values ({} for the base job)");
+      continue;
+    }
+    std::vector<std::string> overrides;
+    for (const auto& e : kv.second) {
+      const std::string key = e.first.IsScalar() ? e.first.Scalar() : "";
+      if (!ValidKey(key) || key == "job") {
+        errors->push_back(at + ": '" + key + "' is not a dotted job key");
+        continue;
+      }
+      CheckNotInSet(spec, key, at + "." + key, errors);
+      overrides.push_back(key + "=" + ValueText(e.second));
+    }
+    if (std::find(axis->values.begin(), axis->values.end(), name) != axis->values.end())
+      errors->push_back(at + ": named twice");
+    axis->values.push_back(name);
+    axis->recipes.push_back(std::move(overrides));
+  }
+  if (axis->values.empty()) errors->push_back(where + ": expected at least one recipe");
+}
+
 void ParseAxes(const YAML::Node& n, const std::string& base_dir, SweepSpec* spec, Errors* errors) {
   if (!n || n.IsNull()) return;
   if (!n.IsMap()) return errors->push_back("axes: must be a mapping of job keys to lists of values");
@@ -64,10 +104,14 @@ void ParseAxes(const YAML::Node& n, const std::string& base_dir, SweepSpec* spec
       continue;
     }
     if (!seen.insert(axis.key).second) errors->push_back(where + ": named twice");
-    for (const std::string& o : spec->overrides)
-      if (o.starts_with(axis.key + "=")) errors->push_back(where + ": also under set:, which would hide it");
+    if (kv.second.IsMap()) {
+      ParseRecipes(kv.second, where, *spec, &axis, errors);
+      spec->axes.push_back(std::move(axis));
+      continue;
+    }
+    CheckNotInSet(*spec, axis.key, where, errors);
     if (!kv.second.IsSequence() || kv.second.size() == 0) {
-      errors->push_back(where + ": expected a non-empty list of values");
+      errors->push_back(where + ": expected a non-empty list of values, or a mapping of named recipes");
       continue;
     }
     for (const auto& v : kv.second)
@@ -110,8 +154,16 @@ std::string SlugPart(const std::string& s) {
 
 std::vector<std::string> SweepPoint::Overrides(const SweepSpec& spec) const {
   std::vector<std::string> out = spec.overrides;
-  for (const auto& [key, value] : values)
-    if (key != "job") out.push_back(key + "=" + value);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto& [key, value] = values[i];
+    const SweepAxis* axis = i < spec.axes.size() && spec.axes[i].key == key ? &spec.axes[i] : nullptr;
+    if (axis != nullptr && axis->is_recipes()) {
+      const size_t at = std::find(axis->values.begin(), axis->values.end(), value) - axis->values.begin();
+      if (at < axis->recipes.size()) out.insert(out.end(), axis->recipes[at].begin(), axis->recipes[at].end());
+    } else if (key != "job") {
+      out.push_back(key + "=" + value);
+    }
+  }
   return out;
 }
 

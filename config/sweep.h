@@ -15,6 +15,15 @@
 // Runs are numbered in the product's order, the last axis varying fastest.
 // A value that is not a scalar (a list of links, say) is passed as YAML in
 // flow style. The axis `job` takes job files instead of a key's values.
+//
+// An axis given as a mapping instead of a list is an axis of named recipes:
+// each name stands for several job keys set together (an empty one for the
+// base job as it is), and the name is what the tables show.
+//
+//   axes:
+//     recipe:
+//       bsp-fp32: {}
+//       local16-int4: {training.local_steps: 16, compression.push: "int4+zstd"}
 #pragma once
 
 #include <string>
@@ -26,8 +35,11 @@
 namespace geodesic {
 
 struct SweepAxis {
-  std::string key;                  // a dotted job key, or "job"
-  std::vector<std::string> values;  // as --set takes them
+  std::string key;                  // a dotted job key, "job", or a recipe axis's label
+  std::vector<std::string> values;  // as --set takes them; a recipe axis: the recipes' names
+  // A recipe axis: each value's overrides ("key=value"), parallel to values.
+  std::vector<std::vector<std::string>> recipes;
+  bool is_recipes() const { return !recipes.empty(); }
 };
 
 struct SweepSpec {
@@ -44,7 +56,8 @@ struct SweepPoint {
   std::vector<std::pair<std::string, std::string>> values;  // (axis key, value), in axis order
   std::string job_file;                                     // the `job` axis's value, else the spec's
 
-  // The spec's overrides, then this point's (all but `job`), as --set takes them.
+  // The spec's overrides, then this point's (all but `job`; a recipe's
+  // keys), as --set takes them.
   std::vector<std::string> Overrides(const SweepSpec& spec) const;
   // "003-staleness_bound-2.push-topk0.01zstd.seed-1": a folder name.
   std::string Slug() const;

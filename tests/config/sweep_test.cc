@@ -71,6 +71,38 @@ TEST(SweepTest, NoAxesIsOneRunOfTheBaseJob) {
   EXPECT_EQ(p[0].Slug(), "000");
 }
 
+TEST(SweepTest, ARecipeAxisSetsSeveralKeysUnderOneName) {
+  SweepSpec s = Parse(R"(
+job: j.yaml
+set: {training.epochs: 2}
+axes:
+  recipe:
+    bsp-fp32: {}
+    local16-int4: {training.local_steps: 16, compression.push: "int4+zstd", wan.links: []}
+  seed: [1, 2]
+)");
+  ASSERT_EQ(s.axes.size(), 2u);
+  EXPECT_TRUE(s.axes[0].is_recipes());
+  EXPECT_FALSE(s.axes[1].is_recipes());
+  std::vector<SweepPoint> p = SweepPoints(s);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].Overrides(s), (std::vector<std::string>{"training.epochs=2", "seed=1"}));
+  EXPECT_EQ(p[3].Overrides(s), (std::vector<std::string>{"training.epochs=2", "training.local_steps=16",
+                                                         "compression.push=int4+zstd", "wan.links=[]", "seed=2"}));
+  EXPECT_EQ(p[3].Describe(), "recipe=local16-int4, seed=2");
+  EXPECT_EQ(p[3].Slug(), "003-recipe-local16-int4.seed-2");
+  EXPECT_NE(ErrorOf("job: j.yaml\naxes: {recipe: {}}\n").find("axes.recipe: expected at least one recipe"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("job: j.yaml\naxes: {training.seed: {a: {}}}\n").find("needs a label that is not a job key"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("job: j.yaml\naxes: {r: {a: [1]}}\n").find("axes.r.a: expected a mapping"), std::string::npos);
+  EXPECT_NE(ErrorOf("job: j.yaml\naxes: {r: {'a b': {}}}\n").find("a recipe's name is"), std::string::npos);
+  EXPECT_NE(ErrorOf("job: j.yaml\naxes: {r: {a: {job: x.yaml}}}\n").find("'job' is not a dotted job key"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("job: j.yaml\nset: {seed: 3}\naxes: {r: {a: {seed: 1}}}\n").find("axes.r.a.seed: also under set:"),
+            std::string::npos);
+}
+
 TEST(SweepTest, BadFilesNameTheKey) {
   EXPECT_NE(ErrorOf("job: j.yaml\naxis: {seed: [1]}\n").find("axis: unknown key (did you mean 'axes'?)"),
             std::string::npos);
