@@ -141,5 +141,21 @@ TEST(SweepTest, CheckSweepJobsNamesTheRunAndTheKey) {
   std::filesystem::remove_all(dir);
 }
 
+// The sweeps under examples/ stay runnable: they parse and so does every
+// run's job.
+TEST(SweepTest, ExampleSweepsParseAndTheirJobsToo) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(GEODESIC_SOURCE_DIR) + "/examples")) {
+    if (!e.path().filename().string().starts_with("sweep_")) continue;
+    SCOPED_TRACE(e.path().string());
+    auto s = LoadSweepFile(e.path().string());
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    Status st = CheckSweepJobs(*s, SweepPoints(*s));
+    EXPECT_TRUE(st.ok()) << st.message();
+    ++n;
+  }
+  EXPECT_GE(n, 2);
+}
+
 }  // namespace
 }  // namespace geodesic
