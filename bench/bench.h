@@ -33,6 +33,7 @@ struct BenchOptions {
   std::vector<std::string> configs;  // wan: which configurations (empty: all)
   double snapshot_every_s = 2;       // wan: accuracy-curve resolution
   int local_steps = 6;               // wan: local SGD configurations' steps per round
+  bool overlap_rounds = true;        // wan: whether their rounds overlap the next round's compute
   // wan: the DiLoCo configurations' AdamW learning rate, and their outer
   // Nesterov SGD's rate and momentum (docs/wan.md says how they were tuned).
   std::string diloco_inner_lr = "0.002";

@@ -56,7 +56,9 @@ struct WanConfig {
 std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::string bound = std::to_string(o.staleness_bound);
   const std::string h = std::to_string(o.local_steps);
-  const std::vector<std::string> local = {"training.local_steps=" + h, "training.overlap_rounds=true",
+  const std::string overlap = o.overlap_rounds ? "true" : "false";
+  const std::string overlapped = o.overlap_rounds ? " overlapped" : " not overlapped";
+  const std::vector<std::string> local = {"training.local_steps=" + h, "training.overlap_rounds=" + overlap,
                                           "training.staleness_bound=0", "compression.push=int8",
                                           "compression.pull=int8"};
   const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd", "compression.momentum_correction=true",
@@ -65,15 +67,15 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  const std::string local_what = "local SGD, rounds of " + h + " steps overlapped, push and pull int8";
+  const std::string local_what = "local SGD, rounds of " + h + " steps" + overlapped + ", push and pull int8";
   // DiLoCo (Douillard et al.): AdamW inside the rounds, SGD with Nesterov
   // momentum on the rounds' average; the defaults are docs/wan.md's tuning.
   const std::vector<std::string> diloco =
       with(local, {"optimizer.name=adamw", "optimizer.lr=" + o.diloco_inner_lr, "optimizer.weight_decay=0.01",
                    "training.outer_lr=" + o.diloco_outer_lr, "training.outer_momentum=" + o.diloco_outer_momentum,
                    "training.outer_nesterov=true"});
-  const std::string diloco_what = "DiLoCo: rounds of " + h + " steps of AdamW (lr " + o.diloco_inner_lr +
-                                  ") overlapped, outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum " +
+  const std::string diloco_what = "DiLoCo: rounds of " + h + " steps of AdamW (lr " + o.diloco_inner_lr + ")" +
+                                  overlapped + ", outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum " +
                                   o.diloco_outer_momentum + "), push and pull int8";
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}, ""},
@@ -208,6 +210,10 @@ json RowOf(const WanConfig& c, const JobSpec& job, const json& s) {
               {"steps", steps},
               {"observed_step_ms", steps > 0 ? 1000 * wall / steps : 0.0},
               {"bytes_per_step", s.value("bytes_per_step", json::object())},
+              {"bytes_per_sample", s.value("bytes_per_sample", json())},
+              {"compute_utilization", s.contains("compute_utilization") && s["compute_utilization"].is_object()
+                                          ? s["compute_utilization"].value("mean", json())
+                                          : json()},
               {"step_time_breakdown", s["step_time_breakdown"]}};
   if (s.contains("plan")) {
     row["plan"] = s["plan"];
@@ -327,10 +333,11 @@ void AddRatios(json& rows) {
 void WriteTables(const json& rows, double target, const std::string& out) {
   std::ofstream md(out + "/wan.md"), csv(out + "/wan.csv");
   csv << "config,emulation,test_accuracy,seconds_to_target,vs_lan,vs_own_lan,ddp_over_this,ddp_over_this_at_least,"
-         "wall_seconds,steps,observed_step_ms,predicted_step_ms\n";
+         "wall_seconds,steps,observed_step_ms,predicted_step_ms,bytes_per_sample,compute_utilization\n";
   md << "| configuration | links | time to " << target << " (s) | vs LAN | vs own LAN | DDP / this | "
-     << "final accuracy | training (s) | steps | step (ms) | predicted step (ms) | predicted / observed |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+     << "final accuracy | training (s) | steps | step (ms) | predicted step (ms) | predicted / observed | "
+     << "bytes/sample | compute utilization |\n"
+     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows) {
     const json t = r["seconds_to_target"];
     const std::string name = r["config"].get<std::string>();
@@ -340,13 +347,16 @@ void WriteTables(const json& rows, double target, const std::string& out) {
     csv << name << "," << r["emulation"].get<std::string>() << "," << r["test_accuracy"] << "," << t << ","
         << r["vs_lan"] << "," << r["vs_own_lan"] << "," << r.value("ddp_over_this", json()) << ","
         << r.value("ddp_over_this_at_least", json()) << "," << r["wall_seconds"] << "," << r["steps"] << ","
-        << r["observed_step_ms"] << "," << pred << "\n";
+        << r["observed_step_ms"] << "," << pred << "," << r.value("bytes_per_sample", json()) << ","
+        << r.value("compute_utilization", json()) << "\n";
     md << "| " << name << " (" << r["what"].get<std::string>() << ") | " << r["emulation"].get<std::string>() << " | "
        << (t.is_number() ? Num(t, "%.1f") : "> " + Num(r["wall_seconds"], "%.0f") + " (not reached)") << " | "
        << Num(r["vs_lan"], "%.2fx", "-") << " | " << Num(r["vs_own_lan"], "%.2fx", "-") << " | " << ddp_col << " | "
        << Num(r["test_accuracy"], "%.4f") << " | " << Num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | "
        << Num(r["observed_step_ms"], "%.0f") << " | " << Num(pred, "%.0f", "-") << " | "
-       << Num(Ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " |\n";
+       << Num(Ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " | "
+       << Num(r.value("bytes_per_sample", json()), "%.0f", "-") << " | "
+       << Num(r.value("compute_utilization", json()), "%.2f", "-") << " |\n";
   }
 }
 

@@ -103,6 +103,9 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
                   "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best, lan-local, wan-local, "
                   "lan-diloco, wan-diloco, ddp (default all but wan-bsp-best and the diloco ones)");
   cmd->add_option("--local-steps", o.local_steps, "steps per round of the local SGD configurations")->default_val(6);
+  cmd->add_flag("!--no-overlap", o.overlap_rounds,
+                "local SGD and DiLoCo configurations wait for each round's average instead of overlapping it with "
+                "the next round");
   cmd->add_option("--diloco-inner-lr", o.diloco_inner_lr, "AdamW learning rate of lan-diloco and wan-diloco")
       ->default_val(o.diloco_inner_lr);
   cmd->add_option("--diloco-outer-lr", o.diloco_outer_lr, "outer Nesterov learning rate of lan-diloco and wan-diloco")
