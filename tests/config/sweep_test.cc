@@ -91,6 +91,11 @@ axes:
                                                          "compression.push=int4+zstd", "wan.links=[]", "seed=2"}));
   EXPECT_EQ(p[3].Describe(), "recipe=local16-int4, seed=2");
   EXPECT_EQ(p[3].Slug(), "003-recipe-local16-int4.seed-2");
+  // A recipe with nothing under it is the base job too.
+  SweepSpec bare = Parse("job: j.yaml\naxes:\n  recipe:\n    base:\n    other: {seed: 4}\n");
+  ASSERT_EQ(SweepPoints(bare).size(), 2u);
+  EXPECT_TRUE(SweepPoints(bare)[0].Overrides(bare).empty());
+  EXPECT_EQ(SweepPoints(bare)[1].Overrides(bare), (std::vector<std::string>{"seed=4"}));
   EXPECT_NE(ErrorOf("job: j.yaml\naxes: {recipe: {}}\n").find("axes.recipe: expected at least one recipe"),
             std::string::npos);
   EXPECT_NE(ErrorOf("job: j.yaml\naxes: {training.seed: {a: {}}}\n").find("needs a label that is not a job key"),
