@@ -54,4 +54,10 @@ int64_t StepsOf(const nlohmann::json& summary) {
   return steps;
 }
 
+nlohmann::json MeanComputeUtilization(const nlohmann::json& summary) {
+  if (!summary.is_object() || !summary.contains("compute_utilization")) return nullptr;
+  const nlohmann::json& u = summary["compute_utilization"];
+  return u.is_object() ? u.value("mean", nlohmann::json()) : nlohmann::json();
+}
+
 }  // namespace geodesic::bench

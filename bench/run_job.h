@@ -35,5 +35,7 @@ StatusOr<nlohmann::json> RunJob(const JobRun& run, const std::atomic<bool>* stop
 
 // Steps per worker a summary reports (the most any worker ran).
 int64_t StepsOf(const nlohmann::json& summary);
+// The workers' mean compute utilization from a summary, or null.
+nlohmann::json MeanComputeUtilization(const nlohmann::json& summary);
 
 }  // namespace geodesic::bench

@@ -33,8 +33,7 @@ void AddShares(const json& summary, json& row) {
   row["compute_share"] = total > 0 ? json(compute / total) : json();
   row["communication_share"] = total > 0 ? json(comm / total) : json();
   row["staleness_wait_share"] = total > 0 ? json(wait / total) : json();
-  const json util = Get(summary, "compute_utilization");
-  row["compute_utilization"] = util.is_object() ? util.value("mean", json()) : json();
+  row["compute_utilization"] = MeanComputeUtilization(summary);
 }
 
 // The accuracy curve with the bytes the workers had exchanged by each

@@ -211,9 +211,7 @@ json RowOf(const WanConfig& c, const JobSpec& job, const json& s) {
               {"observed_step_ms", steps > 0 ? 1000 * wall / steps : 0.0},
               {"bytes_per_step", s.value("bytes_per_step", json::object())},
               {"bytes_per_sample", s.value("bytes_per_sample", json())},
-              {"compute_utilization", s.contains("compute_utilization") && s["compute_utilization"].is_object()
-                                          ? s["compute_utilization"].value("mean", json())
-                                          : json()},
+              {"compute_utilization", MeanComputeUtilization(s)},
               {"step_time_breakdown", s["step_time_breakdown"]}};
   if (s.contains("plan")) {
     row["plan"] = s["plan"];
