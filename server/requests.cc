@@ -11,12 +11,18 @@ namespace {
 // Values that are not finite or beyond kMaxValueMagnitude: how many, and
 // the first one's index.
 size_t CountUnusable(const float* v, uint64_t n, uint64_t* first) {
+  // A branch-free count (NaN fails the comparison too) so that the loop
+  // vectorizes: a store of the first index inside it kept the compiler to
+  // one value at a time, as slow as the optimizer step itself (perf,
+  // docs/benchmarks.md). The index is searched only when something failed.
   size_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    // Written so that NaN fails too, in one vectorizable pass.
-    const bool ok = std::fabs(v[i]) <= kMaxValueMagnitude;
-    if (!ok && bad++ == 0) *first = i;
-  }
+  for (uint64_t i = 0; i < n; ++i) bad += !(std::fabs(v[i]) <= kMaxValueMagnitude);
+  if (bad == 0) return 0;
+  for (uint64_t i = 0; i < n; ++i)
+    if (!(std::fabs(v[i]) <= kMaxValueMagnitude)) {
+      *first = i;
+      break;
+    }
   return bad;
 }
 

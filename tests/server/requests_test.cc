@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 
 namespace geodesic::server {
 namespace {
@@ -84,6 +85,27 @@ TEST_F(RequestsTest, HugeFiniteGradientIsRefusedWhole) {
     EXPECT_EQ(h.reason, wire::REFUSAL_VALUE_TOO_LARGE) << h.status;
     EXPECT_EQ(h.status.code(), Code::kInvalidArgument);
   }
+  EXPECT_EQ(shard_.updates_applied(), 0u);
+  EXPECT_EQ(shard_.Read(0).values[0], 0.5f);
+}
+
+// The check counts every unusable value and names the first, whichever
+// kind it is (the count and the search are separate passes).
+TEST_F(RequestsTest, NonFiniteValuesAreCountedAndTheFirstNamed) {
+  transport::Message m = Push(0, 1.0f);
+  float* g = static_cast<float*>(m.frames[0].data());
+  g[3] = std::numeric_limits<float>::quiet_NaN();
+  g[5] = -std::numeric_limits<float>::infinity();
+  g[6] = 2e18f;
+  Handled h = ApplyPush(Ctx(), std::move(m));
+  EXPECT_EQ(h.reason, wire::REFUSAL_NON_FINITE) << h.status;
+  EXPECT_NE(h.status.message().find("holds 3 non-finite or too large values (first at index 3"), std::string::npos)
+      << h.status;
+  m = Push(0, 1.0f);
+  static_cast<float*>(m.frames[0].data())[7] = -2e18f;  // the last value only
+  h = ApplyPush(Ctx(), std::move(m));
+  EXPECT_EQ(h.reason, wire::REFUSAL_VALUE_TOO_LARGE) << h.status;
+  EXPECT_NE(h.status.message().find("holds 1 values beyond +-1e18 (first at index 7"), std::string::npos) << h.status;
   EXPECT_EQ(shard_.updates_applied(), 0u);
   EXPECT_EQ(shard_.Read(0).values[0], 0.5f);
 }
