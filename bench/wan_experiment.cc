@@ -57,9 +57,16 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::string bound = std::to_string(o.staleness_bound);
   const std::string h = std::to_string(o.local_steps);
   const std::string overlap = o.overlap_rounds ? "true" : "false";
-  const std::string overlapped = o.overlap_rounds ? " overlapped" : " not overlapped";
-  const std::vector<std::string> local = {"training.local_steps=" + h, "training.overlap_rounds=" + overlap,
-                                          "training.staleness_bound=0", "compression.push=int8",
+  const int ahead = o.overlap_rounds ? o.overlap_steps : 0;
+  const std::string overlapped =
+      !o.overlap_rounds ? " not overlapped"
+      : ahead > 0       ? " overlapped, averages folded in on arrival or after " + std::to_string(ahead) + " steps"
+                        : " overlapped";
+  const std::vector<std::string> local = {"training.local_steps=" + h,
+                                          "training.overlap_rounds=" + overlap,
+                                          "training.overlap_steps=" + std::to_string(ahead),
+                                          "training.staleness_bound=0",
+                                          "compression.push=int8",
                                           "compression.pull=int8"};
   const std::vector<std::string> compress = {"compression.push=topk:0.005+zstd", "compression.momentum_correction=true",
                                              "compression.pull=int8"};

@@ -103,6 +103,10 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
                   "configurations: lan, wan-bsp, wan-ssp, wan-ssp-best, wan-bsp-best, lan-local, wan-local, "
                   "lan-diloco, wan-diloco, ddp (default all but wan-bsp-best and the diloco ones)");
   cmd->add_option("--local-steps", o.local_steps, "steps per round of the local SGD configurations")->default_val(6);
+  cmd->add_option("--overlap-steps", o.overlap_steps,
+                  "overlapped local SGD and DiLoCo configurations fold each round's average in as soon as it has "
+                  "arrived, waiting for it after this many steps (training.overlap_steps; 0: when the round ends)")
+      ->default_val(0);
   cmd->add_flag("!--no-overlap", o.overlap_rounds,
                 "local SGD and DiLoCo configurations wait for each round's average instead of overlapping it with "
                 "the next round");

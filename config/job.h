@@ -224,6 +224,13 @@ struct TrainingSpec {
   // (the global model a worker merges is one round old; its own progress
   // since is kept). Hides a round trip behind local_steps steps of compute.
   bool overlap_rounds = true;
+  // With overlap_rounds, N > 0: fold the round's average in as soon as it
+  // has arrived (checked after every local step), keeping the progress made
+  // since, and wait for it after N steps of the next round if it has not.
+  // The average a worker folds in is then at most N steps old, not a whole
+  // round. 0: fold it in when the next round ends. Where in the round the
+  // merge happens depends on timing, so runs are not bit-reproducible.
+  int overlap_steps = 0;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   bool outer_nesterov = false;  // Nesterov outer momentum (DiLoCo); needs outer_momentum > 0

@@ -1,5 +1,6 @@
 // The job file's rules that span sections, checked once every section is
 // parsed (parse.cc checks the rules inside one section).
+#include <algorithm>
 #include <cctype>
 
 #include "config/reader.h"
@@ -26,6 +27,11 @@ void ValidateLocalSteps(const JobSpec& job, Errors* errors) {
         "needs training.outer_momentum > 0");
   Check(!t.outer_nesterov || t.local_steps > 1, errors, "training.outer_nesterov",
         "is the outer step of local SGD (training.local_steps > 1); use optimizer.nesterov otherwise");
+  Check(t.overlap_steps >= 0 && t.overlap_steps <= std::max(1, t.local_steps), errors, "training.overlap_steps",
+        "must be in [0, training.local_steps]");
+  Check(t.overlap_steps == 0 || (t.local_steps > 1 && t.overlap_rounds), errors, "training.overlap_steps",
+        "needs training.local_steps > 1 and training.overlap_rounds: true (it bounds how far an overlapped round "
+        "runs ahead of its average)");
   if (t.local_steps <= 1) return;
   Check(t.staleness_bound == 0, errors, "training.local_steps",
         "needs training.staleness_bound: 0 (rounds are averaged synchronously; overlap_rounds hides the round "

@@ -53,4 +53,12 @@ torch::Tensor LocalRounds::Finish(bool merged) {
   return push;
 }
 
+void LocalRounds::MergeNow() {
+  torch::NoGradGuard ng;
+  torch::Tensor model = global_.narrow(0, 0, params_.numel());
+  torch::Tensor progress = base_ - params_;
+  params_.copy_(model - progress);
+  base_.copy_(model);
+}
+
 }  // namespace geodesic::worker

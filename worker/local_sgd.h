@@ -15,7 +15,10 @@
 // the round's average travels; when that round ends, Finish(merged = true)
 // folds the average in under the progress made since: model = global + u.
 // A worker's steps then read the others' progress one round late, and the
-// round trip hides behind local_steps steps of compute (docs/wan.md).
+// round trip hides behind local_steps steps of compute (docs/wan.md). With
+// overlap_steps N the average is folded in mid-round as soon as it is
+// there, and waited for after N steps (MergeNow), so it is at most N
+// steps late.
 //
 // Not synchronized; the training thread owns it.
 #pragma once
@@ -46,6 +49,11 @@ class LocalRounds {
   // `merged`, global() holds the previous round's average, which the model
   // then takes under this round's progress; the base becomes the model.
   torch::Tensor Finish(bool merged);
+  // Mid-round (training.overlap_steps): global() holds the previous
+  // round's average; the model takes it under the progress made so far this
+  // round, and the base becomes the global model, so the round's push still
+  // carries all of its steps.
+  void MergeNow();
 
  private:
   torch::Tensor& params_;

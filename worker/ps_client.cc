@@ -545,6 +545,12 @@ void PsClient::ResendStale() {
     }
 }
 
+bool PsClient::PullArrived(int64_t clock) {
+  Poll(0);
+  auto it = pulls_.find(clock);
+  return it != pulls_.end() && it->second.remaining == 0 && it->second.error.ok() && it->second.resync.empty();
+}
+
 StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
                                         const std::function<std::string()>& describe,
                                         std::vector<PulledChunk>* borrowed) {

@@ -146,6 +146,9 @@ class PsClient {
   // ("blocked at clock 17 by worker 5 at clock 14") in the periodic report.
   // With params == nullptr and `borrowed` set, nothing is copied: the
   // received frames are handed over instead (a zero-copy read).
+  // Reads whatever replies wait, without blocking; true once every chunk of
+  // pull `clock` is in without error (WaitPull then returns at once).
+  bool PullArrived(int64_t clock);
   StatusOr<PullTiming> WaitPull(int64_t clock, bool final, float* params, const std::atomic<bool>* stop,
                                 const std::function<std::string()>& describe = {},
                                 std::vector<PulledChunk>* borrowed = nullptr);

@@ -263,10 +263,13 @@ Status Worker::Step() {
     last_snapshot_ = t0;
   }
   torch::Tensor grad = federated_ ? torch::zeros({federated_->shard_values()}) : model_->NewGradBuffer();
+  const double merge_wait0 = merge_wait_s_;
   bool usable = Compute(grad);
+  GD_RETURN_IF_ERROR(merge_error_);
   TimePoint t1 = clock_->Now();
-  compute_s_ += Seconds(t1 - t0);
-  ps_->NoteComputeSeconds(Seconds(t1 - t0));
+  const double computed = Seconds(t1 - t0) - (merge_wait_s_ - merge_wait0);  // a mid-round wait is communication
+  compute_s_ += computed;
+  ps_->NoteComputeSeconds(computed);
   if (local_ && !federated_) GD_RETURN_IF_ERROR(FinishRound(grad, usable, &t1));
   GD_RETURN_IF_ERROR(PushOrSkip(grad, usable));
   if (more && (local_ || !job_.training.prefetch)) {
@@ -410,8 +413,22 @@ bool Worker::Compute(torch::Tensor& grad) {
     }
     rounds_->Step(grad, LearningRateFactor(job_.optimizer, k, total_steps_));
     ++took;
+    MergeIfArrived(k + 1 - c_ * local_steps_);
   }
   return took > 0;
+}
+
+void Worker::MergeIfArrived(int64_t taken) {
+  const int64_t bound = job_.training.overlap_steps;
+  if (bound == 0 || pending_pull_ != c_ || !merge_error_.ok()) return;
+  if (taken < bound && !ps_->PullArrived(c_)) return;
+  TimePoint t0 = clock_->Now();
+  merge_error_ = WaitPull(c_);  // at once if it has arrived; counted as communication
+  merge_wait_s_ += Seconds(clock_->Now() - t0);
+  if (!merge_error_.ok()) return;
+  rounds_->MergeNow();
+  pending_pull_ = -1;
+  ++early_merges_;
 }
 
 // One minibatch's gradient into `grad` (the model's .grad buffers); false
@@ -608,6 +625,10 @@ stats::WorkerStats Worker::Stats(bool final) {
   j.set_pushes_refused(ps_->pushes_refused());
   if (units_) j.set_units_finished(units_->finished());
   if (job_.optimizer.clip_norm > 0) j.set_clipped_steps(clipped_);
+  if (job_.training.overlap_steps > 0) {
+    j.set_early_merges(early_merges_);
+    j.set_merge_wait_seconds(merge_wait_s_);
+  }
   if (ledger_) {
     j.set_chunks_acknowledged(ledger_->counts().acknowledged);
     j.set_push_ledger(ledger_->path());

@@ -99,6 +99,11 @@ class Worker {
   Status FinishRound(at::Tensor& grad, bool usable, TimePoint* compute_end);
   Status PushOrSkip(at::Tensor& grad, bool usable);
   Status WaitPull(int64_t clock);
+  // training.overlap_steps > 0, after `taken` steps of the round: folds
+  // the previous round's average in once it has arrived, or waits for it
+  // from the overlap_steps-th step on; an error is kept in merge_error_ for
+  // Step to return.
+  void MergeIfArrived(int64_t taken);
   void PublishProgress();
   void SkipBatches(int64_t from_clock, int64_t to_clock);
   std::string DescribeBlock();
@@ -161,6 +166,9 @@ class Worker {
   double barrier_s_ = 0;       // re-planning: time spent waiting at migration barriers...
   int barriers_ = 0;           // ...and how many
   int64_t pending_pull_ = -1;  // overlap_rounds: the round whose average is in flight
+  Status merge_error_;
+  int64_t early_merges_ = 0;  // rounds whose average was folded in mid-round
+  double merge_wait_s_ = 0;   // of which waiting for it (not compute)
   // Re-planning (docs/planner.md "In a running job"): a migration announces
   // a barrier clock M; we push no clock >= M and pull none beyond M until we
   // hold its new shard map. pulled_through_/pushed_through_ say which

@@ -85,6 +85,11 @@ std::vector<prometheus::MetricFamily> WorkerMetrics(const stats::WorkerStats& s,
   b.Counter("skipped_steps_total", "Steps whose push was not sent.", s.skipped_steps());
   if (s.has_clipped_steps())
     b.Counter("clipped_steps_total", "Minibatch gradients scaled down to optimizer.clip_norm.", s.clipped_steps());
+  if (s.has_early_merges())
+    b.Counter("early_merges_total", "Overlapped rounds whose average was folded in mid-round.", s.early_merges());
+  if (s.has_merge_wait_seconds())
+    b.Counter("merge_wait_seconds_total", "Waiting mid-round for an overlapped round's average.",
+              s.merge_wait_seconds());
   b.Counter("pushes_refused_total", "Pushes the shards refused.", s.pushes_refused());
   b.Counter("redirects_total", "Requests redirected to another shard.", s.redirects());
   b.Counter("pull_resyncs_total", "Full pulls after a gap.", s.pull_resyncs());

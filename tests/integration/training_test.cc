@@ -159,20 +159,25 @@ TEST(TrainingTest, BspMatchesSynchronousSgd) {
   ExpectFinalParams(dir / "run", job, flat.detach());
 }
 
-// Local SGD, both ways of averaging, against the algorithm written out:
+// Local SGD, three ways of averaging, against the algorithm written out:
 // every worker takes local_steps momentum-SGD steps on its own model, the
 // shards average the rounds' progress (outer step 1). Without overlap each
 // round starts from that average; with overlap a worker starts the next
 // round at once and, when it ends, adds its progress since to the average
-// of the round before (which is what had arrived by then). 12 steps in
-// rounds of 5 (the last round has 2).
+// of the round before (which is what had arrived by then); with
+// overlap_steps 1 it waits for that average after the next round's first
+// step and folds it in there (so the merge point, and the result, do not
+// depend on timing). 12 steps in rounds of 5 (the last round has 2).
 TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
-  for (bool overlap : {false, true}) {
-    SCOPED_TRACE(overlap ? "overlap" : "no overlap");
+  enum Mode { kPlain, kOverlap, kOverlapOneStep };
+  for (Mode mode : {kPlain, kOverlap, kOverlapOneStep}) {
+    const char* name[] = {"plain", "overlap", "overlap-one-step"};
+    SCOPED_TRACE(name[mode]);
     TempDir dir;
-    const std::filesystem::path run = dir / (overlap ? "overlap" : "plain");
+    const std::filesystem::path run = dir / name[mode];
     JobSpec job = LaunchExact(run, {"training.staleness_bound=0", "training.local_steps=5",
-                                    std::string("training.overlap_rounds=") + (overlap ? "true" : "false")});
+                                    std::string("training.overlap_rounds=") + (mode == kPlain ? "false" : "true"),
+                                    std::string("training.overlap_steps=") + (mode == kOverlapOneStep ? "1" : "0")});
     ASSERT_EQ(job.NumWorkers(), 3);
     ASSERT_EQ(job.ClocksPerWorker(), 3);
     Workers workers(job);
@@ -191,17 +196,28 @@ TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
         for (int64_t k = c * 5; k < std::min<int64_t>(12, (c + 1) * 5); ++k) {
           velocity[w] = mu * velocity[w] + workers.Gradient(w, model[w]);
           model[w] = model[w] - lr * velocity[w];
+          if (mode == kOverlapOneStep && c > 0 && k == c * 5) {  // the previous round's average, after one step
+            model[w] = global + (model[w] - base[w]);
+            base[w] = global.clone();
+          }
         }
         torch::Tensor progress = model[w] - base[w];
-        if (overlap && c > 0) model[w] = global + progress;
+        if (mode == kOverlap && c > 0) model[w] = global + progress;
         base[w] = model[w].clone();
         mean += progress / 3.0;
       }
       global = global + mean;
-      if (!overlap)
+      if (mode == kPlain)
         for (int w = 0; w < 3; ++w) model[w] = base[w] = global.clone();
     }
     ExpectFinalParams(run, job, global);
+    if (mode == kOverlapOneStep) {
+      // Every round after the first folded its average in mid-round.
+      for (int w = 0; w < 3; ++w) {
+        auto stats = testing::ReadJson(run / "stats" / ("worker-" + std::to_string(w) + ".json"));
+        EXPECT_EQ(stats["early_merges"], "2") << stats.dump();  // int64 is a string in protobuf's JSON
+      }
+    }
   }
 }
 

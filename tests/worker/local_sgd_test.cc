@@ -92,5 +92,26 @@ TEST(LocalRoundsTest, AnOverlappedRoundKeepsItsProgressOnTheLateAverage) {
   EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.1f)));
 }
 
+// overlap_steps: the average folded in mid-round. The model takes it
+// under the progress made so far, and the round's push still carries every
+// step of the round (before and after the merge), not only those after.
+TEST(LocalRoundsTest, AMidRoundMergeKeepsTheWholeRoundInItsPush) {
+  JobSpec job = LocalJob(0, 0);
+  torch::Tensor params = torch::zeros({4});
+  LocalRounds rounds(job, params);
+  rounds.Restart();                                                            // global 0
+  rounds.Step(torch::ones({4}), 1.0);                                          // round 0: params -0.1
+  EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.1f)));  // pushed; round 1 starts
+  rounds.Step(torch::full({4}, 2.0f), 1.0);  // round 1, first step, on the local model: -0.3
+  rounds.global().fill_(-0.05f);             // round 0's average arrives mid-round
+  rounds.MergeNow();
+  EXPECT_TRUE(torch::allclose(params, torch::full({4}, -0.25f)));  // the average plus the progress since
+  rounds.Step(torch::ones({4}), 1.0);                              // round 1, second step: -0.35
+  // Round 1 pushes both of its steps (0.2 + 0.1), measured from the model
+  // it would have had with the average in hand from the start.
+  EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.3f)));
+  EXPECT_TRUE(torch::allclose(params, torch::full({4}, -0.35f)));
+}
+
 }  // namespace
 }  // namespace geodesic::worker
