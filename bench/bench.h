@@ -23,7 +23,7 @@ struct BenchOptions {
   int64_t chunk_bytes = 4 << 20;       // transport: chunk (message) size of both systems
   int64_t staleness_bound = 2;         // ps-overhead: the async run's bound
   double epochs = 4;                   // ps-overhead: epochs of the async run (0: the job's)
-  std::vector<std::string> overrides;  // transport: --set for the shard's job (e.g. optimizer.momentum=0)
+  std::vector<std::string> overrides;  // transport, ps-overhead, wan, sweep: --set for the runs' jobs
   // compression: codecs swept with and without zstd and error feedback, and
   // codecs run (with zstd and error feedback) under momentum correction.
   std::vector<std::string> codecs{"fp16", "bf16", "int8", "int4", "sign", "topk:0.01", "randk:0.01"};

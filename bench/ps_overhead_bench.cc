@@ -77,6 +77,10 @@ StatusOr<json> RunGeodesic(const BenchOptions& options, const std::string& exe, 
     args.push_back("--set");
     args.push_back("training.epochs=" + std::to_string(options.epochs));
   }
+  for (const std::string& o : options.overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
   std::vector<std::unique_ptr<deploy::Child>> launch;
   launch.push_back(std::make_unique<deploy::Child>("launch", args, dir + "/launch.log"));
   GD_LOG(INFO) << "geodesic: the job with staleness bound " << options.staleness_bound;
@@ -88,7 +92,7 @@ StatusOr<json> RunGeodesic(const BenchOptions& options, const std::string& exe, 
 }  // namespace
 
 Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* stop) {
-  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file));
+  GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(options.job_file, options.overrides));  // as the launch will run it
   const std::string exe = options.binary.empty() ? deploy::SelfBinary() : options.binary;
   char tmpl[] = "/tmp/geodesic-overhead-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
@@ -103,6 +107,7 @@ Status RunPsOverheadBench(const BenchOptions& options, const std::atomic<bool>* 
               {"workers", job.NumWorkers()},
               {"servers", job.NumServers()},
               {"staleness_bound", options.staleness_bound},
+              {"overrides", options.overrides},
               {"geodesic_samples_per_second", ours},
               {"plain_samples_per_second", plain_sps},
               {"plain_processes", options.processes},

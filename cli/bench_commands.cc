@@ -56,6 +56,9 @@ Command AddPsOverhead(CLI::App* b) {
         cmd->add_option("--processes", o.processes, "plain training processes (one per core)")->default_val(2);
         cmd->add_option("--staleness-bound", o.staleness_bound, "staleness bound of the async run")->default_val(2);
         cmd->add_option("--epochs", o.epochs, "epochs of the async run (0: the job's)")->default_val(4.0);
+        cmd->add_option("--set", o.overrides,
+                        "override a key of the Geodesic run's job, e.g. training.pipeline_depth=2 (the plain "
+                        "baseline trains the job file's model, batch and optimizer)");
       });
 }
 
