@@ -72,16 +72,25 @@ TEST(LocalRoundsTest, ARoundPushesItsProgressAndRestartsFromTheAverage) {
   EXPECT_TRUE(torch::equal(rounds.Finish(false), torch::zeros({8})));  // no step: nothing to push
 }
 
-TEST(LocalRoundsTest, AnOverlappedRoundKeepsItsProgressOnTheLateAverage) {
+// Overlapped rounds, plain SGD (lr 0.1): round 0 takes one step and is
+// pushed while round 1 starts from the local model; round 1 takes one step
+// (params -0.3) and then round 0's average, -0.05, arrives (the others
+// moved less).
+class OverlappedRoundsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    rounds.Restart();                                                            // global 0
+    rounds.Step(torch::ones({4}), 1.0);                                          // round 0: params -0.1
+    EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.1f)));  // pushed; round 1 starts
+    rounds.Step(torch::full({4}, 2.0f), 1.0);                                    // round 1: -0.3
+    rounds.global().fill_(-0.05f);
+  }
   JobSpec job = LocalJob(0, 0);
   torch::Tensor params = torch::zeros({4});
-  LocalRounds rounds(job, params);
-  rounds.Restart();                            // global 0
-  rounds.Step(torch::ones({4}), 1.0);          // round 0: params -0.1
-  torch::Tensor first = rounds.Finish(false);  // pushed while round 1 starts
-  EXPECT_TRUE(torch::allclose(first, torch::full({4}, 0.1f)));
-  rounds.Step(torch::full({4}, 2.0f), 1.0);  // round 1 from the local model: -0.3
-  rounds.global().fill_(-0.05f);             // round 0's average arrives (the others moved less)
+  LocalRounds rounds{job, params};
+};
+
+TEST_F(OverlappedRoundsTest, AtTheRoundsEndTheModelKeepsItsProgressOnTheLateAverage) {
   torch::Tensor second = rounds.Finish(true);
   // Pushed: round 1's own progress only, not round 0's again.
   EXPECT_TRUE(torch::allclose(second, torch::full({4}, 0.2f)));
@@ -95,15 +104,7 @@ TEST(LocalRoundsTest, AnOverlappedRoundKeepsItsProgressOnTheLateAverage) {
 // overlap_steps: the average folded in mid-round. The model takes it
 // under the progress made so far, and the round's push still carries every
 // step of the round (before and after the merge), not only those after.
-TEST(LocalRoundsTest, AMidRoundMergeKeepsTheWholeRoundInItsPush) {
-  JobSpec job = LocalJob(0, 0);
-  torch::Tensor params = torch::zeros({4});
-  LocalRounds rounds(job, params);
-  rounds.Restart();                                                            // global 0
-  rounds.Step(torch::ones({4}), 1.0);                                          // round 0: params -0.1
-  EXPECT_TRUE(torch::allclose(rounds.Finish(false), torch::full({4}, 0.1f)));  // pushed; round 1 starts
-  rounds.Step(torch::full({4}, 2.0f), 1.0);  // round 1, first step, on the local model: -0.3
-  rounds.global().fill_(-0.05f);             // round 0's average arrives mid-round
+TEST_F(OverlappedRoundsTest, AMidRoundMergeKeepsTheWholeRoundInItsPush) {
   rounds.MergeNow();
   EXPECT_TRUE(torch::allclose(params, torch::full({4}, -0.25f)));  // the average plus the progress since
   rounds.Step(torch::ones({4}), 1.0);                              // round 1, second step: -0.35
