@@ -79,6 +79,7 @@ nlohmann::json PredictionJson(const Prediction& pr) {
     j["local_steps"] = pr.local_steps;
     j["round_ms"] = pr.round_ms;
     j["overlap_rounds"] = pr.overlap_rounds;
+    j["overlap_steps"] = pr.overlap_steps;
   }
   j["links"] = nlohmann::json::array();
   for (const LinkLoad& l : pr.links)
@@ -218,6 +219,12 @@ std::string TextTraffic(const Report& r) {
 
 std::string TextStep(const Report& r) {
   const Prediction& pr = r.plan.prediction;
+  if (pr.local_steps > 1 && pr.overlap_steps > 0)
+    return Format(
+        "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = %d x compute %.1f + max(0, "
+        "communication %.1f - %d x compute) (bottleneck: %s)\n",
+        pr.step_ms, pr.round_ms, pr.local_steps, pr.local_steps, pr.compute_ms, pr.comm_ms, pr.overlap_steps,
+        pr.bottleneck.c_str());
   if (pr.local_steps > 1)
     return Format(pr.overlap_rounds
                       ? "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = max(%d x compute %.1f, "

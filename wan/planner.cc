@@ -129,6 +129,7 @@ struct Planner::Problem {
   // steps, hidden behind the next round's compute with overlap_rounds.
   int local_steps = 1;
   bool overlap_rounds = false;
+  int overlap_steps = 0;  // training.overlap_steps: a round waits after this many steps of the next
   int max_steps = 0;
   std::vector<Codec> codecs;    // the job's and the candidates, each name once
   std::vector<int> candidates;  // indices into codecs, safest first
@@ -284,7 +285,12 @@ class Evaluator {
       const double compute = p_.local_steps * pr.compute_ms;
       pr.local_steps = p_.local_steps;
       pr.overlap_rounds = p_.overlap_rounds;
-      pr.round_ms = p_.overlap_rounds ? std::max(compute, pr.comm_ms) : compute + pr.comm_ms;
+      pr.overlap_steps = p_.overlap_steps;
+      pr.round_ms = !p_.overlap_rounds ? compute + pr.comm_ms : std::max(compute, pr.comm_ms);
+      // Bounded overlap: the next round runs at most N steps before it
+      // waits for the exchange, so only N steps of compute hide it.
+      if (p_.overlap_rounds && p_.overlap_steps > 0)
+        pr.round_ms = compute + std::max(0.0, pr.comm_ms - p_.overlap_steps * pr.compute_ms);
       pr.step_ms = pr.round_ms / p_.local_steps;
     }
     return pr;
@@ -570,6 +576,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
   p->overlapped = job.training.staleness_bound >= 1 && job.training.prefetch;
   p->local_steps = std::max(1, job.training.local_steps);
   p->overlap_rounds = p->local_steps > 1 && job.training.overlap_rounds;
+  p->overlap_steps = p->overlap_rounds ? job.training.overlap_steps : 0;
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;

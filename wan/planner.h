@@ -143,7 +143,9 @@ struct Prediction {
   double step_ms = 0;           // BSP: compute + comm; bounded staleness: max(compute, comm); local SGD: round / H
   int local_steps = 1;          // training.local_steps H: one exchange per round of H steps
   bool overlap_rounds = false;  // H > 1 with training.overlap_rounds
-  double round_ms = 0;          // H > 1: H * compute + comm, or max(H * compute, comm) with overlap_rounds
+  int overlap_steps = 0;        // with overlap_rounds: training.overlap_steps N (0: the whole round)
+  double round_ms = 0;          // H > 1: H * compute + comm; max(H * compute, comm) with overlap_rounds;
+                                // H * compute + max(0, comm - N * compute) with overlap_steps N
   std::vector<LinkLoad> links;  // every ordered region pair, `from`-major
   std::vector<PairTime> pairs;  // pairs with traffic, worker-region-major
   std::string bottleneck;       // the slowest pair, "asia workers <-> eu servers"; empty if none

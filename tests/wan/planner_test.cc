@@ -141,6 +141,24 @@ TEST(PlannerTest, LocalStepsPayOneExchangePerRound) {
   }
 }
 
+// training.overlap_steps N: the next round runs N steps (5 ms each) before
+// it waits for the 28 ms exchange, so only N x 5 ms of it is hidden.
+TEST(PlannerTest, BoundedOverlapHidesOnlyItsSteps) {
+  for (int n : {1, 2, 4}) {
+    auto job = ParseJob(TwoRegions(), "t",
+                        {"training.staleness_bound=0", "training.local_steps=4", "wan.congestion_control=cubic",
+                         "training.overlap_rounds=true", "training.overlap_steps=" + std::to_string(n)});
+    ASSERT_TRUE(job.ok()) << job.status();
+    Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
+    auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(pr.ok()) << pr.status();
+    EXPECT_DOUBLE_EQ(pr->round_ms, 20.0 + (28.0 - 5.0 * n)) << n;  // 43, 38, 28 ms
+    EXPECT_EQ(pr->overlap_steps, n);
+    EXPECT_NE(PlanReport(planner, planner.MakePlan(), {}, false).find("- " + std::to_string(n) + " x compute"),
+              std::string::npos);
+  }
+}
+
 TEST(PlannerTest, CodecBytesFollowTheCodecSizes) {
   JobSpec job = Job(R"(
 regions:
