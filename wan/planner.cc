@@ -286,11 +286,12 @@ class Evaluator {
       pr.local_steps = p_.local_steps;
       pr.overlap_rounds = p_.overlap_rounds;
       pr.overlap_steps = p_.overlap_steps;
-      pr.round_ms = !p_.overlap_rounds ? compute + pr.comm_ms : std::max(compute, pr.comm_ms);
-      // Bounded overlap: the next round runs at most N steps before it
-      // waits for the exchange, so only N steps of compute hide it.
-      if (p_.overlap_rounds && p_.overlap_steps > 0)
-        pr.round_ms = compute + std::max(0.0, pr.comm_ms - p_.overlap_steps * pr.compute_ms);
+      // The exchange hides behind the next round's compute: none of it, all
+      // of it, or (bounded overlap) the N steps it runs before waiting.
+      const double hidden = !p_.overlap_rounds      ? 0.0
+                            : p_.overlap_steps == 0 ? compute
+                                                    : p_.overlap_steps * pr.compute_ms;
+      pr.round_ms = compute + std::max(0.0, pr.comm_ms - hidden);
       pr.step_ms = pr.round_ms / p_.local_steps;
     }
     return pr;

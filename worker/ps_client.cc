@@ -260,11 +260,8 @@ void PsClient::OnPullReply(int shard, transport::Message& m) {
       if (!s.ok()) p.error = s;
     } else {
       p.data.emplace_back(d, std::move(m.frames[i]));
-      if (p.borrow) {
-        Status s = CheckBorrowable(d, p.data.back().second);
-        if (!s.ok()) p.error = s;
-        p.checked = p.data.size();
-      }
+      if (p.borrow)
+        if (Status s = CheckBorrowable(d, p.data.back().second); !s.ok()) p.error = s;
     }
   }
   p.max_held_us = std::max<uint64_t>(p.max_held_us, r.held_us());
@@ -567,13 +564,11 @@ StatusOr<PullTiming> PsClient::WaitPull(int64_t clock, bool final, float* params
     if (params) {
       for (auto& [d, frame] : p.data) GD_RETURN_IF_ERROR(Decode(p, d, frame));
       p.data.clear();
-      p.checked = 0;
       p.borrow = false;
     } else {
-      // Checked as they arrive too, so that the read of the values overlaps
-      // the rest of the transfer instead of following it.
-      for (; p.checked < p.data.size(); ++p.checked)
-        GD_RETURN_IF_ERROR(CheckBorrowable(p.data[p.checked].first, p.data[p.checked].second));
+      // What arrives from here on is checked on arrival, so that the read
+      // of the values overlaps the rest of the transfer.
+      for (const auto& [d, frame] : p.data) GD_RETURN_IF_ERROR(CheckBorrowable(d, frame));
       p.borrow = true;
     }
   }
@@ -629,8 +624,8 @@ Status PsClient::AwaitPull(std::map<int64_t, PendingPull>::iterator it, int64_t 
 }
 
 Status PsClient::CheckBorrowable(const wire::ChunkData& d, const zmq::message_t& frame) {
-  // Borrowed values are read in place: only fp32 frames qualify.
-  GD_RETURN_IF_ERROR(compression::CheckPayloadSize(d.codec(), d.num_elems(), frame.size()));
+  // Borrowed values are read in place: only fp32 frames qualify (their size
+  // was checked on arrival, CheckPulledChunk).
   if (d.codec() != wire::FP32 || d.zstd() || d.delta())
     return InvalidArgument("zero-copy pulls need plain fp32 values");
   uint64_t first = 0;
@@ -642,9 +637,8 @@ Status PsClient::CheckBorrowable(const wire::ChunkData& d, const zmq::message_t&
 
 Status PsClient::Borrow(PendingPull& p, std::vector<PulledChunk>* borrowed) {
   borrowed->clear();
-  for (size_t i = 0; i < p.data.size(); ++i) {
-    auto& [d, frame] = p.data[i];
-    if (i >= p.checked) GD_RETURN_IF_ERROR(CheckBorrowable(d, frame));
+  // Every frame was checked (CheckBorrowable) when WaitPull began or on arrival since.
+  for (auto& [d, frame] : p.data) {
     versions_[d.chunk_id()] = d.version();
     borrowed->push_back(PulledChunk{d.chunk_id(), d.version(), std::move(frame)});
   }

@@ -228,7 +228,6 @@ class PsClient {
     double max_hold_s = -1;
     float* dest = nullptr;  // set by WaitPull: decode on arrival
     bool borrow = false;    // set by WaitPull for a zero-copy read: check on arrival
-    size_t checked = 0;     // leading entries of `data` already checked for borrowing
     TimePoint requested{};
     std::vector<uint64_t> request_ids;  // per shard
     std::vector<uint64_t> reply_bytes;  // per shard, received so far
@@ -276,8 +275,8 @@ class PsClient {
                    const std::atomic<bool>* stop, const std::function<std::string()>& describe);
   // Hands pull `p`'s frames over without copying (WaitPull's zero-copy read).
   Status Borrow(PendingPull& p, std::vector<PulledChunk>* borrowed);
-  // InvalidArgument unless a pulled chunk can be read in place: plain fp32
-  // of the right size, every value finite.
+  // InvalidArgument unless a pulled chunk (its size already checked) can be
+  // read in place: plain fp32, every value finite.
   static Status CheckBorrowable(const wire::ChunkData& d, const zmq::message_t& frame);
   // Unacknowledged pushes split by the chunks' owners in the new map.
   void ReroutePushes();
