@@ -202,6 +202,11 @@ struct TrainingSpec {
   bool staleness_scaling = true;
   TrainingDevice device = TrainingDevice::kCpu;
   int threads = 1;  // intra-op threads per worker; one per core is fastest
+  // Threads each parameter-server shard checks and applies one update with,
+  // each taking a slice of the chunk (chunks of 2 MiB and more; smaller
+  // ones stay on one thread). 0: one per core of the shard's machine. The
+  // result is the same bits whatever the count.
+  int shard_threads = 1;
   // Send each pull before computing the step before it, so network time
   // overlaps compute. Servers answer it once the worker's previous push is
   // in or when the reply must leave to arrive in time, whichever is first.

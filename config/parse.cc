@@ -225,6 +225,7 @@ void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
   r.Get("staleness_scaling", &t->staleness_scaling);
   r.Get("device", &device);
   r.Get("threads", &t->threads);
+  r.Get("shard_threads", &t->shard_threads);
   r.Get("prefetch", &t->prefetch);
   r.Get("pipeline_depth", &t->pipeline_depth);
   r.Get("local_steps", &t->local_steps);
@@ -239,6 +240,8 @@ void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
         "must be in (0, 10000] unless training.steps is set");
   ParseWord(device, &t->device, errors, "training.device", "use cpu, cuda or auto");
   Check(t->threads >= 1 && t->threads <= 256, errors, "training.threads", "must be in [1, 256]");
+  Check(t->shard_threads >= 0 && t->shard_threads <= 256, errors, "training.shard_threads",
+        "must be in [0, 256] (0: one per core)");
 }
 
 void ParseWire(MapReader& top, WireSpec* w, Errors* errors) {

@@ -90,6 +90,7 @@ void EmitTraining(YAML::Emitter& out, const TrainingSpec& t) {
   Put(out, "staleness_scaling", t.staleness_scaling);
   Put(out, "device", t.device);
   Put(out, "threads", t.threads);
+  Put(out, "shard_threads", t.shard_threads);
   Put(out, "prefetch", t.prefetch);
   Put(out, "pipeline_depth", t.pipeline_depth);
   Put(out, "local_steps", t.local_steps);

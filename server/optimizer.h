@@ -7,8 +7,10 @@
 // chunk. Step() reads the current parameters from `in` and writes the updated
 // ones to `out`, which may be the same buffer; writing elsewhere lets the
 // shard keep serving the old buffer to pulls still being sent. Each Step is
-// one fused pass over the chunk. Not synchronized: the shard's loop thread
-// owns its optimizers.
+// one fused pass over the chunk, cut into pieces that run at once on a
+// RangePool when one is given (the same bits as one piece: every value is
+// updated on its own). Not synchronized: the shard's loop thread owns its
+// optimizers.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +20,10 @@
 #include <vector>
 
 #include "config/job.h"
+
+namespace geodesic {
+class RangePool;
+}
 
 namespace geodesic::server {
 
@@ -59,6 +65,7 @@ class ChunkOptimizer {
   virtual bool Load(const State& state) = 0;
 };
 
-std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n);
+// `pool` (may be null: one thread) must outlive the optimizer.
+std::unique_ptr<ChunkOptimizer> MakeChunkOptimizer(const OptimizerSpec& spec, size_t n, RangePool* pool = nullptr);
 
 }  // namespace geodesic::server

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <set>
+#include <vector>
 
+#include "common/range_pool.h"
 #include "compression/codec.h"
 
 namespace geodesic::server {
@@ -10,13 +12,25 @@ namespace {
 
 // Values that are not finite or beyond kMaxValueMagnitude: how many, and
 // the first one's index.
-size_t CountUnusable(const float* v, uint64_t n, uint64_t* first) {
+size_t CountRange(const float* v, size_t b, size_t e) {
+  size_t bad = 0;
+  for (size_t i = b; i < e; ++i) bad += !(std::fabs(v[i]) <= kMaxValueMagnitude);
+  return bad;
+}
+
+size_t CountUnusable(RangePool* pool, const float* v, uint64_t n, uint64_t* first) {
   // A branch-free count (NaN fails the comparison too) so that the loop
   // vectorizes: a store of the first index inside it kept the compiler to
   // one value at a time, as slow as the optimizer step itself (perf,
   // docs/benchmarks.md). The index is searched only when something failed.
   size_t bad = 0;
-  for (uint64_t i = 0; i < n; ++i) bad += !(std::fabs(v[i]) <= kMaxValueMagnitude);
+  if (!pool || pool->Pieces(n) == 1) {
+    bad = CountRange(v, 0, n);
+  } else {
+    std::vector<size_t> counts(pool->threads(), 0);
+    pool->Run(n, [&](int piece, size_t b, size_t e) { counts[piece] = CountRange(v, b, e); });
+    for (size_t c : counts) bad += c;
+  }
   if (bad == 0) return 0;
   for (uint64_t i = 0; i < n; ++i)
     if (!(std::fabs(v[i]) <= kMaxValueMagnitude)) {
@@ -94,7 +108,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
       v = decoded_[i].data();
     }
     uint64_t first = 0;
-    if (size_t bad = CountUnusable(v, c.num_elems(), &first)) {
+    if (size_t bad = CountUnusable(shard.pool(), v, c.num_elems(), &first)) {
       const bool finite = std::isfinite(v[first]);
       *reason = finite ? wire::REFUSAL_VALUE_TOO_LARGE : wire::REFUSAL_NON_FINITE;
       return InvalidArgument(name + " holds " + std::to_string(bad) +

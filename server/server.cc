@@ -323,6 +323,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   so.strategy = FederatedStrategyOf(options_.job);
   so.total_clocks = options_.job.ClocksPerWorker();
   so.total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0;
+  so.threads = options_.job.training.shard_threads;
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   pulls_.Start(shard_.get(), &clocks_, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   migration_.Start(shard_.get(), &pulls_, map.version);

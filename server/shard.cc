@@ -10,14 +10,19 @@
 namespace geodesic::server {
 namespace {
 
-std::unique_ptr<ChunkOptimizer> NewOptimizer(const ShardOptions& o, size_t n) {
-  return o.strategy ? MakeStrategyOptimizer(*o.strategy, n) : MakeChunkOptimizer(o.optimizer, n);
+std::unique_ptr<ChunkOptimizer> NewOptimizer(const ShardOptions& o, size_t n, RangePool* pool) {
+  return o.strategy ? MakeStrategyOptimizer(*o.strategy, n) : MakeChunkOptimizer(o.optimizer, n, pool);
+}
+
+void AddRange(float* __restrict sum, const float* __restrict g, size_t b, size_t e) {
+  for (size_t i = b; i < e; ++i) sum[i] += g[i];
 }
 
 }  // namespace
 
 ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::vector<uint32_t> owned)
     : options_(std::move(options)), layout_(layout), owned_(std::move(owned)) {
+  if (options_.threads != 1) pool_ = std::make_unique<RangePool>(options_.threads);
   std::sort(owned_.begin(), owned_.end());
   index_.assign(layout_.num_chunks(), -1);
   chunks_.resize(owned_.size());
@@ -27,7 +32,7 @@ ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::v
     Chunk& c = chunks_[i];
     c.id = owned_[i];
     c.size = layout_.Size(c.id);
-    c.optimizer = NewOptimizer(options_, c.size);
+    c.optimizer = NewOptimizer(options_, c.size, pool_.get());
     c.units_taken.assign(options_.total_units, false);
   }
   uninitialized_ = chunks_.size();
@@ -148,11 +153,9 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       std::sort(parts.begin(), parts.end(),
                 [](const Contribution& a, const Contribution& b) { return a.worker < b.worker; });
       std::vector<float>& sum = parts.front().grad;
-      for (size_t k = 1; k < parts.size(); ++k) {
-        const float* g = parts[k].grad.data();
-        float* s = sum.data();
-        for (uint64_t i = 0; i < c.size; ++i) s[i] += g[i];
-      }
+      ForRanges(pool_.get(), c.size, [&](int, size_t b, size_t e) {
+        for (size_t k = 1; k < parts.size(); ++k) AddRange(sum.data(), parts[k].grad.data(), b, e);  // worker order
+      });
       float scale = 1.0f / static_cast<float>(parts.size());
       for (const Contribution& p : parts)
         staleness_.Add(c.version >= p.base_version ? static_cast<int64_t>(c.version - p.base_version) : 0);
@@ -243,7 +246,7 @@ StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoi
     if (!a.empty()) std::memcpy(v.data(), a.data(), a.size());  // an empty vector's data() may be null
     st.arrays.push_back(std::move(v));
   }
-  auto probe = NewOptimizer(options_, size);
+  auto probe = NewOptimizer(options_, size, pool_.get());
   if (!probe->Load(st))
     return DataLoss(where + ": optimizer state does not fit a " + ToString(options_.optimizer.name) + " optimizer of " +
                     std::to_string(size) + " values");
@@ -272,7 +275,7 @@ Status ShardState::AdoptChunk(const wire::ChunkCheckpoint& in) {
   GD_RETURN_IF_ERROR(TakeUnits(in, &c, "adopted chunk " + std::to_string(id)));
   c.id = id;
   c.size = size;
-  c.optimizer = NewOptimizer(options_, size);
+  c.optimizer = NewOptimizer(options_, size, pool_.get());
   GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
   c.params = std::shared_ptr<float[]>(new float[size]);
   std::memcpy(c.params.get(), in.params().data(), size * sizeof(float));

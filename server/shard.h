@@ -39,6 +39,7 @@
 
 #include "cluster/chunking.h"
 #include "common/histogram.h"
+#include "common/range_pool.h"
 #include "common/status.h"
 #include "config/job.h"
 #include "proto/checkpoint.pb.h"
@@ -60,6 +61,9 @@ struct ShardOptions {
   // Elastic jobs: the data units (JobSpec::TotalUnits). Each chunk takes
   // each unit once, from whichever worker pushes it first. 0: not elastic.
   int64_t total_units = 0;
+  // Threads that check and apply one update together (training.shard_threads;
+  // 0: one per core). Only chunks of at least 2 MiB are split.
+  int threads = 1;
 };
 
 class ShardState {
@@ -69,6 +73,9 @@ class ShardState {
   bool Owns(uint32_t chunk) const { return chunk < index_.size() && index_[chunk] >= 0; }
   const std::vector<uint32_t>& owned() const { return owned_; }
   const cluster::ChunkLayout& layout() const { return layout_; }
+  // The threads updates are split over (null: the caller's alone); the
+  // push check shares them.
+  RangePool* pool() const { return pool_.get(); }
 
   // Sets a chunk's initial values; only the first call per chunk has effect.
   bool Init(uint32_t chunk, const float* values);
@@ -180,6 +187,7 @@ class ShardState {
   const Chunk& chunk(uint32_t id) const { return chunks_[index_[id]]; }
 
   ShardOptions options_;
+  std::unique_ptr<RangePool> pool_;  // null with one thread
   cluster::ChunkLayout layout_;
   std::vector<uint32_t> owned_;
   std::vector<int32_t> index_;  // chunk id -> position in chunks_, -1 if not owned

@@ -110,6 +110,47 @@ TEST_F(RequestsTest, NonFiniteValuesAreCountedAndTheFirstNamed) {
   EXPECT_EQ(shard_.Read(0).values[0], 0.5f);
 }
 
+// With training.shard_threads the check of a large chunk is split over
+// threads: the count sums every piece and the first bad value is still the
+// first in the chunk, not in the first piece that found one.
+TEST(RequestsSplitCheckTest, ThreadsCountEveryPieceAndNameTheFirstBadValue) {
+  constexpr uint32_t n = 1 << 20;  // 4 MiB: 3 pieces on 3 threads
+  ShardOptions o;
+  o.staleness_bound = 2;
+  o.threads = 3;
+  ShardState shard(o, cluster::ChunkLayout(n, n), {0});
+  ASSERT_NE(shard.pool(), nullptr);
+  ASSERT_EQ(shard.pool()->Pieces(n), 3);
+  std::vector<float> init(n, 0.5f);
+  ASSERT_TRUE(shard.Init(0, init.data()));
+  ClockTable clocks(1);
+  clocks.SetLive({0}, {0});
+  RequestDecoder decoder;
+  ShardContext ctx{.shard = &shard, .clocks = &clocks, .server_id = 0, .num_workers = 1, .decoder = &decoder};
+  auto push = [&](const std::vector<std::pair<uint32_t, float>>& bad) {
+    transport::Message m;
+    m.header.set_sender_role(wire::WORKER);
+    auto* d = m.header.mutable_push_request()->add_chunks();
+    d->set_codec(wire::FP32);
+    d->set_num_elems(n);
+    std::vector<float> g(n, 1e-3f);
+    for (auto [i, v] : bad) g[i] = v;
+    m.frames.emplace_back(g.data(), g.size() * sizeof(float));
+    return ApplyPush(ctx, std::move(m));
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Handled h = push({{n - 1, 3e18f}, {n / 2, nan}, {n - 9, nan}});  // pieces 2 and 3
+  EXPECT_EQ(h.reason, wire::REFUSAL_NON_FINITE) << h.status;
+  EXPECT_NE(h.status.message().find("holds 3 non-finite or too large values (first at index " + std::to_string(n / 2)),
+            std::string::npos)
+      << h.status;
+  EXPECT_EQ(shard.updates_applied(), 0u);
+  h = push({});
+  EXPECT_TRUE(h.status.ok()) << h.status;
+  EXPECT_EQ(shard.updates_applied(), 1u);
+  EXPECT_FLOAT_EQ(shard.Read(0).values[n - 1], 0.5f - 0.05f * 1e-3f);
+}
+
 // Regression: clock INT64_MAX overflowed clock + 1 (UB) in
 // the clock table.
 TEST_F(RequestsTest, ClockBeyondAnyJobIsRefused) {

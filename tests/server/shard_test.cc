@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace geodesic::server {
@@ -232,4 +234,72 @@ TEST(ShardTest, AdoptRefusesStateThatDoesNotFit) {
   EXPECT_EQ(dst.AdoptChunk(bad).code(), Code::kInvalidArgument);
 }
 
+}  // namespace geodesic::server
+
+namespace geodesic::server {
+namespace {
+
+// training.shard_threads splits each update over threads: every optimizer,
+// BSP and asynchronous, gives the same bits as one thread.
+struct SplitCase {
+  const char* name;
+  OptimizerKind kind;
+  double momentum;
+  bool nesterov;
+  int64_t bound;
+};
+
+std::vector<std::vector<float>> TrainSplit(const SplitCase& k, int threads) {
+  // Two chunks of 2.7 and 2.4 MiB (each split in 2 on 3 threads), plus an
+  // odd tail, three workers, five clocks.
+  constexpr uint64_t kParams = 1'300'007, kChunk = 700'001;
+  ShardOptions o = Options(k.bound, k.momentum);
+  o.optimizer.name = k.kind;
+  o.optimizer.nesterov = k.nesterov;
+  o.optimizer.lr = k.kind == OptimizerKind::kSgd ? 0.1 : 0.01;
+  o.optimizer.weight_decay = 0.01;
+  o.threads = threads;
+  ShardState s(o, cluster::ChunkLayout(kParams, kChunk), {0, 1});
+  ClockTable clocks(3);
+  clocks.SetLive({0, 1, 2}, {0, 0, 0});
+  std::vector<float> g(kChunk);
+  for (uint32_t c = 0; c < 2; ++c) {
+    for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.001f * static_cast<float>(i + c));
+    EXPECT_TRUE(s.Init(c, g.data()));
+  }
+  for (int64_t clock = 0; clock < 5; ++clock)
+    for (int w = 0; w < 3; ++w) {
+      for (uint32_t c = 0; c < 2; ++c) {
+        for (size_t i = 0; i < g.size(); ++i) g[i] = std::cos(0.37f * static_cast<float>(i % 977 + w * 13 + clock));
+        auto r = s.Push(w, clock, c, s.Read(c).version, g.data(), 3);
+        EXPECT_EQ(r.result, wire::APPLIED);
+        if (r.clock_completed) clocks.Finished(w, clock);
+      }
+      s.CloseRounds(clocks);
+    }
+  EXPECT_EQ(s.updates_applied(), k.bound == 0 ? 10u : 30u);
+  return {Values(s, 0), Values(s, 1)};
+}
+
+TEST(ShardSplitTest, ThreadsGiveTheSameBitsAsOneThread) {
+  const SplitCase cases[] = {
+      {"sgd", OptimizerKind::kSgd, 0.0, false, 0},
+      {"sgd momentum bsp", OptimizerKind::kSgd, 0.9, false, 0},
+      {"sgd momentum async", OptimizerKind::kSgd, 0.9, false, 2},
+      {"sgd nesterov", OptimizerKind::kSgd, 0.9, true, 2},
+      {"adam", OptimizerKind::kAdam, 0.0, false, 2},
+      {"adamw bsp", OptimizerKind::kAdamW, 0.0, false, 0},
+  };
+  for (const SplitCase& k : cases) {
+    auto one = TrainSplit(k, 1), three = TrainSplit(k, 3);
+    for (size_t c = 0; c < one.size(); ++c) {
+      ASSERT_EQ(one[c].size(), three[c].size());
+      EXPECT_EQ(std::memcmp(one[c].data(), three[c].data(), one[c].size() * sizeof(float)), 0)
+          << k.name << ", chunk " << c;
+      EXPECT_NE(one[c][0], std::sin(0.001f * static_cast<float>(c))) << k.name << ": nothing was applied";
+    }
+  }
+}
+
+}  // namespace
 }  // namespace geodesic::server
