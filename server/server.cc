@@ -329,7 +329,9 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   migration_.Start(shard_.get(), &pulls_, map.version);
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("
                << map.BytesPerServer(options_.job.NumServers())[options_.id] / 1024 << " KiB); optimizer "
-               << options_.job.optimizer.name << ", staleness bound " << options_.job.training.staleness_bound;
+               << options_.job.optimizer.name << ", staleness bound " << options_.job.training.staleness_bound
+               << (shard_->pool() ? ", updates split over " + std::to_string(shard_->pool()->threads()) + " threads"
+                                  : std::string());
   // Every worker starts at the clock the coordinator gave it (0 at job start).
   std::vector<int> all;
   for (int w = 0; w < num_workers_; ++w) all.push_back(w);

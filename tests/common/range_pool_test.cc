@@ -34,8 +34,8 @@ std::vector<Cut> CutsOf(RangePool& pool, size_t n, size_t min_piece) {
 
 TEST(RangePoolTest, PiecesCoverTheRangeOnceInOrderAndAligned) {
   RangePool pool(4);
-  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{64}, size_t{100}, size_t{1000}, size_t{4099},
-                   size_t{1} << 20}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{15}, size_t{64}, size_t{100}, size_t{1000}, size_t{4099}, size_t{1} << 20}) {
     std::vector<Cut> cuts = CutsOf(pool, n, 16);
     ASSERT_EQ(static_cast<int>(cuts.size()), pool.Pieces(n, 16)) << n;
     size_t next = 0;
@@ -81,7 +81,8 @@ TEST(RangePoolTest, ManyRunsOfChangingSizesEachCountEveryElementOnce) {
   for (int run = 0; run < 2000; ++run) {
     const size_t n = static_cast<size_t>(run * 37 % 5000);
     pool.Run(
-        n, [&](int, size_t b, size_t e) {
+        n,
+        [&](int, size_t b, size_t e) {
           for (size_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
         },
         8);

@@ -317,6 +317,25 @@ TEST(JobTest, LocalStepsCountClocksPerRoundAndRunAnOuterStepOnTheShards) {
   }
 }
 
+TEST(JobTest, ShardThreadsParseRoundTripAndAreBounded) {
+  auto job = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->training.shard_threads, 1);
+  for (int threads : {0, 4, 256}) {
+    job = ParseJob(kMinimal, "t", {"training.shard_threads=" + std::to_string(threads)});
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->training.shard_threads, threads);
+    auto again = ParseJob(JobToYaml(*job), "t");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->training.shard_threads, threads);
+  }
+  for (const char* bad : {"training.shard_threads=-1", "training.shard_threads=257", "training.shard_threads=two"}) {
+    auto r = ParseJob(kMinimal, "t", {bad});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("training.shard_threads"), std::string::npos) << r.status();
+  }
+}
+
 TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
   auto job = ParseJob(
       kMinimal, "t",

@@ -47,6 +47,23 @@ TEST(CliTest, HelpForEverySubcommand) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+// A real shard process that splits its updates over two threads
+// (training.shard_threads) serves pushes and pulls of an 8 MiB chunk, whose
+// pulled values the bench's client checks, and exits cleanly.
+TEST(BenchTest, TransportThroughAShardWithTwoThreads) {
+  auto r = RunGeodesic({"bench", "transport", "--sizes-mb", "8", "--chunk-bytes", "8388608", "--seconds", "0.3",
+                        "--set", "training.shard_threads=2", "--json"},
+                       60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("[\n  {");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  auto rows = nlohmann::json::parse(r.output.substr(at, r.output.rfind(']') + 1 - at), nullptr, false);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 1) << r.output;
+  EXPECT_EQ(rows[0]["bytes"], 8 << 20);
+  EXPECT_GE(rows[0]["rounds"].get<int>(), 3);
+  EXPECT_GT(rows[0]["geodesic_gbps"].get<double>(), 0);
+}
+
 TEST(LaunchTest, BadJobFileIsAClearErrorAndStartsNothing) {
   TempDir dir;
   testing::WriteText(dir / "bad.yaml", "name: x\nregions:\n  a: {servers: 1, workers: 1}\ntraining: {epoch: 3}\n");
