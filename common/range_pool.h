@@ -59,13 +59,16 @@ class RangePool {
   std::vector<std::thread> helpers_;
 };
 
-// Runs fn over [0, n) on `pool`, or as one piece on the caller when pool
-// is null.
-inline void ForRanges(RangePool* pool, size_t n, const std::function<void(int, size_t, size_t)>& fn) {
-  if (pool)
+// Runs fn(piece, begin, end) over [0, n) on `pool`, or as one piece on the
+// caller when pool is null or n is too short to split. Only a split wraps
+// fn in a std::function: the optimizer calls this once per update, and on
+// one thread it costs nothing (no allocation).
+template <typename Fn>
+void ForRanges(RangePool* pool, size_t n, Fn&& fn) {
+  if (pool && pool->Pieces(n) > 1)
     pool->Run(n, fn);
   else
-    fn(0, 0, n);
+    fn(0, size_t{0}, n);
 }
 
 }  // namespace geodesic

@@ -24,12 +24,12 @@ size_t CountUnusable(RangePool* pool, const float* v, uint64_t n, uint64_t* firs
   // one value at a time, as slow as the optimizer step itself (perf,
   // docs/benchmarks.md). The index is searched only when something failed.
   size_t bad = 0;
-  if (!pool || pool->Pieces(n) == 1) {
-    bad = CountRange(v, 0, n);
-  } else {
-    std::vector<size_t> counts(pool->threads(), 0);
+  if (pool && pool->Pieces(n) > 1) {
+    std::vector<size_t> counts(pool->threads(), 0);  // one per piece, summed after
     pool->Run(n, [&](int piece, size_t b, size_t e) { counts[piece] = CountRange(v, b, e); });
     for (size_t c : counts) bad += c;
+  } else {
+    bad = CountRange(v, 0, n);
   }
   if (bad == 0) return 0;
   for (uint64_t i = 0; i < n; ++i)
