@@ -111,8 +111,8 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
     if (size_t bad = CountUnusable(shard.pool(), v, c.num_elems(), &first)) {
       const bool finite = std::isfinite(v[first]);
       *reason = finite ? wire::REFUSAL_VALUE_TOO_LARGE : wire::REFUSAL_NON_FINITE;
-      return InvalidArgument(name + " holds " + std::to_string(bad) +
-                             (finite ? " values beyond +-1e18" : " non-finite or too large values") +
+      // The count takes both kinds together; the reason follows the first.
+      return InvalidArgument(name + " holds " + std::to_string(bad) + " values that are not finite or beyond +-1e18" +
                              " (first at index " + std::to_string(first) + ": " + std::to_string(v[first]) + ")");
     }
     values->push_back(v);

@@ -99,13 +99,26 @@ TEST_F(RequestsTest, NonFiniteValuesAreCountedAndTheFirstNamed) {
   g[6] = 2e18f;
   Handled h = ApplyPush(Ctx(), std::move(m));
   EXPECT_EQ(h.reason, wire::REFUSAL_NON_FINITE) << h.status;
-  EXPECT_NE(h.status.message().find("holds 3 non-finite or too large values (first at index 3"), std::string::npos)
+  EXPECT_NE(h.status.message().find("holds 3 values that are not finite or beyond +-1e18 (first at index 3"),
+            std::string::npos)
       << h.status;
   m = Push(0, 1.0f);
   static_cast<float*>(m.frames[0].data())[7] = -2e18f;  // the last value only
   h = ApplyPush(Ctx(), std::move(m));
   EXPECT_EQ(h.reason, wire::REFUSAL_VALUE_TOO_LARGE) << h.status;
-  EXPECT_NE(h.status.message().find("holds 1 values beyond +-1e18 (first at index 7"), std::string::npos) << h.status;
+  EXPECT_NE(h.status.message().find("holds 1 values that are not finite or beyond +-1e18 (first at index 7"),
+            std::string::npos)
+      << h.status;
+  // Mixed, a finite value first: the reason follows it, the count and the
+  // wording take the NaN after it too.
+  m = Push(0, 1.0f);
+  static_cast<float*>(m.frames[0].data())[2] = 5e18f;
+  static_cast<float*>(m.frames[0].data())[4] = std::numeric_limits<float>::quiet_NaN();
+  h = ApplyPush(Ctx(), std::move(m));
+  EXPECT_EQ(h.reason, wire::REFUSAL_VALUE_TOO_LARGE) << h.status;
+  EXPECT_NE(h.status.message().find("holds 2 values that are not finite or beyond +-1e18 (first at index 2"),
+            std::string::npos)
+      << h.status;
   EXPECT_EQ(shard_.updates_applied(), 0u);
   EXPECT_EQ(shard_.Read(0).values[0], 0.5f);
 }
@@ -141,7 +154,8 @@ TEST(RequestsSplitCheckTest, ThreadsCountEveryPieceAndNameTheFirstBadValue) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   Handled h = push({{n - 1, 3e18f}, {n / 2, nan}, {n - 9, nan}});  // pieces 2 and 3
   EXPECT_EQ(h.reason, wire::REFUSAL_NON_FINITE) << h.status;
-  EXPECT_NE(h.status.message().find("holds 3 non-finite or too large values (first at index " + std::to_string(n / 2)),
+  EXPECT_NE(h.status.message().find("holds 3 values that are not finite or beyond +-1e18 (first at index " +
+                                    std::to_string(n / 2)),
             std::string::npos)
       << h.status;
   EXPECT_EQ(shard.updates_applied(), 0u);
