@@ -179,7 +179,7 @@ void BadInputTest::SendEveryMalformedMessage() {
   // Chunk ids that do not exist.
   ExpectRefused(Push(0, {99}), {payload(good, 1024)}, "chunk 99 does not exist");
   // NaN in a gradient.
-  ExpectRefused(Push(0, {0}), {payload(bad, 1024)}, "non-finite");
+  ExpectRefused(Push(0, {0}), {payload(bad, 1024)}, "values that are not finite");
   // An unknown codec.
   wire::Header codec = Push(0, {0});
   codec.mutable_push_request()->mutable_chunks(0)->set_codec(static_cast<wire::Codec>(42));
