@@ -18,18 +18,30 @@ size_t CountRange(const float* v, size_t b, size_t e) {
   return bad;
 }
 
-size_t CountUnusable(RangePool* pool, const float* v, uint64_t n, uint64_t* first) {
+// The same count, copying each value to `dst` as it is read.
+size_t CopyCountRange(const float* __restrict v, float* __restrict dst, size_t b, size_t e) {
+  size_t bad = 0;
+  for (size_t i = b; i < e; ++i) {
+    const float x = v[i];
+    dst[i] = x;
+    bad += !(std::fabs(x) <= kMaxValueMagnitude);
+  }
+  return bad;
+}
+
+size_t CountUnusable(RangePool* pool, const float* v, uint64_t n, uint64_t* first, float* copy_to) {
   // A branch-free count (NaN fails the comparison too) so that the loop
   // vectorizes: a store of the first index inside it kept the compiler to
   // one value at a time, as slow as the optimizer step itself (perf,
   // docs/benchmarks.md). The index is searched only when something failed.
+  auto count = [&](size_t b, size_t e) { return copy_to ? CopyCountRange(v, copy_to, b, e) : CountRange(v, b, e); };
   size_t bad = 0;
   if (pool && pool->Pieces(n) > 1) {
     std::vector<size_t> counts(pool->threads(), 0);  // one per piece, summed after
-    pool->Run(n, [&](int piece, size_t b, size_t e) { counts[piece] = CountRange(v, b, e); });
+    pool->Run(n, [&](int piece, size_t b, size_t e) { counts[piece] = count(b, e); });
     for (size_t c : counts) bad += c;
   } else {
-    bad = CountRange(v, 0, n);
+    bad = count(0, n);
   }
   if (bad == 0) return 0;
   for (uint64_t i = 0; i < n; ++i)
@@ -51,8 +63,9 @@ Handled Refused(wire::Refusal reason, Status status) {
 
 Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
                                       const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks,
-                                      wire::Refusal* reason, std::vector<const float*>* values) {
+                                      wire::Refusal* reason, std::vector<const float*>* values, bool keep) {
   values->clear();
+  kept_.clear();  // what the last message's pushes did not take
   if (static_cast<size_t>(chunks.size()) != m.frames.size()) {
     *reason = wire::REFUSAL_FRAME_COUNT;
     return InvalidArgument(std::to_string(chunks.size()) + " chunks described but " + std::to_string(m.frames.size()) +
@@ -93,30 +106,51 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
                                                                        : wire::REFUSAL_BAD_PAYLOAD_SIZE;
       return s.Annotate(name);
     }
-    if (decoded_.size() <= static_cast<size_t>(i)) decoded_.resize(i + 1);
     const float* v = nullptr;
-    if (info.codec == wire::FP32 && !info.zstd) {
-      v = m.FrameFloats(i, &decoded_[i]);  // in place unless misaligned
-    } else {
-      // Decoding validates the payload, finite values included.
-      decoded_[i].resize(c.num_elems());
-      s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), decoded_[i].data(), &zstd_scratch_);
-      if (!s.ok()) {
-        *reason = s.detail() == Detail::kNonFinite ? wire::REFUSAL_NON_FINITE : wire::REFUSAL_BAD_PAYLOAD;
-        return s.Annotate(name + " (" + compression::CodecName(info.codec) + ")");
-      }
-      v = decoded_[i].data();
-    }
+    float* copy_to = nullptr;
+    GD_RETURN_IF_ERROR(ChunkValues(m, i, c, name, keep, &v, &copy_to, reason));
     uint64_t first = 0;
-    if (size_t bad = CountUnusable(shard.pool(), v, c.num_elems(), &first)) {
+    if (size_t bad = CountUnusable(shard.pool(), v, c.num_elems(), &first, copy_to)) {
       const bool finite = std::isfinite(v[first]);
       *reason = finite ? wire::REFUSAL_VALUE_TOO_LARGE : wire::REFUSAL_NON_FINITE;
       // The count takes both kinds together; the reason follows the first.
       return InvalidArgument(name + " holds " + std::to_string(bad) + " values that are not finite or beyond +-1e18" +
                              " (first at index " + std::to_string(first) + ": " + std::to_string(v[first]) + ")");
     }
-    values->push_back(v);
+    values->push_back(copy_to ? copy_to : v);
   }
+  return Status::Ok();
+}
+
+Status RequestDecoder::ChunkValues(const transport::Message& m, int i, const wire::ChunkData& c,
+                                   const std::string& name, bool keep, const float** v, float** copy_to,
+                                   wire::Refusal* reason) {
+  const size_t at = static_cast<size_t>(i);
+  if (decoded_.size() <= at) decoded_.resize(at + 1);
+  if (keep) {
+    kept_.resize(at + 1);
+    kept_[at].reset(new float[c.num_elems()]);  // not zeroed: every value is written before it is read
+  }
+  float* own = keep ? kept_[at].get() : nullptr;
+  const compression::PayloadInfo info = compression::PayloadInfo::FromWire(c);
+  if (info.codec == wire::FP32 && !info.zstd) {
+    *v = m.FrameFloats(at, &decoded_[at]);  // in place unless misaligned
+    *copy_to = own;
+    return Status::Ok();
+  }
+  float* out = own;
+  if (!out) {
+    decoded_[at].resize(c.num_elems());
+    out = decoded_[at].data();
+  }
+  // Decoding validates the payload, finite values included.
+  const zmq::message_t& frame = m.frames[at];
+  Status s = compression::Decode(info, frame.data(), frame.size(), c.num_elems(), out, &zstd_scratch_);
+  if (!s.ok()) {
+    *reason = s.detail() == Detail::kNonFinite ? wire::REFUSAL_NON_FINITE : wire::REFUSAL_BAD_PAYLOAD;
+    return s.Annotate(name + " (" + compression::CodecName(info.codec) + ")");
+  }
+  *v = out;
   return Status::Ok();
 }
 
@@ -196,7 +230,8 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
     ack->set_result(h.completed ? wire::APPLIED : wire::DUPLICATE);
   } else {
     std::vector<const float*> values;
-    h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
+    const bool keep = ctx.shard->HoldsPushes();
+    h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values, keep);
     if (!h.status.ok()) {
       h.status =
           h.status.Annotate("push of worker " + std::to_string(worker) + " at clock " + std::to_string(req.clock()));
@@ -208,8 +243,11 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
                        FailedPrecondition("chunk " + std::to_string(c.chunk_id()) + " has no initial value yet"));
     for (int i = 0; i < req.chunks_size(); ++i) {
       const auto& c = req.chunks(i);
-      auto out = ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i],
-                                 static_cast<int>(ctx.clocks->live().size()), req.has_unit() ? req.unit() : -1);
+      const int live = static_cast<int>(ctx.clocks->live().size());
+      const int64_t unit = req.has_unit() ? req.unit() : -1;
+      auto out =
+          keep ? ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), ctx.decoder->TakeKept(i), live, unit)
+               : ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i], live, unit);
       switch (out.result) {
         case wire::APPLIED:
           ack->set_applied_chunks(ack->applied_chunks() + 1);

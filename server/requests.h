@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,27 @@ class RequestDecoder {
   // buffers, valid until the next call). On failure `reason` says which
   // check failed; a payload its codec cannot decode (non-finite values in
   // a compressed payload included) is REFUSAL_BAD_PAYLOAD.
+  //
+  // With `keep` (a push to a BSP shard, which holds each gradient until its
+  // round closes) every chunk's values go into a buffer of their own that
+  // TakeKept hands over: fp32 values are copied in the same pass that
+  // checks them, compressed ones decoded straight into it, so the shard
+  // reads a pushed value once instead of checking it and then copying it.
   Status ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
                         const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, wire::Refusal* reason,
-                        std::vector<const float*>* values);
+                        std::vector<const float*>* values, bool keep = false);
+  // Chunk i's buffer from the last ValidateChunks with `keep` (null after
+  // the first call for it, or without `keep`).
+  std::unique_ptr<float[]> TakeKept(size_t i) { return i < kept_.size() ? std::move(kept_[i]) : nullptr; }
 
  private:
+  // Chunk i's values: `*v` to read them, and `*copy_to` the buffer the
+  // check should copy them into as it reads (null when they are in place).
+  Status ChunkValues(const transport::Message& m, int i, const wire::ChunkData& c, const std::string& name, bool keep,
+                     const float** v, float** copy_to, wire::Refusal* reason);
+
   std::vector<std::vector<float>> decoded_;  // per chunk of the message being checked
+  std::vector<std::unique_ptr<float[]>> kept_;
   std::vector<uint8_t> zstd_scratch_;
 };
 

@@ -68,8 +68,9 @@ void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_s
   ++updates_applied_;
 }
 
-ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id, uint64_t base_version,
-                                         const float* grad, int live_workers, int64_t unit) {
+ShardState::PushOutcome ShardState::TakePush(int worker, int64_t clock, uint32_t id, uint64_t base_version,
+                                             const float* grad, std::unique_ptr<float[]>* owned, int live_workers,
+                                             int64_t unit) {
   Chunk& c = chunk(id);
   PushOutcome out;
   if (worker < 0) worker = 0;
@@ -91,7 +92,12 @@ ShardState::PushOutcome ShardState::Push(int worker, int64_t clock, uint32_t id,
       ++dropped_;
       out.result = wire::STALE_DROPPED;
     } else {
-      c.rounds[clock].contributions.push_back({worker, base_version, std::vector<float>(grad, grad + c.size)});
+      std::unique_ptr<float[]> kept = owned && *owned ? std::move(*owned) : nullptr;
+      if (!kept) {
+        kept.reset(new float[c.size]);
+        std::memcpy(kept.get(), grad, c.size * sizeof(float));
+      }
+      c.rounds[clock].contributions.push_back({worker, base_version, std::move(kept)});
     }
   } else {
     int64_t tau = c.version >= base_version ? static_cast<int64_t>(c.version - base_version) : 0;
@@ -152,15 +158,15 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       std::vector<Contribution>& parts = it->second.contributions;
       std::sort(parts.begin(), parts.end(),
                 [](const Contribution& a, const Contribution& b) { return a.worker < b.worker; });
-      std::vector<float>& sum = parts.front().grad;
+      float* sum = parts.front().grad.get();
       ForRanges(pool_.get(), c.size, [&](int, size_t b, size_t e) {
-        for (size_t k = 1; k < parts.size(); ++k) AddRange(sum.data(), parts[k].grad.data(), b, e);  // worker order
+        for (size_t k = 1; k < parts.size(); ++k) AddRange(sum, parts[k].grad.get(), b, e);  // worker order
       });
       float scale = 1.0f / static_cast<float>(parts.size());
       for (const Contribution& p : parts)
         staleness_.Add(c.version >= p.base_version ? static_cast<int64_t>(c.version - p.base_version) : 0);
       float lr = static_cast<float>(LearningRateFactor(options_.optimizer, it->first, options_.total_clocks));
-      Apply(c, sum.data(), scale, lr, 0);
+      Apply(c, sum, scale, lr, 0);
       c.closed_through = it->first;
       c.rounds.erase(it);
       ++applied;

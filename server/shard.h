@@ -95,7 +95,19 @@ class ShardState {
   // `unit` (elastic jobs, in [0, total_units)): the data unit the gradient
   // was computed on; a chunk that took it already answers DUPLICATE.
   PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad,
-                   int live_workers = 1, int64_t unit = -1);
+                   int live_workers = 1, int64_t unit = -1) {
+    return TakePush(worker, clock, chunk, base_version, grad, nullptr, live_workers, unit);
+  }
+  // The same with a buffer of the gradient's values the shard may keep: a
+  // BSP round holds it instead of a copy.
+  PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, std::unique_ptr<float[]> grad,
+                   int live_workers = 1, int64_t unit = -1) {
+    const float* values = grad.get();
+    return TakePush(worker, clock, chunk, base_version, values, &grad, live_workers, unit);
+  }
+  // Whether pushes are held until their round closes (BSP): a caller that
+  // copies a push anyway can hand its copy over.
+  bool HoldsPushes() const { return options_.staleness_bound == 0; }
 
   // Records that `worker` finished `clock` with no gradient (a skipped
   // step). Returns true if this completed the clock here (false for a
@@ -158,7 +170,7 @@ class ShardState {
   struct Contribution {
     int worker = 0;
     uint64_t base_version = 0;
-    std::vector<float> grad;
+    std::unique_ptr<float[]> grad;
   };
   struct Round {
     std::vector<Contribution> contributions;  // summed in worker order on close
@@ -181,6 +193,9 @@ class ShardState {
   StatusOr<ChunkOptimizer::State> CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
                                              const std::string& where) const;
   void Reindex();
+  // Push's body; `owned` (may be null) holds `grad`'s values for a round to keep.
+  PushOutcome TakePush(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad,
+                       std::unique_ptr<float[]>* owned, int live_workers, int64_t unit);
   // per_clock 0: a BSP round; otherwise an async push among per_clock.
   void Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale, int per_clock);
   Chunk& chunk(uint32_t id) { return chunks_[index_[id]]; }

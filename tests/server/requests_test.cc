@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "compression/codec.h"
 
 namespace geodesic::server {
 namespace {
@@ -163,6 +166,80 @@ TEST(RequestsSplitCheckTest, ThreadsCountEveryPieceAndNameTheFirstBadValue) {
   EXPECT_TRUE(h.status.ok()) << h.status;
   EXPECT_EQ(shard.updates_applied(), 1u);
   EXPECT_FLOAT_EQ(shard.Read(0).values[n - 1], 0.5f - 0.05f * 1e-3f);
+}
+
+// A BSP shard keeps each push until its round closes. The check copies
+// fp32 values into the kept buffer as it reads them (split over threads
+// here) and compressed ones are decoded straight into it: the round must
+// come out bit for bit as from the plain Push of the same values, and a
+// message refused for its second chunk must leave nothing of its first.
+TEST(RequestsKeptPushTest, BspRoundsTakeTheCheckedCopyBitForBit) {
+  constexpr uint32_t n = 1 << 20;  // 4 MiB: 3 pieces on 3 threads
+  ShardOptions o;
+  o.staleness_bound = 0;
+  o.threads = 3;
+  o.optimizer.momentum = 0.9;
+  ShardState via_requests(o, cluster::ChunkLayout(2 * n, n), {0, 1}), direct(o, cluster::ChunkLayout(2 * n, n), {0, 1});
+  ASSERT_TRUE(via_requests.HoldsPushes());
+  std::vector<float> init(n), g0(n), g1(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    init[i] = 0.25f + 1e-6f * static_cast<float>(i % 977);
+    g0[i] = std::sin(0.001f * static_cast<float>(i));
+    g1[i] = std::cos(0.003f * static_cast<float>(i)) - 0.5f;
+  }
+  for (ShardState* s : {&via_requests, &direct})
+    for (uint32_t c : {0u, 1u}) ASSERT_TRUE(s->Init(c, init.data()));
+  ClockTable clocks(2);
+  clocks.SetLive({0, 1}, {0, 0});
+  RequestDecoder decoder;
+  ShardContext ctx{.shard = &via_requests, .clocks = &clocks, .server_id = 0, .num_workers = 2, .decoder = &decoder};
+
+  // Worker 1 sends int8: the values a plain Push gets are the decoded ones.
+  compression::Encoder int8(*compression::ParseCodecSpec("int8"), 7);
+  std::vector<uint8_t> bytes;
+  compression::PayloadInfo info;
+  std::vector<float> g1_sent(n);
+  ASSERT_TRUE(int8.Encode(g1.data(), n, &bytes, &info, g1_sent.data()).ok());
+  auto push = [&](int worker, int64_t clock, const std::vector<std::pair<uint32_t, const void*>>& chunks, size_t size,
+                  const compression::PayloadInfo* codec) {
+    transport::Message m;
+    m.header.set_sender_role(wire::WORKER);
+    m.header.set_sender_id(worker);
+    m.header.mutable_push_request()->set_clock(clock);
+    for (auto [id, data] : chunks) {
+      auto* d = m.header.mutable_push_request()->add_chunks();
+      d->set_chunk_id(id);
+      d->set_num_elems(n);
+      d->set_codec(wire::FP32);
+      if (codec) codec->ToWire(d);
+      m.frames.emplace_back(data, size);
+    }
+    return ApplyPush(ctx, std::move(m));
+  };
+  // Refused whole for a NaN in its second chunk: the first is not kept.
+  std::vector<float> bad = g0;
+  bad[n - 3] = std::numeric_limits<float>::quiet_NaN();
+  Handled h = push(0, 0, {{0, g0.data()}, {1, bad.data()}}, n * sizeof(float), nullptr);
+  EXPECT_EQ(h.reason, wire::REFUSAL_NON_FINITE) << h.status;
+  EXPECT_FALSE(via_requests.HasOpenRounds());
+
+  h = push(0, 0, {{0, g0.data()}, {1, g1.data()}}, n * sizeof(float), nullptr);
+  ASSERT_TRUE(h.status.ok()) << h.status;
+  EXPECT_TRUE(via_requests.HasOpenRounds());
+  h = push(1, 0, {{0, bytes.data()}, {1, bytes.data()}}, bytes.size(), &info);
+  ASSERT_TRUE(h.status.ok()) << h.status;
+  EXPECT_FALSE(via_requests.HasOpenRounds());  // the last push of clock 0 closed its rounds
+  direct.Push(0, 0, 0, 0, g0.data(), 2);
+  direct.Push(0, 0, 1, 0, g1.data(), 2);
+  direct.Push(1, 0, 0, 0, g1_sent.data(), 2);
+  direct.Push(1, 0, 1, 0, g1_sent.data(), 2);
+  EXPECT_EQ(direct.CloseRounds(clocks), 2);
+  for (uint32_t c : {0u, 1u}) {
+    auto a = via_requests.Read(c), b = direct.Read(c);
+    EXPECT_EQ(a.version, 1u);
+    EXPECT_EQ(std::memcmp(a.values.get(), b.values.get(), n * sizeof(float)), 0) << "chunk " << c;
+    EXPECT_NE(a.values[5], init[5]);
+  }
 }
 
 // Regression: clock INT64_MAX overflowed clock + 1 (UB) in
