@@ -102,8 +102,7 @@ class ShardState {
   // BSP round holds it instead of a copy.
   PushOutcome Push(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, std::unique_ptr<float[]> grad,
                    int live_workers = 1, int64_t unit = -1) {
-    const float* values = grad.get();
-    return TakePush(worker, clock, chunk, base_version, values, &grad, live_workers, unit);
+    return TakePush(worker, clock, chunk, base_version, grad.get(), &grad, live_workers, unit);
   }
   // Whether pushes are held until their round closes (BSP): a caller that
   // copies a push anyway can hand its copy over.
