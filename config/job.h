@@ -339,6 +339,9 @@ struct EvalSpec {
   double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
   double target_accuracy = 0.88;  // the summary reports the time to reach it
   int64_t test_samples = 0;       // 0: the whole 10k test set
+  // Snapshots the curve scores at most, spread evenly, plus those around
+  // the first to reach the target (worker/snapshot.h, ScoreCurve); 0: all.
+  int64_t curve_points = 12;
   // Models with buffers (BatchNorm's running statistics): training samples
   // run through the model before each evaluation to recompute the buffers
   // for the weights evaluated (docs/models.md, "Buffers").

@@ -295,6 +295,7 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   r.Get("snapshot_every_s", &e->snapshot_every_s);
   r.Get("target_accuracy", &e->target_accuracy);
   r.Get("test_samples", &e->test_samples);
+  r.Get("curve_points", &e->curve_points);
   r.Get("buffer_samples", &e->buffer_samples);
   r.Finish();
   Check(e->buffer_samples >= 1, errors, "eval.buffer_samples", "must be >= 1");
@@ -302,6 +303,8 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
         "must be in (0, 1]");
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
+  Check(e->curve_points >= 0 && e->curve_points <= 1000000, errors, "eval.curve_points",
+        "must be in [0, 1000000] (0: every snapshot)");
 }
 
 // federated's simulated time: over-selection, the deadline, device profiles.

@@ -205,6 +205,7 @@ void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
   Put(out, "snapshot_every_s", e.snapshot_every_s);
   Put(out, "target_accuracy", e.target_accuracy);
   Put(out, "test_samples", e.test_samples);
+  Put(out, "curve_points", e.curve_points);
   Put(out, "buffer_samples", e.buffer_samples);
   out << YAML::EndMap;
 }

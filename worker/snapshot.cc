@@ -74,4 +74,54 @@ Status ReadSnapshot(const std::string& path, int64_t n, std::vector<float>* valu
   return Status::Ok();
 }
 
+namespace {
+
+// `points` indices of [lo, hi) spread evenly, ending with hi - 1 (hi - lo > points > 0).
+std::vector<size_t> EvenPicks(size_t lo, size_t hi, size_t points) {
+  std::vector<size_t> picks;
+  for (size_t j = 1; j <= points; ++j) picks.push_back(lo + (j * (hi - lo) + points - 1) / points - 1);
+  return picks;
+}
+
+// Scores [lo, hi) until the first snapshot that reaches the target, `add`
+// returning whether one did: in order when at most `points` are left,
+// otherwise `points` picks and then, where one reached, the stretch before it.
+void FindFirst(size_t lo, size_t hi, size_t points, const std::function<bool(size_t)>& add) {
+  if (hi - lo <= points) {
+    for (size_t k = lo; k < hi && !add(k); ++k) {
+    }
+    return;
+  }
+  for (size_t i : EvenPicks(lo, hi, points)) {
+    if (add(i)) return FindFirst(lo, i, points, add);
+    lo = i + 1;
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<size_t, double>> ScoreCurve(size_t n, int64_t points, double target, const SnapshotScore& score) {
+  std::vector<std::pair<size_t, double>> scored;
+  auto add = [&](size_t i) {
+    std::optional<double> a = score(i);
+    if (a) scored.emplace_back(i, *a);
+    return a && *a >= target;
+  };
+  if (points <= 0 || n <= static_cast<size_t>(points)) {
+    for (size_t i = 0; i < n; ++i) add(i);
+    return scored;
+  }
+  size_t from = 0;  // the first snapshot after the last scored one below the target
+  bool reached = false;
+  for (size_t i : EvenPicks(0, n, static_cast<size_t>(points))) {
+    if (add(i) && !reached) {
+      reached = true;
+      FindFirst(from, i, static_cast<size_t>(points), add);
+    }
+    if (!reached) from = i + 1;
+  }
+  std::sort(scored.begin(), scored.end());
+  return scored;
+}
+
 }  // namespace geodesic::worker

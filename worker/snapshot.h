@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -24,5 +27,19 @@ Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const
 std::vector<SnapshotInfo> ListSnapshots(const std::string& dir);
 // Reads one snapshot's values; DataLoss if it is truncated or not `n` values.
 Status ReadSnapshot(const std::string& path, int64_t n, std::vector<float>* values);
+
+// Which of snapshots 0..n-1 the accuracy curve scores (eval.curve_points):
+// all of them when n <= points or points == 0. Otherwise `points` spread
+// evenly, the last included; then the first to reach `target` is searched
+// for in the stretch before the first of them that reached it: in order if
+// it holds at most `points` snapshots, else by `points` picks over it and
+// again in the stretch before the first pick that reached it. So the time
+// to the target is that of the first snapshot to reach it (unless accuracy
+// rose to the target and fell back between two scored points), for about
+// points * log_points(n) calls of `score` instead of n.
+// `score` returns a snapshot's accuracy (nullopt: unreadable, skipped).
+// Returns (index, accuracy) by index.
+using SnapshotScore = std::function<std::optional<double>(size_t)>;
+std::vector<std::pair<size_t, double>> ScoreCurve(size_t n, int64_t points, double target, const SnapshotScore& score);
 
 }  // namespace geodesic::worker

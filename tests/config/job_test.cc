@@ -111,6 +111,22 @@ TEST(JobTest, YamlRoundTrip) {
   EXPECT_EQ(again->training.steps, 7);
 }
 
+TEST(JobTest, CurvePointsParseRoundTripAndAreBounded) {
+  auto job = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->eval.curve_points, 12);
+  for (int64_t v : {0, 40}) {
+    auto set = ParseJob(kMinimal, "t", {"eval.curve_points=" + std::to_string(v)});
+    ASSERT_TRUE(set.ok()) << set.status();
+    auto again = ParseJob(JobToYaml(*set), "roundtrip");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->eval.curve_points, v);
+  }
+  auto bad = ParseJob(kMinimal, "t", {"eval.curve_points=-1"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("eval.curve_points"), std::string::npos) << bad.status();
+}
+
 TEST(JobTest, TorchScriptNeedsAPathOthersRefuseOne) {
   auto job = ParseJob(kMinimal, "t", {"model.name=torchscript", "model.path=/m/model.pt", "eval.buffer_samples=512"});
   ASSERT_TRUE(job.ok()) << job.status();

@@ -106,8 +106,11 @@ TEST(TrainingSweepTest, RowsPerRunResumeAndIdenticalBspRuns) {
     // push's application: none under BSP, some when asynchronous (how many
     // depends on timing and prefetching, so no exact bound is checked).
     const int bound = std::stoi(row["axes"]["training.staleness_bound"].get<std::string>());
-    if (bound == 0) EXPECT_EQ(row["staleness_max"].get<int64_t>(), 0);
-    if (bound > 0) EXPECT_GE(row["staleness_max"].get<int64_t>(), 1);
+    if (bound == 0) {
+      EXPECT_EQ(row["staleness_max"].get<int64_t>(), 0);
+    } else {
+      EXPECT_GE(row["staleness_max"].get<int64_t>(), 1);
+    }
     EXPECT_LE(row["staleness_mean"].get<double>(), row["staleness_max"].get<double>());
   }
   EXPECT_EQ(rows[0]["params_sha256"], rows[1]["params_sha256"]);

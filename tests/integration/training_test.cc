@@ -13,6 +13,7 @@
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
+#include "worker/snapshot.h"
 #include "worker/trainer.h"
 
 namespace geodesic {
@@ -29,8 +30,11 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
   // staleness bound of 2, for two epochs. One epoch ended anywhere from
   // 0.79 to 0.85 depending on how the four workers were scheduled on two
   // cores (stale momentum steps near the end), too close to a threshold.
+  // Snapshots every second, of which the evaluator scores 4 spread evenly
+  // and searches the stretch before the first of them to reach 0.8.
   auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--set", "training.epochs=2", "--set",
-                        "training.staleness_bound=2", "--quiet"},
+                        "training.staleness_bound=2", "--set", "eval.snapshot_every_s=1", "--set",
+                        "eval.curve_points=4", "--set", "eval.target_accuracy=0.8", "--quiet"},
                        540);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = testing::ReadJson(dir / "run/summary.json");
@@ -40,8 +44,32 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
             << " samples/s" << std::endl;
   EXPECT_GE(acc, 0.80);
   EXPECT_GE(s["samples"].get<int64_t>(), 119000);
-  EXPECT_GE(s["accuracy_curve"].size(), 2u);
   EXPECT_GT(s["staleness_histogram"].size(), 0u);
+  // The curve scored few of the snapshots, and its time to the target is
+  // the first snapshot's to reach it: none of those not scored between the
+  // first scored point to reach it and the one before it.
+  auto result = testing::ReadJson(dir / "run/result.json");
+  const auto snaps = worker::ListSnapshots(dir / "run/snapshots");
+  ASSERT_EQ(result["snapshots"].get<size_t>(), snaps.size());
+  ASSERT_GT(snaps.size(), 8u) << "too few snapshots to thin";
+  const auto& curve = result["accuracy_curve"];
+  EXPECT_GE(curve.size(), 4u);
+  EXPECT_LE(curve.size(), 24u) << curve.dump();  // 4 per level, 5 levels would cover 1,024 snapshots
+  auto index_of = [&](const nlohmann::json& point) {
+    for (size_t k = 0; k < snaps.size(); ++k)
+      if (snaps[k].step == point[1].get<int64_t>()) return k;
+    return snaps.size();
+  };
+  size_t first = curve.size();
+  for (size_t i = 0; i < curve.size() && first == curve.size(); ++i)
+    if (curve[i][2].get<double>() >= 0.8) first = i;
+  ASSERT_LT(first, curve.size()) << curve.dump();
+  EXPECT_DOUBLE_EQ(result["seconds_to_target"].get<double>(), curve[first][0].get<double>());
+  // The snapshot before the first to reach the target was scored too.
+  if (index_of(curve[first]) > 0) {
+    ASSERT_GT(first, 0u) << curve.dump();
+    EXPECT_EQ(index_of(curve[first - 1]) + 1, index_of(curve[first])) << curve.dump();
+  }
 }
 
 TEST(TrainingTest, CompressedPushesAndPullsStillTrain) {
