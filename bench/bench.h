@@ -35,6 +35,7 @@ struct BenchOptions {
   int local_steps = 6;               // wan: local SGD configurations' steps per round
   bool overlap_rounds = true;        // wan: whether their rounds overlap the next round's compute
   int overlap_steps = 0;             // wan: with overlap, training.overlap_steps
+  int fragments = 1;                 // wan: local SGD configurations' training.fragments
   // wan: the DiLoCo configurations' AdamW learning rate, and their outer
   // Nesterov SGD's rate and momentum (docs/wan.md says how they were tuned).
   std::string diloco_inner_lr = "0.002";

@@ -65,6 +65,7 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
   const std::vector<std::string> local = {"training.local_steps=" + h,
                                           "training.overlap_rounds=" + overlap,
                                           "training.overlap_steps=" + std::to_string(ahead),
+                                          "training.fragments=" + std::to_string(o.fragments),
                                           "training.staleness_bound=0",
                                           "compression.push=int8",
                                           "compression.pull=int8"};
@@ -74,7 +75,10 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  const std::string local_what = "local SGD, rounds of " + h + " steps" + overlapped + ", push and pull int8";
+  const std::string fragmented =
+      o.fragments > 1 ? ", one of " + std::to_string(o.fragments) + " fragments synchronized per round" : "";
+  const std::string local_what =
+      "local SGD, rounds of " + h + " steps" + overlapped + fragmented + ", push and pull int8";
   // DiLoCo (Douillard et al.): AdamW inside the rounds, SGD with Nesterov
   // momentum on the rounds' average; the defaults are docs/wan.md's tuning.
   const std::vector<std::string> diloco =
@@ -82,8 +86,8 @@ std::vector<WanConfig> Configs(const BenchOptions& o) {
                    "training.outer_lr=" + o.diloco_outer_lr, "training.outer_momentum=" + o.diloco_outer_momentum,
                    "training.outer_nesterov=true"});
   const std::string diloco_what = "DiLoCo: rounds of " + h + " steps of AdamW (lr " + o.diloco_inner_lr + ")" +
-                                  overlapped + ", outer Nesterov SGD (lr " + o.diloco_outer_lr + ", momentum " +
-                                  o.diloco_outer_momentum + "), push and pull int8";
+                                  overlapped + fragmented + ", outer Nesterov SGD (lr " + o.diloco_outer_lr +
+                                  ", momentum " + o.diloco_outer_momentum + "), push and pull int8";
   return {
       {"lan", "no emulation (loopback), BSP", {"wan.emulation=none", "wan.links=[]", "training.staleness_bound=0"}, ""},
       {"wan-bsp", "WAN, fp32, BSP", {"wan.planner=false", "training.staleness_bound=0"}, "lan"},

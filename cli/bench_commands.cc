@@ -110,6 +110,10 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
                   "overlapped local SGD and DiLoCo configurations fold each round's average in as soon as it has "
                   "arrived, waiting for it after this many steps (training.overlap_steps; 0: when the round ends)")
       ->default_val(0);
+  cmd->add_option("--fragments", o.fragments,
+                  "local SGD and DiLoCo configurations synchronize one of this many fragments of the model per round, "
+                  "in turn (training.fragments, streaming DiLoCo)")
+      ->default_val(1);
   cmd->add_flag("!--no-overlap", o.overlap_rounds,
                 "local SGD and DiLoCo configurations wait for each round's average instead of overlapping it with "
                 "the next round");

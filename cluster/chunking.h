@@ -9,6 +9,7 @@
 // later the bandwidth-aware planner. Value types; not synchronized.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,6 +35,22 @@ class ChunkLayout {
   uint64_t chunk_elems_ = 1;
   uint32_t num_chunks_ = 0;
 };
+
+// Chunks [begin, end) of a layout.
+struct ChunkRange {
+  uint32_t begin = 0, end = 0;
+  bool Contains(uint32_t chunk) const { return chunk >= begin && chunk < end; }
+  bool empty() const { return begin >= end; }
+};
+
+// Fragment `index` of `fragments` contiguous fragments of `num_chunks`
+// chunks (training.fragments): chunks [index * C / P, (index + 1) * C / P).
+// Empty when there are fewer chunks than fragments.
+inline ChunkRange FragmentChunks(uint32_t num_chunks, int fragments, int index) {
+  const uint64_t c = num_chunks, p = static_cast<uint64_t>(std::max(1, fragments));
+  const uint64_t i = static_cast<uint64_t>(index);
+  return {static_cast<uint32_t>(i * c / p), static_cast<uint32_t>((i + 1) * c / p)};
+}
 
 struct ShardMap {
   ChunkLayout layout;

@@ -236,6 +236,12 @@ struct TrainingSpec {
   // round. 0: fold it in when the next round ends. Where in the round the
   // merge happens depends on timing, so runs are not bit-reproducible.
   int overlap_steps = 0;
+  // Streaming local SGD (DiLoCo): with local_steps > 1 and P > 1 the
+  // model's chunks are cut into P contiguous fragments and each clock
+  // synchronizes one of them in turn (fragment clock mod P; the job's last
+  // clock all of them), so a fragment's outer round spans P clocks and each
+  // exchange carries 1/P of the model. 1: every clock synchronizes all.
+  int fragments = 1;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
   bool outer_nesterov = false;  // Nesterov outer momentum (DiLoCo); needs outer_momentum > 0

@@ -231,6 +231,7 @@ void ParseTraining(MapReader& top, TrainingSpec* t, Errors* errors) {
   r.Get("local_steps", &t->local_steps);
   r.Get("overlap_rounds", &t->overlap_rounds);
   r.Get("overlap_steps", &t->overlap_steps);
+  r.Get("fragments", &t->fragments);
   r.Get("outer_lr", &t->outer_lr);
   r.Get("outer_momentum", &t->outer_momentum);
   r.Get("outer_nesterov", &t->outer_nesterov);

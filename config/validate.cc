@@ -32,6 +32,14 @@ void ValidateLocalSteps(const JobSpec& job, Errors* errors) {
   Check(t.overlap_steps == 0 || (t.local_steps > 1 && t.overlap_rounds), errors, "training.overlap_steps",
         "needs training.local_steps > 1 and training.overlap_rounds: true (it bounds how far an overlapped round "
         "runs ahead of its average)");
+  Check(t.fragments >= 1 && t.fragments <= 64, errors, "training.fragments", "must be in [1, 64]");
+  Check(t.fragments == 1 || t.local_steps > 1, errors, "training.fragments",
+        "cuts local SGD's exchanges into fragments: needs training.local_steps > 1");
+  Check(t.fragments == 1 || !t.overlap_rounds || t.overlap_steps > 0, errors, "training.fragments",
+        "needs training.overlap_steps > 0 or training.overlap_rounds: false (a fragment's average is folded in "
+        "before the next clock's fragment is pushed)");
+  Check(t.fragments == 1 || !job.membership.elastic, errors, "training.fragments",
+        "cannot be combined with membership.elastic (not supported yet)");
   if (t.local_steps <= 1) return;
   Check(t.staleness_bound == 0, errors, "training.local_steps",
         "needs training.staleness_bound: 0 (rounds are averaged synchronously; overlap_rounds hides the round "

@@ -96,6 +96,7 @@ void EmitTraining(YAML::Emitter& out, const TrainingSpec& t) {
   Put(out, "local_steps", t.local_steps);
   Put(out, "overlap_rounds", t.overlap_rounds);
   Put(out, "overlap_steps", t.overlap_steps);
+  Put(out, "fragments", t.fragments);
   Put(out, "outer_lr", t.outer_lr);
   Put(out, "outer_momentum", t.outer_momentum);
   Put(out, "outer_nesterov", t.outer_nesterov);

@@ -59,6 +59,33 @@ Handled Refused(wire::Refusal reason, Status status) {
   return h;
 }
 
+// A described chunk: in the layout, owned here, named once in its request
+// (`seen`), with the layout's size.
+Status CheckChunk(const ShardState& shard, int server_id, const wire::ChunkData& c, std::set<uint32_t>* seen,
+                  wire::Refusal* reason) {
+  const std::string name = "chunk " + std::to_string(c.chunk_id());
+  if (c.chunk_id() >= shard.layout().num_chunks()) {
+    *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
+    return OutOfRange(name + " does not exist (the model has " + std::to_string(shard.layout().num_chunks()) +
+                      " chunks)");
+  }
+  if (!shard.Owns(c.chunk_id())) {
+    *reason = wire::REFUSAL_CHUNK_NOT_OWNED;
+    return OutOfRange(name + " is not owned by server " + std::to_string(server_id));
+  }
+  if (!seen->insert(c.chunk_id()).second) {
+    *reason = wire::REFUSAL_DUPLICATE_CHUNK;
+    return InvalidArgument(name + " appears twice");
+  }
+  const uint64_t expected = shard.layout().Size(c.chunk_id());
+  if (c.num_elems() != expected) {
+    *reason = wire::REFUSAL_WRONG_SHAPE;
+    return InvalidArgument(name + " has " + std::to_string(expected) + " values, message says " +
+                           std::to_string(c.num_elems()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, const transport::Message& m,
@@ -75,25 +102,7 @@ Status RequestDecoder::ValidateChunks(const ShardState& shard, int server_id, co
   for (int i = 0; i < chunks.size(); ++i) {
     const wire::ChunkData& c = chunks[i];
     const std::string name = "chunk " + std::to_string(c.chunk_id());
-    if (c.chunk_id() >= shard.layout().num_chunks()) {
-      *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
-      return OutOfRange(name + " does not exist (the model has " + std::to_string(shard.layout().num_chunks()) +
-                        " chunks)");
-    }
-    if (!shard.Owns(c.chunk_id())) {
-      *reason = wire::REFUSAL_CHUNK_NOT_OWNED;
-      return OutOfRange(name + " is not owned by server " + std::to_string(server_id));
-    }
-    if (!seen.insert(c.chunk_id()).second) {
-      *reason = wire::REFUSAL_DUPLICATE_CHUNK;
-      return InvalidArgument(name + " appears twice");
-    }
-    uint64_t expected = shard.layout().Size(c.chunk_id());
-    if (c.num_elems() != expected) {
-      *reason = wire::REFUSAL_WRONG_SHAPE;
-      return InvalidArgument(name + " has " + std::to_string(expected) + " values, message says " +
-                             std::to_string(c.num_elems()));
-    }
+    GD_RETURN_IF_ERROR(CheckChunk(shard, server_id, c, &seen, reason));
     if (c.delta()) {
       *reason = wire::REFUSAL_BAD_PAYLOAD;
       return InvalidArgument(name + ": only pull replies carry deltas");
@@ -205,6 +214,27 @@ Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   return h;
 }
 
+namespace {
+
+// The chunks a skipped push names: each in the layout, owned here, named
+// once, with the layout's size, and no payload frames.
+Status SkippedChunks(const ShardState& shard, int server_id, const transport::Message& m,
+                     const google::protobuf::RepeatedPtrField<wire::ChunkData>& chunks, wire::Refusal* reason,
+                     std::vector<uint32_t>* ids) {
+  if (!m.frames.empty()) {
+    *reason = wire::REFUSAL_FRAME_COUNT;
+    return InvalidArgument("a skipped push carries no payloads, this one " + std::to_string(m.frames.size()));
+  }
+  std::set<uint32_t> seen;
+  for (const wire::ChunkData& c : chunks) {
+    GD_RETURN_IF_ERROR(CheckChunk(shard, server_id, c, &seen, reason));
+    ids->push_back(c.chunk_id());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
@@ -223,9 +253,18 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   h.reply.set_request_id(m.header.request_id());
   auto* ack = h.reply.mutable_push_ack();
   ack->set_clock(req.clock());
-  if (req.skipped()) {
-    if (!m.frames.empty() || req.chunks_size() != 0)
-      return Refused(wire::REFUSAL_FRAME_COUNT, InvalidArgument("a skipped push carries no chunks"));
+  if (req.skipped() && req.chunks_size() > 0) {
+    // Some chunks skipped (training.fragments): named, with no payloads.
+    std::vector<uint32_t> ids;
+    if (Status s = SkippedChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &ids); !s.ok())
+      return Refused(h.reason, s.Annotate("skipped push of worker " + std::to_string(worker) + " at clock " +
+                                          std::to_string(req.clock())));
+    ShardState::PushOutcome out = ctx.shard->SkipChunks(worker, req.clock(), ids);
+    h.completed = out.clock_completed;
+    ack->set_result(out.result);
+  } else if (req.skipped()) {
+    if (!m.frames.empty())
+      return Refused(wire::REFUSAL_FRAME_COUNT, InvalidArgument("a skipped push carries no payloads"));
     h.completed = ctx.shard->Skip(worker, req.clock());
     ack->set_result(h.completed ? wire::APPLIED : wire::DUPLICATE);
   } else {

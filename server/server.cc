@@ -133,13 +133,13 @@ void Server::HandlePush(transport::Message& m) {
   Handled h = ApplyPush(Context(), m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
   const auto& req = m.header.push_request();
-  if (req.skipped() && h.completed)
+  if (req.skipped() && req.chunks_size() == 0 && h.completed)
     GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
   taken_by_worker_[m.header.sender_id()] += h.reply.push_ack().applied_chunks();
   // Acknowledge after the update took effect (applied, or held in its
   // round) here and, in a replicated job, on the backup.
   replicator_.Replicate(m, std::move(h.reply));
-  if (!req.skipped() || h.completed) pulls_.ServeHeld();
+  if (!req.skipped() || h.completed || req.chunks_size() > 0) pulls_.ServeHeld();
 }
 
 void Server::HandlePull(transport::Message& m) {

@@ -145,6 +145,23 @@ bool ShardState::Skip(int worker, int64_t clock) {
   return true;
 }
 
+ShardState::PushOutcome ShardState::SkipChunks(int worker, int64_t clock, const std::vector<uint32_t>& ids) {
+  if (worker < 0) worker = 0;
+  PushOutcome out;
+  out.result = wire::DUPLICATE;
+  for (uint32_t id : ids) {
+    Chunk& c = chunk(id);
+    if (c.last_clock.size() <= static_cast<size_t>(worker)) c.last_clock.resize(worker + 1, -1);
+    if (clock > c.last_clock[worker]) {
+      c.last_clock[worker] = clock;
+      out.result = wire::APPLIED;
+    }
+    out.clock_completed |= MarkReceived(worker, clock, id);
+  }
+  if (out.result == wire::DUPLICATE) ++duplicates_;
+  return out;
+}
+
 int ShardState::CloseRounds(const ClockTable& clocks) {
   if (options_.staleness_bound != 0) return 0;
   int64_t min_clock = clocks.MinClock();
@@ -171,6 +188,11 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       c.rounds.erase(it);
       ++applied;
     }
+    // Clocks every live worker finished without pushing this chunk (skipped
+    // steps, other fragments' clocks) are closed too, so that the
+    // checkpoint clock does not lag behind them.
+    if (min_clock != ClockTable::kNoWorkers && (c.rounds.empty() || c.rounds.begin()->first >= min_clock))
+      c.closed_through = std::max(c.closed_through, min_clock - 1);
   }
   return applied;
 }

@@ -112,6 +112,11 @@ class ShardState {
   // step). Returns true if this completed the clock here (false for a
   // duplicate).
   bool Skip(int worker, int64_t clock);
+  // Records that `worker` sends no gradient for the owned chunks `ids` at
+  // `clock` (training.fragments: the chunks outside the fragment of the
+  // clock); the clock completes here once every chunk was pushed or
+  // skipped. APPLIED if some chunk had not yet taken `clock`, else DUPLICATE.
+  PushOutcome SkipChunks(int worker, int64_t clock, const std::vector<uint32_t>& ids);
 
   // BSP: applies every open round that all live workers have finished.
   // Returns the number of chunk updates applied. No-op when s > 0.

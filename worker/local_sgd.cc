@@ -61,4 +61,31 @@ void LocalRounds::MergeNow() {
   base_.copy_(model);
 }
 
+void LocalRounds::Restart(Span span) {
+  torch::NoGradGuard ng;
+  torch::Tensor model = global_.narrow(0, span.begin, span.size);
+  params_.narrow(0, span.begin, span.size).copy_(model);
+  base_.narrow(0, span.begin, span.size).copy_(model);
+}
+
+torch::Tensor LocalRounds::Finish(Span span) {
+  torch::NoGradGuard ng;
+  torch::Tensor push = torch::zeros_like(base_);
+  torch::Tensor model = params_.narrow(0, span.begin, span.size);
+  torch::Tensor base = base_.narrow(0, span.begin, span.size);
+  push.narrow(0, span.begin, span.size).copy_(base - model);
+  base.copy_(model);
+  return push;
+}
+
+void LocalRounds::MergeNow(Span span) {
+  torch::NoGradGuard ng;
+  torch::Tensor global = global_.narrow(0, span.begin, span.size);
+  torch::Tensor model = params_.narrow(0, span.begin, span.size);
+  torch::Tensor base = base_.narrow(0, span.begin, span.size);
+  torch::Tensor progress = base - model;
+  model.copy_(global - progress);
+  base.copy_(global);
+}
+
 }  // namespace geodesic::worker

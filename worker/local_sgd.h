@@ -20,6 +20,10 @@
 // there, and waited for after N steps (MergeNow), so it is at most N
 // steps late.
 //
+// With training.fragments the same steps act on a span of the flat
+// parameter vector, one fragment's chunks: a fragment's base is where its
+// own outer round started, P clocks back (streaming DiLoCo).
+//
 // Not synchronized; the training thread owns it.
 #pragma once
 
@@ -54,6 +58,18 @@ class LocalRounds {
   // round, and the base becomes the global model, so the round's push still
   // carries all of its steps.
   void MergeNow();
+
+  // Values [begin, begin + size) of the flat parameter vector.
+  struct Span {
+    int64_t begin = 0, size = 0;
+  };
+  // The same on one fragment's span: Restart(span) makes it the global
+  // model's; Finish(span) returns the push (base - model on the span, zero
+  // elsewhere) and moves the span's base to the model; MergeNow(span) folds
+  // the span's average in under the progress made since its push.
+  void Restart(Span span);
+  torch::Tensor Finish(Span span);
+  void MergeNow(Span span);
 
  private:
   torch::Tensor& params_;

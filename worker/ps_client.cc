@@ -500,9 +500,15 @@ Status PsClient::RequestPull(int64_t clock, const PullOptions& options) {
   p.last_progress = p.requested;
   p.got.assign(map_.layout.num_chunks(), false);
   p.remaining = map_.layout.num_chunks();
+  if (options.only) {
+    // Chunks outside the range count as arrived: nobody is asked for them.
+    for (uint32_t c = 0; c < map_.layout.num_chunks(); ++c) p.got[c] = !options.only->Contains(c);
+    p.remaining = options.only->end - options.only->begin;
+  }
   p.request_ids.assign(shards_.size(), 0);
   for (size_t si = 0; si < shards_.size(); ++si) {
-    if (shards_[si].chunks.empty()) continue;
+    const auto& chunks = shards_[si].chunks;
+    if (std::all_of(chunks.begin(), chunks.end(), [&](uint32_t c) { return p.got[c]; })) continue;
     GD_RETURN_IF_ERROR(SendPullRequest(p, si, final));
   }
   return Status::Ok();
@@ -651,12 +657,16 @@ int64_t PsClient::OldestUnackedClock() const {
   return oldest;
 }
 
-Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit) {
+Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit,
+                      const std::optional<cluster::ChunkRange>& only) {
   TimePoint now = clock_->Now();
   grad = compressor_->Prepare(clock, grad, &owner);
   for (size_t si = 0; si < shards_.size(); ++si) {
     Shard& s = shards_[si];
-    for (const auto& batch : Batches(s.chunks)) {
+    std::vector<uint32_t> pushed, skipped;
+    for (uint32_t c : s.chunks) (!only || only->Contains(c) ? pushed : skipped).push_back(c);
+    if (!skipped.empty()) GD_RETURN_IF_ERROR(PushSkippedChunks(clock, si, skipped));
+    for (const auto& batch : Batches(pushed)) {
       wire::Header h;
       uint64_t id = next_request_++;
       h.set_request_id(id);
@@ -711,6 +721,24 @@ Status PsClient::PushSkipped(int64_t clock, int64_t unit) {
     GD_RETURN_IF_ERROR(shards_[si].socket->Send(h, {}));
     pushes_.Add(id, static_cast<int>(si), std::move(h), {}, now);
   }
+  return Status::Ok();
+}
+
+Status PsClient::PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids) {
+  wire::Header h;
+  uint64_t id = next_request_++;
+  h.set_request_id(id);
+  auto* req = h.mutable_push_request();
+  req->set_clock(clock);
+  req->set_skipped(true);
+  for (uint32_t c : ids) {
+    auto* d = req->add_chunks();
+    d->set_chunk_id(c);
+    d->set_num_elems(map_.layout.Size(c));
+  }
+  GD_RETURN_IF_ERROR(
+      shards_[si].socket->Send(h, {}).Annotate("skipped push to server " + std::to_string(shards_[si].id)));
+  pushes_.Add(id, static_cast<int>(si), std::move(h), {}, clock_->Now());
   return Status::Ok();
 }
 

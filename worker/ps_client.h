@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -80,6 +81,8 @@ struct PullOptions {
   // chunk as that happens), but at most max_hold_s after it arrived.
   bool after_own_push = false;
   double max_hold_s = -1;  // < 0: expected compute time minus the round trip
+  // Only these chunks (training.fragments); unset: every chunk.
+  std::optional<cluster::ChunkRange> only = std::nullopt;
 };
 
 // A pulled chunk handed over without copying: the values stay in the
@@ -154,10 +157,15 @@ class PsClient {
                                 std::vector<PulledChunk>* borrowed = nullptr);
 
   // Sends the gradient of step `clock` (num_params values) to the shards;
-  // `unit` >= 0 (elastic jobs): the data unit it was computed on.
-  Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit = -1);
+  // `unit` >= 0 (elastic jobs): the data unit it was computed on. With
+  // `only`, just those chunks are pushed and every shard is told that the
+  // others are skipped at `clock` (training.fragments).
+  Status Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit = -1,
+              const std::optional<cluster::ChunkRange>& only = std::nullopt);
   // Tells every shard this worker finished `clock` without a gradient.
   Status PushSkipped(int64_t clock, int64_t unit = -1);
+  // Tells shard index `si` that chunks `ids` (its own) get no gradient at `clock`.
+  Status PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids);
   // The oldest clock with a push not yet acknowledged by every shard
   // (INT64_MAX when none): every clock below it is acknowledged.
   int64_t OldestUnackedClock() const;

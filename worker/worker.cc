@@ -83,9 +83,12 @@ Status Worker::Run() {
   GD_RETURN_IF_ERROR(LoadData());
   GD_RETURN_IF_ERROR(JoinJob());
   GD_RETURN_IF_ERROR(FirstPull());
-  const std::string unit = federated_ ? " federated rounds (" + ToString(job_.federated.strategy) + ")"
-                           : local_   ? " rounds of " + std::to_string(local_steps_) + " local steps"
-                                      : " steps";
+  const std::string unit =
+      federated_ ? " federated rounds (" + ToString(job_.federated.strategy) + ")"
+      : local_
+          ? " rounds of " + std::to_string(local_steps_) + " local steps" +
+                (fragments_ > 1 ? " (one of " + std::to_string(fragments_) + " fragments synchronized per round)" : "")
+          : " steps";
   GD_LOG(INFO) << "training " << (steps_ - c_) << unit << " of batch " << job_.data.batch_size << " ("
                << job_.model.name << ", " << n_ << " parameters, staleness bound " << bound_ << ")";
   start_ = clock_->Now();
@@ -158,6 +161,7 @@ Status Worker::LoadData() {
   steps_ = job_.ClockLimit();
   if (job_.membership.elastic) total_steps_ = steps_ * std::max(1, job_.training.local_steps);
   local_steps_ = job_.training.local_steps;
+  fragments_ = job_.training.fragments;
   local_ = local_steps_ > 1 || federated_;  // federated rounds pull into rounds_->global() too
   depth_ = job_.training.pipeline_depth;
   bound_ = job_.training.staleness_bound;
@@ -225,6 +229,10 @@ Status Worker::JoinJob() {
 }
 
 Status Worker::FirstPull() {
+  if (const uint32_t chunks = ps_->shard_map().layout.num_chunks(); fragments_ > static_cast<int>(chunks))
+    return InvalidArgument("training.fragments " + std::to_string(fragments_) + " is more than the model's " +
+                           std::to_string(chunks) + " chunks (wire.chunk_bytes " +
+                           std::to_string(job_.wire.chunk_bytes) + "); lower it or cut smaller chunks");
   c_ = assignment_.start_clock();
   // A worker that starts later than clock 0 (a resumed job, a rejoin) takes
   // up its data order where step c would have it, as an uninterrupted run.
@@ -270,13 +278,16 @@ Status Worker::Step() {
   const double computed = Seconds(t1 - t0) - (merge_wait_s_ - merge_wait0);  // a mid-round wait is communication
   compute_s_ += computed;
   ps_->NoteComputeSeconds(computed);
-  if (local_ && !federated_) GD_RETURN_IF_ERROR(FinishRound(grad, usable, &t1));
+  if (local_ && !federated_) GD_RETURN_IF_ERROR(FinishRound(grad, &usable, &t1));
   GD_RETURN_IF_ERROR(PushOrSkip(grad, usable));
   if (more && (local_ || !job_.training.prefetch)) {
-    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1));
+    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1, {.only = FragmentOf(c_)}));
     pulled_through_ = c_ + 1;
   }
-  if (more && local_ && !federated_ && job_.training.overlap_rounds) pending_pull_ = c_ + 1;
+  if (more && local_ && !federated_ && job_.training.overlap_rounds) {
+    pending_pull_ = c_ + 1;
+    pending_chunks_ = FragmentOf(c_);
+  }
   NoteFloor();
   // Keep at most two clocks (or the pipeline's depth + 1) of pushes
   // unacknowledged, bounding memory.
@@ -286,7 +297,7 @@ Status Worker::Step() {
   comm_s_ += Seconds(clock_->Now() - t1);  // sending the push and any ack wait
   if (more && pending_pull_ < 0) {
     GD_RETURN_IF_ERROR(WaitPull(c_ + 1));
-    if (local_) rounds_->Restart();
+    if (local_) RestartPulled();
   }
   if (more) CloseRoundRecord();  // the last one closes once its push is acknowledged (Finish)
   PublishProgress();
@@ -309,7 +320,20 @@ Status Worker::RequestAhead(bool more) {
   return Status::Ok();
 }
 
-Status Worker::FinishRound(torch::Tensor& grad, bool usable, TimePoint* compute_end) {
+namespace {
+
+// The values of `chunks` in the flat parameter vector (all n if unset).
+LocalRounds::Span SpanOf(const cluster::ChunkLayout& layout, int64_t n,
+                         const std::optional<cluster::ChunkRange>& chunks) {
+  if (!chunks) return {0, n};
+  const int64_t begin = static_cast<int64_t>(layout.Begin(chunks->begin));
+  const int64_t end = static_cast<int64_t>(layout.Begin(chunks->end - 1) + layout.Size(chunks->end - 1));
+  return {begin, end - begin};
+}
+
+}  // namespace
+
+Status Worker::FinishRound(torch::Tensor& grad, bool* usable, TimePoint* compute_end) {
   // With overlap, the previous round's average was requested when that
   // round was pushed and has had this round's compute to arrive.
   const bool merge = pending_pull_ == c_;
@@ -318,11 +342,32 @@ Status Worker::FinishRound(torch::Tensor& grad, bool usable, TimePoint* compute_
     pending_pull_ = -1;
     *compute_end = clock_->Now();
   }
-  if (usable)
+  if (fragments_ > 1) {
+    // The previous clock's fragment is folded in; this clock's fragment
+    // pushes its progress over its whole outer round (P clocks), which is
+    // finite even when none of this clock's steps was usable.
+    if (merge) rounds_->MergeNow(SpanOf(ps_->shard_map().layout, n_, pending_chunks_));
+    grad = rounds_->Finish(SpanOf(ps_->shard_map().layout, n_, FragmentOf(c_)));
+    *usable = true;
+  } else if (*usable) {
     grad = rounds_->Finish(merge);
-  else if (merge)
+  } else if (merge) {
     rounds_->Restart();
+  }
   return Status::Ok();
+}
+
+std::optional<cluster::ChunkRange> Worker::FragmentOf(int64_t clock) const {
+  if (fragments_ <= 1 || clock + 1 >= steps_) return std::nullopt;
+  return cluster::FragmentChunks(ps_->shard_map().layout.num_chunks(), fragments_,
+                                 static_cast<int>(clock % fragments_));
+}
+
+void Worker::RestartPulled() {
+  if (fragments_ > 1)
+    rounds_->Restart(SpanOf(ps_->shard_map().layout, n_, FragmentOf(c_)));
+  else
+    rounds_->Restart();
 }
 
 Status Worker::CatchUp(int64_t rejoin) {
@@ -426,7 +471,10 @@ void Worker::MergeIfArrived(int64_t taken) {
   merge_error_ = WaitPull(c_);  // at once if it has arrived; counted as communication
   merge_wait_s_ += Seconds(clock_->Now() - t0);
   if (!merge_error_.ok()) return;
-  rounds_->MergeNow();
+  if (fragments_ > 1)
+    rounds_->MergeNow(SpanOf(ps_->shard_map().layout, n_, pending_chunks_));
+  else
+    rounds_->MergeNow();
   pending_pull_ = -1;
   ++early_merges_;
 }
@@ -522,8 +570,8 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
 Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
   if (usable) {
     auto owner = std::make_shared<torch::Tensor>(grad);
-    GD_RETURN_IF_ERROR(
-        ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr()), unit_));
+    GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr()),
+                                 unit_, local_ ? FragmentOf(c_) : std::nullopt));
   } else {
     if (!local_) ++skipped_;
     GD_LOG(ERROR) << (local_ ? "round " : "step ") << c_ << ": loss or gradient is not finite; skipping this "

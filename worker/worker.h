@@ -25,6 +25,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "cluster/chunking.h"
 #include "common/clock.h"
 #include "common/push_ledger.h"
 #include "common/status.h"
@@ -96,7 +97,12 @@ class Worker {
   Status RequestAhead(bool more);
   // Local SGD: ends the round, folding in the previous round's average
   // first when it travelled under this round's compute (overlap_rounds).
-  Status FinishRound(at::Tensor& grad, bool usable, TimePoint* compute_end);
+  Status FinishRound(at::Tensor& grad, bool* usable, TimePoint* compute_end);
+  // training.fragments: the chunks clock `clock` synchronizes (none set:
+  // all of them, as without fragments and at the job's last clock).
+  std::optional<cluster::ChunkRange> FragmentOf(int64_t clock) const;
+  // Starts the next round from the pulled average of clock c_'s chunks.
+  void RestartPulled();
   Status PushOrSkip(at::Tensor& grad, bool usable);
   Status WaitPull(int64_t clock);
   // training.overlap_steps > 0, after `taken` steps of the round: folds
@@ -136,6 +142,7 @@ class Worker {
   int64_t total_steps_ = 0;  // minibatch steps
   int64_t steps_ = 0;        // clocks: pushes (rounds of local steps)
   int local_steps_ = 1;
+  int fragments_ = 1;  // training.fragments: a clock synchronizes one fragment of the model
   bool local_ = false;
   bool synthetic_ = false;
   int depth_ = 1;  // a pipeline of depth d keeps the pulls of the next d steps in flight
@@ -162,10 +169,11 @@ class Worker {
   TimePoint start_{}, last_snapshot_{}, last_stats_{};
   double compute_s_ = 0, comm_s_ = 0, wait_s_ = 0, loss_ema_ = -1, acc_ema_ = -1;
   int64_t samples_ = 0, skipped_ = 0, batches_ = 0, clipped_ = 0;
-  int64_t jumped_ = 0;         // clocks skipped to catch up after a rejoin
-  double barrier_s_ = 0;       // re-planning: time spent waiting at migration barriers...
-  int barriers_ = 0;           // ...and how many
-  int64_t pending_pull_ = -1;  // overlap_rounds: the round whose average is in flight
+  int64_t jumped_ = 0;                                 // clocks skipped to catch up after a rejoin
+  double barrier_s_ = 0;                               // re-planning: time spent waiting at migration barriers...
+  int barriers_ = 0;                                   // ...and how many
+  int64_t pending_pull_ = -1;                          // overlap_rounds: the round whose average is in flight
+  std::optional<cluster::ChunkRange> pending_chunks_;  // with fragments: the chunks that average covers
   Status merge_error_;
   int64_t early_merges_ = 0;  // rounds whose average was folded in mid-round
   double merge_wait_s_ = 0;   // of which waiting for it (not compute)

@@ -358,9 +358,10 @@ TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
       {"training.staleness_bound=0", "training.local_steps=8", "training.outer_lr=0.7", "training.outer_momentum=0.9",
        "training.outer_nesterov=true", "optimizer.name=adamw", "optimizer.lr=0.001", "optimizer.weight_decay=0.1",
        "optimizer.clip_norm=1.5", "optimizer.schedule=step", "optimizer.milestones=[0.5, 0.75]", "optimizer.gamma=0.2",
-       "optimizer.warmup=0.1", "training.overlap_steps=8"});
+       "optimizer.warmup=0.1", "training.overlap_steps=8", "training.fragments=4"});
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->training.overlap_steps, 8);
+  EXPECT_EQ(job->training.fragments, 4);
   OptimizerSpec outer = job->ShardOptimizer();
   EXPECT_EQ(outer.name, OptimizerKind::kSgd);
   EXPECT_TRUE(outer.nesterov);
@@ -374,6 +375,7 @@ TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
   EXPECT_DOUBLE_EQ(again->optimizer.clip_norm, 1.5);
   EXPECT_TRUE(again->training.outer_nesterov);
   EXPECT_EQ(again->training.overlap_steps, 8);
+  EXPECT_EQ(again->training.fragments, 4);
 
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"training.outer_nesterov=true"}, "training.outer_nesterov"},  // no momentum, no rounds
@@ -385,6 +387,18 @@ TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
        "training.overlap_steps"},
       {{"training.staleness_bound=0", "training.local_steps=4", "training.overlap_steps=5"}, "training.overlap_steps"},
       {{"training.staleness_bound=0", "training.local_steps=4", "training.overlap_steps=-1"}, "training.overlap_steps"},
+      {{"training.fragments=2"}, "training.fragments"},  // no rounds
+      {{"training.staleness_bound=0", "training.local_steps=4", "training.fragments=2"},
+       "training.fragments"},  // overlapped rounds that merge only at the round's end
+      {{"training.staleness_bound=0", "training.local_steps=4", "training.overlap_rounds=false",
+        "training.fragments=0"},
+       "training.fragments"},
+      {{"training.staleness_bound=0", "training.local_steps=4", "training.overlap_rounds=false",
+        "training.fragments=65"},
+       "training.fragments"},
+      {{"training.staleness_bound=0", "training.local_steps=4", "training.overlap_rounds=false", "training.fragments=2",
+        "membership.elastic=true"},
+       "training.fragments"},
       {{"optimizer.nesterov=true", "optimizer.momentum=0"}, "optimizer.nesterov"},
       {{"optimizer.nesterov=true", "optimizer.name=adam"}, "optimizer.nesterov"},
       {{"optimizer.name=lamb"}, "optimizer.name"},

@@ -99,6 +99,15 @@ Bytes ShardConversation(uint8_t setup, const std::string& codec) {
   skip.mutable_push_request()->set_skipped(true);
   out.push_back(0);
   AddMessage(&out, true, Serialize(skip, 0, wire::WORKER, 1), {});
+  // A fragment clock (training.fragments): worker 0 skips its chunks by name.
+  wire::Header some = skip;
+  for (uint32_t id : owned) {
+    auto* d = some.mutable_push_request()->add_chunks();
+    d->set_chunk_id(id);
+    d->set_num_elems(layout.Size(id));
+  }
+  out.push_back(0);
+  AddMessage(&out, true, Serialize(some, 0, wire::WORKER, 0), {});
   out.insert(out.end(), {1, 1});  // worker 1 leaves
   return out;
 }

@@ -247,7 +247,7 @@ TEST_F(BadInputTest, EveryMalformedMessageIsRefusedCountedAndHarmless) {
   skip.mutable_push_request()->set_skipped(true);
   ASSERT_TRUE(socket_->Send(skip, {}).ok());
   EXPECT_EQ(Await().push_ack().result(), wire::APPLIED);
-  ExpectRefused(skip, {payload(good, 1024)}, "carries no chunks");
+  ExpectRefused(skip, {payload(good, 1024)}, "carries no payloads");
   now = PullChunk0();
   ASSERT_EQ(now.size(), 256u);
   EXPECT_FLOAT_EQ(now[0], 0.5f - 0.05f);

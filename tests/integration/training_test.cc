@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cluster/chunking.h"
 #include "config/job.h"
 #include "tests/integration/harness.h"
 #include "worker/batcher.h"
@@ -248,6 +249,64 @@ TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
         EXPECT_EQ(stats["early_merges"], "2") << stats.dump();  // int64 is a string in protobuf's JSON
       }
     }
+  }
+}
+
+// Streaming local SGD (training.fragments 2) against the algorithm written
+// out: the chunks are cut into two contiguous fragments; clock 0
+// synchronizes the first, clock 1 the second, and the last clock both, each
+// fragment pushing its progress since its own last synchronization. Without
+// overlap a synchronized fragment restarts from its average; with
+// overlap_steps 1 the average is folded in after the next clock's first
+// step, under the progress made since. 12 steps in rounds of 5.
+TEST(TrainingTest, FragmentsMatchStreamingLocalSgdByHand) {
+  for (bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlap-one-step" : "plain");
+    TempDir dir;
+    const std::filesystem::path run = dir / (overlap ? "overlap" : "plain");
+    JobSpec job = LaunchExact(run, {"training.staleness_bound=0", "training.local_steps=5", "training.fragments=2",
+                                    std::string("training.overlap_rounds=") + (overlap ? "true" : "false"),
+                                    std::string("training.overlap_steps=") + (overlap ? "1" : "0")});
+    ASSERT_EQ(job.ClocksPerWorker(), 3);
+    Workers workers(job);
+    const double lr = job.optimizer.lr, mu = job.optimizer.momentum;
+    torch::Tensor global = workers.model->params().detach().clone();
+    const int64_t n = global.numel();
+    const cluster::ChunkLayout layout(static_cast<uint64_t>(n), static_cast<uint64_t>(job.wire.chunk_bytes / 4));
+    ASSERT_GE(layout.num_chunks(), 2u);
+    // Fragment f's values; the last clock takes all of them.
+    auto span = [&](int64_t clock) -> std::pair<int64_t, int64_t> {
+      if (clock == 2) return {0, n};
+      cluster::ChunkRange r = cluster::FragmentChunks(layout.num_chunks(), 2, static_cast<int>(clock));
+      const int64_t b = static_cast<int64_t>(layout.Begin(r.begin));
+      return {b, static_cast<int64_t>(layout.Begin(r.end - 1) + layout.Size(r.end - 1)) - b};
+    };
+    std::vector<torch::Tensor> model(3), base(3), velocity(3);
+    for (int w = 0; w < 3; ++w) model[w] = global.clone(), base[w] = global.clone(), velocity[w] = global * 0;
+    for (int64_t c = 0; c < 3; ++c) {
+      auto [b, len] = span(c);
+      torch::Tensor mean = torch::zeros({len});
+      for (int w = 0; w < 3; ++w) {
+        for (int64_t k = c * 5; k < std::min<int64_t>(12, (c + 1) * 5); ++k) {
+          velocity[w] = mu * velocity[w] + workers.Gradient(w, model[w]);
+          model[w] = model[w] - lr * velocity[w];
+          if (overlap && c > 0 && k == c * 5) {  // the previous clock's fragment, after one step
+            auto [pb, plen] = span(c - 1);
+            model[w].narrow(0, pb, plen).copy_(global.narrow(0, pb, plen) + (model[w] - base[w]).narrow(0, pb, plen));
+            base[w].narrow(0, pb, plen).copy_(global.narrow(0, pb, plen));
+          }
+        }
+        mean += (model[w] - base[w]).narrow(0, b, len) / 3.0;
+        base[w].narrow(0, b, len).copy_(model[w].narrow(0, b, len));
+      }
+      global.narrow(0, b, len).add_(mean);
+      if (!overlap)
+        for (int w = 0; w < 3; ++w) {
+          model[w].narrow(0, b, len).copy_(global.narrow(0, b, len));
+          base[w].narrow(0, b, len).copy_(global.narrow(0, b, len));
+        }
+    }
+    ExpectFinalParams(run, job, global);
   }
 }
 

@@ -318,6 +318,59 @@ TEST_F(RequestsTest, PushesAndInitsFromNonMembersAreRefusedWhole) {
 namespace geodesic::server {
 namespace {
 
+// A skipped push that names chunks (training.fragments) skips only those;
+// it names each owned chunk once, with its size, and carries no payload.
+TEST_F(RequestsTest, SkippedChunksAreCheckedAndSkipOnlyThemselves) {
+  auto skip = [](std::vector<std::pair<uint32_t, uint64_t>> chunks) {
+    transport::Message m;
+    m.header.set_sender_role(wire::WORKER);
+    m.header.set_sender_id(0);
+    auto* p = m.header.mutable_push_request();
+    p->set_clock(0);
+    p->set_skipped(true);
+    for (auto [id, n] : chunks) {
+      auto* d = p->add_chunks();
+      d->set_chunk_id(id);
+      d->set_num_elems(n);
+    }
+    return m;
+  };
+  struct Bad {
+    transport::Message m;
+    wire::Refusal reason;
+  };
+  std::vector<Bad> bad;
+  bad.push_back({skip({{2, 8}}), wire::REFUSAL_CHUNK_OUT_OF_RANGE});
+  bad.push_back({skip({{1, 8}, {1, 8}}), wire::REFUSAL_DUPLICATE_CHUNK});
+  bad.push_back({skip({{1, 7}}), wire::REFUSAL_WRONG_SHAPE});
+  bad.push_back({skip({{1, 8}}), wire::REFUSAL_FRAME_COUNT});
+  std::vector<float> values(8, 1.0f);
+  bad.back().m.frames.emplace_back(values.data(), values.size() * sizeof(float));
+  for (const Bad& b : bad) {
+    Handled h = ApplyPush(Ctx(), b.m);
+    EXPECT_EQ(h.reason, b.reason) << h.status;
+    EXPECT_FALSE(h.completed);
+  }
+  EXPECT_EQ(shard_.LastClock(0, 1), -1) << "a refused skip records nothing";
+
+  ShardState other(BoundTwo(), cluster::ChunkLayout(16, 8), {0});
+  ShardContext ctx = Ctx();
+  ctx.shard = &other;
+  EXPECT_EQ(ApplyPush(ctx, skip({{1, 8}})).reason, wire::REFUSAL_CHUNK_NOT_OWNED);
+
+  Handled h = ApplyPush(Ctx(), skip({{1, 8}}));
+  ASSERT_TRUE(h.status.ok()) << h.status;
+  EXPECT_EQ(h.reply.push_ack().result(), wire::APPLIED);
+  EXPECT_FALSE(h.completed) << "chunk 0 is neither pushed nor skipped yet";
+  EXPECT_EQ(shard_.LastClock(0, 1), 0);
+  EXPECT_EQ(shard_.LastClock(0, 0), -1);
+  EXPECT_EQ(ApplyPush(Ctx(), skip({{1, 8}})).reply.push_ack().result(), wire::DUPLICATE);
+  h = ApplyPush(Ctx(), Push(0, 1.0f));
+  ASSERT_TRUE(h.status.ok()) << h.status;
+  EXPECT_TRUE(h.completed) << "chunk 0 pushed, chunk 1 skipped: clock 0 is done";
+  EXPECT_EQ(shard_.updates_applied(), 1u);
+}
+
 // Elastic jobs: every push names a data unit within the job; other jobs'
 // pushes name none. Anything else is refused whole.
 TEST_F(RequestsTest, DataUnitsMustMatchTheJob) {

@@ -142,6 +142,46 @@ TEST(ShardTest, SkippedClockCompletesWithoutAnUpdate) {
   EXPECT_EQ(s.updates_applied(), 0u);
 }
 
+// training.fragments: each clock two workers push one of two one-value
+// chunks and skip the other. A clock completes only once every chunk was
+// pushed or skipped; a round closes on the pushed chunk alone; the
+// skipped chunk's clocks close too, so the checkpoint clock keeps up.
+TEST(ShardTest, FragmentClocksPushOneChunkAndSkipTheOther) {
+  ShardState s(Options(0), cluster::ChunkLayout(2, 1), {0, 1});
+  std::vector<float> init = {0, 0};
+  s.Init(0, &init[0]);
+  s.Init(1, &init[1]);
+  ClockTable clocks(0);
+  clocks.SetLive({0, 1}, {0, 0});
+  const float g0 = 2, g1 = 4;
+  for (int64_t clock = 0; clock < 4; ++clock) {
+    const uint32_t pushed = static_cast<uint32_t>(clock % 2), skipped = 1 - pushed;
+    for (int w = 0; w < 2; ++w) {
+      ShardState::PushOutcome skip = s.SkipChunks(w, clock, {skipped});
+      EXPECT_EQ(skip.result, wire::APPLIED);
+      EXPECT_FALSE(skip.clock_completed) << "worker " << w << " has not pushed chunk " << pushed;
+      EXPECT_EQ(s.SkipChunks(w, clock, {skipped}).result, wire::DUPLICATE);
+      ShardState::PushOutcome push = s.Push(w, clock, pushed, 0, w == 0 ? &g0 : &g1);
+      EXPECT_EQ(push.result, wire::APPLIED);
+      ASSERT_TRUE(push.clock_completed) << "clock " << clock << ", worker " << w;
+      clocks.Finished(w, clock);
+    }
+    EXPECT_EQ(s.CloseRounds(clocks), 1) << "only the pushed chunk has a round at clock " << clock;
+    EXPECT_FALSE(s.HasOpenRounds());
+    EXPECT_EQ(s.CheckpointClock(clocks.MinClock()), clock + 1);
+    EXPECT_EQ(s.LastClock(1, skipped), clock);
+  }
+  // Two rounds each, of the mean gradient 3 at lr 0.5.
+  EXPECT_FLOAT_EQ(Values(s, 0)[0], -3.0f);
+  EXPECT_FLOAT_EQ(Values(s, 1)[0], -3.0f);
+  EXPECT_EQ(s.updates_applied(), 4u);
+  // A late push of a clock every live worker finished, from a worker no
+  // longer live, is dropped, on a skipped chunk as on a pushed one.
+  EXPECT_EQ(s.Push(2, 3, 0, 0, &g0).result, wire::STALE_DROPPED);
+  EXPECT_EQ(s.Push(2, 3, 1, 0, &g0).result, wire::STALE_DROPPED);
+  EXPECT_FALSE(s.HasOpenRounds());
+}
+
 TEST(ShardTest, UpdateWritesANewBufferWhileAReaderHoldsTheOld) {
   ShardState s(Options(4), cluster::ChunkLayout(2, 2), {0});
   std::vector<float> init = {1, 1}, g = {1, 1};

@@ -114,5 +114,37 @@ TEST_F(OverlappedRoundsTest, AMidRoundMergeKeepsTheWholeRoundInItsPush) {
   EXPECT_TRUE(torch::allclose(params, torch::full({4}, -0.35f)));
 }
 
+// training.fragments: two fragments of a 6-value model, plain SGD (lr 0.1),
+// gradient 1 every step. Each clock pushes one fragment's progress over its
+// own outer round (two clocks) and leaves the other's model and base alone.
+TEST(LocalRoundsTest, FragmentsPushTheirOwnRoundAndRestartAlone) {
+  JobSpec job = LocalJob(0, 0);
+  torch::Tensor params = torch::zeros({6});
+  LocalRounds rounds(job, params);
+  const LocalRounds::Span first{0, 4}, second{4, 2};
+  rounds.Restart();
+  rounds.Step(torch::ones({6}), 1.0);  // clock 0: -0.1 everywhere
+  torch::Tensor push = rounds.Finish(first);
+  EXPECT_TRUE(torch::allclose(push, torch::tensor({0.1f, 0.1f, 0.1f, 0.1f, 0.0f, 0.0f})));
+  rounds.global().narrow(0, 0, 4).fill_(-0.05f);  // fragment 0's average
+  rounds.Restart(first);
+  EXPECT_TRUE(torch::allclose(params, torch::tensor({-0.05f, -0.05f, -0.05f, -0.05f, -0.1f, -0.1f})));
+  rounds.Step(torch::ones({6}), 1.0);  // clock 1
+  push = rounds.Finish(second);
+  // Fragment 1 pushes both clocks' steps; fragment 0 nothing.
+  EXPECT_TRUE(torch::allclose(push, torch::tensor({0.0f, 0.0f, 0.0f, 0.0f, 0.2f, 0.2f})));
+  // Fragment 0's progress since its restart is still its to push.
+  rounds.Step(torch::ones({6}), 1.0);  // clock 2
+  push = rounds.Finish(first);
+  EXPECT_TRUE(torch::allclose(push, torch::tensor({0.2f, 0.2f, 0.2f, 0.2f, 0.0f, 0.0f})));
+  // An overlapped merge folds fragment 1's average (-0.3) in under the one
+  // step taken since its push, and the next push of fragment 1 carries it.
+  rounds.global().narrow(0, 4, 2).fill_(-0.3f);
+  rounds.MergeNow(second);
+  EXPECT_TRUE(torch::allclose(params.narrow(0, 4, 2), torch::full({2}, -0.4f)));
+  EXPECT_TRUE(torch::allclose(params.narrow(0, 0, 4), torch::full({4}, -0.25f)));  // untouched
+  EXPECT_TRUE(torch::allclose(rounds.Finish(second).narrow(0, 4, 2), torch::full({2}, 0.1f)));
+}
+
 }  // namespace
 }  // namespace geodesic::worker
