@@ -30,12 +30,7 @@ LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds)
   inner_ = MakeInner(job.optimizer, alias_);
 }
 
-void LocalRounds::Restart() {
-  torch::NoGradGuard ng;
-  torch::Tensor model = global_.narrow(0, 0, params_.numel());
-  params_.copy_(model);
-  base_.copy_(model);
-}
+void LocalRounds::Restart() { Restart({0, params_.numel()}); }
 
 void LocalRounds::Step(const torch::Tensor& grad, double lr_factor) {
   torch::NoGradGuard ng;
@@ -53,13 +48,7 @@ torch::Tensor LocalRounds::Finish(bool merged) {
   return push;
 }
 
-void LocalRounds::MergeNow() {
-  torch::NoGradGuard ng;
-  torch::Tensor model = global_.narrow(0, 0, params_.numel());
-  torch::Tensor progress = base_ - params_;
-  params_.copy_(model - progress);
-  base_.copy_(model);
-}
+void LocalRounds::MergeNow() { MergeNow({0, params_.numel()}); }
 
 void LocalRounds::Restart(Span span) {
   torch::NoGradGuard ng;
