@@ -80,6 +80,8 @@ nlohmann::json PredictionJson(const Prediction& pr) {
     j["round_ms"] = pr.round_ms;
     j["overlap_rounds"] = pr.overlap_rounds;
     j["overlap_steps"] = pr.overlap_steps;
+    j["fragments"] = pr.fragments;
+    j["fragment_comm_ms"] = pr.fragment_comm_ms;
   }
   j["links"] = nlohmann::json::array();
   for (const LinkLoad& l : pr.links)
@@ -219,6 +221,15 @@ std::string TextTraffic(const Report& r) {
 
 std::string TextStep(const Report& r) {
   const Prediction& pr = r.plan.prediction;
+  if (pr.local_steps > 1 && pr.fragments > 1) {
+    const int hidden_steps = !pr.overlap_rounds ? 0 : pr.overlap_steps > 0 ? pr.overlap_steps : pr.local_steps;
+    return Format(
+        "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = %d x compute %.1f + its fragment's "
+        "exchange less the %.1f ms the next round hides (%d fragments in turn: %.1f ms on average, the whole "
+        "model %.1f ms; bottleneck of the whole model: %s)\n",
+        pr.step_ms, pr.round_ms, pr.local_steps, pr.local_steps, pr.compute_ms, hidden_steps * pr.compute_ms,
+        pr.fragments, pr.fragment_comm_ms, pr.comm_ms, pr.bottleneck.c_str());
+  }
   if (pr.local_steps > 1 && pr.overlap_steps > 0)
     return Format(
         "\npredicted step: %.1f ms = round %.1f ms / %d local steps; round = %d x compute %.1f + max(0, "

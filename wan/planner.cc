@@ -130,6 +130,7 @@ struct Planner::Problem {
   int local_steps = 1;
   bool overlap_rounds = false;
   int overlap_steps = 0;  // training.overlap_steps: a round waits after this many steps of the next
+  int fragments = 1;      // training.fragments: each round exchanges one of this many fragments, in turn
   int max_steps = 0;
   std::vector<Codec> codecs;    // the job's and the candidates, each name once
   std::vector<int> candidates;  // indices into codecs, safest first
@@ -209,6 +210,14 @@ class Evaluator {
     Add(l, chunk, to, +1);
   }
 
+  // The slowest pair's time for one exchange of the chunks in `range` alone.
+  double ExchangeMs(const std::vector<int32_t>& owner, cluster::ChunkRange range) const {
+    Loads l = Empty();
+    for (uint32_t c = range.begin; c < range.end; ++c) Add(&l, c, owner[c], +1);
+    const std::vector<double> t = PairTimes(l);
+    return *std::max_element(t.begin(), t.end());
+  }
+
   // Shards of region r that hold some chunk.
   int ShardsWithChunks(const Loads& l, int r) const {
     int n = 0;
@@ -251,7 +260,8 @@ class Evaluator {
     return c;
   }
 
-  Prediction Predict(const Loads& l) const {
+  Prediction Predict(const std::vector<int32_t>& owner) const {
+    const Loads l = Of(owner);
     const int R = p_.R();
     Prediction pr;
     pr.compute_ms = p_.compute_ms;
@@ -291,7 +301,18 @@ class Evaluator {
       const double hidden = !p_.overlap_rounds      ? 0.0
                             : p_.overlap_steps == 0 ? compute
                                                     : p_.overlap_steps * pr.compute_ms;
-      pr.round_ms = compute + std::max(0.0, pr.comm_ms - hidden);
+      // With fragments the rounds exchange one fragment each, in turn: a
+      // round waits for its own fragment's exchange, averaged over them.
+      const int P = p_.fragments;
+      double wait = 0;
+      for (int f = 0; f < P; ++f) {
+        const double comm =
+            P > 1 ? ExchangeMs(owner, cluster::FragmentChunks(p_.layout.num_chunks(), P, f)) : pr.comm_ms;
+        pr.fragment_comm_ms += comm / P;
+        wait += std::max(0.0, comm - hidden) / P;
+      }
+      pr.fragments = P;
+      pr.round_ms = compute + wait;
       pr.step_ms = pr.round_ms / p_.local_steps;
     }
     return pr;
@@ -484,7 +505,7 @@ Plan Build(const Problem& p, const LinkMatrix& links, const Choice& choice, std:
   Rates rates(links);
   Evaluator ev(p, choice, rates);
   Plan plan;
-  plan.prediction = ev.Predict(ev.Of(owner));
+  plan.prediction = ev.Predict(owner);
   plan.shard_map.layout = p.layout;
   plan.shard_map.owner = std::move(owner);
   plan.shard_map.version = version;
@@ -578,6 +599,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
   p->local_steps = std::max(1, job.training.local_steps);
   p->overlap_rounds = p->local_steps > 1 && job.training.overlap_rounds;
   p->overlap_steps = p->overlap_rounds ? job.training.overlap_steps : 0;
+  p->fragments = p->local_steps > 1 ? std::max(1, job.training.fragments) : 1;
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;
@@ -660,7 +682,7 @@ StatusOr<Prediction> Planner::Predict(const std::vector<int32_t>& owner, const C
   }
   const Rates rates(links);
   Evaluator ev(p, choice, rates);
-  return ev.Predict(ev.Of(owner));
+  return ev.Predict(owner);
 }
 
 StatusOr<Replan> Planner::CheckDrift(const Plan& previous, const LinkMatrix& measured) const {

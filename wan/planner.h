@@ -146,6 +146,9 @@ struct Prediction {
   int overlap_steps = 0;        // with overlap_rounds: training.overlap_steps N (0: the whole round)
   double round_ms = 0;          // H > 1: H * compute + comm; max(H * compute, comm) with overlap_rounds;
                                 // H * compute + max(0, comm - N * compute) with overlap_steps N
+  int fragments = 1;            // H > 1: training.fragments P; each round exchanges one fragment in turn
+  double fragment_comm_ms = 0;  // H > 1: one round's exchange, averaged over the fragments (comm when P is 1);
+                                // round_ms then takes each fragment's own exchange in place of comm
   std::vector<LinkLoad> links;  // every ordered region pair, `from`-major
   std::vector<PairTime> pairs;  // pairs with traffic, worker-region-major
   std::string bottleneck;       // the slowest pair, "asia workers <-> eu servers"; empty if none

@@ -159,6 +159,37 @@ TEST(PlannerTest, BoundedOverlapHidesOnlyItsSteps) {
   }
 }
 
+// training.fragments P: each round exchanges one fragment, in turn. With two
+// fragments of one chunk each, fragment 0 (chunk 0, 4000 bytes on a's
+// shard) costs b's worker 10 + 4 + 10 + 4 = 28 ms, fragment 1 (chunk 1, 2000
+// bytes on b's shard) costs a's worker 24 ms: 26 ms a round on average,
+// against 28 ms for the whole model.
+TEST(PlannerTest, FragmentsPayTheirOwnExchangeInTurn) {
+  for (int n : {0, 1}) {  // overlap_steps; 0: the next round does not overlap
+    auto job = ParseJob(TwoRegions(), "t",
+                        {"training.staleness_bound=0", "training.local_steps=4", "wan.congestion_control=cubic",
+                         "training.fragments=2", std::string("training.overlap_rounds=") + (n ? "true" : "false"),
+                         "training.overlap_steps=" + std::to_string(n)});
+    ASSERT_TRUE(job.ok()) << job.status();
+    Planner planner = Make(*job, ChunkLayout(1500, 1000), 5);
+    auto pr = planner.Predict({0, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(pr.ok()) << pr.status();
+    EXPECT_DOUBLE_EQ(pr->comm_ms, 28.0);  // the whole model, as the job's last round exchanges it
+    EXPECT_EQ(pr->fragments, 2);
+    EXPECT_DOUBLE_EQ(pr->fragment_comm_ms, 26.0);
+    // Unhidden: 20 + (28 + 24) / 2 = 46 ms; one step hidden: 20 + (23 + 19) / 2 = 41 ms.
+    EXPECT_DOUBLE_EQ(pr->round_ms, n ? 41.0 : 46.0) << n;
+    EXPECT_DOUBLE_EQ(pr->step_ms, pr->round_ms / 4);
+    const std::string text = PlanReport(planner, planner.MakePlan(), {}, false);
+    EXPECT_NE(text.find("2 fragments in turn: 26.0 ms on average"), std::string::npos) << text;
+    // Both chunks on b's shard: a's worker pays 28 ms for fragment 0 and 24 ms for
+    // fragment 1 (the whole model, 32 ms).
+    auto same = planner.Predict({1, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(same.ok());
+    EXPECT_DOUBLE_EQ(same->fragment_comm_ms, (28.0 + 24.0) / 2);
+  }
+}
+
 TEST(PlannerTest, CodecBytesFollowTheCodecSizes) {
   JobSpec job = Job(R"(
 regions:
