@@ -43,7 +43,10 @@ double PushCompressor::SparseFraction(const CodecSpec& spec, int64_t clock) cons
   return std::max(f, spec.fraction);
 }
 
-const float* PushCompressor::Prepare(int64_t clock, const float* grad, std::shared_ptr<const void>* owner) {
+const float* PushCompressor::Prepare(int64_t clock, const float* grad, std::shared_ptr<const void>* owner,
+                                     uint32_t first_chunk, uint32_t end_chunk) {
+  first_chunk_ = first_chunk;
+  end_chunk_ = end_chunk;
   if (options_.local_momentum > 0) grad = CorrectMomentum(grad, owner);
   bool lossy = false;
   for (const Dest& d : dests_) lossy |= static_cast<bool>(d.encoder);
@@ -79,6 +82,7 @@ void PushCompressor::CorrectErrors(const float* grad) {
     if (!d.encoder) continue;
     const bool feedback = options_.error_feedback && d.spec.lossy();
     for (uint32_t c : d.chunks) {
+      if (!InPush(c)) continue;
       const uint64_t n = Size(c), b = Begin(c);
       if (feedback)
         feedback_.Correct(c, grad + b, n, corrected_all_.data() + b);
@@ -100,6 +104,7 @@ void PushCompressor::PickTopKThreshold(int64_t clock) {
     if (!d.encoder || d.spec.codec != wire::TOPK) continue;
     const double f = SparseFraction(d.spec, clock);
     for (uint32_t c : d.chunks) {
+      if (!InPush(c)) continue;
       const uint64_t n = Size(c), b = Begin(c);
       budget += static_cast<uint64_t>(std::ceil(f * static_cast<double>(n)));
       for (uint64_t i = 0; i < n; ++i) magnitudes_.push_back(std::fabs(corrected_all_[b + i]));
@@ -122,6 +127,7 @@ void PushCompressor::PickTopKThreshold(int64_t clock) {
   for (const Dest& d : dests_) {
     if (!d.encoder || d.spec.codec != wire::TOPK) continue;
     for (uint32_t c : d.chunks) {
+      if (!InPush(c)) continue;
       const uint64_t n = Size(c), b = Begin(c);
       uint64_t above = 0;
       for (uint64_t i = 0; i < n; ++i) above += std::fabs(corrected_all_[b + i]) >= threshold;
@@ -143,6 +149,7 @@ Status PushCompressor::Encode(size_t dest, int64_t clock, uint32_t c, std::vecto
       d.encoder_fraction = f;
     }
   }
+  GD_CHECK(InPush(c)) << "chunk " << c << " is outside the push Prepare started";
   const uint64_t n = Size(c), b = Begin(c);
   const float* values = corrected_all_.data() + b;
   float* sent = sent_all_.data() + b;

@@ -49,7 +49,11 @@ class PushCompressor {
   // Starts step `clock`'s push of `grad` (num_params values). Returns the
   // values to send raw to destinations that do not encode: `grad` itself,
   // or with momentum correction the velocities, then kept alive by *owner.
-  const float* Prepare(int64_t clock, const float* grad, std::shared_ptr<const void>* owner);
+  // Only chunks in [first_chunk, end_chunk) are pushed (training.fragments):
+  // error feedback and the top-k threshold look at those alone, so the
+  // others keep their residuals and top-k keeps its fraction of what is sent.
+  const float* Prepare(int64_t clock, const float* grad, std::shared_ptr<const void>* owner, uint32_t first_chunk = 0,
+                       uint32_t end_chunk = UINT32_MAX);
   // Encodes chunk `chunk` of `dest` for the push Prepare started.
   Status Encode(size_t dest, int64_t clock, uint32_t chunk, std::vector<uint8_t>* bytes, PayloadInfo* info);
 
@@ -68,8 +72,9 @@ class PushCompressor {
   uint64_t Begin(uint32_t chunk) const { return uint64_t{chunk} * chunk_elems_; }
   uint64_t Size(uint32_t chunk) const;
   const float* CorrectMomentum(const float* grad, std::shared_ptr<const void>* owner);
-  // Error feedback for every encoded chunk of `grad`, into corrected_all_.
+  // Error feedback for every encoded chunk of `grad` in the push, into corrected_all_.
   void CorrectErrors(const float* grad);
+  bool InPush(uint32_t chunk) const { return chunk >= first_chunk_ && chunk < end_chunk_; }
   // One threshold for every top-k chunk: topk_fraction_ per chunk.
   void PickTopKThreshold(int64_t clock);
   uint64_t DestSeed(const Dest& d) const;
@@ -83,6 +88,7 @@ class PushCompressor {
   std::vector<float> corrected_all_, sent_all_;                // lossy pushes, over the whole flat vector
   std::vector<float> magnitudes_;                              // top-k threshold scratch
   std::unordered_map<uint32_t, double> topk_fraction_;
+  uint32_t first_chunk_ = 0, end_chunk_ = UINT32_MAX;  // the chunks Prepare's push sends
 };
 
 }  // namespace geodesic::compression

@@ -660,7 +660,8 @@ int64_t PsClient::OldestUnackedClock() const {
 Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit,
                       const std::optional<cluster::ChunkRange>& only) {
   TimePoint now = clock_->Now();
-  grad = compressor_->Prepare(clock, grad, &owner);
+  grad = only ? compressor_->Prepare(clock, grad, &owner, only->begin, only->end)
+              : compressor_->Prepare(clock, grad, &owner);
   for (size_t si = 0; si < shards_.size(); ++si) {
     Shard& s = shards_[si];
     std::vector<uint32_t> pushed, skipped;
@@ -709,28 +710,19 @@ Status PsClient::EncodeChunks(size_t si, int64_t clock, const std::vector<uint32
 }
 
 Status PsClient::PushSkipped(int64_t clock, int64_t unit) {
-  TimePoint now = clock_->Now();
-  for (size_t si = 0; si < shards_.size(); ++si) {
-    if (shards_[si].chunks.empty()) continue;
-    wire::Header h;
-    uint64_t id = next_request_++;
-    h.set_request_id(id);
-    h.mutable_push_request()->set_clock(clock);
-    h.mutable_push_request()->set_skipped(true);
-    if (unit >= 0) h.mutable_push_request()->set_unit(unit);
-    GD_RETURN_IF_ERROR(shards_[si].socket->Send(h, {}));
-    pushes_.Add(id, static_cast<int>(si), std::move(h), {}, now);
-  }
+  for (size_t si = 0; si < shards_.size(); ++si)
+    if (!shards_[si].chunks.empty()) GD_RETURN_IF_ERROR(PushSkippedChunks(clock, si, {}, unit));
   return Status::Ok();
 }
 
-Status PsClient::PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids) {
+Status PsClient::PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids, int64_t unit) {
   wire::Header h;
   uint64_t id = next_request_++;
   h.set_request_id(id);
   auto* req = h.mutable_push_request();
   req->set_clock(clock);
   req->set_skipped(true);
+  if (unit >= 0) req->set_unit(unit);
   for (uint32_t c : ids) {
     auto* d = req->add_chunks();
     d->set_chunk_id(c);

@@ -164,8 +164,9 @@ class PsClient {
               const std::optional<cluster::ChunkRange>& only = std::nullopt);
   // Tells every shard this worker finished `clock` without a gradient.
   Status PushSkipped(int64_t clock, int64_t unit = -1);
-  // Tells shard index `si` that chunks `ids` (its own) get no gradient at `clock`.
-  Status PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids);
+  // Tells shard index `si` that chunks `ids` (its own) get no gradient at
+  // `clock`; no ids: none of its chunks does (a whole skipped step).
+  Status PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids, int64_t unit = -1);
   // The oldest clock with a push not yet acknowledged by every shard
   // (INT64_MAX when none): every clock below it is acknowledged.
   int64_t OldestUnackedClock() const;

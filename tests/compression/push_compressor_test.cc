@@ -71,6 +71,28 @@ TEST(PushCompressorTest, ErrorFeedbackAddsTheResidualToTheNextPush) {
   EXPECT_EQ(EncodeDecode(pc, 0, 1, 0, 4), (std::vector<float>{0, 0, 3, 0}));
 }
 
+// training.fragments: a push of some chunks alone takes top-k's fraction of
+// those chunks (a threshold over every chunk would let the pushed ones send
+// the others' share too), and the chunks left out keep their residuals.
+TEST(PushCompressorTest, APushOfSomeChunksKeepsTheFractionAndTheOthersResiduals) {
+  PushCompressor pc({.error_feedback = true}, 8, 4);
+  pc.SetCodec(0, 0, Spec("topk:0.5"));
+  pc.SetChunks(0, {0, 1});
+  std::vector<float> g = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::shared_ptr<const void> owner;
+  pc.Prepare(0, g.data(), &owner, 1, 2);  // chunk 1 alone
+  EXPECT_EQ(EncodeDecode(pc, 0, 0, 1, 4), (std::vector<float>{0, 0, 7, 8}));
+  EXPECT_NEAR(pc.error_feedback().ResidualSquaredNorm(), 25 + 36, 1e-5);
+  std::vector<float> h = {1, 2, 3, 4, 0, 0, 0, 0};
+  pc.Prepare(1, h.data(), &owner, 0, 1);  // chunk 0 alone
+  EXPECT_EQ(EncodeDecode(pc, 0, 1, 0, 4), (std::vector<float>{0, 0, 3, 4}));
+  EXPECT_NEAR(pc.error_feedback().ResidualSquaredNorm(), 1 + 4 + 25 + 36, 1e-5);
+  // Chunk 1's residual went nowhere: it leads the next push of chunk 1.
+  std::vector<float> zero(8, 0.0f);
+  pc.Prepare(2, zero.data(), &owner, 1, 2);
+  EXPECT_EQ(EncodeDecode(pc, 0, 2, 1, 4), (std::vector<float>{5, 6, 0, 0}));
+}
+
 TEST(PushCompressorTest, SparsityWarmUpStartsAtAQuarter) {
   PushCompressor pc({.sparsity_warmup_steps = 10}, 4, 4);
   CodecSpec spec = Spec("topk:0.01");
