@@ -129,8 +129,9 @@ struct Planner::Problem {
   // steps, hidden behind the next round's compute with overlap_rounds.
   int local_steps = 1;
   bool overlap_rounds = false;
-  int overlap_steps = 0;  // training.overlap_steps: a round waits after this many steps of the next
-  int fragments = 1;      // training.fragments: each round exchanges one of this many fragments, in turn
+  int overlap_steps = 0;            // training.overlap_steps: a round waits after this many steps of the next
+  int fragments = 1;                // training.fragments: each round exchanges one of this many fragments, in turn
+  std::vector<int> chunk_fragment;  // per chunk: its fragment (all 0 without fragments)
   int max_steps = 0;
   std::vector<Codec> codecs;    // the job's and the candidates, each name once
   std::vector<int> candidates;  // indices into codecs, safest first
@@ -172,6 +173,7 @@ class Evaluator {
     std::vector<double> push, pull;  // [server_region * R + worker_region], bytes per step
     std::vector<int> region_chunks;
     std::vector<uint64_t> server_elems;
+    std::vector<Loads> parts;  // training.fragments: the same for each fragment's chunks alone
   };
 
   Evaluator(const Problem& p, const Choice& choice, const Rates& rates) : p_(p), rates_(rates) {
@@ -188,8 +190,10 @@ class Evaluator {
 
   Loads Empty() const {
     const int R = p_.R();
-    return Loads{std::vector<double>(R * R), std::vector<double>(R * R), std::vector<int>(R),
-                 std::vector<uint64_t>(p_.S())};
+    Loads l{
+        std::vector<double>(R * R), std::vector<double>(R * R), std::vector<int>(R), std::vector<uint64_t>(p_.S()), {}};
+    if (p_.fragments > 1) l.parts.assign(p_.fragments, l);
+    return l;
   }
   Loads Of(const std::vector<int32_t>& owner) const {
     Loads l = Empty();
@@ -197,6 +201,10 @@ class Evaluator {
     return l;
   }
   void Add(Loads* l, uint32_t chunk, int server, int sign) const {
+    AddTo(l, chunk, server, sign);
+    if (!l->parts.empty()) AddTo(&l->parts[p_.chunk_fragment[chunk]], chunk, server, sign);
+  }
+  void AddTo(Loads* l, uint32_t chunk, int server, int sign) const {
     const int R = p_.R(), K = p_.K(), r = p_.server_region[server], k = p_.chunk_class[chunk];
     for (int w = 0; w < R; ++w) {
       l->push[r * R + w] += sign * unit_push_[(w * R + r) * K + k];
@@ -210,10 +218,7 @@ class Evaluator {
     Add(l, chunk, to, +1);
   }
 
-  // The slowest pair's time for one exchange of the chunks in `range` alone.
-  double ExchangeMs(const std::vector<int32_t>& owner, cluster::ChunkRange range) const {
-    Loads l = Empty();
-    for (uint32_t c = range.begin; c < range.end; ++c) Add(&l, c, owner[c], +1);
+  double SlowestPair(const Loads& l) const {
     const std::vector<double> t = PairTimes(l);
     return *std::max_element(t.begin(), t.end());
   }
@@ -250,11 +255,19 @@ class Evaluator {
     return t;
   }
 
+  // With fragments each round exchanges one of them: the times are averages
+  // over the fragments' own exchanges.
   Cost CostOf(const Loads& l) const {
     Cost c;
-    for (double t : PairTimes(l)) {
-      c.max_ms = std::max(c.max_ms, t);
-      c.sum_ms += t;
+    const size_t n = std::max<size_t>(1, l.parts.size());
+    for (size_t f = 0; f < n; ++f) {
+      const Loads& part = l.parts.empty() ? l : l.parts[f];
+      double slowest = 0;
+      for (double t : PairTimes(part)) {
+        slowest = std::max(slowest, t);
+        c.sum_ms += t / static_cast<double>(n);
+      }
+      c.max_ms += slowest / static_cast<double>(n);
     }
     c.max_server_elems = *std::max_element(l.server_elems.begin(), l.server_elems.end());
     return c;
@@ -306,8 +319,7 @@ class Evaluator {
       const int P = p_.fragments;
       double wait = 0;
       for (int f = 0; f < P; ++f) {
-        const double comm =
-            P > 1 ? ExchangeMs(owner, cluster::FragmentChunks(p_.layout.num_chunks(), P, f)) : pr.comm_ms;
+        const double comm = P > 1 ? SlowestPair(l.parts[f]) : pr.comm_ms;
         pr.fragment_comm_ms += comm / P;
         wait += std::max(0.0, comm - hidden) / P;
       }
@@ -358,9 +370,9 @@ Cost LocalSearch(const Problem& p, const Evaluator& ev, std::vector<int32_t>* ow
   Cost cur = ev.CostOf(loads);
   const int S = p.S(), K = p.K();
   for (int step = 0; step < p.max_steps; ++step) {
-    std::vector<int64_t> rep(S * K, -1);
+    std::vector<int64_t> rep(S * K * p.fragments, -1);
     for (uint32_t c = 0; c < owner->size(); ++c) {
-      int64_t& r = rep[(*owner)[c] * K + p.chunk_class[c]];
+      int64_t& r = rep[((*owner)[c] * K + p.chunk_class[c]) * p.fragments + p.chunk_fragment[c]];
       if (r < 0) r = c;
     }
     std::vector<uint32_t> reps;
@@ -384,7 +396,7 @@ Cost LocalSearch(const Problem& p, const Evaluator& ev, std::vector<int32_t>* ow
       for (size_t j = i + 1; j < reps.size(); ++j) {
         const uint32_t a = reps[i], b = reps[j];
         const int32_t sa = (*owner)[a], sb = (*owner)[b];
-        if (sa == sb || p.chunk_class[a] == p.chunk_class[b]) continue;
+        if (sa == sb || (p.chunk_class[a] == p.chunk_class[b] && p.chunk_fragment[a] == p.chunk_fragment[b])) continue;
         Evaluator::Loads trial = loads;
         ev.Move(&trial, a, sa, sb);
         ev.Move(&trial, b, sb, sa);
@@ -600,6 +612,11 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
   p->overlap_rounds = p->local_steps > 1 && job.training.overlap_rounds;
   p->overlap_steps = p->overlap_rounds ? job.training.overlap_steps : 0;
   p->fragments = p->local_steps > 1 ? std::max(1, job.training.fragments) : 1;
+  p->chunk_fragment.assign(layout.num_chunks(), 0);
+  for (int f = 0; f < p->fragments; ++f) {
+    const cluster::ChunkRange range = cluster::FragmentChunks(layout.num_chunks(), p->fragments, f);
+    for (uint32_t c = range.begin; c < range.end; ++c) p->chunk_fragment[c] = f;
+  }
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;

@@ -190,6 +190,35 @@ TEST(PlannerTest, FragmentsPayTheirOwnExchangeInTurn) {
   }
 }
 
+// The placement search prices fragments as the prediction does. Four
+// chunks of 1000 bytes, two fragments ({0, 1} and {2, 3}), a worker and a
+// shard in each of a and b: for the whole model any two-two split is 20 + 2
+// + 2 = 24 ms, but a fragment whose two chunks share a side costs 24 ms,
+// one split across both 20 + 1 + 1 = 22 ms. Given {a, a, b, b} as a start,
+// which wins ties (as without fragments), the plan still splits each.
+TEST(PlannerTest, FragmentsArePlacedSoThatEachIsSplit) {
+  for (int fragments : {1, 2}) {
+    auto job = ParseJob(TwoRegions(), "t",
+                        {"training.staleness_bound=0", "training.local_steps=4", "wan.congestion_control=cubic",
+                         "training.overlap_rounds=false", "training.fragments=" + std::to_string(fragments)});
+    ASSERT_TRUE(job.ok()) << job.status();
+    Planner planner = Make(*job, ChunkLayout(1000, 250), 5);
+    const Plan plan = planner.MakePlan(planner.declared_links(), {{0, 0, 1, 1}});
+    const std::vector<int32_t>& o = plan.shard_map.owner;
+    EXPECT_DOUBLE_EQ(plan.prediction.comm_ms, 24.0) << fragments;
+    if (fragments == 1) {
+      EXPECT_EQ(o, (std::vector<int32_t>{0, 0, 1, 1}));  // the start: no placement is better
+      continue;
+    }
+    EXPECT_NE(o[0], o[1]);
+    EXPECT_NE(o[2], o[3]);
+    EXPECT_DOUBLE_EQ(plan.prediction.fragment_comm_ms, 22.0);
+    auto start = planner.Predict({0, 0, 1, 1}, planner.JobCodecs(), planner.declared_links());
+    ASSERT_TRUE(start.ok());
+    EXPECT_DOUBLE_EQ(start->fragment_comm_ms, 24.0);
+  }
+}
+
 TEST(PlannerTest, CodecBytesFollowTheCodecSizes) {
   JobSpec job = Job(R"(
 regions:
