@@ -268,7 +268,7 @@ class WanRunner {
   StatusOr<json> Run(const WanConfig& c) {
     JobRun jr{exe_, o_.job_file, out_ + "/" + c.name, o_.overrides, {}};
     jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
-    const std::string& compute = c.local ? local_compute_ms_ : compute_ms_;
+    const std::string compute = ComputeMsFor(c);
     if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
     jr.overrides.push_back("eval.snapshot_every_s=" + std::to_string(o_.snapshot_every_s));
     if (c.local)
@@ -279,12 +279,9 @@ class WanRunner {
     if (!summary.ok()) return summary.status().Annotate(c.name);
     const json& s = *summary;
     json row = RowOf(c, job_, s);
-    // The planner's compute term: the LAN run's step time, for local SGD
-    // its own LAN twin's (its step has no exchange in it).
     const int64_t steps = row["steps"];
     const double wall = row["wall_seconds"];
-    if (c.name == "lan" && steps > 0) compute_ms_ = std::to_string(1000 * wall / steps);
-    if (c.name == "lan-local" && steps > 0) local_compute_ms_ = std::to_string(1000 * wall / steps);
+    if (steps > 0) step_ms_[c.name] = std::to_string(1000 * wall / steps);
     AppendCurvesAndLinks(c.name, s, files_);
     GD_LOG(INFO) << c.name << ": accuracy " << s["test_accuracy"] << ", " << job_.eval.target_accuracy << " after "
                  << s["seconds_to_target"] << " s, " << wall << " s of training";
@@ -296,9 +293,20 @@ class WanRunner {
   const std::string exe_, out_;
   const std::atomic<bool>* stop_;
   CurveFiles files_;
-  // The planner's compute term is calibrated by the LAN run's step time: on
-  // one machine, workers share its cores, which no constant can know.
-  std::string compute_ms_, local_compute_ms_;
+  // The planner's compute term is calibrated by a LAN run's step time: on
+  // one machine, workers share its cores, which no constant can know. A
+  // configuration takes its own LAN twin's step (a local SGD step on the
+  // LAN has no exchange in it); without one, local SGD takes any local LAN
+  // run's and the rest BSP's on the LAN. Empty: the job's own estimate.
+  std::string ComputeMsFor(const WanConfig& c) const {
+    const std::vector<std::string> order = c.local ? std::vector<std::string>{c.own_lan, "lan-local", "lan-diloco"}
+                                                   : std::vector<std::string>{c.own_lan, "lan"};
+    for (const auto& name : order)
+      if (auto it = step_ms_.find(name); !name.empty() && it != step_ms_.end()) return it->second;
+    return "";
+  }
+
+  std::map<std::string, std::string> step_ms_;  // observed ms per step, by configuration
 };
 
 json Ratio(const json& a, const json& b) {
