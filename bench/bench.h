@@ -42,6 +42,10 @@ struct BenchOptions {
   std::string diloco_outer_lr = "1.0";
   std::string diloco_outer_momentum = "0.3";
   double local_epochs = 5;  // wan: their epochs (local SGD needs more samples than BSP)
+  // wan: runs of each configuration, in ABBA order (the configurations in
+  // order, then reversed, ...), so that drift on a shared machine falls on
+  // every configuration alike; the table reports each one's median.
+  int repeats = 1;
   // wan, configuration ddp: PyTorch DDP over the kernel links stops after
   // this many times the best Geodesic WAN time to the target (or after
   // ddp_max_s when none reached it), so a slow baseline costs bounded time.

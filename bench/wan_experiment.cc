@@ -21,19 +21,26 @@
 //              times the best Geodesic WAN time to the target
 // Every configuration is compared with the LAN run (lan) and, where it has
 // one, with its own configuration on the LAN (wan-bsp: lan; wan-local:
-// lan-local). Writes wan.{csv,md,json}, curves.csv and links.csv to --out,
-// and a plot (accuracy vs wall time; bytes per link) with python3-matplotlib.
+// lan-local) and with the fastest configuration without emulation (vs best
+// LAN). Writes wan.{csv,md,json}, curves.csv and links.csv to --out, and a
+// plot (accuracy vs wall time; bytes per link) with python3-matplotlib. With
+// --repeats N each configuration runs N times in ABBA order (the list, then
+// reversed, ...): wan-runs.{csv,md,json} hold every run with ratios inside
+// its pass, wan.* the medians per configuration.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "bench/bench.h"
 #include "bench/run_job.h"
+#include "bench/wan_table.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "config/job.h"
@@ -247,26 +254,42 @@ class WanRunner {
     files_.links << "config,from,to,bytes,configured_mbit,probed_mbit,probed_rtt_ms\n";
   }
 
+  // Every run's row, with "repeat" (1-based); DDP runs once, in the first pass.
   StatusOr<json> RunAll(const std::vector<WanConfig>& configs) {
     json rows = json::array();
-    for (const WanConfig& c : configs) {
-      GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << configs.size() << "] " << c.name << ": " << c.what;
-      if (c.name == "ddp") {
-        auto row = RunDdp(o_, out_, BestWanSeconds(rows), job_.eval.target_accuracy, files_.curves, stop_);
-        if (!row.ok()) return row.status().Annotate("ddp");
-        rows.push_back(*row);
-        files_.curves.flush();
-        continue;
+    const size_t total = configs.size() * o_.repeats;
+    for (int pass = 0; pass < o_.repeats; ++pass) {
+      std::vector<WanConfig> order = configs;
+      if (pass % 2 == 1) std::reverse(order.begin(), order.end());
+      for (const WanConfig& c : order) {
+        if (c.name == "ddp" && pass > 0) continue;
+        GD_LOG(INFO) << "[" << rows.size() + 1 << "/" << total << "] " << c.name << ": " << c.what;
+        GD_ASSIGN_OR_RETURN(json row, c.name == "ddp" ? RunDdpOnce(rows) : Run(c, pass + 1));
+        row["repeat"] = pass + 1;
+        row["run"] = RunName(c.name, pass + 1);
+        rows.push_back(row);
       }
-      GD_ASSIGN_OR_RETURN(json row, Run(c));
-      rows.push_back(row);
     }
     return rows;
   }
 
  private:
-  StatusOr<json> Run(const WanConfig& c) {
-    JobRun jr{exe_, o_.job_file, out_ + "/" + c.name, o_.overrides, {}};
+  // The run's name in file names and the curves: the configuration's, with
+  // ".rK" when configurations are repeated.
+  std::string RunName(const std::string& config, int repeat) const {
+    return o_.repeats > 1 ? config + ".r" + std::to_string(repeat) : config;
+  }
+
+  StatusOr<json> RunDdpOnce(const json& rows) {
+    auto row = RunDdp(o_, out_, BestWanSeconds(rows), job_.eval.target_accuracy, files_.curves, stop_);
+    if (!row.ok()) return row.status().Annotate("ddp");
+    files_.curves.flush();
+    return row;
+  }
+
+  StatusOr<json> Run(const WanConfig& c, int repeat) {
+    const std::string run = RunName(c.name, repeat);
+    JobRun jr{exe_, o_.job_file, out_ + "/" + run, o_.overrides, {}};
     jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
     const std::string compute = ComputeMsFor(c);
     if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
@@ -276,14 +299,14 @@ class WanRunner {
     else if (o_.epochs > 0)
       jr.overrides.push_back("training.epochs=" + std::to_string(o_.epochs));
     auto summary = RunJob(jr, stop_);
-    if (!summary.ok()) return summary.status().Annotate(c.name);
+    if (!summary.ok()) return summary.status().Annotate(run);
     const json& s = *summary;
     json row = RowOf(c, job_, s);
     const int64_t steps = row["steps"];
     const double wall = row["wall_seconds"];
     if (steps > 0) step_ms_[c.name] = std::to_string(1000 * wall / steps);
-    AppendCurvesAndLinks(c.name, s, files_);
-    GD_LOG(INFO) << c.name << ": accuracy " << s["test_accuracy"] << ", " << job_.eval.target_accuracy << " after "
+    AppendCurvesAndLinks(run, s, files_);
+    GD_LOG(INFO) << run << ": accuracy " << s["test_accuracy"] << ", " << job_.eval.target_accuracy << " after "
                  << s["seconds_to_target"] << " s, " << wall << " s of training";
     return row;
   }
@@ -309,74 +332,6 @@ class WanRunner {
   std::map<std::string, std::string> step_ms_;  // observed ms per step, by configuration
 };
 
-json Ratio(const json& a, const json& b) {
-  return a.is_number() && b.is_number() && b.get<double>() > 0 ? json(a.get<double>() / b.get<double>()) : json();
-}
-
-std::string Num(const json& v, const char* fmt, const char* missing = "not reached") {
-  if (!v.is_number()) return std::string(missing);
-  char b[96];
-  std::snprintf(b, sizeof(b), fmt, v.get<double>());
-  return std::string(b);
-}
-
-// Adds each row's ratios: to the LAN time, to the configuration's own LAN
-// time, and DDP's time over the row's.
-void AddRatios(json& rows) {
-  auto seconds_of = [&](const std::string& name) -> json {
-    for (const auto& r : rows)
-      if (r["config"] == name) return r["seconds_to_target"];
-    return json();
-  };
-  const json lan = seconds_of("lan");
-  json ddp_seconds, ddp_bound;  // DDP's time to the target, or the time it trained without reaching it
-  for (const auto& r : rows)
-    if (r["config"] == "ddp") {
-      ddp_seconds = r["seconds_to_target"];
-      if (!ddp_seconds.is_number()) ddp_bound = r["wall_seconds"];
-    }
-  for (auto& r : rows) {
-    const json t = r["seconds_to_target"];
-    r["vs_lan"] = Ratio(t, lan);
-    r["vs_own_lan"] = r.value("own_lan", std::string()).empty() ? json() : Ratio(t, seconds_of(r["own_lan"]));
-    if (r["config"] != "ddp") {
-      r["ddp_over_this"] = Ratio(ddp_seconds, t);
-      r["ddp_over_this_at_least"] = Ratio(ddp_bound, t);
-    }
-  }
-}
-
-// wan.csv and wan.md: one line per row.
-void WriteTables(const json& rows, double target, const std::string& out) {
-  std::ofstream md(out + "/wan.md"), csv(out + "/wan.csv");
-  csv << "config,emulation,test_accuracy,seconds_to_target,vs_lan,vs_own_lan,ddp_over_this,ddp_over_this_at_least,"
-         "wall_seconds,steps,observed_step_ms,predicted_step_ms,bytes_per_sample,compute_utilization\n";
-  md << "| configuration | links | time to " << target << " (s) | vs LAN | vs own LAN | DDP / this | "
-     << "final accuracy | training (s) | steps | step (ms) | predicted step (ms) | predicted / observed | "
-     << "bytes/sample | compute utilization |\n"
-     << "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : rows) {
-    const json t = r["seconds_to_target"];
-    const std::string name = r["config"].get<std::string>();
-    const json pred = r.value("predicted_step_ms", json());
-    std::string ddp_col = Num(r.value("ddp_over_this", json()), "%.1fx", "-");
-    if (r.value("ddp_over_this_at_least", json()).is_number()) ddp_col = Num(r["ddp_over_this_at_least"], ">= %.1fx");
-    csv << name << "," << r["emulation"].get<std::string>() << "," << r["test_accuracy"] << "," << t << ","
-        << r["vs_lan"] << "," << r["vs_own_lan"] << "," << r.value("ddp_over_this", json()) << ","
-        << r.value("ddp_over_this_at_least", json()) << "," << r["wall_seconds"] << "," << r["steps"] << ","
-        << r["observed_step_ms"] << "," << pred << "," << r.value("bytes_per_sample", json()) << ","
-        << r.value("compute_utilization", json()) << "\n";
-    md << "| " << name << " (" << r["what"].get<std::string>() << ") | " << r["emulation"].get<std::string>() << " | "
-       << (t.is_number() ? Num(t, "%.1f") : "> " + Num(r["wall_seconds"], "%.0f") + " (not reached)") << " | "
-       << Num(r["vs_lan"], "%.2fx", "-") << " | " << Num(r["vs_own_lan"], "%.2fx", "-") << " | " << ddp_col << " | "
-       << Num(r["test_accuracy"], "%.4f") << " | " << Num(r["wall_seconds"], "%.1f") << " | " << r["steps"] << " | "
-       << Num(r["observed_step_ms"], "%.0f") << " | " << Num(pred, "%.0f", "-") << " | "
-       << Num(Ratio(pred, r["observed_step_ms"]), "%.2f", "-") << " | "
-       << Num(r.value("bytes_per_sample", json()), "%.0f", "-") << " | "
-       << Num(r.value("compute_utilization", json()), "%.2f", "-") << " |\n";
-  }
-}
-
 }  // namespace
 
 Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* stop) {
@@ -385,14 +340,27 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   const std::string out = options.result_file.empty() ? "runs/wan" : options.result_file;
   GD_RETURN_IF_ERROR(MakeDirs(out));
   GD_ASSIGN_OR_RETURN(std::vector<WanConfig> configs, SelectConfigs(options));
-  GD_ASSIGN_OR_RETURN(json rows, WanRunner(options, job, out, stop).RunAll(configs));
+  GD_ASSIGN_OR_RETURN(json runs, WanRunner(options, job, out, stop).RunAll(configs));
+  json rows = runs;
+  if (options.repeats > 1) {
+    AddRatiosPerPass(runs, options.repeats);
+    WriteTables(runs, job.eval.target_accuracy, out, "wan-runs");
+    GD_RETURN_IF_ERROR(WriteFileAtomic(out + "/wan-runs.json", runs.dump(2)));
+    std::vector<std::string> names;
+    for (const WanConfig& c : configs) names.push_back(c.name);
+    rows = Medians(runs, names);
+  }
   AddRatios(rows);
-  WriteTables(rows, job.eval.target_accuracy, out);
+  WriteTables(rows, job.eval.target_accuracy, out, "wan");
   GD_RETURN_IF_ERROR(WriteFileAtomic(out + "/wan.json", rows.dump(2)));
   std::string plot = std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_wan.py";
   std::string cmd = "/usr/bin/python3 '" + plot + "' '" + out + "'";
   if (std::system(cmd.c_str()) != 0) GD_LOG(WARNING) << "no plot (is python3-matplotlib installed?)";
-  std::cout << "wrote " << out << "/{wan.csv,wan.md,wan.json,curves.csv,links.csv,wan.png}\n";
+  std::cout << "wrote " << out << "/{wan.csv,wan.md,wan.json,curves.csv,links.csv,wan.png}"
+            << (options.repeats > 1 ? " and every run in wan-runs.{csv,md,json}; the medians of " +
+                                          std::to_string(options.repeats) + " runs each:"
+                                    : "")
+            << "\n";
   std::ifstream table(out + "/wan.md");
   std::cout << table.rdbuf();
   return Status::Ok();

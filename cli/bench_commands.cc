@@ -130,6 +130,11 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
       ->default_val(12.0);
   cmd->add_option("--ddp-max-s", o.ddp_max_s, "ddp: the time cap when no Geodesic WAN run reached it")
       ->default_val(900.0);
+  cmd->add_option("--repeats", o.repeats,
+                  "runs of each configuration, in order then reversed (ABBA); the table reports medians and "
+                  "wan-runs.csv every run")
+      ->default_val(1)
+      ->check(CLI::Range(1, 20));
   cmd->add_option("--staleness-bound", o.staleness_bound, "bound of the bounded-staleness runs")->default_val(2);
   cmd->add_option("--snapshot-every", o.snapshot_every_s, "seconds between accuracy-curve snapshots")->default_val(2.0);
   cmd->add_option("--set", o.overrides, "override a key of every run's job");
