@@ -34,9 +34,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "bench/bench.h"
 #include "bench/run_job.h"
@@ -291,8 +291,7 @@ class WanRunner {
     const std::string run = RunName(c.name, repeat);
     JobRun jr{exe_, o_.job_file, out_ + "/" + run, o_.overrides, {}};
     jr.overrides.insert(jr.overrides.end(), c.overrides.begin(), c.overrides.end());
-    const std::string compute = ComputeMsFor(c);
-    if (!compute.empty()) jr.overrides.push_back("wan.compute_ms=" + compute);
+    if (const auto compute = ComputeMsFor(c)) jr.overrides.push_back("wan.compute_ms=" + std::to_string(*compute));
     jr.overrides.push_back("eval.snapshot_every_s=" + std::to_string(o_.snapshot_every_s));
     if (c.local)
       jr.overrides.push_back("training.epochs=" + std::to_string(o_.local_epochs));
@@ -304,7 +303,7 @@ class WanRunner {
     json row = RowOf(c, job_, s);
     const int64_t steps = row["steps"];
     const double wall = row["wall_seconds"];
-    if (steps > 0) step_ms_[c.name] = std::to_string(1000 * wall / steps);
+    if (steps > 0) step_ms_[c.name] = 1000 * wall / steps;
     AppendCurvesAndLinks(run, s, files_);
     GD_LOG(INFO) << run << ": accuracy " << s["test_accuracy"] << ", " << job_.eval.target_accuracy << " after "
                  << s["seconds_to_target"] << " s, " << wall << " s of training";
@@ -320,16 +319,16 @@ class WanRunner {
   // one machine, workers share its cores, which no constant can know. A
   // configuration takes its own LAN twin's step (a local SGD step on the
   // LAN has no exchange in it); without one, local SGD takes any local LAN
-  // run's and the rest BSP's on the LAN. Empty: the job's own estimate.
-  std::string ComputeMsFor(const WanConfig& c) const {
+  // run's and the rest BSP's on the LAN. None: the job's own estimate.
+  std::optional<double> ComputeMsFor(const WanConfig& c) const {
     const std::vector<std::string> order = c.local ? std::vector<std::string>{c.own_lan, "lan-local", "lan-diloco"}
                                                    : std::vector<std::string>{c.own_lan, "lan"};
     for (const auto& name : order)
       if (auto it = step_ms_.find(name); !name.empty() && it != step_ms_.end()) return it->second;
-    return "";
+    return std::nullopt;
   }
 
-  std::map<std::string, std::string> step_ms_;  // observed ms per step, by configuration
+  std::map<std::string, double> step_ms_;  // observed ms per step, by configuration
 };
 
 }  // namespace
