@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "deploy/spawner.h"
 #include "transport/message.h"
 #include "transport/protobuf_log.h"
 
@@ -31,16 +32,9 @@ int ExitNow(int code) {
 #endif
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// main, as the spawner's children run it too (deploy/spawner.h).
+int RunCli(int argc, char** argv) {
   using namespace geodesic::cli;
-  // ZeroMQ allocates a buffer per received message. With glibc's default,
-  // every multi-MiB message is a fresh mmap (page faults, zeroing) and an
-  // munmap when freed; keeping such buffers on the heap makes receives of
-  // 1-32 MiB chunks reuse memory instead (measured: docs/benchmarks.md).
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
   CLI::App app{"geodesic: training across cloud regions and edge devices with sharded parameter servers", "geodesic"};
   app.require_subcommand(1);
   app.set_version_flag("--version",
@@ -61,4 +55,19 @@ int main(int argc, char** argv) {
   for (const Command& c : commands)
     if (c.app->parsed()) return ExitNow(c.run());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // ZeroMQ allocates a buffer per received message. With glibc's default,
+  // every multi-MiB message is a fresh mmap (page faults, zeroing) and an
+  // munmap when freed; keeping such buffers on the heap makes receives of
+  // 1-32 MiB chunks reuse memory instead (measured: docs/benchmarks.md).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Before any thread: a launcher's children fork from a copy of this
+  // process instead of loading LibTorch again.
+  geodesic::deploy::StartSpawner(argc, argv, RunCli);
+  return RunCli(argc, argv);
 }

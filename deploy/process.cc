@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "deploy/spawner.h"
+
 namespace geodesic::deploy {
 
 std::string SelfBinary() {
@@ -34,6 +36,16 @@ Status Child::Start() {
   args.push_back(nullptr);
   int fd = ::open(log_file_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable("cannot create " + log_file_ + ": " + std::strerror(errno));
+  if (!argv_.empty() && SpawnerRunning() && argv_[0] == SelfBinary()) {
+    // This binary, already loaded: fork it from the spawner (deploy/spawner.h).
+    StatusOr<pid_t> pid = SpawnChild(argv_, fd);
+    if (pid.ok()) {
+      ::close(fd);
+      pid_ = *pid;
+      spawned_ = true;
+      return Status::Ok();
+    }
+  }
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -67,6 +79,10 @@ Status Child::Start() {
 bool Child::Poll() {
   if (exit_) return true;
   if (pid_ <= 0) return false;
+  if (spawned_) {
+    exit_ = SpawnedExit(pid_);
+    return exit_.has_value();
+  }
   int status = 0;
   struct rusage usage {};
   pid_t r = ::wait4(pid_, &status, WNOHANG, &usage);

@@ -1,5 +1,7 @@
 // Child processes for the local launcher: spawn with output to a log file,
-// poll for exit, signal, and describe how a process ended. Each child gets
+// poll for exit, signal, and describe how a process ended. A child that runs
+// this binary is forked from the spawner where one runs (deploy/spawner.h),
+// else exec'ed. Each child gets
 // its own process group (so a terminal's Ctrl-C reaches only the launcher,
 // which then stops the children in order) and SIGTERM if the launcher dies.
 // Not synchronized; the launcher's thread owns its children.
@@ -46,6 +48,7 @@ class Child {
   std::vector<std::string> argv_;
   std::string log_file_;
   pid_t pid_ = -1;
+  bool spawned_ = false;  // by the spawner: its exit comes from there
   std::optional<ExitInfo> exit_;
 };
 
