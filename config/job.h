@@ -352,6 +352,10 @@ struct EvalSpec {
   // run through the model before each evaluation to recompute the buffers
   // for the weights evaluated (docs/models.md, "Buffers").
   int64_t buffer_samples = 4096;
+  // Test images scored per forward pass. On CPU cores, 128 keeps the CNN's
+  // activations in the caches: batches of 1000 scored 10,000 images 6.5
+  // times slower (docs/benchmarks.md, "The evaluator"); a GPU wants more.
+  int64_t batch = 128;
 };
 
 // Server shard checkpoints (server/checkpoint.h, docs/reliability.md). The

@@ -298,12 +298,14 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   r.Get("test_samples", &e->test_samples);
   r.Get("curve_points", &e->curve_points);
   r.Get("buffer_samples", &e->buffer_samples);
+  r.Get("batch", &e->batch);
   r.Finish();
   Check(e->buffer_samples >= 1, errors, "eval.buffer_samples", "must be >= 1");
   Check(Finite(e->snapshot_every_s) && e->snapshot_every_s > 0, errors, "eval.snapshot_every_s", "must be > 0");
   Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
         "must be in (0, 1]");
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
+  Check(e->batch >= 1 && e->batch <= 100000, errors, "eval.batch", "must be in [1, 100000]");
   Check(e->curve_points >= 0 && e->curve_points <= 1000000, errors, "eval.curve_points",
         "must be in [0, 1000000] (0: every snapshot)");
 }

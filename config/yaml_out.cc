@@ -208,6 +208,7 @@ void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
   Put(out, "test_samples", e.test_samples);
   Put(out, "curve_points", e.curve_points);
   Put(out, "buffer_samples", e.buffer_samples);
+  Put(out, "batch", e.batch);
   out << YAML::EndMap;
 }
 

@@ -68,7 +68,7 @@ Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, Fl
       return std::nullopt;
     }
     std::memcpy(model.params().data_ptr<float>(), values.data(), values.size() * sizeof(float));
-    return Evaluate(model, images, labels);
+    return Evaluate(model, images, labels, job.eval.batch);
   };
   // A federated job's rounds table wants every snapshot it asked for.
   const int64_t points = job.federated.clients > 0 && job.federated.eval_every > 0 ? 0 : job.eval.curve_points;
@@ -110,7 +110,7 @@ Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::st
                                            " training samples (PreciseBN); not trained, not sent"}};
   }
   TimePoint e0 = clock->Now();
-  double acc = Evaluate(model, images, labels);
+  double acc = Evaluate(model, images, labels, job.eval.batch);
   (*result)["test_accuracy"] = acc;
   (*result)["test_samples"] = images.size(0);
   GD_LOG(INFO) << "final model: test accuracy " << acc << " on " << images.size(0) << " samples";

@@ -112,7 +112,7 @@ void Augment(torch::Tensor& batch, const AugmentSpec& augment, uint64_t seed);
 uint64_t AugmentSeed(uint64_t job_seed, int worker, int64_t step);
 
 // Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad,
-// after model.RecomputeBuffers().
-double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch = 1000);
+// after model.RecomputeBuffers(). 128 is eval.batch's default (config/job.h).
+double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch = 128);
 
 }  // namespace geodesic::worker

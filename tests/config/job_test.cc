@@ -127,6 +127,22 @@ TEST(JobTest, CurvePointsParseRoundTripAndAreBounded) {
   EXPECT_NE(bad.status().message().find("eval.curve_points"), std::string::npos) << bad.status();
 }
 
+TEST(JobTest, EvalBatchParsesRoundTripsAndIsBounded) {
+  auto job = ParseJob(kMinimal, "t");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->eval.batch, 128);
+  auto set = ParseJob(kMinimal, "t", {"eval.batch=1000"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  auto again = ParseJob(JobToYaml(*set), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->eval.batch, 1000);
+  for (const char* v : {"0", "-3", "100001"}) {
+    auto bad = ParseJob(kMinimal, "t", {std::string("eval.batch=") + v});
+    ASSERT_FALSE(bad.ok()) << v;
+    EXPECT_NE(bad.status().message().find("eval.batch"), std::string::npos) << bad.status();
+  }
+}
+
 TEST(JobTest, TorchScriptNeedsAPathOthersRefuseOne) {
   auto job = ParseJob(kMinimal, "t", {"model.name=torchscript", "model.path=/m/model.pt", "eval.buffer_samples=512"});
   ASSERT_TRUE(job.ok()) << job.status();
