@@ -21,6 +21,11 @@ constexpr size_t kEvents = 200;
 
 double Now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 json WorkerJson(const wire::WorkerStatus& w) {
   const wire::WorkerProgress& p = w.progress();
   json links = json::array();
@@ -112,8 +117,16 @@ std::string Dashboard::url() const {
   return "http://" + endpoint_->address() + "/" + (options_.token.empty() ? "" : "?token=" + options_.token);
 }
 
+bool Dashboard::Watched(double within_s) const {
+  const int64_t at = last_served_ms_.load();
+  return at >= 0 && static_cast<double>(SteadyMs() - at) <= within_s * 1000;
+}
+
 transport::HttpResponse Dashboard::Guard(const transport::HttpRequest& r, transport::HttpResponse ok) const {
-  if (options_.token.empty()) return ok;
+  if (options_.token.empty()) {
+    last_served_ms_ = SteadyMs();
+    return ok;
+  }
   const std::string& t = options_.token;
   auto same = [&t](const std::string& given) {
     return given.size() == t.size() && CRYPTO_memcmp(given.data(), t.data(), t.size()) == 0;
@@ -121,7 +134,10 @@ transport::HttpResponse Dashboard::Guard(const transport::HttpRequest& r, transp
   const std::string bearer = r.authorization.rfind("Bearer ", 0) == 0 ? r.authorization.substr(7) : "";
   const size_t q = r.query.find("token=");
   const std::string query = q == std::string::npos ? "" : r.query.substr(q + 6, r.query.find('&', q) - q - 6);
-  if (same(bearer) || same(query)) return ok;
+  if (same(bearer) || same(query)) {
+    last_served_ms_ = SteadyMs();
+    return ok;
+  }
   return {.status = 401, .body = "a token is required (Authorization: Bearer T, or ?token=T)\n"};
 }
 

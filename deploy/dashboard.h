@@ -20,6 +20,7 @@
 // thread reads only the JSON and metric families they last published.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -63,6 +64,11 @@ class Dashboard {
   // Published state, as /api/state serves it (for tests).
   std::string StateJson() const;
 
+  // Whether someone was served the page, /api/state or /metrics (with the
+  // token where one is required) within the last `within_s` seconds: the
+  // launcher reads the kernel links' counters for the dashboard only then.
+  bool Watched(double within_s) const;
+
  private:
   Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions options);
   void ReadShardStats();
@@ -80,6 +86,7 @@ class Dashboard {
   std::string published_;  // guarded by mu_
   transport::MetricsSnapshot metrics_;
   std::unique_ptr<transport::HttpEndpoint> endpoint_;
+  mutable std::atomic<int64_t> last_served_ms_{-1};  // steady clock; -1: never
 };
 
 // The page: HTML with its script inline.
