@@ -48,6 +48,7 @@ struct Report {
 struct Link {
   std::mutex mu;
   int sock = -1;
+  pid_t pid = -1;                   // the spawner's
   bool gone = false;                // the spawner closed its end
   std::map<pid_t, ExitInfo> exits;  // reported, not yet collected
   std::optional<Report> spawned;    // the reply to the request in flight
@@ -229,6 +230,13 @@ void Reap(int sock) {
   }
 }
 
+// Launcher side: the spawner has ended or was killed; reaps it.
+void Bury(Link& l) {
+  l.gone = true;
+  if (l.pid > 0) ::waitpid(l.pid, nullptr, 0);
+  l.pid = -1;
+}
+
 // Launcher side: takes every report waiting (or, with `block`, waits for the
 // reply to a request). Under the lock.
 void Drain(Link& l, bool block) {
@@ -236,8 +244,12 @@ void Drain(Link& l, bool block) {
     if (block && l.spawned) return;
     if (block) {
       pollfd p{l.sock, POLLIN, 0};
-      if (::poll(&p, 1, 10000) <= 0) {  // a spawner that does not answer is as good as gone
-        l.gone = true;
+      if (::poll(&p, 1, 10000) <= 0) {
+        // A spawner that does not answer is as good as gone; killed, so
+        // that it cannot start the child the caller now execs (whatever it
+        // did start gets SIGTERM with it).
+        ::kill(l.pid, SIGKILL);
+        Bury(l);
         return;
       }
     }
@@ -246,7 +258,7 @@ void Drain(Link& l, bool block) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !block) return;
     if (n < 0 && errno == EINTR) continue;
     if (n != static_cast<ssize_t>(sizeof r)) {
-      l.gone = true;
+      Bury(l);
       return;
     }
     if (r.kind == kSpawned) {
@@ -299,6 +311,7 @@ void ForkSpawner(int argc, char** argv, SpawnMain run) {
     return;
   }
   TheLink().sock = sv[0];
+  TheLink().pid = pid;
 }
 
 bool SpawnerRunning() {
@@ -332,7 +345,7 @@ StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv, int log_fd) {
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &log_fd, sizeof(int));
   if (::sendmsg(l.sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(body.size())) {
-    l.gone = true;
+    Bury(l);
     return Unavailable("the spawner is gone");
   }
   l.spawned.reset();

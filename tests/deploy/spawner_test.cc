@@ -177,5 +177,33 @@ TEST_F(SpawnerTest, WhenTheSpawnerDiesItsChildrenEndAndLaterOnesAreExeced) {
   EXPECT_EQ(Slurp(out), "killed by SIGTERM\nexited 3\ngone");
 }
 
+// A spawner that does not answer within 10 s is killed, so that it cannot
+// start the child late, and the child is exec'ed instead: here the test
+// binary, told to run no test ("exited 0"), where the spawned probe would
+// have said "exited 7".
+TEST_F(SpawnerTest, AStuckSpawnerIsKilledAndTheChildExeced) {
+  const std::string log = Path("sleeper.log"), out = Path("out");
+  const std::string self = SelfBinary();
+  const int code = InHelper([&] {
+    Child first("sleeper", {self, "sleep"}, log);
+    if (!first.Start().ok()) return 92;
+    std::string parent;
+    for (int i = 0; i < 200 && parent.empty(); ++i) {
+      parent = Field(Slurp(log), "parent");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (parent.empty()) return 94;
+    ::kill(std::stoi(parent), SIGSTOP);
+    Child late("late", {self, "report", "7", "--gtest_filter=-*"}, Path("late.log"));
+    if (!late.Start().ok() || !WaitExit(late) || !WaitExit(first)) return 95;
+    std::ofstream(out) << late.exit()->Describe() << "\n"
+                       << first.exit()->Describe() << "\n"
+                       << (::kill(std::stoi(parent), 0) == 0 ? "spawner alive" : "spawner gone");
+    return 0;
+  });
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(Slurp(out), "exited 0\nkilled by SIGTERM\nspawner gone");
+}
+
 }  // namespace
 }  // namespace geodesic::deploy
