@@ -94,6 +94,16 @@ std::string Field(const std::string& text, const std::string& key) {
   return "";
 }
 
+// The parent a "sleep" child printed to `log` (waits up to 10 s; empty if none).
+std::string ParentOf(const std::string& log) {
+  std::string parent;
+  for (int i = 0; i < 200 && parent.empty(); ++i) {
+    parent = Field(Slurp(log), "parent");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return parent;
+}
+
 class SpawnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -158,11 +168,7 @@ TEST_F(SpawnerTest, WhenTheSpawnerDiesItsChildrenEndAndLaterOnesAreExeced) {
   const int code = InHelper([&] {
     Child c("sleeper", {self, "sleep"}, log);
     if (!c.Start().ok()) return 92;
-    std::string parent;
-    for (int i = 0; i < 200 && parent.empty(); ++i) {
-      parent = Field(Slurp(log), "parent");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const std::string parent = ParentOf(log);
     if (parent.empty() || std::stoi(parent) == ::getpid()) return 94;  // the spawner is its parent
     ::kill(std::stoi(parent), SIGKILL);
     if (!WaitExit(c)) return 93;
@@ -187,11 +193,7 @@ TEST_F(SpawnerTest, AStuckSpawnerIsKilledAndTheChildExeced) {
   const int code = InHelper([&] {
     Child first("sleeper", {self, "sleep"}, log);
     if (!first.Start().ok()) return 92;
-    std::string parent;
-    for (int i = 0; i < 200 && parent.empty(); ++i) {
-      parent = Field(Slurp(log), "parent");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const std::string parent = ParentOf(log);
     if (parent.empty()) return 94;
     ::kill(std::stoi(parent), SIGSTOP);
     Child late("late", {self, "report", "7", "--gtest_filter=-*"}, Path("late.log"));
