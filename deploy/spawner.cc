@@ -84,12 +84,16 @@ void FindTitleArea(int argc, char** argv) {
   title_size = static_cast<size_t>(end - argv[0]);
 }
 
-// Shows `argv` as this process's command line. Arguments that fit where
-// the old ones were keep their separators; longer ones become one string
-// over the environment's area too (the setproctitle technique, which the
-// kernel reads up to the first NUL; the environment was copied to the heap
-// before).
+// Names the process after `argv`: its comm, as exec would, and its command
+// line. Arguments that fit where the old ones were keep their separators;
+// longer ones become one string over the environment's area too (the
+// setproctitle technique, which the kernel reads up to the first NUL; the
+// environment was copied to the heap before).
 void SetTitle(const std::vector<char*>& argv) {
+  program_invocation_name = argv[0];  // they pointed into the old strings
+  const char* slash = std::strrchr(argv[0], '/');
+  program_invocation_short_name = slash ? const_cast<char*>(slash + 1) : argv[0];
+  ::prctl(PR_SET_NAME, program_invocation_short_name);  // exec names it so; not gd-spawner
   if (!title_begin || title_size < 2) return;
   std::string t;
   for (char* a : argv)
@@ -101,9 +105,6 @@ void SetTitle(const std::vector<char*>& argv) {
   const size_t n = std::min({t.size(), title_size - 1, size_t{4095}});
   std::memcpy(title_begin, t.data(), n);
   std::memset(title_begin + n, 0, title_size - n);
-  program_invocation_name = argv[0];  // they pointed into the old strings
-  const char* slash = std::strrchr(argv[0], '/');
-  program_invocation_short_name = slash ? const_cast<char*>(slash + 1) : argv[0];
 }
 
 // Values an exec'ed child's libraries read at load: applied by hand, since
@@ -118,6 +119,9 @@ void ApplyThreadEnv() {
     if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, fn))) set(n);
   }
 }
+
+bool Wanted(size_t argc, char* const* argv);
+void Fork(SpawnMain run);
 
 // In the spawner's fork: becomes the child Child::Start would exec, then
 // runs it. `strings` holds cwd, argv and env back to back.
@@ -144,6 +148,10 @@ void ApplyThreadEnv() {
   }
   ApplyThreadEnv();
   SetTitle(argv);
+  // A child that starts children itself (a sweep's or a bench's launch)
+  // gets a spawner of its own, forked while it is still single-threaded;
+  // its children show their command lines where this one does.
+  if (Wanted(req.argc, argv.data())) Fork(run);
   const int code = run(static_cast<int>(req.argc), argv.data());
   std::fflush(nullptr);
   ::_exit(code);
@@ -284,21 +292,19 @@ bool Ended(pid_t pid) {
   return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
 }
 
-}  // namespace
-
-void StartSpawner(int argc, char** argv, SpawnMain run) {
+// Whether a process running `argv` starts children through a spawner.
+bool Wanted(size_t argc, char* const* argv) {
 #if defined(__SANITIZE_ADDRESS__)
-  return;  // children exit normally under AddressSanitizer, for the leak check: exec them
+  return false;  // children exit normally under AddressSanitizer, for the leak check: exec them
 #endif
-  if (argc < 2 || !StartsChildren(argv[1])) return;
-  if (const char* mode = std::getenv("GEODESIC_SPAWN"); mode && std::strcmp(mode, "exec") == 0) return;
-  ForkSpawner(argc, argv, run);
+  if (argc < 2 || !StartsChildren(argv[1])) return false;
+  const char* mode = std::getenv("GEODESIC_SPAWN");
+  return !mode || std::strcmp(mode, "exec") != 0;
 }
 
-void ForkSpawner(int argc, char** argv, SpawnMain run) {
+void Fork(SpawnMain run) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return;
-  FindTitleArea(argc, argv);
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -312,6 +318,19 @@ void ForkSpawner(int argc, char** argv, SpawnMain run) {
   }
   TheLink().sock = sv[0];
   TheLink().pid = pid;
+}
+
+}  // namespace
+
+void StartSpawner(int argc, char** argv, SpawnMain run) {
+  if (!Wanted(static_cast<size_t>(argc), argv)) return;
+  FindTitleArea(argc, argv);
+  Fork(run);
+}
+
+void ForkSpawner(int argc, char** argv, SpawnMain run) {
+  FindTitleArea(argc, argv);
+  Fork(run);
 }
 
 bool SpawnerRunning() {

@@ -37,9 +37,23 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+// A child started by a spawned "launch": whether it has a spawner of its
+// own, and how its own child (argv[2]'s log) ended.
+int LaunchProbe(char** argv) {
+  std::printf("nested=%d\n", static_cast<int>(SpawnerRunning()));
+  // Exec'ed instead, the test binary would run no test and exit 0.
+  Child sub("sub", {SelfBinary(), "report", "5", "--gtest_filter=-*"}, argv[2]);
+  if (!sub.Start().ok()) return 2;
+  for (int i = 0; i < 200 && !sub.Poll(); ++i) ::usleep(50000);
+  std::printf("sub_exit=%s\n", sub.exit() ? sub.exit()->Describe().c_str() : "none");
+  return 0;
+}
+
 // What a spawned child runs instead of main: "report CODE" prints what it
-// sees and returns CODE; "sleep" prints its parent and waits to be killed.
+// sees and returns CODE; "sleep" prints its parent and waits to be killed;
+// "launch LOG" starts a "report 5" child itself.
 int ProbeMain(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "launch") == 0) return LaunchProbe(argv);
   if (argc >= 2 && std::strcmp(argv[1], "sleep") == 0) {
     std::printf("parent=%d\n", static_cast<int>(::getppid()));
     std::fflush(stdout);
@@ -53,8 +67,10 @@ int ProbeMain(int argc, char** argv) {
     if (c == '\0') c = ' ';
   while (!cmdline.empty() && cmdline.back() == ' ') cmdline.pop_back();
   const char* env = std::getenv("GD_SPAWN_TEST");
-  std::printf("env=%s\ncwd=%s\nown_group=%d\ncmdline=%s\n", env ? env : "(unset)", cwd,
-              static_cast<int>(::getpgid(0) == ::getpid()), cmdline.c_str());
+  std::string comm = Slurp("/proc/self/comm");
+  if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+  std::printf("env=%s\ncwd=%s\nown_group=%d\ncmdline=%s\ncomm=%s\n", env ? env : "(unset)", cwd,
+              static_cast<int>(::getpgid(0) == ::getpid()), cmdline.c_str(), comm.c_str());
   return argc >= 3 ? std::atoi(argv[2]) : 0;
 }
 
@@ -142,6 +158,7 @@ TEST_F(SpawnerTest, AChildRunsItsArgvWithTheLaunchersEnvironmentAndItsCodeComesB
     EXPECT_EQ(Field(s, "env"), "set after the spawner started") << s;
     EXPECT_EQ(Field(s, "cwd"), std::filesystem::canonical(dir_).string()) << s;
     EXPECT_EQ(Field(s, "own_group"), "1") << s;
+    EXPECT_EQ(Field(s, "comm"), std::filesystem::path(self).filename().string().substr(0, 15)) << s;
   }
   EXPECT_EQ(Field(first, "cmdline"), self + " report 7") << first;
   EXPECT_EQ(Field(second, "cmdline"), self + " report 7 " + longer) << second;
@@ -181,6 +198,25 @@ TEST_F(SpawnerTest, WhenTheSpawnerDiesItsChildrenEndAndLaterOnesAreExeced) {
   });
   ASSERT_EQ(code, 0);
   EXPECT_EQ(Slurp(out), "killed by SIGTERM\nexited 3\ngone");
+}
+
+// A spawned child whose subcommand starts children (a sweep's launch) forks
+// them from a spawner of its own, and they show their command lines.
+TEST_F(SpawnerTest, ALaunchingChildGetsASpawnerOfItsOwn) {
+  const std::string log = Path("launch.log"), sub = Path("sub.log"), out = Path("out");
+  const std::string self = SelfBinary();
+  const int code = InHelper([&] {
+    Child c("launch", {self, "launch", sub}, log);
+    if (!c.Start().ok() || !WaitExit(c)) return 92;
+    std::ofstream(out) << c.exit()->Describe();
+    return 0;
+  });
+  ASSERT_EQ(code, 0);
+  EXPECT_EQ(Slurp(out), "exited 0");
+  const std::string seen = Slurp(log), below = Slurp(sub);
+  EXPECT_EQ(Field(seen, "nested"), "1") << seen;
+  EXPECT_EQ(Field(seen, "sub_exit"), "exited 5") << seen;
+  EXPECT_EQ(Field(below, "cmdline"), self + " report 5 --gtest_filter=-*") << below;
 }
 
 // A spawner that does not answer within 10 s is killed, so that it cannot
