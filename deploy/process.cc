@@ -30,6 +30,31 @@ std::string ExitInfo::Describe() const {
   return "exited " + std::to_string(code);
 }
 
+ExitInfo ExitFromWait(int status, const struct rusage& usage) {
+  ExitInfo info;
+  info.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                     static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  info.max_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
+  if (WIFEXITED(status)) info.code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
+  return info;
+}
+
+bool EnterChild(pid_t parent, int log_fd) {
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) return false;
+  ::dup2(log_fd, STDOUT_FILENO);
+  ::dup2(log_fd, STDERR_FILENO);
+  // Nothing else of the parent's crosses into the child: an inherited
+  // socket (the link emulator's accepted connections, its listeners)
+  // would stay open in the child after the launcher closed it, and the
+  // peer would never see the close. A restarted shard's clients then
+  // wrote into a connection nobody read.
+  ::close_range(3, ~0U, 0);
+  return true;
+}
+
 Status Child::Start() {
   std::vector<char*> args;
   for (auto& a : argv_) args.push_back(a.data());
@@ -54,17 +79,7 @@ Status Child::Start() {
   }
   if (pid == 0) {
     // Child: only async-signal-safe calls until exec.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl
-    ::dup2(fd, STDOUT_FILENO);
-    ::dup2(fd, STDERR_FILENO);
-    // Nothing else of the launcher's crosses into the child: an inherited
-    // socket (the link emulator's accepted connections, its listeners)
-    // would stay open in the child after the launcher closed it, and the
-    // peer would never see the close. A restarted shard's clients then
-    // wrote into a connection nobody read.
-    ::close_range(3, ~0U, 0);
+    if (!EnterChild(parent, fd)) ::_exit(127);  // the launcher died before prctl
     ::execv(args[0], args.data());
     const char msg[] = "exec failed\n";
     ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
@@ -87,13 +102,7 @@ bool Child::Poll() {
   struct rusage usage {};
   pid_t r = ::wait4(pid_, &status, WNOHANG, &usage);
   if (r != pid_) return false;
-  ExitInfo info;
-  info.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-                     static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
-  info.max_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux reports KiB
-  if (WIFEXITED(status)) info.code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
-  exit_ = info;
+  exit_ = ExitFromWait(status, usage);
   return true;
 }
 

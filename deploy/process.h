@@ -7,6 +7,7 @@
 // Not synchronized; the launcher's thread owns its children.
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include <optional>
@@ -54,5 +55,14 @@ class Child {
 
 // The path of the running executable (children run the same binary).
 std::string SelfBinary();
+
+// How a child ended, from wait4's status and resource usage.
+ExitInfo ExitFromWait(int status, const struct rusage& usage);
+
+// In a freshly forked child, before it execs or runs: its own process
+// group, SIGTERM when `parent` dies, stdout and stderr to `log_fd`, and no
+// other descriptor inherited. Only async-signal-safe calls. False if
+// `parent` died before the death signal was set.
+bool EnterChild(pid_t parent, int log_fd);
 
 }  // namespace geodesic::deploy

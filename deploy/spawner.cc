@@ -39,8 +39,8 @@ struct SpawnRequest {
 enum ReportKind : int32_t { kSpawned = 1, kExited = 2 };
 struct Report {
   int32_t kind = 0;
-  int32_t pid = -1;  // kSpawned: -errno when the fork failed
-  int32_t status = 0;
+  int32_t pid = -1;               // kSpawned: -errno when the fork failed
+  int32_t code = -1, signal = 0;  // kExited: as ExitInfo
   double cpu_seconds = 0, max_rss_mb = 0;
 };
 
@@ -127,12 +127,7 @@ void Fork(SpawnMain run);
 // runs it. `strings` holds cwd, argv and env back to back.
 [[noreturn]] void BecomeChild(pid_t spawner, int log_fd, const SpawnRequest& req, std::vector<char>& strings,
                               SpawnMain run) {
-  ::setpgid(0, 0);
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != spawner) ::_exit(127);
-  ::dup2(log_fd, STDOUT_FILENO);
-  ::dup2(log_fd, STDERR_FILENO);
-  ::close_range(3, ~0U, 0);
+  if (!EnterChild(spawner, log_fd)) ::_exit(127);
   std::vector<char*> ptrs;
   for (char* p = strings.data(); p < strings.data() + strings.size(); p += std::strlen(p) + 1) ptrs.push_back(p);
   char* cwd = ptrs[0];
@@ -202,11 +197,8 @@ void Reap(int sock) {
   int status = 0;
   rusage usage{};
   for (pid_t pid; (pid = ::wait4(-1, &status, WNOHANG, &usage)) > 0;) {
-    Report r{kExited, pid, status};
-    r.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-                    static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
-    r.max_rss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
-    Send(sock, r);
+    const ExitInfo e = ExitFromWait(status, usage);
+    Send(sock, {kExited, pid, e.code, e.signal, e.cpu_seconds, e.max_rss_mb});
   }
 }
 
@@ -274,8 +266,8 @@ void Drain(Link& l, bool block) {
       continue;
     }
     ExitInfo info;
-    if (WIFEXITED(r.status)) info.code = WEXITSTATUS(r.status);
-    if (WIFSIGNALED(r.status)) info.signal = WTERMSIG(r.status);
+    info.code = r.code;
+    info.signal = r.signal;
     info.cpu_seconds = r.cpu_seconds;
     info.max_rss_mb = r.max_rss_mb;
     l.exits[r.pid] = info;

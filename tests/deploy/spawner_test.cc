@@ -110,14 +110,15 @@ std::string Field(const std::string& text, const std::string& key) {
   return "";
 }
 
-// The parent a "sleep" child printed to `log` (waits up to 10 s; empty if none).
-std::string ParentOf(const std::string& log) {
-  std::string parent;
-  for (int i = 0; i < 200 && parent.empty(); ++i) {
-    parent = Field(Slurp(log), "parent");
+// Starts `sleeper` (a "sleep" child logging to `log`) and returns the
+// parent it printed, the spawner (waits up to 10 s; -1 if none).
+pid_t StartSleeper(Child& sleeper, const std::string& log) {
+  if (!sleeper.Start().ok()) return -1;
+  for (int i = 0; i < 200; ++i) {
+    if (const std::string parent = Field(Slurp(log), "parent"); !parent.empty()) return std::stoi(parent);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return parent;
+  return -1;
 }
 
 class SpawnerTest : public ::testing::Test {
@@ -184,10 +185,9 @@ TEST_F(SpawnerTest, WhenTheSpawnerDiesItsChildrenEndAndLaterOnesAreExeced) {
   const std::string self = SelfBinary();
   const int code = InHelper([&] {
     Child c("sleeper", {self, "sleep"}, log);
-    if (!c.Start().ok()) return 92;
-    const std::string parent = ParentOf(log);
-    if (parent.empty() || std::stoi(parent) == ::getpid()) return 94;  // the spawner is its parent
-    ::kill(std::stoi(parent), SIGKILL);
+    const pid_t spawner = StartSleeper(c, log);
+    if (spawner <= 0 || spawner == ::getpid()) return 94;  // the spawner is its parent
+    ::kill(spawner, SIGKILL);
     if (!WaitExit(c)) return 93;
     Child later("later", {"/bin/sh", "-c", "exit 3"}, Path("later.log"));
     if (!later.Start().ok() || !WaitExit(later)) return 95;
@@ -228,15 +228,14 @@ TEST_F(SpawnerTest, AStuckSpawnerIsKilledAndTheChildExeced) {
   const std::string self = SelfBinary();
   const int code = InHelper([&] {
     Child first("sleeper", {self, "sleep"}, log);
-    if (!first.Start().ok()) return 92;
-    const std::string parent = ParentOf(log);
-    if (parent.empty()) return 94;
-    ::kill(std::stoi(parent), SIGSTOP);
+    const pid_t spawner = StartSleeper(first, log);
+    if (spawner <= 0) return 94;
+    ::kill(spawner, SIGSTOP);
     Child late("late", {self, "report", "7", "--gtest_filter=-*"}, Path("late.log"));
     if (!late.Start().ok() || !WaitExit(late) || !WaitExit(first)) return 95;
     std::ofstream(out) << late.exit()->Describe() << "\n"
                        << first.exit()->Describe() << "\n"
-                       << (::kill(std::stoi(parent), 0) == 0 ? "spawner alive" : "spawner gone");
+                       << (::kill(spawner, 0) == 0 ? "spawner alive" : "spawner gone");
     return 0;
   });
   ASSERT_EQ(code, 0);
