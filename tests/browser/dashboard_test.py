@@ -53,7 +53,9 @@ def wait_for(what, check, timeout_s):
     raise AssertionError("timed out after %.0f s waiting for %s" % (timeout_s, what))
 
 
-def browser():
+def browser(tmp):
+    """Headless Chromium; its temporary files (the profile's singleton socket
+    directory, which it leaves behind when it exits) go under `tmp`."""
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -71,7 +73,8 @@ def browser():
                  "--disable-dev-shm-usage", "--window-size=1400,1500"):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    env = dict(os.environ, TMPDIR=tmp)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver", env=env), options=options)
 
 
 def cells(driver, row_id):
@@ -113,8 +116,12 @@ def main():
     parser.add_argument("--job")
     parser.add_argument("--screenshot")
     args = parser.parse_args()
-    driver = browser()
     tmp = tempfile.mkdtemp(prefix="gd-dash-")
+    try:
+        driver = browser(tmp)
+    except BaseException:  # a skip (SystemExit) included
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     launch = None
     try:
         job = args.job or os.path.join(tmp, "job.yaml")

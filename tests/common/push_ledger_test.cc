@@ -9,18 +9,16 @@
 #include <fstream>
 
 #include "common/files.h"
+#include "tests/scratch_dir.h"
 
 namespace geodesic {
 namespace {
 
-std::string TempDir() {
-  std::string d = ::testing::TempDir() + "push_ledger_" + std::to_string(::getpid());
-  std::filesystem::create_directories(d);
-  return d;
-}
+using testing::ScratchDir;
 
 TEST(PushLedgerTest, CountsReachTheFileAsTheyAreMade) {
-  const std::string path = TempDir() + "/w.ledger";
+  const ScratchDir dir("push_ledger");
+  const std::string path = dir / "w.ledger";
   auto ledger = PushLedger::Create(path);
   ASSERT_TRUE(ledger.ok()) << ledger.status();
   ledger->AddPushed(10);
@@ -40,7 +38,8 @@ TEST(PushLedgerTest, CountsReachTheFileAsTheyAreMade) {
 // The reason the ledger exists: SIGKILL gives a process no chance to write
 // anything, yet its counts up to the kill are there afterwards.
 TEST(PushLedgerTest, ACountSurvivesTheSigkillOfItsProcess) {
-  const std::string path = TempDir() + "/killed.ledger";
+  const ScratchDir dir("push_ledger");
+  const std::string path = dir / "killed.ledger";
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   pid_t pid = ::fork();
@@ -71,7 +70,8 @@ TEST(PushLedgerTest, ACountSurvivesTheSigkillOfItsProcess) {
 }
 
 TEST(PushLedgerTest, AFileThatIsNotALedgerIsRefusedWithItsReason) {
-  const std::string dir = TempDir();
+  const ScratchDir scratch("push_ledger");
+  const std::string dir = scratch.path();
   ASSERT_TRUE(WriteFileAtomic(dir + "/short.ledger", "GDLEDGR1").ok());
   ASSERT_TRUE(WriteFileAtomic(dir + "/magic.ledger", std::string(40, 'x')).ok());
   for (const char* f : {"/short.ledger", "/magic.ledger"}) {
@@ -87,7 +87,8 @@ TEST(PushLedgerTest, EachProcessGetsItsOwnFileBesideItsStats) {
   const std::string p = PushLedgerPath("/run/stats/worker-3.json");
   EXPECT_EQ(p, "/run/stats/worker-3." + std::to_string(::getpid()) + ".ledger");
   // A predecessor with our pid (another pid namespace) keeps its file.
-  const std::string dir = TempDir();
+  const ScratchDir scratch("push_ledger");
+  const std::string dir = scratch.path();
   const std::string first = PushLedgerPath(dir + "/worker-1.json");
   ASSERT_TRUE(PushLedger::Create(first).ok());
   EXPECT_EQ(PushLedgerPath(dir + "/worker-1.json"), dir + "/worker-1." + std::to_string(::getpid()) + "-2.ledger");

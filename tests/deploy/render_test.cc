@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "common/files.h"
+#include "tests/scratch_dir.h"
 #include "transport/security.h"
 
 namespace geodesic::deploy {
@@ -79,7 +80,8 @@ TEST(RenderHostsTest, ScriptsParseAndCarryTheJobAndItsLinks) {
   const JobSpec job = ThreeHosts();
   auto files = Render(job, {.base_port = 20000, .http_base_port = 21000});
   ASSERT_TRUE(files.ok()) << files.status();
-  const std::string dir = std::filesystem::temp_directory_path() / ("gd-render-" + std::to_string(::getpid()));
+  const geodesic::testing::ScratchDir scratch("gd-render");
+  const std::string dir = scratch / "hosts";
   ASSERT_TRUE(WriteRendered(dir, *files).ok());
   for (const auto& [name, text] : *files) {
     if (name.ends_with(".sh")) {
@@ -99,7 +101,6 @@ TEST(RenderHostsTest, ScriptsParseAndCarryTheJobAndItsLinks) {
   EXPECT_EQ(back->wan.links.size(), job.wan.links.size());
   EXPECT_EQ(back->NumWorkers(), job.NumWorkers());
   EXPECT_NE(files->at("prometheus.yml").find("node-3.example:21"), std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
@@ -338,8 +339,8 @@ TEST(RenderKubernetesTest, ASecuredJobTakesItsCredentialsFromSecrets) {
     auto text = RenderKubernetes(job, o);
     ASSERT_TRUE(text.ok()) << text.status();
     EXPECT_EQ(*RenderKubernetes(job, o), *text);
-    const std::string dir = ::testing::TempDir() + "/k8s-secrets-" + workload;
-    std::filesystem::remove_all(dir);
+    const geodesic::testing::ScratchDir scratch("k8s-secrets");
+    const std::string dir = scratch.path();
     ASSERT_TRUE(WriteSecrets(job, o, dir).ok());
     const std::string file = dir + "/kubernetes-secrets.yaml";
     EXPECT_EQ(std::filesystem::status(file).permissions(),

@@ -11,6 +11,7 @@
 #include "common/files.h"
 #include "server/consistency.h"
 #include "server/shard.h"
+#include "tests/scratch_dir.h"
 
 namespace geodesic::server {
 namespace {
@@ -88,18 +89,7 @@ ClockTable Table(int64_t bound, int workers, int64_t start = 0) {
   return t;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/geodesic-ckpt-XXXXXX";
-    path_ = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using TempDir = geodesic::testing::ScratchDir;
 
 TEST(CheckpointFormat, RoundTripsAndRefusesEveryDamage) {
   ShardState s(Options(0), cluster::ChunkLayout(10, 4), {0, 1, 2});

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/scratch_dir.h"
 #include "transport/metrics.h"
 
 namespace geodesic::transport {
@@ -85,7 +86,8 @@ TEST(HttpEndpointTest, PromtoolAcceptsTheExposition) {
   if (access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/promtool (apt-get install prometheus)";
   MetricsSnapshot m;
   m.Publish(Families(5));
-  const std::string file = ::testing::TempDir() + "/metrics.txt";
+  const geodesic::testing::ScratchDir dir("metrics");
+  const std::string file = dir / "metrics.txt";
   FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   const std::string text = m.Text();
