@@ -1,4 +1,5 @@
 #include "config/job.h"
+#include "tests/test_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -244,16 +245,16 @@ compression:
 }
 
 TEST(JobTest, ShippedExampleParses) {
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml");
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"));
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->NumServers(), 2);
   EXPECT_EQ(job->NumWorkers(), 4);
   EXPECT_EQ(job->model.name, ModelKind::kCnn);
-  auto three = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  auto three = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions.yaml"));
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_EQ(three->wan.links.size(), 6u);
   EXPECT_EQ(three->wan.emulation, WanEmulation::kProxy);
-  auto diloco = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_diloco.yaml");
+  auto diloco = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_diloco.yaml"));
   ASSERT_TRUE(diloco.ok()) << diloco.status();
   EXPECT_EQ(diloco->optimizer.name, OptimizerKind::kAdamW);
   EXPECT_TRUE(diloco->ShardOptimizer().nesterov);

@@ -1,6 +1,7 @@
 // The sweep file (config/sweep.h): parsing, the product of the axes, and
 // errors that name the key.
 #include "config/sweep.h"
+#include "tests/test_paths.h"
 
 #include <gtest/gtest.h>
 
@@ -150,7 +151,7 @@ TEST(SweepTest, CheckSweepJobsNamesTheRunAndTheKey) {
 // run's job.
 TEST(SweepTest, ExampleSweepsParseAndTheirJobsToo) {
   int n = 0;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(GEODESIC_SOURCE_DIR) + "/examples")) {
+  for (const auto& e : std::filesystem::directory_iterator(::geodesic::testing::SourcePath("examples"))) {
     if (!e.path().filename().string().starts_with("sweep_")) continue;
     SCOPED_TRACE(e.path().string());
     auto s = LoadSweepFile(e.path().string());

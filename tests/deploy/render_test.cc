@@ -19,13 +19,14 @@
 
 #include "common/files.h"
 #include "tests/scratch_dir.h"
+#include "tests/test_paths.h"
 #include "transport/security.h"
 
 namespace geodesic::deploy {
 namespace {
 
 JobSpec Load(const std::string& example, const std::vector<std::string>& overrides = {}) {
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/" + example, overrides);
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/") + example, overrides);
   EXPECT_TRUE(job.ok()) << job.status();
   return *job;
 }

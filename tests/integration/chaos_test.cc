@@ -15,6 +15,7 @@
 #include <set>
 
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -38,7 +39,7 @@ TEST(TrainingChaosTest, DefaultJobReachesItsTargetThroughKillsAndAPartition) {
   const double t_worker = pick(3, 7), t_server = pick(7, 11), t_coordinator = pick(11, 14), t_cut = pick(14, 17);
   std::cout << "chaos seed " << seed << " (GEODESIC_CHAOS_SEED=" << seed << " repeats this run)" << std::endl;
 
-  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
+  const std::string example = ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml");
   // The default job, plus: an emulated link between its two regions (LAN
   // speed) so that they can be cut apart, shorter leases so that faults are
   // noticed within a second and a half, checkpoints every 25 clocks, and a

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 #include "transport/http_endpoint.h"
 
 namespace geodesic {
@@ -57,7 +58,7 @@ TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher)
   ASSERT_GT(base, 0) << "no free ports";
   auto render = testing::RunGeodesic({"deploy",
                                       "render",
-                                      std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
+                                      ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"),
                                       "--target",
                                       "hosts",
                                       "--out",
@@ -82,7 +83,7 @@ TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher)
   EXPECT_TRUE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.2/secret"));
   EXPECT_TRUE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.3/worker-2.token"));
   EXPECT_FALSE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.3/secret"));
-  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
   // eu-west first: its processes wait for the coordinator on the other host.
   Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
   Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
@@ -121,7 +122,7 @@ TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
   TempDir dir;
   const int base = FreeBase(20);
   ASSERT_GT(base, 0) << "no free ports";
-  const std::vector<std::string> job = {std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
+  const std::vector<std::string> job = {::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"),
                                         "--set",
                                         "regions.us-east.host=127.0.0.2",
                                         "--set",
@@ -143,7 +144,7 @@ TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
                                            std::to_string(base), "--http-base-port", std::to_string(base + 10)}),
                                      30);
   ASSERT_EQ(render.exit_code, 0) << render.output;
-  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
   Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
   Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
   // Training has started once worker 0 writes its stats; then shard 1 dies.
@@ -171,12 +172,12 @@ TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
   const int base = FreeBase(20);
   ASSERT_GT(base, 0) << "no free ports";
   auto render = testing::RunGeodesic(
-      {"deploy", "render", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml", "--out", dir / "out",
+      {"deploy", "render", ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"), "--out", dir / "out",
        "--base-port", std::to_string(base), "--http-base-port", std::to_string(base + 10), "--set",
        "regions.us-east.host=127.0.0.2", "--set", "regions.eu-west.host=127.0.0.3"},
       30);
   ASSERT_EQ(render.exit_code, 0) << render.output;
-  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
   Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
   const std::string at = "127.0.0.2:" + std::to_string(base + 10);
   StatusOr<transport::HttpResponse> r = Unavailable("not asked");
@@ -199,23 +200,23 @@ TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
 TEST(IdFromHostnameTest, APodsOrdinalBecomesItsId) {
   if (std::system("unshare --uts true 2>/dev/null") != 0) GTEST_SKIP() << "cannot create a UTS namespace here";
   TempDir dir;
-  Process worker({"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
-                  "hostname worker-us-east-2 && exec \"$0\" worker --job \"$1\" --id-from-hostname 1 --coordinator "
-                  "tcp://127.0.0.1:1 --set membership.rendezvous_timeout_s=2 --set membership.report_after_s=1",
-                  GEODESIC_BINARY, std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml"},
-                 dir / "worker.log", /*program=*/true);
+  Process worker(
+      {"/usr/bin/unshare", "--uts", "/bin/sh", "-c",
+       "hostname worker-us-east-2 && exec \"$0\" worker --job \"$1\" --id-from-hostname 1 --coordinator "
+       "tcp://127.0.0.1:1 --set membership.rendezvous_timeout_s=2 --set membership.report_after_s=1",
+       ::geodesic::testing::GeodesicBinary(), ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml")},
+      dir / "worker.log", /*program=*/true);
   EXPECT_NE(worker.Wait(60), 0);
   const std::string log = testing::ReadText(dir / "worker.log");
   EXPECT_NE(log.find("[worker 3]"), std::string::npos) << log;  // 1 + 2
   EXPECT_NE(log.find("rendezvous timed out"), std::string::npos) << log;
-  auto plain =
-      testing::RunGeodesic({"worker", "--job", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml",
-                            "--coordinator", "tcp://127.0.0.1:1", "--id-from-hostname", "0"},
-                           30);
+  auto plain = testing::RunGeodesic({"worker", "--job", ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"),
+                                     "--coordinator", "tcp://127.0.0.1:1", "--id-from-hostname", "0"},
+                                    30);
   EXPECT_NE(plain.exit_code, 0);
   EXPECT_NE(plain.output.find("does not end in -N"), std::string::npos) << plain.output;
   auto neither = testing::RunGeodesic(
-      {"server", "--job", std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml", "--coordinator", "x"}, 30);
+      {"server", "--job", ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"), "--coordinator", "x"}, 30);
   EXPECT_NE(neither.exit_code, 0);
   EXPECT_NE(neither.output.find("give --id N or --id-from-hostname OFFSET"), std::string::npos) << neither.output;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 using testing::RunGeodesic;
 using testing::TempDir;
 
-const std::string kElastic = std::string(GEODESIC_SOURCE_DIR) + "/examples/elastic.yaml";
+const std::string kElastic = ::geodesic::testing::SourcePath("examples/elastic.yaml");
 
 // us-east keeps worker ids 0-3 and eu-west 4-7; 0, 1, 4 and 5 start.
 std::vector<std::string> ChurnArgs(const TempDir& dir, double scale) {
@@ -106,7 +107,7 @@ TEST(ElasticTest, ShortRunTakesEveryUnitOnceThroughDeathsJoinsAndLeaves) {
 
 TEST(ElasticTest, JoinIsRefusedWhereItCannotJoin) {
   TempDir dir;
-  const std::string plain = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
+  const std::string plain = ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml");
   auto r = RunGeodesic({"launch", plain, "--run-dir", dir / "a", "--join", "worker:1@3"}, 30);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("not elastic"), std::string::npos) << r.output;

@@ -14,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 #include "transport/message.h"
 #include "transport/security.h"
 
@@ -22,7 +23,7 @@ namespace {
 
 using testing::TempDir;
 
-std::string Example() { return std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml"; }
+std::string Example() { return ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"); }
 
 double Since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

@@ -1,4 +1,5 @@
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -16,7 +17,7 @@ namespace {
 
 pid_t Spawn(const std::vector<std::string>& args, int out_fd, bool program = false) {
   std::vector<std::string> argv;
-  if (!program) argv.push_back(GEODESIC_BINARY);
+  if (!program) argv.push_back(::geodesic::testing::GeodesicBinary());
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<char*> cargs;
   for (auto& a : argv) cargs.push_back(a.data());

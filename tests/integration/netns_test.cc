@@ -32,6 +32,7 @@
 #include "config/job.h"
 #include "deploy/netns.h"
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -47,8 +48,9 @@ std::string MissingPrerequisite() {
     std::string cmd = std::string("PATH=$PATH:/usr/sbin:/sbin command -v ") + tool + " >/dev/null 2>&1";
     if (std::system(cmd.c_str()) != 0) return std::string("'") + tool + "' is not installed";
   }
-  std::string delayer =
-      (std::filesystem::path(GEODESIC_BINARY).parent_path().parent_path() / "deploy/geodesic-nfq-delay").string();
+  std::string delayer = (std::filesystem::path(::geodesic::testing::GeodesicBinary()).parent_path().parent_path() /
+                         "deploy/geodesic-nfq-delay")
+                            .string();
   if (::access(delayer.c_str(), X_OK) != 0) return "geodesic-nfq-delay was not built (libnetfilter-queue-dev missing?)";
   // Creating a network namespace needs CAP_SYS_ADMIN, which a container may lack.
   bool can_unshare = false;
@@ -226,7 +228,7 @@ double ThroughputMbit(const std::string& from, const Listener& to, const std::st
 TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
   if (std::string why = MissingPrerequisite(); !why.empty()) GTEST_SKIP() << why;
   // us-eu 80 ms RTT 100 Mbit/s, us-asia 160 ms 50 Mbit/s 1% loss, eu-asia 120 ms 50 Mbit/s.
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_netns.yaml");
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_netns.yaml"));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   testing::TempDir dir;
   auto wan = deploy::NetnsWan::Up(*job, dir.path());
@@ -323,15 +325,14 @@ TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
 // its own, instead of refusing to start until someone runs `netns.sh down`.
 TEST(NetnsStaleTest, ATopologyLeftByAKilledLauncherIsTakenDownByTheNextUp) {
   if (std::string why = MissingPrerequisite(); !why.empty()) GTEST_SKIP() << why;
-  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_netns.yaml";
+  const std::string example = ::geodesic::testing::SourcePath("examples/three_regions_netns.yaml");
   auto job = LoadJobFile(example);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   testing::TempDir dir;
   struct DownAtExit {  // whatever happens, nothing is left up
     ~DownAtExit() {
       if (std::filesystem::exists("/run/netns/gd-router"))
-        std::system(
-            ("bash " + std::string(GEODESIC_SOURCE_DIR) + "/deploy/netns/netns.sh down >/dev/null 2>&1").c_str());
+        std::system(("bash " + ::geodesic::testing::SourcePath("deploy/netns/netns.sh down >/dev/null 2>&1")).c_str());
     }
   } down_at_exit;
   {
@@ -372,7 +373,7 @@ TEST(NetnsStaleTest, ATopologyLeftByAKilledLauncherIsTakenDownByTheNextUp) {
 // lagging a minute behind them at the end.
 TEST(NetnsHostsTest, ThreeHostsRunOnlyTheirScriptsReach88AndFailOver) {
   if (std::string why = MissingPrerequisite(); !why.empty()) GTEST_SKIP() << why;
-  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_netns.yaml";
+  const std::string example = ::geodesic::testing::SourcePath("examples/three_regions_netns.yaml");
   auto job = LoadJobFile(example);
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   testing::TempDir dir;
@@ -387,7 +388,7 @@ TEST(NetnsHostsTest, ThreeHostsRunOnlyTheirScriptsReach88AndFailOver) {
     render.insert(render.end(), {"--set", "regions." + r.name + ".host=" + (*wan)->Address(r.name)});
   auto rendered = testing::RunGeodesic(render, 30);
   ASSERT_EQ(rendered.exit_code, 0) << rendered.output;
-  ::setenv("GEODESIC", GEODESIC_BINARY, 1);
+  ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
   std::map<std::string, std::unique_ptr<testing::Process>> hosts;
   for (const auto& r : job->regions) {
     std::vector<std::string> args = (*wan)->CommandPrefix(r.name);

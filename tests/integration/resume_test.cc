@@ -10,6 +10,7 @@
 
 #include "server/checkpoint.h"
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -253,7 +254,7 @@ TEST(ResumeTest, AKilledShardRestartsFromItsCheckpointAsync) { ExpectShardRestar
 // training runs).
 TEST(TrainingResumeTest, ResumedCnnJobMatchesTheUninterruptedOneToTheBit) {
   TempDir dir;
-  const std::string example = std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml";
+  const std::string example = ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml");
   const std::vector<std::string> sets = {"training.steps=90",          "training.staleness_bound=0",
                                          "checkpoint.every_clocks=15", "eval.test_samples=500",
                                          "optimizer.schedule=cosine",  "seed=11"};

@@ -11,6 +11,7 @@
 #include "cluster/chunking.h"
 #include "config/job.h"
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 #include "worker/batcher.h"
 #include "worker/dataset.h"
 #include "worker/model.h"
@@ -23,7 +24,7 @@ namespace {
 using testing::RunGeodesic;
 using testing::TempDir;
 
-std::string Example() { return std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml"; }
+std::string Example() { return ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"); }
 
 TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
   TempDir dir;
@@ -373,8 +374,9 @@ TEST(TrainingTest, DilocoRoundsMatchTheRecipeByHand) {
 TEST(TrainingTest, TorchScriptModelTrainsAndPyTorchAgrees) {
   TempDir dir;
   const std::string module = dir / "cnn_bn.pt";
-  const std::string export_cmd =
-      "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/export_model.py cnn-bn " + module + " > /dev/null";
+  const std::string export_cmd = "/usr/bin/python3 " +
+                                 ::geodesic::testing::SourcePath("scripts/export_model.py cnn-bn ") + module +
+                                 " > /dev/null";
   ASSERT_EQ(std::system(export_cmd.c_str()), 0) << export_cmd;
   auto r = RunGeodesic({"launch", Example(), "--run-dir", dir / "run", "--quiet", "--set", "model.name=torchscript",
                         "--set", "model.path=" + module, "--set", "training.steps=300", "--set",
@@ -391,8 +393,8 @@ TEST(TrainingTest, TorchScriptModelTrainsAndPyTorchAgrees) {
   const double acc = s["test_accuracy"].get<double>();
   EXPECT_GT(acc, 0.75);
 
-  const std::string eval_cmd = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/evaluate_params.py " + (dir / "run") +
-                               " > " + (dir / "pytorch.json");
+  const std::string eval_cmd = "/usr/bin/python3 " + ::geodesic::testing::SourcePath("scripts/evaluate_params.py ") +
+                               (dir / "run") + " > " + (dir / "pytorch.json");
   ASSERT_EQ(std::system(eval_cmd.c_str()), 0) << eval_cmd;
   auto py = testing::ReadJson(dir / "pytorch.json");
   std::cout << "torchscript cnn-bn, 300 steps: geodesic " << acc << ", pytorch " << py.dump() << std::endl;
@@ -408,7 +410,7 @@ TEST(TrainingTest, TorchScriptModelTrainsAndPyTorchAgrees) {
 // run, with augmentation, learns.
 TEST(TrainingTest, DatasetFormatsAreLossless) {
   TempDir dir;
-  const std::string convert = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/convert_dataset.py ";
+  const std::string convert = "/usr/bin/python3 " + ::geodesic::testing::SourcePath("scripts/convert_dataset.py ");
   for (const std::string& cmd :
        {convert + "fashion-mnist /usr/share/datasets/fashion-mnist " + (dir / "fm"),
         convert + "generate-cifar10 " + (dir / "cifar") + " --train 3000 --test 1000 --batches 2",

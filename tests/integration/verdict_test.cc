@@ -27,6 +27,7 @@
 
 #include "deploy/emulated_wan.h"
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -34,7 +35,7 @@ namespace {
 using testing::RunGeodesic;
 using testing::TempDir;
 
-std::string Example() { return std::string(GEODESIC_SOURCE_DIR) + "/examples/fashion_mnist.yaml"; }
+std::string Example() { return ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"); }
 
 const char* kTwoRegionSynthetic = R"(
 name: verdict

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cluster/chunking.h"
+#include "tests/test_paths.h"
 #include "wan/plan_report.h"
 
 namespace geodesic::wan {
@@ -401,7 +402,7 @@ TEST(PlannerTest, LossyLinkIsAvoided) {
 
 TEST(PlannerTest, ThreeRegionsExampleAvoidsTheLossyPacificLink) {
   // Real links (or kernel emulation) lose packets as declared.
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml",
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions.yaml"),
                          {"wan.emulation=none", "wan.congestion_control=cubic"});
   ASSERT_TRUE(job.ok()) << job.status();
   Planner planner = Make(*job, ChunkLayout(185000, 16384));
@@ -412,7 +413,7 @@ TEST(PlannerTest, ThreeRegionsExampleAvoidsTheLossyPacificLink) {
 
   // A user-space proxy cannot drop packets: there the link is only slow,
   // and the planner spreads chunks again.
-  auto proxied = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  auto proxied = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions.yaml"));
   ASSERT_TRUE(proxied.ok()) << proxied.status();
   Plan spread = Make(*proxied, ChunkLayout(185000, 16384)).MakePlan();
   EXPECT_NE(ChunksPerServer(spread, 3), (std::vector<uint64_t>{0, 12, 0}));
@@ -424,7 +425,7 @@ TEST(PlannerTest, ThreeRegionsExampleAvoidsTheLossyPacificLink) {
 // round, and each exchange there costs 1.5-2.5 RTT more (measured), so every
 // chunk goes to eu even though that loads the eu-asia link alone.
 TEST(PlannerTest, LocalSgdUnderBbrKeepsItsSmallBurstsOffTheLossyLink) {
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions_netns.yaml",
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_netns.yaml"),
                          {"wan.congestion_control=bbr", "training.staleness_bound=0", "training.local_steps=6",
                           "training.overlap_rounds=true", "compression.push=int8", "compression.pull=int8"});
   ASSERT_TRUE(job.ok()) << job.status();
@@ -536,7 +537,7 @@ TEST(PlannerTest, NoCandidatesKeepsTheJobsCodecs) {
 }
 
 TEST(PlannerTest, ReplansOnlyBeyondTheDriftThreshold) {
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions.yaml"));
   ASSERT_TRUE(job.ok()) << job.status();
   job->wan.replan_drift = 0.5;
   Planner planner = Make(*job, ChunkLayout(185000, 16384));
@@ -579,7 +580,7 @@ TEST(PlannerTest, ReplansOnlyBeyondTheDriftThreshold) {
 }
 
 TEST(PlannerTest, IsDeterministic) {
-  auto job = LoadJobFile(std::string(GEODESIC_SOURCE_DIR) + "/examples/three_regions.yaml");
+  auto job = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions.yaml"));
   ASSERT_TRUE(job.ok()) << job.status();
   job->wan.planner_codecs = {"fp32", "fp16", "int8+zstd", "topk:0.05"};
   const ChunkLayout layout(185000, 4096);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/test_paths.h"
 #include "worker/model.h"
 
 namespace geodesic::worker {
@@ -25,8 +26,8 @@ class TorchScriptTest : public ::testing::Test {
   // Exports `model` (export_model.py's names) with `args`; its path.
   std::string Export(const std::string& model, const std::string& args = "") {
     const std::string out = (dir_ / (model + ".pt")).string();
-    const std::string cmd = "/usr/bin/python3 " GEODESIC_SOURCE_DIR "/scripts/export_model.py " + model + " " + out +
-                            " " + args + " > /dev/null";
+    const std::string cmd = "/usr/bin/python3 " + ::geodesic::testing::SourcePath("scripts/export_model.py ") + model +
+                            " " + out + " " + args + " > /dev/null";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     return out;
   }
