@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "bench/run_job.h"
+#include "common/build_paths.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "config/job.h"
@@ -185,7 +186,7 @@ Status RunCompressionSweep(const BenchOptions& options, const std::atomic<bool>*
   GD_RETURN_IF_ERROR(WriteFileAtomic(out + "/compression.json", rows.dump(2)));
 
   // The plot, if matplotlib is there (Debian's python3-matplotlib).
-  std::string plot = std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_compression.py";
+  std::string plot = SourcePath("bench/plot_compression.py");
   std::string column = dir == "push" ? "push_bytes_per_step" : dir == "pull" ? "pull_bytes_per_step" : "bytes_per_step";
   std::string cmd =
       "/usr/bin/python3 '" + plot + "' '" + out + "/compression.csv' '" + out + "/compression.png' " + column;

@@ -11,6 +11,7 @@
 
 #include "bench/run_job.h"
 #include "bench/sweep_row.h"
+#include "common/build_paths.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "config/sweep.h"
@@ -208,8 +209,8 @@ class SweepRunner {
 
   int Finish() const {
     if (o_.plot) {
-      const std::string cmd = "/usr/bin/python3 '" + std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_sweep.py' '" +
-                              o_.out + "' > '" + o_.out + "/plot.log' 2>&1";
+      const std::string cmd = "/usr/bin/python3 '" + SourcePath("bench/plot_sweep.py") + "' '" + o_.out + "' > '" +
+                              o_.out + "/plot.log' 2>&1";
       if (std::system(cmd.c_str()) != 0)
         std::cout << "sweep: no plots (is python3-matplotlib installed? see " << o_.out << "/plot.log)\n";
     }

@@ -41,6 +41,7 @@
 #include "bench/bench.h"
 #include "bench/run_job.h"
 #include "bench/wan_table.h"
+#include "common/build_paths.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "config/job.h"
@@ -139,7 +140,7 @@ StatusOr<json> RunDdp(const BenchOptions& o, const std::string& out, const json&
   // Enough epochs that the time cap, not the data, ends a run that misses
   // the target; the wall-clock timeout covers start-up and evaluation.
   const std::vector<std::string> argv = {"/usr/bin/bash",
-                                         std::string(GEODESIC_SOURCE_DIR) + "/bench/ddp_netns.sh",
+                                         SourcePath("bench/ddp_netns.sh"),
                                          "--mode",
                                          "netns",
                                          "--epochs",
@@ -352,7 +353,7 @@ Status RunWanExperiment(const BenchOptions& options, const std::atomic<bool>* st
   AddRatios(rows);
   WriteTables(rows, job.eval.target_accuracy, out, "wan");
   GD_RETURN_IF_ERROR(WriteFileAtomic(out + "/wan.json", rows.dump(2)));
-  std::string plot = std::string(GEODESIC_SOURCE_DIR) + "/bench/plot_wan.py";
+  std::string plot = SourcePath("bench/plot_wan.py");
   std::string cmd = "/usr/bin/python3 '" + plot + "' '" + out + "'";
   if (std::system(cmd.c_str()) != 0) GD_LOG(WARNING) << "no plot (is python3-matplotlib installed?)";
   std::cout << "wrote " << out << "/{wan.csv,wan.md,wan.json,curves.csv,links.csv,wan.png}"

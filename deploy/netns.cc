@@ -15,16 +15,10 @@
 #include <sstream>
 #include <thread>
 
+#include "common/build_paths.h"
 #include "common/files.h"
 #include "deploy/emulated_wan.h"
 #include "deploy/process.h"
-
-#ifndef GEODESIC_NETNS_SCRIPT
-#define GEODESIC_NETNS_SCRIPT "deploy/netns/netns.sh"
-#endif
-#ifndef GEODESIC_NFQ_DELAY
-#define GEODESIC_NFQ_DELAY ""
-#endif
 
 namespace geodesic::deploy {
 namespace {
@@ -92,8 +86,9 @@ StatusOr<std::unique_ptr<NetnsWan>> NetnsWan::Up(const JobSpec& job, const std::
                               "; install them with `apt-get install iproute2 iptables` (scripts/setup.sh)");
   }
   NetnsOptions o = options;
-  if (o.script.empty()) o.script = GEODESIC_NETNS_SCRIPT;
-  if (o.delayer.empty()) o.delayer = GEODESIC_NFQ_DELAY;
+  // From the source tree, and the NFQUEUE delayer built beside the binary.
+  if (o.script.empty()) o.script = SourcePath("deploy/netns/netns.sh");
+  if (o.delayer.empty()) o.delayer = std::string(BuildDir()) + "/deploy/geodesic-nfq-delay";
   if (::access(o.script.c_str(), X_OK) != 0) return NotFound("the netns script " + o.script + " is missing");
   for (const auto& r : job.regions)
     for (char c : r.name)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cluster/chunking.h"
+#include "common/build_paths.h"
 #include "compression/codec.h"
 #include "transport/message.h"
 
@@ -232,7 +233,7 @@ int main(int argc, char** argv) {
   Write(dir + "/ps_client", "sign", PsClientConversation("sign:block=8", false));
   Write(dir + "/ps_client", "zero_copy", PsClientConversation("fp32", true));
   for (const char* name : {"fashion_mnist", "three_regions"}) {
-    std::ifstream f(std::string(GEODESIC_SOURCE_DIR) + "/examples/" + name + ".yaml", std::ios::binary);
+    std::ifstream f(SourcePath(std::string("examples/") + name + ".yaml"), std::ios::binary);
     Bytes b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     if (b.empty()) return 1;
     Write(dir + "/job", name, b);
