@@ -95,16 +95,6 @@ void Process::Signal(int sig) {
   if (!reaped_) kill(pid_, sig);
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/gd-test-XXXXXX";
-  path_ = mkdtemp(tmpl);
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  if (!getenv("GEODESIC_KEEP_TEST_DIRS")) std::filesystem::remove_all(path_, ec);
-}
-
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

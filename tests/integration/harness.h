@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cluster/member_client.h"
+#include "tests/scratch_dir.h"
 
 namespace geodesic::testing {
 
@@ -43,17 +44,8 @@ class Process {
   int exit_code_ = -1;
 };
 
-// A fresh directory under /tmp, removed at destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+// A fresh /tmp/gd-test-* directory, removed at destruction.
+using TempDir = ScratchDir;
 
 // Options for this test process to join `job` as worker 0 of a synthetic
 // model of `num_params` (heartbeats every 100 ms, a long lease, a 20 s rendezvous).
