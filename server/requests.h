@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/wire_limits.h"
 #include "proto/geodesic.pb.h"
 #include "server/consistency.h"
 #include "server/shard.h"
@@ -21,11 +22,8 @@
 namespace geodesic::server {
 
 // Gradients and initial values beyond this magnitude are refused
-// (REFUSAL_VALUE_TOO_LARGE). It keeps every optimizer step finite: with momentum
-// below 1 and lr below 1000 (the job file's limits) parameters would need
-// more than 10^10 steps to overflow float, and Adam's squared gradients
-// stay below FLT_MAX. Real gradients this large mean a diverged worker.
-inline constexpr float kMaxValueMagnitude = 1e18f;
+// (REFUSAL_VALUE_TOO_LARGE); common/wire_limits.h says why 1e18.
+using ::geodesic::kMaxValueMagnitude;
 // Clocks at or above this are refused (REFUSAL_BAD_CLOCK): far beyond any job,
 // and clock + 1 never overflows.
 inline constexpr int64_t kMaxClock = int64_t{1} << 48;
