@@ -192,6 +192,9 @@ struct OptimizerSpec {
   double clip_norm = 0;
 };
 
+// training.staleness_bound 'inf' (fully asynchronous): larger than any job's clocks.
+inline constexpr int64_t kUnboundedStaleness = int64_t{1} << 40;
+
 struct TrainingSpec {
   double epochs = 3.0;  // passes over the training set, summed over all workers
   int64_t steps = 0;    // if > 0: steps per worker, overriding epochs

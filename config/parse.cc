@@ -19,8 +19,6 @@ using config_internal::Finite;
 using config_internal::MapReader;
 using Errors = std::vector<std::string>;
 
-constexpr int64_t kInfiniteStaleness = int64_t{1} << 40;
-
 Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) return InvalidArgument("override '" + assignment + "' is not key.path=value");
@@ -76,7 +74,7 @@ void ParseStaleness(MapReader& r, int64_t* out, Errors* errors) {
   }
   std::string s = n.Scalar();
   if (s == "inf" || s == "async") {
-    *out = kInfiniteStaleness;
+    *out = kUnboundedStaleness;
     return;
   }
   try {
@@ -86,7 +84,7 @@ void ParseStaleness(MapReader& r, int64_t* out, Errors* errors) {
     return;
   }
   Check(*out >= 0, errors, where, "must be >= 0 (0 is BSP)");
-  if (*out > kInfiniteStaleness) *out = kInfiniteStaleness;
+  if (*out > kUnboundedStaleness) *out = kUnboundedStaleness;
 }
 
 void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) {

@@ -135,8 +135,8 @@ void Announce(const JobSpec& job, const RunDir& dir, const std::optional<server:
   progress.Say("geodesic: job '" + job.name + "': " + std::to_string(job.regions.size()) + " region(s), " +
                std::to_string(job.NumServers()) + " server(s), " + std::to_string(job.NumWorkers()) +
                " worker(s), model " + ToString(job.model.name) + ", staleness bound " +
-               (job.training.staleness_bound >= (int64_t{1} << 40) ? std::string("inf")
-                                                                   : std::to_string(job.training.staleness_bound)) +
+               (job.training.staleness_bound >= kUnboundedStaleness ? std::string("inf")
+                                                                    : std::to_string(job.training.staleness_bound)) +
                "; logs in " + dir.logs());
   if (!resume) return;
   std::string clocks;
@@ -608,6 +608,8 @@ void JobRun::OnWorkerExit(Child* c) {
   const std::string n = c->name();
   if (!span_end_frozen_ && !EvaluatorDone()) span_.end_unix = UnixSeconds();
   if (e.ok()) ++workers_finished_;
+  if (!e.signal && e.code == kExitJobFatal)  // e.g. a diverged model: no worker can go on
+    return Fail(n + " " + e.Describe() + ": " + LastErrorLine(c->log_file()), c);
   if (!e.ok() && s_.options.restart_workers && e.signal && recoveries_.MayRestart(n) && !EvaluatorDone()) {
     const std::string what = n + " " + e.Describe();
     Status st = Restart(c, s_.children->StartedAs(n).first, "; restarted, it rejoins at the live workers' clock");

@@ -193,6 +193,23 @@ Status CheckClock(const ShardContext& ctx, int64_t clock, bool inclusive, wire::
   return Status::Ok();
 }
 
+Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire::Refusal* reason) {
+  const ClockTable& t = *ctx.clocks;
+  const int64_t slowest = t.MinClock();
+  if (slowest == ClockTable::kNoWorkers) return Status::Ok();  // no live set yet: nothing to measure from
+  // Fully asynchronous: from the sender's own clock here, or the slowest
+  // live worker's if that is later (a worker that rejoins at the live clock).
+  const bool bounded = t.bound() < kUnboundedStaleness;
+  const int64_t from = bounded ? slowest + t.bound() : std::max(slowest, t.ClockOf(worker));
+  if (clock - from <= kPushWindow) return Status::Ok();
+  *reason = wire::REFUSAL_BAD_CLOCK;
+  return OutOfRange("clock " + std::to_string(clock) + " is beyond the live window (" +
+                    (bounded ? "slowest live worker at clock " + std::to_string(slowest) + ", staleness bound " +
+                                   std::to_string(t.bound())
+                             : "worker " + std::to_string(worker) + " at clock " + std::to_string(from)) +
+                    ", at most " + std::to_string(kPushWindow) + " clocks ahead)");
+}
+
 Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.init_request();
   if (m.header.sender_role() != wire::WORKER)
@@ -243,6 +260,7 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   Handled h;
   h.status = CheckMember(ctx, m.header, &h.reason);
   if (h.status.ok()) h.status = CheckClock(ctx, req.clock(), /*inclusive=*/false, &h.reason);
+  if (h.status.ok()) h.status = CheckPushWindow(ctx, worker, req.clock(), &h.reason);
   if (!h.status.ok()) return h;
   if (req.has_unit() != (ctx.total_units > 0) || (req.has_unit() && (req.unit() < 0 || req.unit() >= ctx.total_units)))
     return Refused(wire::REFUSAL_BAD_UNIT,
@@ -433,8 +451,13 @@ Status ValidatePull(const ShardContext& ctx, const transport::Message& m, wire::
   if (!m.frames.empty()) return InvalidArgument("a pull request carries no payload");
   std::set<uint32_t> seen;
   for (uint32_t c : req.chunk_ids()) {
-    if (c >= shard.layout().num_chunks() || !shard.Owns(c)) {
+    if (c >= shard.layout().num_chunks()) {
       *reason = wire::REFUSAL_CHUNK_OUT_OF_RANGE;
+      return OutOfRange("chunk " + std::to_string(c) + " does not exist (the model has " +
+                        std::to_string(shard.layout().num_chunks()) + " chunks)");
+    }
+    if (!shard.Owns(c)) {
+      *reason = wire::REFUSAL_CHUNK_NOT_OWNED;
       return OutOfRange("chunk " + std::to_string(c) + " is not owned by server " + std::to_string(ctx.server_id));
     }
     if (!seen.insert(c).second) {

@@ -27,6 +27,13 @@ using ::geodesic::kMaxValueMagnitude;
 // Clocks at or above this are refused (REFUSAL_BAD_CLOCK): far beyond any job,
 // and clock + 1 never overflows.
 inline constexpr int64_t kMaxClock = int64_t{1} << 48;
+// How far ahead of the live window a push may be (docs/wire.md
+// "Validation"): with bound s, a worker pushes clock c only after a pull of
+// c was answered, so c <= the slowest live worker's clock + s. The margin
+// covers pushes in flight while the clock table catches up (other
+// workers' pushes still on a slow link, a pipeline of up to 16 pulls);
+// fully asynchronous jobs measure from the sender's own clock here.
+inline constexpr int64_t kPushWindow = 16;
 // The evaluator's sender id (worker/evaluator.cc): a job has one.
 inline constexpr int kEvaluatorId = 0;
 
@@ -88,6 +95,11 @@ struct ShardContext {
 // REFUSAL_BAD_SENDER or REFUSAL_BAD_CLOCK in `reason` on failure.
 Status CheckMember(const ShardContext& ctx, const wire::Header& h, wire::Refusal* reason);
 Status CheckClock(const ShardContext& ctx, int64_t clock, bool inclusive, wire::Refusal* reason);
+// REFUSAL_BAD_CLOCK for a push of `worker` at `clock` beyond the live
+// window (kPushWindow): a forged push for a far clock would otherwise hold
+// memory until that clock (BSP rounds) or shadow the worker's genuine
+// push of that clock as a duplicate.
+Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire::Refusal* reason);
 
 // The outcome of an init or push: refused (status not OK, `reason` set,
 // nothing applied) or taken, with the acknowledgement to send.

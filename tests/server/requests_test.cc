@@ -293,8 +293,74 @@ TEST_F(RequestsTest, ClocksBeyondTheJobAreRefused) {
   EXPECT_EQ(h.reason, wire::REFUSAL_BAD_CLOCK) << h.status;
   EXPECT_EQ(shard_.updates_applied(), 0u);
   EXPECT_EQ(clocks_.ClockOf(0), 0);
+  // Clock 99 once the live window has reached it (CheckPushWindow).
+  clocks_.Finished(0, 90);
+  clocks_.Finished(1, 90);
   h = ApplyPush(Ctx(), Push(99, 1.0f));
   EXPECT_TRUE(h.status.ok()) << h.status;
+}
+
+// A forged push for a far clock was taken: on a BSP shard it held a round
+// (memory) until that clock, and on any shard the worker's genuine push of
+// that clock was later answered DUPLICATE and dropped. A push may be at
+// most kPushWindow clocks beyond the slowest live worker's clock + the bound.
+TEST_F(RequestsTest, APushBeyondTheLiveWindowIsRefusedAndShadowsNothing) {
+  const int64_t edge = 0 + 2 + kPushWindow;  // slowest live worker at 0, bound 2
+  Handled h = ApplyPush(Ctx(), Push(edge + 1, 1e3f));
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_CLOCK) << h.status;
+  EXPECT_NE(h.status.message().find("beyond the live window"), std::string::npos) << h.status;
+  EXPECT_EQ(shard_.LastClock(0, 0), -1);
+  EXPECT_EQ(clocks_.ClockOf(0), 0);
+  EXPECT_TRUE(ApplyPush(Ctx(), Push(edge, 1.0f)).status.ok());
+  // A worker's own pushes cannot walk the window: only the slowest live
+  // worker moves it.
+  for (int64_t c = edge + 1; c < edge + 40; ++c)
+    EXPECT_EQ(ApplyPush(Ctx(), Push(c, 1e3f)).reason, wire::REFUSAL_BAD_CLOCK);
+  // Once the job gets there, the genuine push of that clock is applied.
+  clocks_.Finished(0, edge);
+  clocks_.Finished(1, edge);
+  ASSERT_EQ(clocks_.MinClock(), edge + 1);
+  h = ApplyPush(Ctx(), Push(edge + 1, 1.0f));
+  ASSERT_TRUE(h.status.ok()) << h.status;
+  EXPECT_EQ(h.reply.push_ack().result(), wire::APPLIED);
+}
+
+// Fully asynchronous jobs have no live window; a push may be at most
+// kPushWindow clocks beyond the sender's own clock here (or the slowest
+// live worker's, for a worker that rejoins at the live clock).
+TEST_F(RequestsTest, AnAsynchronousPushIsMeasuredFromItsSendersClock) {
+  ClockTable unbounded(kUnboundedStaleness);
+  unbounded.SetLive({0, 1}, {0, 0});
+  ShardContext ctx = Ctx();
+  ctx.clocks = &unbounded;
+  EXPECT_EQ(ApplyPush(ctx, Push(kPushWindow + 1, 1.0f)).reason, wire::REFUSAL_BAD_CLOCK);
+  EXPECT_TRUE(ApplyPush(ctx, Push(kPushWindow, 1.0f)).status.ok());
+  // A fast worker far ahead of a slow one is not held back.
+  unbounded.Finished(0, 60);
+  EXPECT_TRUE(ApplyPush(ctx, Push(61 + kPushWindow, 1.0f)).status.ok());
+  EXPECT_EQ(ApplyPush(ctx, Push(62 + 2 * kPushWindow, 1.0f)).reason, wire::REFUSAL_BAD_CLOCK);
+}
+
+// A pull names chunks of this shard: one beyond the model is out of range,
+// one another shard owns is not owned (it was labelled out of range).
+TEST(RequestsPullTest, AChunkOfAnotherShardIsNotOwnedNotOutOfRange) {
+  ShardState shard(ShardOptions{}, cluster::ChunkLayout(16, 8), {0});
+  ClockTable clocks(2);
+  RequestDecoder decoder;
+  ShardContext ctx{.shard = &shard, .clocks = &clocks, .server_id = 0, .num_workers = 1, .decoder = &decoder};
+  auto refusal = [&](uint32_t chunk) {
+    transport::Message m;
+    m.header.set_sender_role(wire::WORKER);
+    m.header.mutable_pull_request()->set_clock(0);
+    m.header.mutable_pull_request()->add_chunk_ids(chunk);
+    wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
+    std::vector<uint32_t> chunks;
+    (void)ValidatePull(ctx, m, &reason, &chunks);
+    return reason;
+  };
+  EXPECT_EQ(refusal(0), wire::REFUSAL_UNSPECIFIED);
+  EXPECT_EQ(refusal(1), wire::REFUSAL_CHUNK_NOT_OWNED);
+  EXPECT_EQ(refusal(2), wire::REFUSAL_CHUNK_OUT_OF_RANGE);
 }
 
 TEST_F(RequestsTest, PushesAndInitsFromNonMembersAreRefusedWhole) {
