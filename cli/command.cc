@@ -35,7 +35,7 @@ int Fail(const Status& s) {
     return 130;
   }
   GD_LOG(ERROR) << s;
-  return 1;
+  return s.detail() == Detail::kJobFatal ? kExitJobFatal : 1;
 }
 
 }  // namespace geodesic::cli

@@ -28,7 +28,8 @@ extern std::atomic<uint64_t> g_checkpoint_requests;  // SIGUSR1 (`geodesic check
 extern std::atomic<uint64_t> g_replan_requests;      // SIGUSR2 (`geodesic wan replan RUN_DIR`)
 void InstallSignalHandlers();
 
-// Logs `s` and returns its exit code: 130 when cancelled (a signal), else 1.
+// Logs `s` and returns its exit code: 130 when cancelled (a signal),
+// kExitJobFatal (common/status.h) when the job cannot succeed, else 1.
 int Fail(const Status& s);
 
 // Members and credentials (cli/roles.cc).

@@ -35,7 +35,13 @@ const char* CodeName(Code code);
 // What was wrong with a bad value, where a caller acts on it beyond the code
 // (a shard counts non-finite payloads apart from malformed ones). Survives
 // Annotate, so callers never classify an error by its text.
-enum class Detail { kNone, kNonFinite };
+//   kJobFatal: the whole job cannot succeed (a diverged model whose updates
+//   every shard refuses); the process exits with kExitJobFatal and the
+//   launcher stops the job at once instead of going on without it.
+enum class Detail { kNone, kNonFinite, kJobFatal };
+
+// A process's exit code when its error is Detail::kJobFatal.
+inline constexpr int kExitJobFatal = 3;
 
 class [[nodiscard]] Status {
  public:

@@ -310,19 +310,7 @@ void PsClient::OnErrorReply(int shard, const wire::Header& h) {
   Status err(transport::FromWire(h.error_reply().code()),
              "server " + std::to_string(shards_[shard].id) + ": " + h.error_reply().message());
   if (transport::OutboxEntry* push = pushes_.Find(h.request_id())) {
-    if (h.error_reply().reason() == wire::REFUSAL_MOVED) {
-      // A chunk of it moved to another shard (a migration): nothing was
-      // applied; the push stays pending and goes to the new owner once
-      // we hold the new map (SwitchMap), or here again after the retry.
-      push->sent = clock_->Now();
-      ++moved_refusals_;
-      return;
-    }
-    // The server refused the push whole; nothing of it was applied.
-    ++pushes_refused_;
-    if (options_.ledger) options_.ledger->AddRefused(static_cast<uint64_t>(push->header.push_request().chunks_size()));
-    GD_LOG(ERROR) << "push at clock " << push->header.push_request().clock() << " refused: " << err;
-    pushes_.Ack(h.request_id());
+    OnPushRefused(h, *push, err);
     return;
   }
   if (inits_.Ack(h.request_id())) {
@@ -336,6 +324,35 @@ void PsClient::OnErrorReply(int shard, const wire::Header& h) {
   for (auto& [clock, p] : pulls_)
     for (uint64_t id : p.request_ids)
       if (id == h.request_id()) p.error = err;
+}
+
+// docs/wire.md "Refused pushes": a chunk that moved (a migration) or a
+// backup not yet promoted is asked again; any other refusal is final. The
+// shard applied nothing of the push and will never complete its clock for
+// us, so waiting would stall every worker of a synchronous job: the push
+// fails this client (push_error_), and every later wait returns that error
+// at once. Values the shards refuse (non-finite, beyond kMaxValueMagnitude)
+// mean the model diverged, which no worker can repair: Detail::kJobFatal.
+void PsClient::OnPushRefused(const wire::Header& h, transport::OutboxEntry& push, const Status& err) {
+  const wire::Refusal why = h.error_reply().reason();
+  const int64_t clock = push.header.push_request().clock();
+  if (why == wire::REFUSAL_MOVED || why == wire::REFUSAL_NOT_PRIMARY) {
+    // Nothing was applied; the push stays pending and goes to the new
+    // owner once we hold the new map (SwitchMap), or here again after the
+    // retry interval.
+    push.sent = clock_->Now();
+    if (why == wire::REFUSAL_MOVED) ++moved_refusals_;
+    return;
+  }
+  ++pushes_refused_;
+  if (options_.ledger) options_.ledger->AddRefused(static_cast<uint64_t>(push.header.push_request().chunks_size()));
+  Status failed =
+      err.Annotate("push at clock " + std::to_string(clock) + " refused (" + transport::RefusalName(why) + ")");
+  if (why == wire::REFUSAL_NON_FINITE || why == wire::REFUSAL_VALUE_TOO_LARGE)
+    failed = Status(failed.code(), failed.message() + ": the model diverged").WithDetail(Detail::kJobFatal);
+  GD_LOG(ERROR) << failed;
+  if (push_error_.ok()) push_error_ = failed;
+  pushes_.Ack(h.request_id());
 }
 
 void PsClient::AddChunks(const std::vector<uint32_t>& batch, const float* base,
@@ -604,6 +621,7 @@ Status PsClient::AwaitPull(std::map<int64_t, PendingPull>::iterator it, int64_t 
   TimePoint deadline = clock_->Now() + std::chrono::seconds(options_.timing.rpc_timeout_s);
   WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
   while (it->second.remaining > 0 && it->second.error.ok()) {
+    if (!push_error_.ok()) return push_error_;
     if (stop->load()) return Cancelled("stopped while waiting for a pull");
     if (clock_->Now() > deadline)
       return DeadlineExceeded("pull at clock " + std::to_string(clock) + " unanswered after " +
@@ -659,6 +677,7 @@ int64_t PsClient::OldestUnackedClock() const {
 
 Status PsClient::Push(int64_t clock, const float* grad, std::shared_ptr<const void> owner, int64_t unit,
                       const std::optional<cluster::ChunkRange>& only) {
+  if (!push_error_.ok()) return push_error_;
   TimePoint now = clock_->Now();
   grad = only ? compressor_->Prepare(clock, grad, &owner, only->begin, only->end)
               : compressor_->Prepare(clock, grad, &owner);
@@ -742,12 +761,14 @@ StatusOr<double> PsClient::WaitAcks(size_t max_unacked_clocks, const std::atomic
     return static_cast<size_t>(std::unique(clocks.begin(), clocks.end()) - clocks.begin());
   };
   Poll(0);
+  if (!push_error_.ok()) return push_error_;
   if (unacked_clocks() <= max_unacked_clocks) return 0.0;
   TimePoint entered = clock_->Now();
   TimePoint deadline = entered + std::chrono::seconds(options_.timing.rpc_timeout_s);
   if (max_wait > Duration::zero()) deadline = std::min(deadline, entered + max_wait);
   WaitReporter report(clock_, std::chrono::seconds(options_.timing.report_after_s));
   while (unacked_clocks() > max_unacked_clocks) {
+    if (!push_error_.ok()) return push_error_;
     if (stop->load()) return Cancelled("stopped while waiting for push acknowledgements");
     if (clock_->Now() > deadline)
       return DeadlineExceeded(std::to_string(pushes_.size()) + " push message(s) unacknowledged after " +

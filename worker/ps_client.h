@@ -197,6 +197,9 @@ class PsClient {
   const DurationHistogram& push_latency() const { return push_latency_; }
 
   uint64_t pushes_refused() const { return pushes_refused_; }
+  // The first push a shard refused for good (not OK once one was): Push,
+  // WaitAcks and WaitPull return it from then on.
+  const Status& push_error() const { return push_error_; }
   uint64_t resyncs() const { return resyncs_; }
   const compression::ErrorFeedback& error_feedback() const { return compressor_->error_feedback(); }
   uint64_t chunks_dropped() const { return chunks_dropped_; }
@@ -276,6 +279,7 @@ class PsClient {
   void NoteReplyTiming(int shard, PendingPull& p, const transport::Message& m);
   void OnPushAck(int shard, const wire::Header& h);
   void OnErrorReply(int shard, const wire::Header& h);
+  void OnPushRefused(const wire::Header& h, transport::OutboxEntry& push, const Status& err);
   // Sends pull `p` again to every shard owning a chunk it still misses
   // (only chunks in `only`, when given).
   Status RerequestMissing(PendingPull& p, bool final, const std::vector<uint32_t>* only = nullptr);
@@ -314,6 +318,7 @@ class PsClient {
   // entry's dest is the shard's index in shards_.
   transport::Outbox<uint64_t> pushes_, inits_;
   std::vector<Status> init_errors_;
+  Status push_error_;  // see push_error()
   uint64_t next_request_ = 1;
   uint64_t pushes_refused_ = 0, chunks_dropped_ = 0, redirects_ = 0, chunks_rerouted_ = 0, moved_refusals_ = 0;
   uint64_t servers_epoch_ = 0;

@@ -8,8 +8,10 @@
 #include "cluster/client_gateway.h"
 #include "cluster/member_client.h"
 #include "common/files.h"
+#include "common/format.h"
 #include "common/log.h"
 #include "common/wait.h"
+#include "common/wire_limits.h"
 #include "compression/codec.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
@@ -59,6 +61,23 @@ StatusOr<DrawnPart> DrawPart(const ImageSet& train, const JobSpec& job, int id) 
   mine.labels = LabelCounts(*split, train.labels, train.classes)[id];
   mine.indices = std::move((*split)[id]);
   return mine;
+}
+
+// InvalidArgument (job-fatal) if `n` values hold one beyond the shards'
+// bound: every shard would refuse the push (REFUSAL_VALUE_TOO_LARGE).
+Status CheckPushable(const float* v, int64_t n, int64_t clock) {
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (!(std::fabs(v[i]) <= kMaxValueMagnitude)) {
+      if (bad++ == 0) first = i;
+    }
+  if (bad == 0) return Status::Ok();
+  return InvalidArgument("clock " + std::to_string(clock) + ": the update holds " + std::to_string(bad) +
+                         " value(s) beyond +-1e18 (first " + Fmt("%g", v[first]) + " at index " +
+                         std::to_string(first) +
+                         "), which every shard refuses: the model diverged (lower optimizer.lr, or set "
+                         "optimizer.clip_norm)")
+      .WithDetail(Detail::kJobFatal);
 }
 
 double UnixNow() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
@@ -568,6 +587,19 @@ bool Worker::ComputeFederated(torch::Tensor& grad) {
 }
 
 Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
+  if (usable) {
+    Status pushable = CheckPushable(grad.data_ptr<float>(), grad.numel(), c_);
+    if (!pushable.ok() && !federated_) return pushable;
+    if (!pushable.ok()) {
+      // Client updates are checked at the gateway and when they are
+      // combined (federated_rounds.h); a round that still came out beyond
+      // the bound is left out, not pushed to be refused.
+      GD_LOG(ERROR) << "round " << c_ << ": " << pushable.message() << "; the round is skipped";
+      GD_RETURN_IF_ERROR(ps_->PushSkipped(c_, unit_));
+      pushed_through_ = c_;
+      return Status::Ok();
+    }
+  }
   if (usable) {
     auto owner = std::make_shared<torch::Tensor>(grad);
     GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr()),

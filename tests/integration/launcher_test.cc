@@ -355,3 +355,52 @@ TEST(LaunchTest, KillFlagIsValidated) {
 
 }  // namespace
 }  // namespace geodesic
+
+namespace geodesic {
+namespace {
+
+// A worker whose gradients are finite but beyond the shards' bound (+-1e18):
+// a linear model whose logits are scaled by 1e20. Its push used to be
+// refused (value_too_large) and counted as acknowledged, the shard never
+// completed that clock, and the BSP job failed 120 s later ("pull at clock 1
+// unanswered"). Now the worker stops at once, naming the reason, and the
+// launcher stops the job (exit code kExitJobFatal).
+TEST(LaunchTest, ADivergedModelFailsTheJobAtOnceNamingTheReason) {
+  TempDir dir;
+  const std::string module = dir / "diverging.pt";
+  testing::WriteText(dir / "export.py",
+                     "import torch\n"
+                     "class M(torch.nn.Module):\n"
+                     "    def __init__(self):\n"
+                     "        super().__init__()\n"
+                     "        self.fc = torch.nn.Linear(784, 10)\n"
+                     "    def forward(self, x):\n"
+                     "        return self.fc(x.flatten(1)) * 1e20\n"
+                     "torch.jit.save(torch.jit.script(M()), '" +
+                         module + "')\n");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + (dir / "export.py")).c_str()), 0);
+  testing::WriteText(dir / "job.yaml", R"(
+name: diverges
+regions:
+  a: {servers: 2, workers: 2}
+training: {steps: 50, staleness_bound: 0}
+eval: {test_samples: 500}
+membership: {heartbeat_ms: 100, lease_ms: 2000}
+)");
+  const auto start = std::chrono::steady_clock::now();
+  auto r = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--set", "model.name=torchscript",
+                        "--set", "model.path=" + module},
+                       200);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_LT(took, 110) << r.output;  // before, the rpc timeout alone took 120 s
+  EXPECT_EQ(r.output.find("unanswered"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("beyond +-1e18"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the model diverged"), std::string::npos) << r.output;
+  auto summary = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(summary["status"], "failed") << summary.dump(2);
+  EXPECT_NE(summary.dump().find("diverged"), std::string::npos) << summary.dump(2);
+}
+
+}  // namespace
+}  // namespace geodesic
