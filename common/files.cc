@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -57,6 +58,34 @@ StatusOr<std::string> ReadFile(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument(path + " is not a regular file");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    ::close(fd);
+    return InvalidArgument(path + " is " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
+                           " it may hold");
+  }
+  std::string out(size, '\0');
+  size_t off = 0;
+  while (off < size) {
+    ssize_t n = ::read(fd, out.data() + off, size - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // shrank while we read: what is left is checked by the caller's format
+    off += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(off);
+  return out;
 }
 
 Status MakeDirs(const std::string& path) {

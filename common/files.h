@@ -1,6 +1,7 @@
 // Small file helpers shared by every process. Thread-safe (no shared state).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "common/status.h"
@@ -16,6 +17,14 @@ namespace geodesic {
 Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable = true, int mode = 0644);
 
 StatusOr<std::string> ReadFile(const std::string& path);
+
+// Reads `path` only if it is a regular file (after symlinks) of at most
+// `max_bytes`: a FIFO, a device such as /dev/zero or an oversized file is
+// refused with the reason before anything is read, and the read never
+// blocks on an open or runs past the size the file had when opened. For
+// files a process trusts to be its own but that others could replace
+// (checkpoints, saved state in a run directory).
+StatusOr<std::string> ReadRegularFile(const std::string& path, uint64_t max_bytes);
 
 // Creates `path` and its parents (like mkdir -p).
 Status MakeDirs(const std::string& path);

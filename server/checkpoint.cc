@@ -3,13 +3,16 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/files.h"
+#include "common/format.h"
 #include "common/log.h"
+#include "common/wire_limits.h"
 
 namespace geodesic::server {
 namespace {
@@ -59,9 +62,47 @@ StatusOr<wire::ShardCheckpoint> DecodeCheckpoint(std::string_view bytes, const s
   return ckpt;
 }
 
+namespace {
+
+// DataLoss naming `name` and the chunk unless every parameter of `ckpt` is
+// finite and within kMaxValueMagnitude (what a push may hold, so what no
+// honest run reaches) and every optimizer value is finite, with the sizes
+// the chunk declares. A digest proves only that the file is whole: whoever
+// can write the run directory can recompute it over poisoned values.
+Status CheckValues(const wire::ShardCheckpoint& ckpt, const std::string& name) {
+  for (const auto& c : ckpt.chunks()) {
+    const std::string where = name + ": chunk " + std::to_string(c.chunk_id());
+    if (c.params().size() != c.num_elems() * sizeof(float))
+      return DataLoss(where + " holds " + std::to_string(c.params().size()) + " bytes of values for " +
+                      std::to_string(c.num_elems()) + " values");
+    std::vector<float> v(c.num_elems());
+    std::memcpy(v.data(), c.params().data(), c.params().size());
+    for (size_t i = 0; i < v.size(); ++i)
+      if (!(std::fabs(v[i]) <= kMaxValueMagnitude))
+        return DataLoss(where + ": value " + std::to_string(i) + " is " + Fmt("%g", v[i]) +
+                        " (not finite or beyond +-1e18): the checkpoint is poisoned");
+    for (const std::string& a : c.optimizer_arrays()) {
+      if (a.size() % sizeof(float) != 0)
+        return DataLoss(where + ": optimizer state of " + std::to_string(a.size()) + " bytes");
+      v.resize(a.size() / sizeof(float));
+      std::memcpy(v.data(), a.data(), a.size());
+      for (float x : v)
+        if (!std::isfinite(x)) return DataLoss(where + ": optimizer state holds non-finite values");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<wire::ShardCheckpoint> LoadCheckpoint(const std::string& path) {
-  GD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  return DecodeCheckpoint(bytes, path);
+  // Protobuf caps the state at 2 GiB (proto/checkpoint.proto); a larger
+  // file, or something that is not a file (a FIFO, /dev/zero behind a
+  // symlink), is refused before it is read.
+  GD_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path, kHeaderBytes + (uint64_t{2} << 30) + kDigestBytes));
+  GD_ASSIGN_OR_RETURN(wire::ShardCheckpoint ckpt, DecodeCheckpoint(bytes, path));
+  GD_RETURN_IF_ERROR(CheckValues(ckpt, path));
+  return ckpt;
 }
 
 std::string CheckpointPath(const std::string& dir, int shard, int64_t clock) {

@@ -26,7 +26,7 @@ void Checkpointer::Start() {
 Status Checkpointer::Resume(const std::string& plan_file, ShardState* shard, ClockTable* clocks) {
   restored_ = true;
   const int num_workers = job_.NumWorkers();
-  GD_ASSIGN_OR_RETURN(std::string text, ReadFile(plan_file));
+  GD_ASSIGN_OR_RETURN(std::string text, ReadRegularFile(plan_file, uint64_t{64} << 20));
   GD_ASSIGN_OR_RETURN(ResumePlan plan, ResumePlan::FromJson(text, plan_file));
   if (plan.worker_clocks.size() != static_cast<size_t>(num_workers))
     return FailedPrecondition(plan_file + ": plan for " + std::to_string(plan.worker_clocks.size()) +

@@ -122,7 +122,8 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
 
 Status CoordinatorStore::Load(CoordinatorState* state, int64_t lease_ms) {
   if (path_.empty() || !std::filesystem::exists(path_)) return Status::Ok();
-  GD_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path_));
+  // A few KB per member; a FIFO or a device in its place is refused, not read.
+  GD_ASSIGN_OR_RETURN(std::string bytes, ReadRegularFile(path_, uint64_t{256} << 20));
   wire::CoordinatorSnapshot snap;
   if (!snap.ParseFromString(bytes)) return DataLoss(path_ + ": the coordinator's saved state does not parse");
   GD_RETURN_IF_ERROR(state->Restore(snap).Annotate(path_));

@@ -3,12 +3,16 @@
 // same job run without a stop (BSP, same seed and steps), including when its
 // newest checkpoint is damaged and the previous one must be used.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
+#include "cluster/chunking.h"
 #include "server/checkpoint.h"
+#include "server/shard.h"
 #include "tests/integration/harness.h"
 #include "tests/test_paths.h"
 
@@ -268,6 +272,73 @@ TEST(TrainingResumeTest, ResumedCnnJobMatchesTheUninterruptedOneToTheBit) {
   const std::string got = ReadBytes(dir / "stopped/final_params.bin");
   ASSERT_FALSE(got.empty());
   EXPECT_TRUE(got == expected) << "the resumed CNN's parameters differ from the uninterrupted run's";
+}
+
+}  // namespace
+}  // namespace geodesic
+
+namespace geodesic {
+namespace {
+
+// `geodesic launch --resume` against checkpoints someone else changed in the
+// run directory (the launcher reads them to plan, each shard to restore).
+// Before: NaN values under a recomputed digest were taken (the job failed at
+// its first pull), 1e30 values too (it "finished" at chance, exit 0), a
+// symlink to /dev/zero was read until the kernel killed the launcher, and a
+// FIFO blocked it. Now each is refused with the file's path and the reason,
+// before any process starts.
+TEST(ResumeTest, PoisonedCheckpointsAreRefusedBeforeAnythingStarts) {
+  const char* job = R"(
+name: poisoned
+regions:
+  a: {servers: 1, workers: 1}
+model: {name: synthetic, synthetic_params: 1000}
+training: {steps: 20, staleness_bound: 0}
+wire: {chunk_bytes: 1024}
+)";
+  // A well-formed checkpoint of the job's one shard at clock 4, then `poison`.
+  auto make = [&](const TempDir& dir, float value, bool nonregular_fifo, bool devzero) {
+    testing::WriteText(dir / "job.yaml", job);
+    std::filesystem::create_directories(dir / "run");
+    testing::WriteText(dir / "run/job.yaml", job);
+    const cluster::ChunkLayout layout(1000, 256);
+    std::vector<uint32_t> owned;
+    for (uint32_t c = 0; c < layout.num_chunks(); ++c) owned.push_back(c);
+    server::ShardState s(server::ShardOptions{}, layout, owned);
+    for (uint32_t c : owned) {
+      std::vector<float> v(layout.Size(c), 0.25f);
+      v[1] = value;
+      s.Init(c, v.data());
+    }
+    wire::ShardCheckpoint ck = s.ToCheckpoint(4);
+    ck.set_job("poisoned");
+    ck.set_clock(4);
+    auto path = server::WriteCheckpoint(dir / "run/checkpoints", ck, 3);
+    ASSERT_TRUE(path.ok()) << path.status();
+    if (nonregular_fifo || devzero) std::filesystem::remove(*path);
+    if (nonregular_fifo) ASSERT_EQ(::mkfifo(path->c_str(), 0600), 0);
+    if (devzero) std::filesystem::create_symlink("/dev/zero", *path);
+  };
+  struct Case {
+    const char* name;
+    float value;
+    bool fifo, devzero;
+    const char* reason;
+  };
+  for (const Case& c :
+       {Case{"NaN", std::numeric_limits<float>::quiet_NaN(), false, false, "not finite"},
+        Case{"1e30", 1e30f, false, false, "beyond +-1e18"}, Case{"FIFO", 0.5f, true, false, "is not a regular file"},
+        Case{"/dev/zero", 0.5f, false, true, "is not a regular file"}}) {
+    TempDir dir;
+    make(dir, c.value, c.fifo, c.devzero);
+    auto r = RunGeodesic({"launch", "--resume", dir / "run", "--quiet"}, 60);
+    EXPECT_FALSE(r.timed_out) << c.name;
+    EXPECT_EQ(r.exit_code, 1) << c.name << ": " << r.output;
+    EXPECT_NE(r.output.find("no usable checkpoint of server 0"), std::string::npos) << c.name << ": " << r.output;
+    EXPECT_NE(r.output.find(server::CheckpointPath(dir / "run/checkpoints", 0, 4)), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(c.reason), std::string::npos) << c.name << ": " << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir / "run/logs/server-0.log")) << c.name;
+  }
 }
 
 }  // namespace

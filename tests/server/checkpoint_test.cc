@@ -1,10 +1,13 @@
 #include "server/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -341,6 +344,77 @@ TEST(PlanResume, AsyncWorkersStartAfterWhatEveryChunkTook) {
   // Every chunk took clocks 0..4 of both workers: both start at 5; worker
   // 1's resend of clock 5 to chunk 0 is a duplicate there.
   EXPECT_EQ(plan->worker_clocks, (std::vector<int64_t>{5, 5}));
+}
+
+}  // namespace
+}  // namespace geodesic::server
+
+namespace geodesic::server {
+namespace {
+
+// Checkpoints someone changed in the run directory before `geodesic launch
+// --resume`: a digest recomputed over NaN values was accepted (the job failed
+// at the first pull), over 1e30 values too (it "finished" at chance), a
+// symlink to /dev/zero was read without limit (24 GB, then the kernel killed
+// the launcher), and a FIFO blocked it until signalled. Each is refused with
+// its path and reason, and the planner falls back to the older file.
+TEST(PlanResume, PoisonedAndNonRegularCheckpointsAreRefusedWithTheReason) {
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> poisons = {
+      {"not finite",
+       [](const std::string& path) {
+         auto ck = LoadCheckpoint(path);
+         ASSERT_TRUE(ck.ok());
+         float nan = std::numeric_limits<float>::quiet_NaN();
+         std::memcpy(ck->mutable_chunks(0)->mutable_params()->data() + 4, &nan, 4);
+         ASSERT_TRUE(WriteFileAtomic(path, EncodeCheckpoint(*ck)).ok());  // with a digest that matches
+       }},
+      {"beyond +-1e18",
+       [](const std::string& path) {
+         auto ck = LoadCheckpoint(path);
+         ASSERT_TRUE(ck.ok());
+         std::vector<float> big(ck->chunks(1).num_elems(), 1e30f);
+         ck->mutable_chunks(1)->set_params(big.data(), big.size() * 4);
+         ASSERT_TRUE(WriteFileAtomic(path, EncodeCheckpoint(*ck)).ok());
+       }},
+      {"optimizer state holds non-finite",
+       [](const std::string& path) {
+         auto ck = LoadCheckpoint(path);
+         ASSERT_TRUE(ck.ok() && ck->chunks(0).optimizer_arrays_size() > 0);
+         float inf = std::numeric_limits<float>::infinity();
+         std::memcpy(ck->mutable_chunks(0)->mutable_optimizer_arrays(0)->data(), &inf, 4);
+         ASSERT_TRUE(WriteFileAtomic(path, EncodeCheckpoint(*ck)).ok());
+       }},
+      {"is not a regular file",
+       [](const std::string& path) {
+         std::filesystem::remove(path);
+         std::filesystem::create_symlink("/dev/zero", path);
+       }},
+      {"is not a regular file",
+       [](const std::string& path) {
+         std::filesystem::remove(path);
+         ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);  // with no writer: an open would block
+       }},
+      {"more than the",
+       [](const std::string& path) {
+         std::filesystem::resize_file(path, (uint64_t{2} << 30) + 4096);  // sparse: nothing is written
+       }},
+  };
+  for (const auto& [why, poison] : poisons) {
+    TempDir dir;
+    WriteShards(dir.path(), 2, 0, {4, 8});  // momentum SGD: optimizer state too
+    const std::string newest = CheckpointPath(dir.path(), 0, 8);
+    poison(newest);
+    auto plan = PlanResume(dir.path(), "j", 2, 2, 0);
+    ASSERT_TRUE(plan.ok()) << why << ": " << plan.status();
+    EXPECT_EQ(plan->clock, 4) << why;
+    ASSERT_EQ(plan->refused.size(), 1u) << why;
+    EXPECT_NE(plan->refused[0].find(newest), std::string::npos) << plan->refused[0];
+    EXPECT_NE(plan->refused[0].find(why), std::string::npos) << plan->refused[0];
+    // A shard started on it directly refuses it the same way.
+    auto direct = LoadCheckpoint(newest);
+    ASSERT_FALSE(direct.ok()) << why;
+    EXPECT_NE(direct.status().message().find(why), std::string::npos) << direct.status();
+  }
 }
 
 }  // namespace
