@@ -116,6 +116,9 @@ Command AddDeploy(CLI::App& app) {
                    "kubernetes: statefulsets (a cluster) or pods (podman play kube; also a cluster)")
       ->check(CLI::IsMember({"statefulsets", "pods"}));
   render->add_option("--volume-size", f->options.volume_size, "kubernetes: each pod's data volume (default 1Gi)");
+  render->add_option("--metrics-namespace", f->options.metrics_namespace,
+                     "kubernetes: the namespace (Prometheus') whose pods the NetworkPolicy admits to the HTTP ports, "
+                     "besides the job's own and the kubelet (default monitoring)");
   render->add_option("--router-base-port", f->options.router_base_port,
                      "compose: the link router's ports start here (default 7500)");
   return {cmd,

@@ -126,6 +126,21 @@ Status CheckId(const char* role, int id, int count) {
   return InvalidArgument("--id " + std::to_string(id) + " but the job has " + std::to_string(count) + " " + role);
 }
 
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
+}
+
+// A secured job's /metrics shows what CURVE hides on the wire (the job's
+// name, clocks, loss, accuracy): beyond loopback it needs a token.
+Status CheckMetricsExposure(const JobSpec& job, const transport::HttpOptions& o) {
+  if (job.security.mode != SecurityMode::kCurve || o.bind.empty() || !o.metrics_token_file.empty()) return Status::Ok();
+  if (IsLoopback(o.bind.substr(0, o.bind.rfind(':')))) return Status::Ok();
+  return InvalidArgument("security.mode is curve: /metrics on " + o.bind +
+                         " would show the job's name, clocks, loss and accuracy to anyone who reaches it; give "
+                         "--metrics-token-file FILE (Prometheus sends it as a bearer token) or an --http-bind on "
+                         "loopback");
+}
+
 struct CoordinatorFlags {
   JobFlags job;
   server::CoordinatorProcessOptions options;
@@ -159,6 +174,7 @@ int RunCoordinator(CoordinatorFlags& f) {
   auto job = f.job.Load();
   if (!job.ok()) return Fail(job.status());
   if (Status s = CompleteCoordinatorOptions(*job, f); !s.ok()) return Fail(s);
+  if (Status s = CheckMetricsExposure(*job, f.options.http); !s.ok()) return Fail(s);
   f.options.region = job->CoordinatorRegion().name;
   zmq::context_t ctx(1);
   server::Coordinator c(f.options, ctx, RealClock::Get());
@@ -209,6 +225,9 @@ int RunMember(MemberFlags<Options>& f, const std::string& log_prefix, Prepare pr
   auto job = f.job.Load();
   if (!job.ok()) return Fail(job.status());
   if (Status s = prepare(*job, f.options); !s.ok()) return Fail(s);
+  if constexpr (requires { f.options.http; }) {
+    if (Status s = CheckMetricsExposure(*job, f.options.http); !s.ok()) return Fail(s);
+  }
   f.options.job = *job;
   auto cred = MemberCredentials(*job, f.security);
   if (!cred.ok()) return Fail(cred.status());
@@ -314,6 +333,10 @@ void AddHttpFlags(CLI::App* cmd, transport::HttpOptions& o) {
         return s.ok() ? std::string() : s.message();
       });
   cmd->add_option("--http-address-file", o.address_file, "write the bound host:port of --http-bind here");
+  cmd->add_option("--metrics-token-file", o.metrics_token_file,
+                  "serve /metrics only to requests with `Authorization: Bearer T`, T this file's first line (16 "
+                  "characters or more; a secured job's launch writes RUN_DIR/metrics.token); /healthz and /readyz "
+                  "stay open");
   cmd->add_option("--http-linger", o.linger_s,
                   "at exit, keep serving until the final metrics were scraped once, at most this long (s)")
       ->check(CLI::Range(0.0, 600.0));

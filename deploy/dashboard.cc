@@ -1,5 +1,6 @@
 #include "deploy/dashboard.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -106,39 +107,75 @@ StatusOr<std::unique_ptr<Dashboard>> Dashboard::Start(const JobSpec& job, const 
     return raw->Guard(r, {.content_type = "application/json", .body = raw->StateJson()});
   });
   d->endpoint_->Handle("/metrics", [raw](const transport::HttpRequest& r) {
-    return raw->Guard(r, {.content_type = "text/plain; version=0.0.4; charset=utf-8", .body = raw->metrics_.Text()});
+    return raw->Guard(r, {.content_type = "text/plain; version=0.0.4; charset=utf-8", .body = raw->metrics_.Text()},
+                      /*metrics=*/true);
   });
   d->Publish();
   GD_RETURN_IF_ERROR(transport::WriteHttpAddress(*d->endpoint_, dir.http("dashboard")));
   return d;
 }
 
-std::string Dashboard::url() const {
-  return "http://" + endpoint_->address() + "/" + (options_.token.empty() ? "" : "?token=" + options_.token);
-}
+std::string Dashboard::url() const { return "http://" + endpoint_->address() + "/"; }
 
 bool Dashboard::Watched(double within_s) const {
   const int64_t at = last_served_ms_.load();
   return at >= 0 && static_cast<double>(SteadyMs() - at) <= within_s * 1000;
 }
 
-transport::HttpResponse Dashboard::Guard(const transport::HttpRequest& r, transport::HttpResponse ok) const {
-  if (options_.token.empty()) {
-    last_served_ms_ = SteadyMs();
-    return ok;
+namespace {
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// %XX and '+' decoded; a '%' not followed by two hex digits stays.
+std::string PercentDecode(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out += ' ';
+    } else if (s[i] == '%' && i + 2 < s.size() && HexDigit(s[i + 1]) >= 0 && HexDigit(s[i + 2]) >= 0) {
+      out += static_cast<char>(HexDigit(s[i + 1]) * 16 + HexDigit(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
   }
+  return out;
+}
+
+// A constant-time comparison with a token (never equal to an empty one).
+bool SameToken(const std::string& given, const std::string& token) {
+  return !token.empty() && given.size() == token.size() && CRYPTO_memcmp(given.data(), token.data(), token.size()) == 0;
+}
+
+}  // namespace
+
+std::string QueryParameter(const std::string& query, const std::string& name) {
+  size_t at = 0;
+  while (at <= query.size()) {
+    const size_t end = std::min(query.find('&', at), query.size());
+    const std::string pair = query.substr(at, end - at);
+    const size_t eq = pair.find('=');
+    if (PercentDecode(pair.substr(0, eq)) == name)
+      return eq == std::string::npos ? "" : PercentDecode(pair.substr(eq + 1));
+    at = end + 1;
+  }
+  return "";
+}
+
+transport::HttpResponse Dashboard::Guard(const transport::HttpRequest& r, transport::HttpResponse ok,
+                                         bool metrics) const {
   const std::string& t = options_.token;
-  auto same = [&t](const std::string& given) {
-    return given.size() == t.size() && CRYPTO_memcmp(given.data(), t.data(), t.size()) == 0;
-  };
-  const std::string bearer = r.authorization.rfind("Bearer ", 0) == 0 ? r.authorization.substr(7) : "";
-  const size_t q = r.query.find("token=");
-  const std::string query = q == std::string::npos ? "" : r.query.substr(q + 6, r.query.find('&', q) - q - 6);
-  if (same(bearer) || same(query)) {
-    last_served_ms_ = SteadyMs();
-    return ok;
-  }
-  return {.status = 401, .body = "a token is required (Authorization: Bearer T, or ?token=T)\n"};
+  const bool admitted = t.empty() || transport::BearerMatches(r.authorization, t) ||
+                        SameToken(QueryParameter(r.query, "token"), t) ||
+                        (metrics && transport::BearerMatches(r.authorization, options_.metrics_token));
+  if (!admitted) return {.status = 401, .body = "a token is required (Authorization: Bearer T, or ?token=T)\n"};
+  last_served_ms_ = SteadyMs();
+  return ok;
 }
 
 void Dashboard::UpdateStatus(const wire::StatusReply& st, double samples_per_s) {

@@ -13,8 +13,12 @@
 // failovers, cuts, re-plans).
 //
 // Secured jobs (security.mode: curve): off unless given a token; then every
-// request must carry it (`Authorization: Bearer T`, or `?token=T` for the
-// page itself, which passes it on).
+// request must carry it (`Authorization: Bearer T`, or a query parameter
+// named exactly `token`, `?token=T`, for the page itself, which passes it
+// on). The URL it reports never carries the token (the launcher prints it on
+// stdout, which logs keep). /metrics also takes the job's metrics token
+// (RUN_DIR/metrics.token) as a bearer token, so that one Prometheus
+// credential scrapes every process of the job and the launcher.
 //
 // Threads: Update* and Event are the launcher thread's; the endpoint's
 // thread reads only the JSON and metric families they last published.
@@ -39,14 +43,17 @@ namespace geodesic::deploy {
 struct DashboardOptions {
   std::string bind = "127.0.0.1:0";  // host:port; empty: no dashboard
   std::string token;                 // required of every request when set
+  std::string metrics_token;         // also admits /metrics (Authorization: Bearer only)
 };
 
 class Dashboard {
  public:
   static StatusOr<std::unique_ptr<Dashboard>> Start(const JobSpec& job, const RunDir& dir, DashboardOptions options);
 
-  // "http://host:port/" (with ?token= when one is required).
+  // "http://host:port/", never with the token (add ?token=T to open it
+  // when one is required).
   std::string url() const;
+  bool requires_token() const { return !options_.token.empty(); }
   const std::string& address() const { return endpoint_->address(); }
 
   // A status reply from the coordinator, with the smoothed samples/s.
@@ -73,7 +80,8 @@ class Dashboard {
   Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions options);
   void ReadShardStats();
   void Publish();
-  transport::HttpResponse Guard(const transport::HttpRequest& r, transport::HttpResponse ok) const;
+  transport::HttpResponse Guard(const transport::HttpRequest& r, transport::HttpResponse ok,
+                                bool metrics = false) const;
 
   JobSpec job_;
   RunDir dir_;
@@ -88,6 +96,10 @@ class Dashboard {
   std::unique_ptr<transport::HttpEndpoint> endpoint_;
   mutable std::atomic<int64_t> last_served_ms_{-1};  // steady clock; -1: never
 };
+
+// The value of the query parameter named exactly `name` in `query` (the
+// part after '?', undecoded), percent-decoded; empty if absent.
+std::string QueryParameter(const std::string& query, const std::string& name);
 
 // The page: HTML with its script inline.
 const std::string& DashboardPage();

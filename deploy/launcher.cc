@@ -27,6 +27,7 @@
 #include "deploy/progress.h"
 #include "deploy/recovery.h"
 #include "deploy/run_dir.h"
+#include "deploy/scrape_config.h"
 #include "deploy/summary.h"
 #include "deploy/supervisor.h"
 #include "deploy/verdict.h"
@@ -91,6 +92,7 @@ namespace {
 struct MemberSecurity {
   bool secure = false;
   std::string key_path, keypair_path, secret_path, secret;
+  std::string metrics_token, metrics_token_path;  // secured jobs: RUN_DIR/metrics.token
   std::string job_name, tokens_dir;
   int64_t token_ttl_s = 0;
 
@@ -106,12 +108,17 @@ struct MemberSecurity {
     s.token_ttl_s = job.security.token_ttl_s;
     std::filesystem::remove(s.key_path);
     std::filesystem::remove(s.keypair_path);
+    std::filesystem::remove(MetricsTokenPath(dir.path));  // an earlier secured launch's
     if (!s.secure) return s;
     GD_RETURN_IF_ERROR(transport::RequireCurve());
     s.secret_path = job.security.secret_file.empty() ? dir.File("secret") : job.security.secret_file;
     if (job.security.secret_file.empty() && !std::filesystem::exists(s.secret_path))
       GD_RETURN_IF_ERROR(transport::CreateSecretFile(s.secret_path));
     GD_ASSIGN_OR_RETURN(s.secret, transport::LoadSecret(s.secret_path));
+    // Every process's /metrics (and the dashboard's) requires this token.
+    s.metrics_token = MetricsToken(s.secret, job.name);
+    s.metrics_token_path = MetricsTokenPath(dir.path);
+    GD_RETURN_IF_ERROR(WriteFileAtomic(s.metrics_token_path, s.metrics_token + "\n", /*durable=*/false, 0600));
     GD_RETURN_IF_ERROR(MakeDirs(s.tokens_dir));
     std::filesystem::permissions(s.tokens_dir, std::filesystem::perms::owner_all);
     return s;
@@ -193,8 +200,10 @@ struct Session {
   // /metrics on the region's host, a free port, reported in http/NAME.
   std::vector<std::string> Http(const std::string& name, const RegionSpec& region) const {
     if (!options.metrics) return {};
-    return {"--http-bind",  region.host + ":0", "--http-address-file",
-            dir.http(name), "--http-linger",    Fmt("%g", options.metrics_linger_s)};
+    std::vector<std::string> args = {"--http-bind",  region.host + ":0", "--http-address-file",
+                                     dir.http(name), "--http-linger",    Fmt("%g", options.metrics_linger_s)};
+    if (security.secure) args.insert(args.end(), {"--metrics-token-file", security.metrics_token_path});
+    return args;
   }
 };
 
@@ -229,7 +238,7 @@ Status PrepareLinks(Session& s, ProgressLine& progress) {
 // serves it only with a token.
 Status StartDashboard(Session& s, ProgressLine& progress) {
   if (s.options.dashboard.empty()) return Status::Ok();
-  DashboardOptions o{.bind = s.options.dashboard, .token = ""};
+  DashboardOptions o{.bind = s.options.dashboard, .token = "", .metrics_token = s.security.metrics_token};
   if (!s.options.dashboard_token_file.empty()) {
     GD_ASSIGN_OR_RETURN(std::string token, ReadFile(s.options.dashboard_token_file));
     o.token = token.substr(0, token.find_first_of("\r\n"));
@@ -243,7 +252,9 @@ Status StartDashboard(Session& s, ProgressLine& progress) {
   GD_ASSIGN_OR_RETURN(s.dashboard, Dashboard::Start(s.job, s.dir, std::move(o)));
   s.dashboard->UpdateLinks(s.link_probes, s.wan ? s.wan->Traffic() : json::array());
   progress.set_sink([d = s.dashboard.get()](const std::string& line) { d->Event(line); });
-  progress.Say("geodesic: dashboard at " + s.dashboard->url());
+  // Never the token: stdout ends up in logs.
+  progress.Say("geodesic: dashboard at " + s.dashboard->url() +
+               (s.dashboard->requires_token() ? " (add ?token= and the token of --dashboard-token-file)" : ""));
   return Status::Ok();
 }
 

@@ -101,12 +101,17 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
 
 namespace {
 
-// The flags that give a secured job's process its secrets (WriteSecrets).
+// The flags that give a secured job's process its secrets (WriteSecrets),
+// and its /metrics the job's metrics token.
 std::vector<std::string> SecurityArgs(const PlacedProcess& p) {
   const std::string dir = "\"$here/" + SecretsDir(p.host) + "/";
+  std::vector<std::string> a = {"--metrics-token-file", dir + "metrics.token\""};
   if (p.role == "coordinator")
-    return {"--secret-file", dir + "secret\"", "--keypair-file", dir + "coordinator.keypair\""};
-  return {"--coordinator-key-file", "\"$here/coordinator.key\"", "--token-file", dir + p.name + ".token\""};
+    a.insert(a.end(), {"--secret-file", dir + "secret\"", "--keypair-file", dir + "coordinator.keypair\""});
+  else
+    a.insert(a.end(),
+             {"--coordinator-key-file", "\"$here/coordinator.key\"", "--token-file", dir + p.name + ".token\""});
+  return a;
 }
 
 }  // namespace
@@ -228,7 +233,10 @@ std::string Readme(const JobSpec& job, const std::map<std::string, std::string>&
     s << "\nsecurity.mode: curve. secrets/host-<host>/ holds that host's join tokens (the coordinator's host also\n"
       << "the job secret and the coordinator's keypair): copy each host only its own. coordinator.key is the\n"
       << "coordinator's public key, for every host. Tokens expire security.token_ttl_s (" << job.security.token_ttl_s
-      << " s) after\nrendering; render again for fresh ones (the secret and keypair are kept).\n";
+      << " s) after\nrendering; render again for fresh ones (the secret and keypair are kept).\n"
+      << "Every process's /metrics answers only `Authorization: Bearer` with the job's metrics token\n"
+      << "(secrets/metrics.token, and in each host's directory); prometheus.yml names secrets/metrics.token:\n"
+      << "keep it beside prometheus.yml on the Prometheus host.\n";
   return s.str();
 }
 
@@ -263,7 +271,9 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
   }
   std::vector<ScrapeTarget> targets;
   for (const auto& p : all) targets.push_back({p.name, p.host + ":" + std::to_string(p.http_port)});
-  files["prometheus.yml"] = ScrapeConfigYaml("the Geodesic job '" + job.name + "' rendered for hosts", targets, {});
+  ScrapeConfigOptions scrape;
+  if (job.security.mode == SecurityMode::kCurve) scrape.credentials_file = "secrets/metrics.token";  // WriteSecrets
+  files["prometheus.yml"] = ScrapeConfigYaml("the Geodesic job '" + job.name + "' rendered for hosts", targets, scrape);
   files["README.txt"] = Readme(job, scripts, all);
   files.merge(scripts);
   return files;
@@ -342,10 +352,13 @@ Status WriteSecrets(const JobSpec& job, const RenderOptions& options, const std:
   GD_RETURN_IF_ERROR(MakePrivateDir(dir + "/secrets"));
   GD_ASSIGN_OR_RETURN(CoordinatorSecrets c, KeptCoordinatorSecrets(job, dir + "/" + SecretsDir(all.front().host)));
   GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/coordinator.key", c.keys.public_key + "\n", /*durable=*/false, 0644));
+  const std::string metrics_token = MetricsToken(c.secret, job.name) + "\n";  // Prometheus' copy, then each host's
+  GD_RETURN_IF_ERROR(WriteFileAtomic(dir + "/secrets/metrics.token", metrics_token, /*durable=*/false, 0600));
   for (const PlacedProcess& p : all) {
-    if (p.role == "coordinator") continue;
     const std::string host_dir = dir + "/" + SecretsDir(p.host);
     GD_RETURN_IF_ERROR(MakePrivateDir(host_dir));
+    GD_RETURN_IF_ERROR(WriteFileAtomic(host_dir + "/metrics.token", metrics_token, /*durable=*/false, 0600));
+    if (p.role == "coordinator") continue;
     GD_ASSIGN_OR_RETURN(std::string token, JoinToken(job, c.secret, p.role, p.id, transport::UnixNow()));
     GD_RETURN_IF_ERROR(WriteFileAtomic(host_dir + "/" + p.name + ".token", token + "\n", /*durable=*/false, 0600));
   }

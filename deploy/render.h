@@ -38,7 +38,10 @@ struct RenderOptions {
   std::string pull_policy = "IfNotPresent";  // kubernetes: imagePullPolicy
   std::string volume_size = "1Gi";           // kubernetes: each pod's data volume
   std::string workload = "statefulsets";     // kubernetes: statefulsets | pods (for podman play kube)
-  int router_base_port = 7500;               // compose: the link router's listeners at router_base_port + i
+  // kubernetes: the namespace whose pods (Prometheus) may reach the HTTP
+  // ports past the NetworkPolicy (the job's own pods and the kubelet always can).
+  std::string metrics_namespace = "monitoring";
+  int router_base_port = 7500;  // compose: the link router's listeners at router_base_port + i
 };
 
 // One placed process of a rendered deployment.
@@ -117,7 +120,12 @@ StatusOr<std::map<std::string, std::string>> Render(const JobSpec& job, const Re
 // snapshots volume); liveness and readiness probes on /healthz and
 // /readyz; resource requests and memory limits; a data volume per pod
 // (coordinator state, checkpoints, snapshots); a PodDisruptionBudget of
-// one shard pod at a time in replicated jobs. Deterministic.
+// one shard pod at a time in replicated jobs; a NetworkPolicy that admits
+// to the HTTP ports only the job's own pods and metrics_namespace's (the
+// kubelet's probes come from the node, which a NetworkPolicy never
+// blocks), the ZeroMQ port from anywhere as before. A secured job's
+// processes require the metrics token of Secret geodesic-metrics for
+// /metrics. Deterministic.
 //
 // With workload "pods", each StatefulSet's pods are written out as Pods of
 // their own (the same names, host names, containers and affinity; a
@@ -147,8 +155,10 @@ StatusOr<std::string> JoinToken(const JobSpec& job, const std::string& secret, c
 // Target kubernetes, secured jobs (security.mode: curve): the Secrets
 // kubernetes.yaml names, as one multi-document file: geodesic-coordinator
 // (the job secret, the coordinator's keypair: the coordinator's
-// environment), geodesic-coordinator-key (its public key) and per member
-// set geodesic-tokens-<set> (a join token per pod, by pod name, and the
+// environment), geodesic-coordinator-key (its public key),
+// geodesic-metrics (`token`, the job's metrics token, MetricsToken: every
+// pod mounts it, Prometheus presents it) and per member set
+// geodesic-tokens-<set> (a join token per pod, by pod name, and the
 // evaluator's in worker 0's), minted with `secret`, valid for
 // security.token_ttl_s from `now_unix`. Members mount their set's tokens and
 // the public key under /var/run/secrets/geodesic/.
@@ -164,9 +174,11 @@ Status WriteRendered(const std::string& dir, const std::map<std::string, std::st
 // (security.secret_file's, else a fresh one) and the coordinator's CURVE
 // keypair, both kept if already there, so that a second render does not
 // lock out members holding the first one's tokens; coordinator.key, its
-// public key, for every host; and a join token per process in its host's
+// public key, for every host; a join token per process in its host's
 // secrets/host-<host>/, valid for security.token_ttl_s from now (tokens are
-// the one part of a render that differs between renders). Directories
+// the one part of a render that differs between renders); and the job's
+// metrics token (MetricsToken) in every host's directory and in
+// secrets/metrics.token, which prometheus.yml names. Directories
 // 0700, secrets 0600. Target kubernetes: the secret and keypair, kept the
 // same way, in secrets/, and kubernetes-secrets.yaml (0600;
 // RenderKubernetesSecrets). Nothing for an unsecured job.

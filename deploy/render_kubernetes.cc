@@ -7,6 +7,7 @@
 
 #include "common/format.h"
 #include "deploy/render.h"
+#include "deploy/scrape_config.h"
 #include "deploy/yaml_writer.h"
 #include "transport/security.h"
 
@@ -37,6 +38,9 @@ constexpr const char* kKeyDir = "/var/run/secrets/geodesic/coordinator";
 constexpr const char* kTokenDir = "/var/run/secrets/geodesic/tokens";
 constexpr const char* kCoordinatorSecret = "geodesic-coordinator";
 constexpr const char* kKeySecret = "geodesic-coordinator-key";
+// Every pod of a secured job: the metrics token /metrics requires.
+constexpr const char* kMetricsDir = "/var/run/secrets/geodesic/metrics";
+constexpr const char* kMetricsSecret = "geodesic-metrics";
 std::string TokenSecret(const std::string& set) { return "geodesic-tokens-" + set; }
 
 struct Set {
@@ -121,6 +125,8 @@ Node SecretEnv(const std::string& name, const std::string& secret, const std::st
 // Secret volumes.
 void AddCredentials(const RenderContext& k, const std::string& token, std::vector<std::string>& args, Node& c) {
   if (!Secure(k)) return;
+  args.insert(args.end(), {"--metrics-token-file", std::string(kMetricsDir) + "/token"});
+  c["volumeMounts"].push_back(Mount("metrics-token", kMetricsDir, true));
   if (args.front() == "coordinator") {
     c["env"].push_back(SecretEnv("GEODESIC_JOB_SECRET", kCoordinatorSecret, "secret"));
     c["env"].push_back(SecretEnv("GEODESIC_COORDINATOR_KEYPAIR", kCoordinatorSecret, "keypair"));
@@ -260,15 +266,18 @@ void FillPodSpec(const RenderContext& k, const Set& set, const std::string& bind
   job["name"] = "job";
   job["configMap"]["name"] = "geodesic-job";
   spec["volumes"].push_back(job);
+  std::vector<std::pair<std::string, std::string>> secrets;  // volume, Secret
   if (Secure(k) && set.component != "coordinator") {
-    for (const auto& [volume, secret] : {std::pair{std::string("coordinator-key"), std::string(kKeySecret)},
-                                         std::pair{std::string("tokens"), TokenSecret(set.name)}}) {
-      Node v;
-      v["name"] = volume;
-      v["secret"]["secretName"] = secret;
-      v["secret"]["defaultMode"] = 0440;  // octal: read-only (the files are root's, the group the pod's)
-      spec["volumes"].push_back(v);
-    }
+    secrets.emplace_back("coordinator-key", kKeySecret);
+    secrets.emplace_back("tokens", TokenSecret(set.name));
+  }
+  if (Secure(k)) secrets.emplace_back("metrics-token", kMetricsSecret);
+  for (const auto& [volume, secret] : secrets) {
+    Node v;
+    v["name"] = volume;
+    v["secret"]["secretName"] = secret;
+    v["secret"]["defaultMode"] = 0440;  // octal: read-only (the files are root's, the group the pod's)
+    spec["volumes"].push_back(v);
   }
   if (claim.empty()) return;
   Node data;
@@ -411,6 +420,37 @@ Node ShardBudget(const RenderContext& k) {
   return b;
 }
 
+Node Port(int port) {
+  Node p;
+  p["protocol"] = "TCP";
+  p["port"] = port;
+  return p;
+}
+
+// Who may reach the job's pods: the job's own pods anything; the ZeroMQ
+// port anyone, as without a policy (CURVE and join tokens guard a secured
+// job); the HTTP ports the monitoring namespace's pods. The kubelet's
+// probes come from the node, which a NetworkPolicy does not block: a
+// stranger on the pod network can no longer open a connection to the HTTP
+// ports at all, and one on the node shares its source address with the
+// kubelet, whose probes the endpoint serves first (transport/http_endpoint.h).
+Node IngressPolicy(const RenderContext& k) {
+  Node p = Object("networking.k8s.io/v1", "NetworkPolicy", Meta(k, "geodesic-ingress", Labels(k, "job", "")));
+  p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] = k.job_label;
+  p["spec"]["policyTypes"].push_back("Ingress");
+  Node own, zmq, monitoring, peer;
+  peer["podSelector"] = Node::object();  // every pod of this namespace
+  own["from"].push_back(peer);
+  zmq["ports"].push_back(Port(kZmqPort));
+  Node ns;
+  ns["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] = k.options.metrics_namespace;
+  monitoring["from"].push_back(ns);
+  monitoring["ports"].push_back(Port(kHttpPort));
+  monitoring["ports"].push_back(Port(kHttpPort + 1));  // the evaluator's, beside worker 0
+  for (Node* rule : {&own, &zmq, &monitoring}) p["spec"]["ingress"].push_back(*rule);
+  return p;
+}
+
 RenderContext Context(const JobSpec& job, const RenderOptions& options) {
   return {.job = job, .options = options, .ns = DnsLabel("geodesic-" + job.name), .job_label = DnsLabel(job.name)};
 }
@@ -447,7 +487,10 @@ std::string Header(const JobSpec& job, const RenderOptions& options) {
   s << ".\n" << LinkMatrixComment(job, "between pods");
   if (job.security.mode == SecurityMode::kCurve)
     s << "# security.mode: curve: apply kubernetes-secrets.yaml (the job secret, the coordinator's keypair, the\n"
-      << "# join tokens) first; every pod reads its credentials from those Secrets.\n";
+      << "# join tokens, the metrics token) first; every pod reads its credentials from those Secrets, and\n"
+      << "# /metrics answers only `Authorization: Bearer` with Secret geodesic-metrics' token.\n";
+  s << "# NetworkPolicy geodesic-ingress: the HTTP ports (/metrics, probes) admit only this job's pods, the\n"
+    << "# kubelet and namespace '" << options.metrics_namespace << "' (--metrics-namespace).\n";
   return s.str();
 }
 
@@ -456,6 +499,9 @@ std::string Header(const JobSpec& job, const RenderOptions& options) {
 StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& options) {
   if (options.workload != "statefulsets" && options.workload != "pods")
     return InvalidArgument("deploy render: --workload '" + options.workload + "' is not one of statefulsets, pods");
+  if (options.metrics_namespace.empty() || DnsLabel(options.metrics_namespace) != options.metrics_namespace)
+    return InvalidArgument("deploy render: --metrics-namespace '" + options.metrics_namespace +
+                           "' is not a namespace name (lower-case letters, digits and '-')");
   const RenderContext k = Context(job, options);
   std::vector<Node> docs = {Namespace(k), JobConfigMap(k)};
   for (const Set& set : Sets(job)) {
@@ -468,6 +514,7 @@ StatusOr<std::string> RenderKubernetes(const JobSpec& job, const RenderOptions& 
       docs.push_back(StatefulSet(k, set));
   }
   if (job.replication.backups > 0) docs.push_back(ShardBudget(k));
+  docs.push_back(IngressPolicy(k));
   std::string out = Header(job, options);
   for (const Node& d : docs) {
     out += "---\n";
@@ -500,7 +547,9 @@ StatusOr<std::string> RenderKubernetesSecrets(const JobSpec& job, const RenderOp
   coordinator["stringData"]["keypair"] = keys.public_key + "\n" + keys.secret_key + "\n";
   Node key = OpaqueSecret(k, kKeySecret, Labels(k, "job", ""));
   key["stringData"]["coordinator.key"] = keys.public_key + "\n";
-  std::vector<Node> docs = {coordinator, key};
+  Node metrics = OpaqueSecret(k, kMetricsSecret, Labels(k, "job", ""));
+  metrics["stringData"]["token"] = MetricsToken(secret, job.name);
+  std::vector<Node> docs = {coordinator, key, metrics};
   for (const Set& set : Sets(job)) {
     if (set.component == "coordinator") continue;
     GD_ASSIGN_OR_RETURN(Node tokens, TokenSecretOf(k, set, secret, now_unix));

@@ -15,6 +15,14 @@
 namespace geodesic::deploy {
 namespace {
 
+// Options with `token` (and `metrics_token`) on a free loopback port.
+DashboardOptions Tokens(const std::string& token, const std::string& metrics_token = "") {
+  DashboardOptions o;
+  o.token = token;
+  o.metrics_token = metrics_token;
+  return o;
+}
+
 class DashboardTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -39,12 +47,59 @@ TEST_F(DashboardTest, IsWatchedOnlyAfterAServedRead) {
 }
 
 TEST_F(DashboardTest, ARefusedReadDoesNotCount) {
-  auto d = Dashboard::Start(job_, dir_, {.token = "0123456789abcdef-watch"});
+  auto d = Dashboard::Start(job_, dir_, Tokens("0123456789abcdef-watch"));
   ASSERT_TRUE(d.ok()) << d.status();
   ASSERT_EQ(transport::HttpGet((*d)->address(), "/api/state?token=wrong")->status, 401);
   EXPECT_FALSE((*d)->Watched(10));
   ASSERT_EQ(transport::HttpGet((*d)->address(), "/metrics?token=0123456789abcdef-watch")->status, 200);
   EXPECT_TRUE((*d)->Watched(10));
+}
+
+// The token is the query parameter named exactly `token`: `?xtoken=T` or
+// `?tokenx=T` carries none (before, any name ending in "token" was read).
+TEST_F(DashboardTest, TheTokenIsTheWholeParameterNamedToken) {
+  const std::string t = "0123456789abcdef-query";
+  auto d = Dashboard::Start(job_, dir_, Tokens(t));
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::string at = (*d)->address();
+  for (const std::string& q :
+       std::vector<std::string>{"?xtoken=" + t, "?tokenx=" + t, "?a=1&xtoken=" + t, "?token=" + t + "x", "?token" + t,
+                                "?Token=" + t, "?x=token=" + t})
+    EXPECT_EQ(transport::HttpGet(at, "/api/state" + q)->status, 401) << q;
+  for (const std::string& q :
+       std::vector<std::string>{"?token=" + t, "?a=1&token=" + t, "?token=" + t + "&b=2", "?xtoken=no&token=" + t,
+                                "?token=0123456789abcdef%2Dquery", "?%74oken=" + t})
+    EXPECT_EQ(transport::HttpGet(at, "/api/state" + q)->status, 200) << q;
+  EXPECT_EQ(transport::HttpGet(at, "/api/state", 5, t)->status, 200) << "or a bearer token";
+  EXPECT_EQ(QueryParameter("a=1&token=x%20y+z&token=2", "token"), "x y z") << "the first one";
+  EXPECT_EQ(QueryParameter("tokens=1", "token"), "");
+  EXPECT_EQ(QueryParameter("", "token"), "");
+}
+
+// The URL the launcher prints on stdout (which logs keep) carries no token.
+TEST_F(DashboardTest, TheUrlNeverCarriesTheToken) {
+  const std::string t = "0123456789abcdef-url";
+  auto d = Dashboard::Start(job_, dir_, Tokens(t));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->url(), "http://" + (*d)->address() + "/");
+  EXPECT_EQ((*d)->url().find(t), std::string::npos);
+  EXPECT_TRUE((*d)->requires_token());
+}
+
+// The launcher's /metrics takes the job's metrics token too (one
+// Prometheus credential for the whole job), as a bearer token, and only
+// there: the page and its state still need the dashboard's token.
+TEST_F(DashboardTest, MetricsAlsoTakeTheMetricsToken) {
+  const std::string t = "0123456789abcdef-dash", m = "0123456789abcdef-metrics";
+  auto d = Dashboard::Start(job_, dir_, Tokens(t, m));
+  ASSERT_TRUE(d.ok()) << d.status();
+  const std::string at = (*d)->address();
+  EXPECT_EQ(transport::HttpGet(at, "/metrics", 5, m)->status, 200);
+  EXPECT_EQ(transport::HttpGet(at, "/metrics", 5, t)->status, 200);
+  EXPECT_EQ(transport::HttpGet(at, "/metrics?token=" + m)->status, 401) << "not in a URL";
+  EXPECT_EQ(transport::HttpGet(at, "/metrics")->status, 401);
+  EXPECT_EQ(transport::HttpGet(at, "/api/state", 5, m)->status, 401);
+  EXPECT_EQ(transport::HttpGet(at, "/", 5, m)->status, 401);
 }
 
 }  // namespace

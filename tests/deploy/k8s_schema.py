@@ -32,6 +32,7 @@ KINDS = {
     ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
     ("apps/v1", "StatefulSet"): "V1StatefulSet",
     ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
 }
 CONFIG = k8s.Configuration()
 CONFIG.client_side_validation = True

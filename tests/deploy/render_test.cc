@@ -6,6 +6,7 @@
 #include "deploy/render.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <tuple>
 
 #include "common/files.h"
+#include "deploy/scrape_config.h"
 #include "tests/scratch_dir.h"
 #include "tests/test_paths.h"
 #include "transport/security.h"
@@ -506,6 +508,186 @@ TEST(RenderComposeTest, EveryProcessIsAServiceOnItsRegionsNetworkReachingOtherRe
   auto secured = Render(Load("three_regions.yaml", {"security.mode=curve"}), o);
   ASSERT_FALSE(secured.ok());
   EXPECT_NE(secured.status().message().find("compose does not render security.mode: curve"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace geodesic::deploy
+
+namespace geodesic::deploy {
+namespace {
+
+// The ports of a NetworkPolicy ingress rule (empty: every port).
+std::set<int> RulePorts(const YAML::Node& rule) {
+  std::set<int> ports;
+  for (const YAML::Node& p : rule["ports"]) ports.insert(p["port"].as<int>());
+  return ports;
+}
+
+// Who may open a connection to the HTTP ports (/metrics, the probes): the
+// job's own pods and the monitoring namespace's, never everyone (the
+// kubelet's probes come from the node, which no NetworkPolicy blocks).
+// The ZeroMQ port stays open to all, as without a policy.
+TEST(RenderKubernetesTest, OnlyTheJobsPodsAndMonitoringReachTheHttpPorts) {
+  const JobSpec job = Load("three_regions.yaml", {"replication.backups=1"});
+  for (const std::string workload : {"statefulsets", "pods"}) {
+    RenderOptions o{.target = "kubernetes", .workload = workload};
+    o.metrics_namespace = "prom";
+    auto text = RenderKubernetes(job, o);
+    ASSERT_TRUE(text.ok()) << text.status();
+    std::vector<YAML::Node> policies;
+    std::set<int> http_ports;
+    std::vector<YAML::Node> pod_labels;
+    for (const YAML::Node& d : Documents(*text)) {
+      const std::string kind = d["kind"].as<std::string>();
+      if (kind == "NetworkPolicy") policies.push_back(d);
+      if (kind != "Pod" && kind != "StatefulSet") continue;
+      const YAML::Node pod = kind == "Pod" ? d : d["spec"]["template"];
+      pod_labels.push_back(pod["metadata"]["labels"]);
+      for (const YAML::Node& c : pod["spec"]["containers"]) {
+        const std::string http = Arg(c, "--http-bind");
+        http_ports.insert(std::stoi(http.substr(http.find(':') + 1)));
+        http_ports.insert(c["livenessProbe"]["httpGet"]["port"].as<int>());
+      }
+    }
+    ASSERT_EQ(policies.size(), 1u) << workload;
+    const YAML::Node spec = policies[0]["spec"];
+    EXPECT_EQ(spec["policyTypes"][0].as<std::string>(), "Ingress");
+    for (const YAML::Node& labels : pod_labels)
+      for (const auto& l : spec["podSelector"]["matchLabels"])
+        EXPECT_EQ(labels[l.first.as<std::string>()].as<std::string>(), l.second.as<std::string>())
+            << "the policy selects every pod";
+    std::set<int> from_monitoring;
+    bool own_pods = false;
+    for (const YAML::Node& rule : spec["ingress"]) {
+      const std::set<int> ports = RulePorts(rule);
+      if (!rule["from"]) {
+        EXPECT_EQ(ports, std::set<int>{7400}) << "only ZeroMQ is open to every source";
+        continue;
+      }
+      ASSERT_EQ(rule["from"].size(), 1u);
+      const YAML::Node from = rule["from"][0];
+      if (from["podSelector"] && !from["namespaceSelector"]) {
+        own_pods = from["podSelector"].size() == 0 && ports.empty();
+      } else {
+        EXPECT_EQ(from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"].as<std::string>(), "prom");
+        from_monitoring.insert(ports.begin(), ports.end());
+      }
+    }
+    EXPECT_TRUE(own_pods) << "the job's pods reach each other on every port";
+    EXPECT_EQ(from_monitoring, http_ports) << workload;
+  }
+  RenderOptions bad{.target = "kubernetes"};
+  bad.metrics_namespace = "Not A Namespace";
+  auto refused = RenderKubernetes(job, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--metrics-namespace 'Not A Namespace'"), std::string::npos);
+}
+
+// A secured job: every container, the coordinator's too, requires the job's
+// metrics token for /metrics, from Secret geodesic-metrics mounted where
+// its --metrics-token-file points; the token is the one the job secret
+// derives (MetricsToken), so a second render gives the same.
+TEST(RenderKubernetesTest, ASecuredJobsMetricsNeedTheTokenOfItsSecret) {
+  const JobSpec job = Load("three_regions.yaml", {"security.mode=curve"});
+  for (const std::string workload : {"statefulsets", "pods"}) {
+    const RenderOptions o{.target = "kubernetes", .workload = workload};
+    auto text = RenderKubernetes(job, o);
+    ASSERT_TRUE(text.ok()) << text.status();
+    const geodesic::testing::ScratchDir scratch("k8s-metrics");
+    ASSERT_TRUE(WriteSecrets(job, o, scratch.path()).ok());
+    std::map<std::string, YAML::Node> secrets;
+    for (const YAML::Node& d : Documents(ReadFile(scratch / "kubernetes-secrets.yaml").value()))
+      secrets[d["metadata"]["name"].as<std::string>()] = d["stringData"];
+    const std::string secret = secrets["geodesic-coordinator"]["secret"].as<std::string>();
+    const std::string token = secrets["geodesic-metrics"]["token"].as<std::string>();
+    EXPECT_EQ(token, MetricsToken(secret, job.name));
+    int containers = 0;
+    for (const YAML::Node& d : Documents(*text)) {
+      const std::string kind = d["kind"].as<std::string>();
+      if (kind != "Pod" && kind != "StatefulSet") continue;
+      const YAML::Node spec = kind == "Pod" ? d["spec"] : d["spec"]["template"]["spec"];
+      std::string volume;
+      for (const YAML::Node& v : spec["volumes"])
+        if (v["secret"] && v["secret"]["secretName"].as<std::string>() == "geodesic-metrics")
+          volume = v["name"].as<std::string>();
+      ASSERT_FALSE(volume.empty()) << d["metadata"]["name"];
+      for (const YAML::Node& c : spec["containers"]) {
+        const std::string file = Arg(c, "--metrics-token-file");
+        std::string mounted;
+        for (const YAML::Node& m : c["volumeMounts"])
+          if (m["name"].as<std::string>() == volume) mounted = m["mountPath"].as<std::string>();
+        EXPECT_EQ(file, mounted + "/token") << c["name"];
+        ++containers;
+      }
+    }
+    // The coordinator, 3 shards, 6 workers and the evaluator: a container each
+    // as Pods; one per set (coordinator, 3 of shards, 4 of workers, the evaluator) as StatefulSets.
+    EXPECT_EQ(containers, workload == "pods" ? 11 : 9) << workload;
+  }
+  EXPECT_EQ(MetricsToken("s", "a").size(), 64u);
+  EXPECT_NE(MetricsToken("s", "a"), MetricsToken("s", "b"));
+  EXPECT_NE(MetricsToken("s", "a"), MetricsToken("t", "a"));
+}
+
+// The hosts target: every process is started with the metrics token of its
+// host's secrets, and prometheus.yml authenticates with secrets/metrics.token.
+TEST(RenderHostsTest, ASecuredJobsMetricsNeedTheToken) {
+  const JobSpec job = Load("fashion_mnist.yaml",
+                           {"security.mode=curve", "regions.us-east.host=10.0.0.1", "regions.eu-west.host=10.0.0.2"});
+  auto files = Render(job, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  const geodesic::testing::ScratchDir scratch("hosts-metrics");
+  ASSERT_TRUE(WriteRendered(scratch.path(), *files).ok());
+  ASSERT_TRUE(WriteSecrets(job, {}, scratch.path()).ok());
+  const std::string secret = transport::LoadSecret(scratch / "secrets/host-10.0.0.1/secret").value();
+  const std::string token = MetricsToken(secret, job.name) + "\n";
+  int started = 0;
+  const std::regex flag(R"(--metrics-token-file "\$here/(secrets/host-([^/]+)/metrics.token)\")");
+  for (const std::string host : {"10.0.0.1", "10.0.0.2"}) {
+    std::istringstream script(files->at("host-" + host + ".sh"));
+    for (std::string line; std::getline(script, line);) {
+      if (!line.starts_with("start ")) continue;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(line, m, flag)) << line;
+      EXPECT_EQ(m[2], host) << line;
+      EXPECT_EQ(ReadFile(scratch / m[1]).value(), token) << m[1];
+      EXPECT_EQ(std::filesystem::status(scratch / m[1]).permissions(),
+                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+      ++started;
+    }
+  }
+  EXPECT_EQ(started, 2 + job.NumServers() + job.NumWorkers());
+  EXPECT_NE(files->at("prometheus.yml").find("credentials_file: \"secrets/metrics.token\""), std::string::npos)
+      << files->at("prometheus.yml");
+  EXPECT_EQ(ReadFile(scratch / "secrets/metrics.token").value(), token);
+  if (access("/usr/bin/promtool", X_OK) == 0) {
+    EXPECT_EQ(
+        std::system(("/usr/bin/promtool check config " + scratch / "prometheus.yml" + " > /dev/null 2>&1").c_str()), 0);
+  }
+  EXPECT_EQ(Render(Load("fashion_mnist.yaml"), {})->at("prometheus.yml").find("authorization"), std::string::npos)
+      << "a plain job's /metrics is open";
+}
+
+// `geodesic metrics scrape-config RUN_DIR`: a secured run's config names
+// its token file (absolute), never the token; a plain run's has none.
+TEST(ScrapeConfigTest, ASecuredRunAuthenticatesWithItsTokenFile) {
+  const geodesic::testing::ScratchDir scratch("scrape");
+  ASSERT_TRUE(MakeDirs(scratch / "http").ok());
+  ASSERT_TRUE(WriteFileAtomic(scratch / "http/coordinator", "127.0.0.1:9400").ok());
+  auto plain = RenderScrapeConfig(scratch.path());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->find("authorization"), std::string::npos);
+  const std::string token = MetricsToken("secret", "job");
+  ASSERT_TRUE(WriteFileAtomic(MetricsTokenPath(scratch.path()), token + "\n", false, 0600).ok());
+  auto secured = RenderScrapeConfig(scratch.path());
+  ASSERT_TRUE(secured.ok()) << secured.status();
+  EXPECT_NE(secured->find("    authorization:\n      type: Bearer\n      credentials_file: \"" + scratch.path() +
+                          "/metrics.token\"\n"),
+            std::string::npos)
+      << *secured;
+  EXPECT_EQ(secured->find(token), std::string::npos);
+  const YAML::Node doc = YAML::Load(*secured);
+  EXPECT_EQ(doc["scrape_configs"][0]["static_configs"][0]["targets"][0].as<std::string>(), "127.0.0.1:9400");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 #include "transport/http_endpoint.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -140,7 +142,7 @@ TEST(HttpEndpointTest, IdleConnectionsNeverDelayPublishing) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(s, 5.0) << "1000 publishes took " << s << " s";
   for (int fd : idle) close(fd);
-  // Once they are gone it serves again (their 5 s request timeout bounds the wait).
+  // Once they are gone it serves again (their 2 s head deadline bounds the wait).
   StatusOr<HttpResponse> r = DeadlineExceeded("not asked");
   for (int t = 0; t < 40 && !(r = HttpGet((*e)->address(), "/healthz", 2)).ok(); ++t)
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -148,11 +150,200 @@ TEST(HttpEndpointTest, IdleConnectionsNeverDelayPublishing) {
   EXPECT_EQ(r->status, 200);
 }
 
+// A raw connection from `source` (a 127.0.0.0/8 address; empty: any) to
+// the endpoint, non-blocking; -1 if it failed.
+int OpenFrom(const std::string& address, const std::string& source) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  if (!source.empty() && (inet_pton(AF_INET, source.c_str(), &from.sin_addr) != 1 ||
+                          bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0)) {
+    close(fd);
+    return -1;
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the endpoint closed `fd` (a read sees the end) within `wait_ms`.
+bool ClosedByPeer(int fd, int wait_ms) {
+  pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+  if (poll(&p, 1, wait_ms) <= 0) return false;
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+// What the endpoint answers to `request`, whole (it closes after one).
+std::string Exchange(const std::string& address, const std::string& request) {
+  const int fd = Open(address);
+  (void)send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return got;
+}
+
+constexpr const char* kPartialHead = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+
+// A slowloris (every connection the table holds, and more, each with an
+// incomplete head) never keeps a probe out: a newcomer takes the place of
+// the busiest source's oldest incomplete connection, here one from the
+// probe's own address. Before, the 257th connection was closed at once.
+TEST(HttpEndpointTest, ProbesAreServedWhileASlowlorisHoldsEveryPlace) {
+  MetricsSnapshot m;
+  auto e = HttpEndpoint::Start({}, &m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string addr = (*e)->address();
+  std::vector<int> slow;
+  auto attack = [&](int n) {
+    for (int i = 0; i < n; ++i)
+      if (int fd = OpenFrom(addr, ""); fd >= 0) slow.push_back(fd), (void)send(fd, kPartialHead, 40, MSG_NOSIGNAL);
+  };
+  attack(300);
+  int served = 0;
+  for (int probe = 0; probe < 20; ++probe) {
+    attack(20);  // the attacker keeps opening more between probes
+    auto r = HttpGet(addr, "/healthz", 1);
+    served += r.ok() && r->status == 200;
+  }
+  EXPECT_EQ(served, 20);
+  EXPECT_GT((*e)->counts().evicted, 0u);
+  for (int fd : slow) close(fd);
+}
+
+// One source beyond its share (64) churns its own connections: its oldest
+// incomplete ones are closed, its newest and every other source's stay.
+TEST(HttpEndpointTest, ASourceBeyondItsShareLosesItsOwnOldestConnections) {
+  MetricsSnapshot m;
+  HttpEndpointOptions o;
+  o.head_timeout_s = 60;  // only eviction closes anything here
+  auto e = HttpEndpoint::Start(o, &m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string addr = (*e)->address();
+  const int other = OpenFrom(addr, "127.0.0.3");
+  if (other < 0) GTEST_SKIP() << "cannot bind 127.0.0.3 (no 127.0.0.0/8 on lo)";
+  (void)send(other, kPartialHead, 10, MSG_NOSIGNAL);
+  std::vector<int> fds;
+  for (int i = 0; i < 74; ++i) {
+    fds.push_back(OpenFrom(addr, "127.0.0.2"));
+    ASSERT_GE(fds.back(), 0);
+    (void)send(fds.back(), kPartialHead, 10, MSG_NOSIGNAL);
+  }
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(ClosedByPeer(fds[static_cast<size_t>(i)], 2000)) << "oldest " << i;
+  for (int i = 10; i < 74; ++i) EXPECT_FALSE(ClosedByPeer(fds[static_cast<size_t>(i)], 0)) << "newer " << i;
+  EXPECT_FALSE(ClosedByPeer(other, 0)) << "another source keeps its connection";
+  EXPECT_EQ((*e)->counts().evicted, 10u);
+  for (int fd : fds) close(fd);
+  close(other);
+}
+
+// A head that does not arrive whole within head_timeout_s is dropped.
+TEST(HttpEndpointTest, AnIncompleteHeadIsDroppedAtItsDeadline) {
+  MetricsSnapshot m;
+  HttpEndpointOptions o;
+  o.head_timeout_s = 0.3;
+  auto e = HttpEndpoint::Start(o, &m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const int fd = Open((*e)->address());
+  (void)send(fd, kPartialHead, 20, MSG_NOSIGNAL);
+  EXPECT_FALSE(ClosedByPeer(fd, 100)) << "not before the deadline";
+  EXPECT_TRUE(ClosedByPeer(fd, 5000)) << "dropped after it";
+  close(fd);
+  EXPECT_EQ((*e)->counts().head_timeouts, 1u);
+  o.head_timeout_s = 0;
+  EXPECT_FALSE(HttpEndpoint::Start(o, &m).ok()) << "a deadline must be positive";
+}
+
+// HTTP/1.0 and 1.1 are answered; any other version gets 505, and what is
+// not HTTP at all 400.
+TEST(HttpEndpointTest, AnswersHttp10And11Only) {
+  MetricsSnapshot m;
+  auto e = HttpEndpoint::Start({}, &m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string addr = (*e)->address();
+  for (const auto& [version, status] : std::vector<std::pair<std::string, std::string>>{{"HTTP/1.1", " 200 "},
+                                                                                        {"HTTP/1.0", " 200 "},
+                                                                                        {"HTTP/1.7", " 505 "},
+                                                                                        {"HTTP/2.0", " 505 "},
+                                                                                        {"HTTP/0.9", " 505 "},
+                                                                                        {"HTTP/1.10", " 505 "},
+                                                                                        {"SPDY/3", " 400 "}}) {
+    const std::string got = Exchange(addr, "GET /healthz " + version + "\r\n\r\n");
+    EXPECT_EQ(got.substr(0, got.find("\r\n")).find(status), 8u) << version << ": " << got;
+  }
+}
+
+// With a metrics token, /metrics needs it as a bearer token (401 with a
+// challenge otherwise); the probes stay open.
+TEST(HttpEndpointTest, MetricsNeedTheBearerTokenWhenOneIsSet) {
+  MetricsSnapshot m;
+  m.Publish(Families(5));
+  const std::string token = "0123456789abcdef-metrics";
+  HttpEndpointOptions o;
+  o.metrics_token = token;
+  auto e = HttpEndpoint::Start(o, &m);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const std::string addr = (*e)->address();
+  EXPECT_EQ(HttpGet(addr, "/metrics")->status, 401);
+  EXPECT_EQ(HttpGet(addr, "/metrics", 5, token + "x")->status, 401);
+  EXPECT_EQ(HttpGet(addr, "/metrics", 5, token.substr(1))->status, 401);
+  EXPECT_EQ(HttpGet(addr, "/metrics?token=" + token)->status, 401) << "only the header";
+  auto ok = HttpGet(addr, "/metrics", 5, token);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_NE(ok->body.find("geodesic_steps_total"), std::string::npos);
+  EXPECT_NE(Exchange(addr, "GET /metrics HTTP/1.1\r\n\r\n").find("WWW-Authenticate: Bearer"), std::string::npos);
+  EXPECT_NE(Exchange(addr, "GET /metrics HTTP/1.1\r\nauthorization:   bearer " + token + "  \r\n\r\n").find(" 200 "),
+            std::string::npos)
+      << "the header's name and scheme in any case, spaces around";
+  EXPECT_EQ(HttpGet(addr, "/healthz")->status, 200);
+  EXPECT_EQ(HttpGet(addr, "/readyz")->status, 200);
+  EXPECT_TRUE(BearerMatches("Bearer " + token, token));
+  EXPECT_FALSE(BearerMatches("Bearer ", ""));
+  EXPECT_FALSE(BearerMatches("Basic " + token, token));
+}
+
 }  // namespace
 }  // namespace geodesic::transport
 
 namespace geodesic::transport {
 namespace {
+
+// --metrics-token-file: a process's /metrics needs the file's token; a
+// missing, short or spaced token is a clear error at start.
+TEST(ProcessMetricsTest, TakesItsMetricsTokenFromAFile) {
+  const geodesic::testing::ScratchDir dir("metrics-token");
+  HttpOptions o;
+  o.bind = "127.0.0.1:0";
+  o.metrics_token_file = dir / "missing";
+  EXPECT_FALSE(ProcessMetrics().Start(o, nullptr).ok());
+  for (const std::string bad : {"short\n", "0123456789 abcdef\n", "\n"}) {
+    FILE* f = std::fopen((dir / "bad").c_str(), "w");
+    std::fputs(bad.c_str(), f);
+    std::fclose(f);
+    o.metrics_token_file = dir / "bad";
+    Status s = ProcessMetrics().Start(o, nullptr);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("16 characters or more"), std::string::npos) << s;
+  }
+  FILE* f = std::fopen((dir / "token").c_str(), "w");
+  std::fputs("0123456789abcdef-process\nignored\n", f);
+  std::fclose(f);
+  o.metrics_token_file = dir / "token";
+  ProcessMetrics m;
+  ASSERT_TRUE(m.Start(o, nullptr).ok());
+  m.Publish(Families(1));
+  EXPECT_EQ(HttpGet(m.endpoint()->address(), "/metrics")->status, 401);
+  EXPECT_EQ(HttpGet(m.endpoint()->address(), "/metrics", 5, "0123456789abcdef-process")->status, 200);
+}
 
 // --hold-after-exit: a process that finished well keeps serving /healthz
 // until it is stopped; one that failed, or was stopped already, does not hold.
