@@ -413,8 +413,9 @@ Command AddClient(CLI::App& app) {
   cmd->add_option("--max-tasks", f->options.max_tasks, "leave after this many rounds (default: until the job ends)");
   cmd->add_option("--leave-after", f->options.leave_after_s, "leave after this many seconds (default: never)");
   cmd->add_option("--join-timeout", f->options.join_timeout_s, "give up if no gateway is listed by then (s)");
-  cmd->add_option("--misbehave", f->options.misbehave, "tests: send bad updates: shape | nan | norm | samples")
-      ->check(CLI::IsMember({"shape", "nan", "norm", "samples"}))
+  cmd->add_option("--misbehave", f->options.misbehave,
+                  "tests: send bad updates: shape | nan | norm | samples | huge | lowest; or silent: never answer")
+      ->check(CLI::IsMember({"shape", "nan", "norm", "samples", "huge", "lowest", "silent"}))
       ->group("");
   f->security.Add(cmd);
   return {cmd, [f] { return RunClient(*f); }};
