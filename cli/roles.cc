@@ -301,10 +301,27 @@ int RunEvaluator(EvaluatorFlags& f) {
 struct TokenFlags {
   std::string job_file, role, secret_file;
   int id = -1;
+  bool any_id = false;
   int64_t ttl_s = 0;
 };
 
+// A client token admits a real client to the gateways as the id it names:
+// one for any id lets its holder train every client, so it takes --any-id.
+Status CheckTokenId(const TokenFlags& f) {
+  if (f.id >= 0 && f.any_id) return InvalidArgument("--id and --any-id: give one");
+  if (f.role != "client" || f.id >= 0) return Status::Ok();
+  if (!f.any_id)
+    return InvalidArgument(
+        "a client token is bound to one client id: give --id K (or --any-id for a token that admits its holder as "
+        "every client id)");
+  std::cerr << "warning: this client token admits its holder as any client id of the job: whoever holds it may "
+               "train (and poison) every client's share of the rounds; mint one per client with --id instead"
+            << std::endl;
+  return Status::Ok();
+}
+
 int RunToken(const TokenFlags& f) {
+  if (Status s = CheckTokenId(f); !s.ok()) return Fail(s);
   auto job = LoadJobFile(f.job_file);
   if (!job.ok()) return Fail(job.status());
   if (job->security.mode != SecurityMode::kCurve)
@@ -419,8 +436,9 @@ Command AddClient(CLI::App& app) {
   cmd->add_option("--max-tasks", f->options.max_tasks, "leave after this many rounds (default: until the job ends)");
   cmd->add_option("--leave-after", f->options.leave_after_s, "leave after this many seconds (default: never)");
   cmd->add_option("--join-timeout", f->options.join_timeout_s, "give up if no gateway is listed by then (s)");
-  cmd->add_option("--misbehave", f->options.misbehave, "tests: send bad updates: shape | nan | norm | samples")
-      ->check(CLI::IsMember({"shape", "nan", "norm", "samples"}))
+  cmd->add_option("--misbehave", f->options.misbehave,
+                  "tests: send bad updates: shape | nan | norm | samples | huge | lowest; or silent: never answer")
+      ->check(CLI::IsMember({"shape", "nan", "norm", "samples", "huge", "lowest", "silent"}))
       ->group("");
   f->security.Add(cmd);
   return {cmd, [f] { return RunClient(*f); }};
@@ -446,8 +464,11 @@ Command AddToken(CLI::App& app) {
   cmd->add_option("--role", f->role, "server | worker | evaluator | client")
       ->required()
       ->check(CLI::IsMember({"server", "worker", "evaluator", "client"}));
-  cmd->add_option("--id", f->id, "bind the token to this id of the role (default: any id)")
+  cmd->add_option("--id", f->id, "bind the token to this id of the role (client tokens: required, or --any-id)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--any-id", f->any_id,
+                "a token for any id of the role (the default for other roles than client; a client token for any "
+                "id is minted with a warning)");
   cmd->add_option("--ttl", f->ttl_s, "seconds the token stays valid (default: security.token_ttl_s)")
       ->check(CLI::Range(int64_t{1}, int64_t{366} * 86400));
   cmd->add_option("--secret-file", f->secret_file, "the job secret (default: security.secret_file)");

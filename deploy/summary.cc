@@ -111,6 +111,23 @@ json ProcessEntry(const Child& c) {
   return p;
 }
 
+// federated.gateway: the executors' gateway counts, added up.
+void AddGateway(const stats::GatewayStats& g, json& sum) {
+  if (sum.is_null())
+    sum = {{"refused_by_reason", json::object()},
+           {"refusals_unanswered", 0},
+           {"updates_dropped", 0},
+           {"timeouts", 0},
+           {"not_waited", 0}};
+  for (const auto& [reason, n] : g.refused_by_reason())
+    sum["refused_by_reason"][reason] = sum["refused_by_reason"].value(reason, int64_t{0}) + n;
+  for (const auto& [key, n] : {std::pair<const char*, uint32_t>{"refusals_unanswered", g.refusals_unanswered()},
+                               {"updates_dropped", g.updates_dropped()},
+                               {"timeouts", g.timeouts()},
+                               {"not_waited", g.not_waited()}})
+    sum[key] = sum[key].get<int64_t>() + n;
+}
+
 void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSpec& job, Totals& t) {
   const std::string& wr = job.RegionOfWorker(w.id()).name;
   for (const auto& [sr, e] : w.links_from_servers()) {
@@ -138,6 +155,7 @@ void AddWorker(const std::string& name, const stats::WorkerStats& w, const JobSp
     if (w.has_client_updates_clipped())
       t.federated["client_updates_clipped"] =
           t.federated.value("client_updates_clipped", int64_t{0}) + w.client_updates_clipped();
+    if (w.has_gateway()) AddGateway(w.gateway(), t.federated["gateway"]);
     t.rounds_run = std::max<int64_t>(t.rounds_run, w.clocks());
     t.round_records.emplace_back(w.rounds().begin(), w.rounds().end());
   }

@@ -86,6 +86,11 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   GD_ASSIGN_OR_RETURN(r->exec_,
                       ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local, job.data.augment));
   GD_RETURN_IF_ERROR(r->SetUpUplinks());
+  // What keeps every push within the shards' limit (docs/federated.md "Bounds
+  // on updates"): a model value at most MaxUpdateValue(E); SCAFFOLD's control
+  // push -(E / (η N)) Σ Δc_i sums at most N deltas, so each at most η times that.
+  r->max_value_ = cluster::MaxUpdateValue(r->executors_);
+  r->max_control_value_ = static_cast<float>(r->max_value_ * std::min(1.0, job.training.outer_lr));
   if (f.fedbuff()) {
     std::vector<double> seconds;
     for (int64_t c = 0; c < f.clients; ++c) seconds.push_back(r->ClientTime(c));
@@ -217,10 +222,14 @@ StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const f
     return false;
   }
   if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+  // A diverged but finite training: refused before its uplink's error
+  // feedback keeps any of it, and again as decoded (with the residual).
+  if (!WithinPush(client, o, report)) return false;
   if (!Uplink(client, key, o.delta, report)) {
     ++report.unusable;
     return false;
   }
+  if (!WithinPush(client, o, report)) return false;
   const double w = weight.value_or(static_cast<double>(o.samples));
   for (int64_t j = 0; j < n; ++j) sum[j] += w * static_cast<double>(o.delta[j]);
   if (c) {
@@ -251,10 +260,7 @@ StatusOr<RoundReport> FederatedRounds::Run(int64_t round, const float* global, f
   const TimePoint deadline = std::chrono::steady_clock::now() +
                              std::chrono::duration_cast<Duration>(std::chrono::duration<double>(f.gateway_timeout_s));
   for (int64_t client : plan.mine) {
-    if (real.count(client)) {
-      TakeReal(client, round, deadline, sum, report);
-      continue;
-    }
+    if (real.count(client) && TakeReal(client, round, deadline, sum, report)) continue;
     GD_RETURN_IF_ERROR(TrainClient(client, round, global, weight, sum, report).status());
   }
   Average(report);
@@ -322,16 +328,20 @@ std::set<int64_t> FederatedRounds::AskReal(int64_t round, const std::vector<int6
   return asked;
 }
 
-void FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum,
+bool FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum,
                                RoundReport& report) {
   const auto t0 = std::chrono::steady_clock::now();
-  StatusOr<cluster::RealUpdate> u =
-      gateway_->Await(client, round, deadline, Weight(client), job_->federated.max_update_norm);
+  const cluster::UpdateLimits limits{.num_params = num_params(),
+                                     .max_samples = Weight(client),
+                                     .max_norm = job_->federated.max_update_norm,
+                                     .max_value = max_value_};
+  StatusOr<cluster::RealUpdate> u = gateway_->Await(client, round, deadline, limits);
   report.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (u.status().code() == Code::kDeadlineExceeded) return false;  // not waited for: trains virtually
   if (!u.ok()) {
     GD_LOG(WARNING) << "round " << round << ": real client " << client << ": " << u.status().message();
-    ++(u.status().code() == Code::kInvalidArgument ? report.refused : report.dropped);
-    return;
+    ++(u.status().code() == Code::kUnavailable ? report.dropped : report.refused);
+    return true;
   }
   const auto w = static_cast<double>(u->info.samples());
   for (size_t j = 0; j < u->delta.size(); ++j) sum[j] += w * static_cast<double>(u->delta[j]);
@@ -339,6 +349,22 @@ void FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline
   const wire::ClientUpdate& i = u->info;
   Tally(client, i.samples(), i.mean_loss(), i.mean_accuracy(), i.eval_accuracy(), report);
   report.uplink_bytes += 4.0 * static_cast<double>(u->delta.size());
+  return true;
+}
+
+bool FederatedRounds::WithinPush(int64_t client, const ClientOutcome& o, RoundReport& report) const {
+  const auto over = [](const std::vector<float>& v, float bound) {
+    return std::any_of(v.begin(), v.end(), [bound](float x) { return std::fabs(x) > bound; });
+  };
+  if (!over(o.delta, max_value_) && !over(o.control_delta, max_control_value_)) return true;
+  uint64_t skipped = 0;
+  if (diverged_log_.Due(std::chrono::steady_clock::now(), &skipped))
+    GD_LOG(WARNING) << "client " << client << ": an update value beyond " << max_value_
+                    << " (or a control delta beyond " << max_control_value_
+                    << "): a diverged training; refused, as a real client's would be"
+                    << (skipped ? " (and " + std::to_string(skipped) + " more since the last such line)" : "");
+  ++report.refused;
+  return false;
 }
 
 std::vector<float>& FederatedRounds::Correction(int64_t client, const float* c) {

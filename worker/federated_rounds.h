@@ -48,7 +48,18 @@
 // it before training its virtual clients and takes its update in id order);
 // its weight is the sample count it claims, at most Weight(k), and W stays
 // the plan's, so a refused or missing real update shrinks the round's step
-// by its share, as an unusable one does.
+// by its share, as an unusable one does. A real client that once missed
+// the round's deadline is never waited for again: when the executor reaches
+// its id without its update, it trains that client virtually.
+//
+// Bounds: whatever federated.max_update_norm says, no update, real or
+// virtual, with a value beyond cluster::MaxUpdateValue(E) (half the shards'
+// kMaxValueMagnitude over E) joins a round, nor a SCAFFOLD control delta
+// beyond min(1, η) times that. Since the weights of an executor's clients
+// add up to at most W (FedBuff: at most K of them, each weighing at most 1;
+// DP: at most per_round clipped updates), every pushed value is at most E
+// times the largest value it took, so a shard never refuses a push built
+// from client updates (docs/federated.md "Bounds on updates").
 // Torch-free header; not synchronized (the training thread owns it).
 #pragma once
 
@@ -64,6 +75,7 @@
 #include "cluster/buffered.h"
 #include "cluster/client_gateway.h"
 #include "common/status.h"
+#include "common/throttle.h"
 #include "compression/codec.h"
 #include "config/job.h"
 #include "worker/client_executor.h"
@@ -153,8 +165,12 @@ class FederatedRounds {
   // Adds real client `client`'s update for `round` (checked by the
   // gateway), weighed by its samples, into sum[0, n). A refused update is
   // counted in `refused`, a client that left or missed the deadline in
-  // `dropped`; both add nothing.
-  void TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum, RoundReport& report);
+  // `dropped`; both add nothing. False when the gateway did not wait for
+  // it (it missed a deadline before): the caller trains it virtually.
+  bool TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum, RoundReport& report);
+  // Whether a virtual client's outcome keeps the push within the shards'
+  // limit (max_value_, max_control_value_); if not it is refused (counted).
+  bool WithinPush(int64_t client, const ClientOutcome& o, RoundReport& report) const;
 
   const JobSpec* job_ = nullptr;
   int executor_ = 0, executors_ = 1;
@@ -172,6 +188,9 @@ class FederatedRounds {
   std::unique_ptr<cluster::BufferedSchedule> buffered_;                // FedBuff
   std::map<int64_t, std::vector<float>> versions_;                     // FedBuff: the global model of recent steps
   cluster::ClientGateway* gateway_ = nullptr;                          // federated.gateway
+  float max_value_ = 0;          // an update value's largest magnitude (cluster::MaxUpdateValue)
+  float max_control_value_ = 0;  // SCAFFOLD: a control delta value's
+  mutable Throttle diverged_log_{std::chrono::seconds(1)};
 };
 
 }  // namespace geodesic::worker

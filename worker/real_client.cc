@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -97,6 +98,8 @@ void Misbehave(const std::string& how, wire::ClientUpdate& u, std::vector<float>
   if (how == "norm")
     for (float& v : delta) v *= 1e6f;
   if (how == "samples") u.set_samples(u.samples() * 10);
+  if (how == "huge") std::fill(delta.begin(), delta.end(), 1e30f);
+  if (how == "lowest") std::fill(delta.begin(), delta.end(), std::numeric_limits<float>::lowest());
 }
 
 class Session {
@@ -155,7 +158,7 @@ class Session {
       return Status::Ok();
     }
     if (m.header.has_client_bye()) return Cancelled("the executor is done");
-    if (!m.header.has_client_task()) return Status::Ok();
+    if (!m.header.has_client_task() || o_.misbehave == "silent") return Status::Ok();
     const wire::ClientTask& t = m.header.client_task();
     if (t.partition_digest() != d_.digest)
       return FailedPrecondition("the executor's partition digest is " + t.partition_digest() + ", ours " + d_.digest +

@@ -31,7 +31,9 @@ struct RealClientOptions {
   double join_timeout_s = 120;  // give up if no gateway is listed by then
   // Tests of the gateway's checks: send a bad update instead of the real
   // one: "shape" (one value short), "nan", "norm" (scaled far past any
-  // bound), "samples" (claims ten times its round's samples). Empty: honest.
+  // bound), "samples" (claims ten times its round's samples), "huge" (every
+  // value 1e30), "lowest" (every value -FLT_MAX); or "silent": attach and
+  // never answer a task. Empty: honest.
   std::string misbehave;
 };
 

@@ -203,7 +203,6 @@ Status Worker::OpenGateway(cluster::MemberOptions& mo) {
           .bind = options_.gateway_bind.empty() ? "tcp://" + job_.RegionOfWorker(options_.id).host + ":*"
                                                 : options_.gateway_bind,
           .keys = options_.credentials.keys,
-          .max_message_bytes = job_.wire.max_message_bytes,
       },
       &counters_, clock_);
   GD_RETURN_IF_ERROR(gateway_->Start());
@@ -730,6 +729,7 @@ stats::WorkerStats Worker::Stats(bool final) {
     j.set_clients_late(clients_late_);
     j.set_client_updates_refused(clients_refused_);
     if (job_.federated.gateway) j.set_real_client_updates(real_updates_);
+    if (gateway_) *j.mutable_gateway() = gateway_->Stats();
     for (const stats::RoundStats& r : data_->round_log) *j.add_rounds() = r;
   } else if (!synthetic_) {
     j.set_partition(ToString(job_.data.partition));

@@ -24,6 +24,24 @@ void AddLinks(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
   }
 }
 
+// federated.gateway: what real clients, and whoever else connected, cost the gateway.
+void AddGateway(transport::MetricsBuilder& b, const stats::GatewayStats& g) {
+  for (const auto& [reason, n] : g.refused_by_reason())
+    b.Counter("gateway_refusals_total", "Client gateway: hellos, updates and messages refused, by reason.", n,
+              {{"reason", reason}});
+  b.Counter("gateway_refusals_unanswered_total", "Client gateway: refusals past the connection's answer budget.",
+            g.refusals_unanswered());
+  b.Counter("gateway_updates_dropped_total",
+            "Client gateway: updates ignored (not attached, another connection, a round not asked).",
+            g.updates_dropped());
+  b.Counter("gateway_timeouts_total", "Client gateway: real clients that sent no update by a round's deadline.",
+            g.timeouts());
+  b.Counter("gateway_not_waited_total",
+            "Client gateway: clients that timed out before, not there when their turn came (trained virtually).",
+            g.not_waited());
+  b.Gauge("gateway_clients_attached", "Client gateway: real clients attached now.", g.attached());
+}
+
 void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
   if (!s.has_clients_trained()) return;
   b.Counter("federated_rounds_total", "Federated rounds this executor ran.", s.rounds_size());
@@ -37,6 +55,7 @@ void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {
   if (s.has_real_client_updates())
     b.Counter("federated_real_client_updates_total", "Usable updates from real client processes.",
               s.real_client_updates());
+  if (s.has_gateway()) AddGateway(b, s.gateway());
 }
 
 void AddLive(transport::MetricsBuilder& b, const WorkerLive& live) {

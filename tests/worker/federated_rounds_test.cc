@@ -12,6 +12,7 @@
 
 #include "cluster/buffered.h"
 #include "cluster/privacy.h"
+#include "common/wire_limits.h"
 #include "server/strategy.h"
 #include "tests/worker/band_images.h"
 
@@ -265,6 +266,27 @@ TEST(FederatedRoundsTest, UpdatesOverTheNormBoundAreRefusedAndCounted) {
     for (int64_t j = 0; j < n; ++j) sum[j] += static_cast<double>(outcomes[k].samples) * outcomes[k].delta[j];
   }
   for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(push[j], -sum[j] / total, 1e-6) << j;
+}
+
+// A virtual client whose training diverged to finite but huge values (one
+// local step at lr 1e25) is refused like a real client's, with no norm
+// bound set: the push stays within what a shard accepts (zeros here: every
+// client is refused) instead of carrying about 1e23 per value.
+TEST(FederatedRoundsTest, DivergedButFiniteVirtualUpdatesAreRefusedSoThePushStaysWithinTheShardsLimit) {
+  JobSpec job = ScaffoldJob();
+  job.federated.strategy = FederatedStrategy::kFedAvg;
+  job.federated.per_round = 4;
+  job.federated.local_steps = 1;
+  job.federated.local_lr = 1e25;
+  const ImageSet train = Bands();
+  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  const int64_t n = rounds->num_params();
+  std::vector<float> global(n, 0.01f), push(n);
+  RoundReport report = std::move(rounds->Run(0, global.data(), push.data())).value();
+  EXPECT_EQ(report.unusable, 0) << "the updates are finite";
+  EXPECT_EQ(report.refused, 4);
+  EXPECT_EQ(report.trained, 0);
+  for (int64_t j = 0; j < n; ++j) ASSERT_LE(std::fabs(push[j]), kMaxValueMagnitude) << j;
 }
 
 }  // namespace
