@@ -265,8 +265,8 @@ void HttpEndpoint::Impl::Admit(tcp::socket socket) {
 bool HttpEndpoint::Impl::EvictOldestReading(const std::string& source) {
   auto it = sources.find(source);
   if (it == sources.end() || it->second.reading.empty()) return false;
+  Count(&HttpEndpointCounts::evicted);  // before the close a peer may see
   it->second.reading.front()->Evict();  // may erase `it`
-  Count(&HttpEndpointCounts::evicted);
   return true;
 }
 
