@@ -202,7 +202,7 @@ void BadInputTest::SendEveryMalformedMessage() {
   // A pull for a chunk that is not there, and a negative clock.
   wire::Header pull;
   pull.mutable_pull_request()->add_chunk_ids(4);
-  ExpectRefused(pull, {}, "not owned");
+  ExpectRefused(pull, {}, "chunk 4 does not exist");
   ExpectRefused(Push(-1, {0}), {payload(good, 1024)}, "negative clock");
   // A message type the server does not serve.
   wire::Header hb;
