@@ -31,6 +31,7 @@
 #include "transport/message.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
+#include "worker/zmq_shard_links.h"
 
 namespace geodesic::bench {
 namespace {
@@ -180,8 +181,7 @@ struct Rig {
     po.id = 0;
     po.wire = job.wire;
     po.timing = job.membership;
-    po.curve_keys = mo.curve.keys;
-    ps = std::make_unique<worker::PsClient>(ctx, po, assignment, &counters, RealClock::Get());
+    ps = worker::MakePsClient(ctx, po, assignment, mo.curve.keys, &counters, RealClock::Get());
     GD_RETURN_IF_ERROR(ps->Connect());
     params = std::shared_ptr<float[]>(new float[floats]);
     grad = std::shared_ptr<float[]>(new float[floats]);
@@ -193,10 +193,10 @@ struct Rig {
   // One round: the pull goes first and the shard answers each chunk as soon
   // as our push has been applied to it, as a training worker's prefetch does.
   Status Round(const std::atomic<bool>* stop) {
-    GD_RETURN_IF_ERROR(ps->RequestPull(clock + 1, {.after_own_push = true, .max_hold_s = 30}));
-    GD_RETURN_IF_ERROR(ps->Push(clock, grad.get(), std::shared_ptr<const void>(grad, grad.get())));
+    GD_RETURN_IF_ERROR(ps->Pull(clock + 1, {.after_own_push = true, .max_hold_s = 30}));
+    GD_RETURN_IF_ERROR(ps->Push(clock, {.values = grad.get(), .owner = std::shared_ptr<const void>(grad, grad.get())}));
     // Read the pulled values in place, as the raw peer's bytes are.
-    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps->WaitPull(clock + 1, false, nullptr, stop, {}, &pulled));
+    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps->WaitPull(clock + 1, {.borrowed = &pulled, .stop = stop}));
     (void)t;
     GD_ASSIGN_OR_RETURN(double w, ps->WaitAcks(0, stop));
     (void)w;
@@ -380,7 +380,8 @@ Status RunTransportBench(const BenchOptions& options, const std::atomic<bool>* s
     GD_ASSIGN_OR_RETURN(json rec, Measure(rigs, raw, bytes, options, stop));
     records.push_back(rec);
     for (auto& rig : rigs)
-      if (rig->ps->pushes_refused()) return Internal("the shard refused bench pushes; see " + dir + "/*/server.log");
+      if (rig->ps->Stats().pushes_refused)
+        return Internal("the shard refused bench pushes; see " + dir + "/*/server.log");
   }
   if (options.json) {
     std::cout << records.dump(2) << std::endl;

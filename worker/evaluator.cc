@@ -18,6 +18,7 @@
 #include "worker/ps_client.h"
 #include "worker/snapshot.h"
 #include "worker/worker_metrics.h"
+#include "worker/zmq_shard_links.h"
 
 namespace geodesic::worker {
 namespace {
@@ -145,19 +146,19 @@ Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std:
   joined = true;
   PsClientOptions po = PsOptionsFor(job, wire::EVALUATOR, 0);
   if (job.replication.backups > 0) po.servers_view = ServersView(member);
-  po.curve_keys = options.credentials.keys;
-  PsClient ps(ctx, po, assignment, &counters, clock);
+  std::unique_ptr<PsClient> client = MakePsClient(ctx, po, assignment, options.credentials.keys, &counters, clock);
+  PsClient& ps = *client;
   GD_RETURN_IF_ERROR(ps.Connect());
   GD_RETURN_IF_ERROR(WaitForTraining(job, member, clock, stop));
   cluster::MembershipView end_view = member.view();
   // A re-planned job: read the chunks where they are now.
   if (end_view.shard_map.version() > ps.shard_map().version) GD_RETURN_IF_ERROR(ps.SwitchMap(end_view.shard_map));
 
-  GD_RETURN_IF_ERROR(ps.RequestPull(0, {.final = true}));
+  GD_RETURN_IF_ERROR(ps.Pull(0, {.final = true}));
   // The shards' values start with the model (SCAFFOLD's c follows it).
   const int64_t n = model->num_params();
   torch::Tensor values = job.ShardValues(n) == n ? model->params() : torch::zeros({job.ShardValues(n)});
-  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(0, true, values.data_ptr<float>(), stop));
+  GD_ASSIGN_OR_RETURN(PullTiming t, ps.WaitPull(kFinalPull, {.params = values.data_ptr<float>(), .stop = stop}));
   (void)t;
   if (values.numel() != n) {
     torch::NoGradGuard ng;

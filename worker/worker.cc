@@ -27,6 +27,7 @@
 #include "worker/units.h"
 #include "worker/worker_data.h"
 #include "worker/worker_metrics.h"
+#include "worker/zmq_shard_links.h"
 
 namespace geodesic::worker {
 namespace {
@@ -223,17 +224,16 @@ Status Worker::JoinJob() {
   GD_ASSIGN_OR_RETURN(assignment_, member_->Join(stop_));
   PsClientOptions po = PsOptionsFor(job_, wire::WORKER, options_.id);
   if (job_.replication.backups > 0) po.servers_view = ServersView(*member_);
-  po.curve_keys = options_.credentials.keys;
   if (!options_.stats_file.empty()) {
     GD_ASSIGN_OR_RETURN(ledger_, PushLedger::Create(PushLedgerPath(options_.stats_file)));
     po.ledger = &*ledger_;
   }
-  ps_ = std::make_unique<PsClient>(ctx_, po, assignment_, &counters_, clock_);
+  ps_ = MakePsClient(ctx_, po, assignment_, options_.credentials.keys, &counters_, clock_);
   GD_RETURN_IF_ERROR(ps_->Connect());
   const int64_t values = job_.ShardValues(n_);
-  if (ps_->num_params() != static_cast<uint64_t>(values))
-    return FailedPrecondition("shard map has " + std::to_string(ps_->num_params()) + " values, the job needs " +
-                              std::to_string(values));
+  if (ps_->shard_map().layout.num_params() != static_cast<uint64_t>(values))
+    return FailedPrecondition("shard map has " + std::to_string(ps_->shard_map().layout.num_params()) +
+                              " values, the job needs " + std::to_string(values));
   progress_.Start(assignment_.start_clock(), total_steps_);
   member_->Start([this](wire::Heartbeat* hb) {
     progress_.Fill(hb);
@@ -260,9 +260,10 @@ Status Worker::FirstPull() {
   // on its own values, and `base` is where this round's progress started.
   rounds_ = std::make_unique<LocalRounds>(job_, model_->params(), local_);
   pull_dest_ = local_ ? rounds_->global().data_ptr<float>() : model_->params().data_ptr<float>();
-  GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));  // we hold no copy yet
-  GD_ASSIGN_OR_RETURN(PullTiming first,
-                      ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  GD_RETURN_IF_ERROR(ps_->Pull(c_, {.full = true}));  // we hold no copy yet
+  GD_ASSIGN_OR_RETURN(
+      PullTiming first,
+      ps_->WaitPull(c_, {.params = pull_dest_, .stop = stop_, .describe = [this] { return DescribeBlock(); }}));
   (void)first;
   if (local_) rounds_->Restart();
   pulled_through_ = c_;
@@ -299,7 +300,7 @@ Status Worker::Step() {
   if (local_ && !federated_) GD_RETURN_IF_ERROR(FinishRound(grad, &usable, &t1));
   GD_RETURN_IF_ERROR(PushOrSkip(grad, usable));
   if (more && (local_ || !job_.training.prefetch)) {
-    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1, {.only = FragmentOf(c_)}));
+    GD_RETURN_IF_ERROR(ps_->Pull(c_ + 1, {.only = FragmentOf(c_)}));
     pulled_through_ = c_ + 1;
   }
   if (more && local_ && !federated_ && job_.training.overlap_rounds) {
@@ -330,7 +331,7 @@ Status Worker::Step() {
 Status Worker::RequestAhead(bool more) {
   // Prefetch: the request (and across a WAN the reply) overlaps the compute.
   if (!local_ && depth_ == 1 && more && job_.training.prefetch) {
-    GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + 1, {.after_own_push = true}));
+    GD_RETURN_IF_ERROR(ps_->Pull(c_ + 1, {.after_own_push = true}));
     pulled_through_ = c_ + 1;
     NoteFloor();
   }
@@ -398,11 +399,13 @@ Status Worker::CatchUp(int64_t rejoin) {
   SkipBatches(c_, rejoin);
   jumped_ += rejoin - c_;
   c_ = rejoin;
-  GD_RETURN_IF_ERROR(ps_->RequestPull(c_, {.full = true}));
-  GD_ASSIGN_OR_RETURN(PullTiming t, ps_->WaitPull(c_, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  GD_RETURN_IF_ERROR(ps_->Pull(c_, {.full = true}));
+  GD_ASSIGN_OR_RETURN(
+      PullTiming t,
+      ps_->WaitPull(c_, {.params = pull_dest_, .stop = stop_, .describe = [this] { return DescribeBlock(); }}));
   comm_s_ += t.wait_seconds;
   if (local_) rounds_->Restart();
-  for (int k = 1; k < depth_ && c_ + k < steps_; ++k) GD_RETURN_IF_ERROR(ps_->RequestPull(c_ + k));
+  for (int k = 1; k < depth_ && c_ + k < steps_; ++k) GD_RETURN_IF_ERROR(ps_->Pull(c_ + k));
   pulled_through_ = std::min<int64_t>(c_ + depth_ - 1, steps_ - 1);
   pushed_through_ = c_ - 1;
   progress_.set_clock(c_);
@@ -448,7 +451,7 @@ StatusOr<int64_t> Worker::Barrier() {
 Status Worker::PullThrough(int64_t through) {
   GD_ASSIGN_OR_RETURN(int64_t m, Barrier());
   for (int64_t k = pulled_through_ + 1; k <= std::min({through, m, steps_ - 1}); ++k) {
-    GD_RETURN_IF_ERROR(ps_->RequestPull(k));
+    GD_RETURN_IF_ERROR(ps_->Pull(k));
     pulled_through_ = k;
   }
   NoteFloor();
@@ -594,20 +597,22 @@ Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
       // combined (federated_rounds.h); a round that still came out beyond
       // the bound is left out, not pushed to be refused.
       GD_LOG(ERROR) << "round " << c_ << ": " << pushable.message() << "; the round is skipped";
-      GD_RETURN_IF_ERROR(ps_->PushSkipped(c_, unit_));
+      GD_RETURN_IF_ERROR(ps_->Push(c_, {.unit = unit_}));
       pushed_through_ = c_;
       return Status::Ok();
     }
   }
   if (usable) {
     auto owner = std::make_shared<torch::Tensor>(grad);
-    GD_RETURN_IF_ERROR(ps_->Push(c_, grad.data_ptr<float>(), std::shared_ptr<const void>(owner, owner->data_ptr()),
-                                 unit_, local_ ? FragmentOf(c_) : std::nullopt));
+    GD_RETURN_IF_ERROR(ps_->Push(c_, {.values = grad.data_ptr<float>(),
+                                      .owner = std::shared_ptr<const void>(owner, owner->data_ptr()),
+                                      .unit = unit_,
+                                      .only = local_ ? FragmentOf(c_) : std::nullopt}));
   } else {
     if (!local_) ++skipped_;
     GD_LOG(ERROR) << (local_ ? "round " : "step ") << c_ << ": loss or gradient is not finite; skipping this "
                   << (local_ ? "round's" : "step's") << " push";
-    GD_RETURN_IF_ERROR(ps_->PushSkipped(c_, unit_));
+    GD_RETURN_IF_ERROR(ps_->Push(c_, {.unit = unit_}));
   }
   if (units_) unit_of_clock_[c_] = unit_;
   pushed_through_ = c_;
@@ -615,7 +620,9 @@ Status Worker::PushOrSkip(torch::Tensor& grad, bool usable) {
 }
 
 Status Worker::WaitPull(int64_t clock) {
-  GD_ASSIGN_OR_RETURN(PullTiming t, ps_->WaitPull(clock, false, pull_dest_, stop_, [this] { return DescribeBlock(); }));
+  GD_ASSIGN_OR_RETURN(
+      PullTiming t,
+      ps_->WaitPull(clock, {.params = pull_dest_, .stop = stop_, .describe = [this] { return DescribeBlock(); }}));
   wait_s_ += t.bound_seconds;
   comm_s_ += t.wait_seconds - t.bound_seconds;
   return Status::Ok();
@@ -631,7 +638,7 @@ void Worker::PublishProgress() {
     p->set_comm_seconds(comm_s_);
     p->set_wait_seconds(wait_s_);
     p->clear_links();
-    for (const LinkEstimate& e : ps_->LinkEstimates()) {
+    for (const LinkEstimate& e : ps_->Stats().links) {
       auto* l = p->add_links();
       l->set_server_region(e.server_region);
       l->set_min_rtt_ms(e.min_rtt_ms);
@@ -701,7 +708,8 @@ stats::WorkerStats Worker::Stats(bool final) {
   j.set_clocks_skipped_on_rejoin(jumped_);
   j.set_samples(samples_);
   j.set_skipped_steps(skipped_);
-  j.set_pushes_refused(ps_->pushes_refused());
+  const PsClientStats ps = ps_->Stats();
+  j.set_pushes_refused(ps.pushes_refused);
   if (units_) j.set_units_finished(units_->finished());
   if (job_.optimizer.clip_norm > 0) j.set_clipped_steps(clipped_);
   if (job_.training.overlap_steps > 0) {
@@ -712,12 +720,12 @@ stats::WorkerStats Worker::Stats(bool final) {
     j.set_chunks_acknowledged(ledger_->counts().acknowledged);
     j.set_push_ledger(ledger_->path());
   }
-  j.set_redirects(ps_->redirects());
+  j.set_redirects(ps.redirects);
   if (job_.wan.replan) {
     j.set_migration_barriers(barriers_);
     j.set_migration_barrier_seconds(barrier_s_);
-    j.set_chunks_rerouted(ps_->chunks_rerouted());
-    j.set_moved_refusals(ps_->moved_refusals());
+    j.set_chunks_rerouted(ps.chunks_rerouted);
+    j.set_moved_refusals(ps.moved_refusals);
   }
   if (federated_) {
     j.set_partition(ToString(job_.data.partition));
@@ -737,15 +745,15 @@ stats::WorkerStats Worker::Stats(bool final) {
     j.set_partition_samples(data_->labels.size(0));
     for (int64_t n : data_->partition_labels) j.add_partition_labels(n);
   }
-  j.set_pull_resyncs(ps_->resyncs());
-  j.set_residual_norm(std::sqrt(ps_->error_feedback().ResidualSquaredNorm()));
+  j.set_pull_resyncs(ps.resyncs);
+  j.set_residual_norm(ps.residual_norm);
   j.set_training_seconds(Seconds(clock_->Now() - start_));
   j.set_compute_seconds(compute_s_);
   j.set_comm_seconds(comm_s_);
   j.set_wait_seconds(wait_s_);
   j.set_loss(loss_ema_);
   j.set_train_accuracy(acc_ema_);
-  for (const LinkEstimate& e : ps_->LinkEstimates()) {
+  for (const LinkEstimate& e : ps.links) {
     stats::LinkFromServer& l = (*j.mutable_links_from_servers())[e.server_region];
     l.set_min_rtt_ms(e.min_rtt_ms);
     l.set_mbit(e.mbit);
@@ -757,8 +765,8 @@ stats::WorkerStats Worker::Stats(bool final) {
 void Worker::WriteStats(bool final) {
   const stats::WorkerStats j = Stats(final);
   if (metrics_.serving()) {
-    WorkerLive live{
-        .traffic = ps_->TrafficByRegion(), .pull_latency = &ps_->pull_latency(), .push_latency = &ps_->push_latency()};
+    const PsClientStats ps = ps_->Stats();
+    WorkerLive live{.traffic = ps.traffic, .pull_latency = &ps.pull_latency, .push_latency = &ps.push_latency};
     metrics_.Publish(WorkerMetrics(j,
                                    {.job = job_.name,
                                     .region = job_.RegionOfWorker(options_.id).name,

@@ -18,6 +18,7 @@
 #include "cluster/chunking.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "worker/ps_client.h"
+#include "worker/zmq_shard_links.h"
 
 using namespace geodesic;
 
@@ -80,10 +81,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   options.job = "job";
   transport::TrafficCounters counters;
   FakeClock clock;
-  worker::PsClient client(servers.ctx, options, assignment, &counters, &clock);
+  std::unique_ptr<worker::PsClient> made =
+      worker::MakePsClient(servers.ctx, options, assignment, {}, &counters, &clock);
+  worker::PsClient& client = *made;
   if (Status s = client.Connect(); !s.ok()) fuzz::Fail("inproc connect failed", s);
   const transport::SocketOptions framing{.job = "job", .role = wire::WORKER, .id = 0, .max_message_bytes = 1 << 20};
-  std::vector<float> params(client.num_params(), 0.0f);
+  std::vector<float> params(client.shard_map().layout.num_params(), 0.0f);
   std::atomic<bool> stop{true};
 
   for (int records = 0; !in.done() && records < 64; ++records) {
@@ -96,16 +99,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1: {
         const uint8_t b = in.Byte();
-        Status s = client.RequestPull(b % 4, worker::PullOptions{.final = (b & 4) != 0, .full = (b & 8) != 0});
-        if (!s.ok()) fuzz::Fail("RequestPull failed", s);
+        Status s = client.Pull(b % 4, worker::PullOptions{.final = (b & 4) != 0, .full = (b & 8) != 0});
+        if (!s.ok()) fuzz::Fail("Pull failed", s);
         break;
       }
       case 2: {
         const uint8_t b = in.Byte();
         std::vector<worker::PulledChunk> borrowed;
         const bool zero_copy = b & 16;
-        auto t = client.WaitPull(b % 4, (b & 4) != 0, zero_copy ? nullptr : params.data(), &stop, {},
-                                 zero_copy ? &borrowed : nullptr);
+        auto t =
+            client.WaitPull((b & 4) != 0 ? worker::kFinalPull : b % 4, {.params = zero_copy ? nullptr : params.data(),
+                                                                        .borrowed = zero_copy ? &borrowed : nullptr,
+                                                                        .stop = &stop});
         if (!t.ok()) {
           fuzz::CheckRefusal(t.status(), "WaitPull");
           break;
@@ -121,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       default: {
-        Status s = client.PushSkipped(in.Byte() % 4);
+        Status s = client.Push(in.Byte() % 4, {});
         if (!s.ok()) fuzz::Fail("PushSkipped failed", s);
         break;
       }

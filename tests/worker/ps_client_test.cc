@@ -10,6 +10,7 @@
 
 #include "cluster/chunking.h"
 #include "transport/message.h"
+#include "worker/zmq_shard_links.h"
 
 namespace geodesic::worker {
 namespace {
@@ -38,7 +39,7 @@ class PsClientRefusalTest : public ::testing::Test {
     options.job = "job";
     options.retry_after_s = 0.05;
     options.timing.rpc_timeout_s = 30;
-    client_ = std::make_unique<PsClient>(ctx_, options, assignment, &counters_, RealClock::Get());
+    client_ = MakePsClient(ctx_, options, assignment, {}, &counters_, RealClock::Get());
     EXPECT_TRUE(client_->Connect().ok());
   }
 
@@ -71,7 +72,7 @@ class PsClientRefusalTest : public ::testing::Test {
 
   Status PushClock(int64_t clock) {
     auto grad = std::make_shared<std::vector<float>>(kParams, 0.5f);
-    return client_->Push(clock, grad->data(), std::shared_ptr<const void>(grad, grad->data()));
+    return client_->Push(clock, {.values = grad->data(), .owner = std::shared_ptr<const void>(grad, grad->data())});
   }
 
   zmq::context_t ctx_{1};
@@ -99,12 +100,12 @@ TEST_F(PsClientRefusalTest, APushRefusedForItsValuesFailsEveryWaitAtOnce) {
   EXPECT_NE(waited.status().message().find("push at clock 0 refused (value_too_large)"), std::string::npos)
       << waited.status();
   EXPECT_NE(waited.status().message().find("the model diverged"), std::string::npos) << waited.status();
-  EXPECT_EQ(client_->pushes_refused(), 1u);
+  EXPECT_EQ(client_->Stats().pushes_refused, 1u);
   // Later calls fail with it too; nothing more is sent.
   EXPECT_EQ(PushClock(1).detail(), Detail::kJobFatal);
-  ASSERT_TRUE(client_->RequestPull(1).ok());
+  ASSERT_TRUE(client_->Pull(1).ok());
   std::vector<float> params(kParams);
-  EXPECT_FALSE(client_->WaitPull(1, false, params.data(), &stop_).ok());
+  EXPECT_FALSE(client_->WaitPull(1, {.params = params.data(), .stop = &stop_}).ok());
 }
 
 // A refusal that is not about the values (a malformed push: a bug) fails
@@ -140,8 +141,8 @@ TEST_F(PsClientRefusalTest, NotPrimaryAndMovedKeepThePushAndSendItAgain) {
     StatusOr<double> waited = client_->WaitAcks(0, &stop_);
     answer.join();
     ASSERT_TRUE(waited.ok()) << waited.status();
-    EXPECT_EQ(client_->pushes_refused(), 0u);
-    EXPECT_TRUE(client_->push_error().ok());
+    EXPECT_EQ(client_->Stats().pushes_refused, 0u);
+    EXPECT_TRUE(client_->Stats().push_error.ok());
   }
 }
 
