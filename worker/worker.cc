@@ -33,16 +33,6 @@ namespace {
 
 constexpr int64_t kNoBarrier = std::numeric_limits<int64_t>::max();
 
-torch::Device PickDevice(TrainingDevice want) {
-  if (want == TrainingDevice::kCuda || (want == TrainingDevice::kAuto && torch::cuda::is_available())) {
-    if (!torch::cuda::is_available())
-      GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
-    else
-      return torch::kCUDA;
-  }
-  return torch::kCPU;
-}
-
 // This worker's part of the training set (data.partition), and what the
 // stats report about the whole split.
 struct DrawnPart {
@@ -138,7 +128,9 @@ Status Worker::Run() {
 
 Status Worker::LoadData() {
   torch::set_num_threads(job_.training.threads);
-  torch::Device device = PickDevice(job_.training.device);
+  std::string chose;
+  GD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job_.training.device, &chose));
+  GD_LOG(INFO) << "device: " << chose;
   if (device.is_cuda()) GD_LOG(WARNING) << "cuda training keeps parameters on the host between steps";
   device = torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
 
