@@ -35,6 +35,9 @@ StatusOr<worker::SampleShape> CheckData(const JobSpec& job) {
 Status CheckModel(const deploy::LaunchOptions& launch) {
   if (launch.job_file.empty()) return Status::Ok();
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(launch.job_file, launch.overrides));
+  std::string chose;
+  GD_RETURN_IF_ERROR(worker::ResolveDevice(job.training.device, &chose).status());
+  if (job.training.device == TrainingDevice::kAuto) GD_LOG(INFO) << "device: " << chose;
   if (job.data.dataset == DatasetKind::kFashionMnist && job.model.name != ModelKind::kTorchScript)
     return Status::Ok();  // the launcher checks the files; the built-in models take them
   GD_ASSIGN_OR_RETURN(worker::SampleShape shape, CheckData(job));

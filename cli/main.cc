@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "deploy/spawner.h"
+#include "transport/connection_guard.h"
 #include "transport/message.h"
 #include "transport/protobuf_log.h"
 
@@ -66,6 +67,11 @@ int main(int argc, char** argv) {
   // 1-32 MiB chunks reuse memory instead (measured: docs/benchmarks.md).
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  // Serving processes hold a descriptor per connection, and the soft limit
+  // is often 1,024 under a far higher hard one. Raised before any child
+  // starts (they inherit it); where it cannot be, the connection guard
+  // keeps connections below the limit in force (transport/connection_guard.h).
+  (void)geodesic::transport::RaiseFileLimit();
   // Before any thread: a launcher's children fork from a copy of this
   // process instead of loading LibTorch again.
   geodesic::deploy::StartSpawner(argc, argv, RunCli);

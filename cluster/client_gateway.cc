@@ -103,12 +103,11 @@ Status ClientGateway::Start() {
     // a heartbeat after the client connects); MayClaim then decides.
     zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/true);
     GD_RETURN_IF_ERROR(zap_->Start());
-    GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
   }
-  // PER-SOURCE CONNECTION GUARD: the gateway's socket would take the shared
-  // per-source limit on connection and handshake rates (the one the shards
-  // and the coordinator use) here, before it binds. Until then connections
-  // and CURVE handshakes are not limited per source (docs/security.md).
+  // Connections and handshakes limited per address, as at the shards and
+  // the coordinator (docs/security.md "Connections and handshakes"); the
+  // guard also counts the handshakes ZeroMQ fails.
+  GD_RETURN_IF_ERROR(guard_.Watch(socket_.raw()));
   return socket_.Bind(options_.bind);
 }
 
@@ -322,6 +321,8 @@ stats::GatewayStats ClientGateway::Stats() const {
   s.set_timeouts(static_cast<uint32_t>(timeouts_));
   s.set_not_waited(static_cast<uint32_t>(not_waited_));
   s.set_attached(static_cast<uint32_t>(attached_.size()));
+  s.set_connections_limited(static_cast<uint32_t>(guard_.refused()));
+  s.set_handshakes_failed(static_cast<uint32_t>(guard_.handshake_failures()));
   return s;
 }
 

@@ -45,6 +45,7 @@
 #include "common/throttle.h"
 #include "proto/geodesic.pb.h"
 #include "proto/stats.pb.h"
+#include "transport/connection_guard.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
 #include "transport/security.h"
@@ -170,6 +171,7 @@ class ClientGateway {
   const Clock* clock_;
   zmq::context_t& ctx_;
   std::unique_ptr<transport::ZapHandler> zap_;
+  transport::ConnectionGuard guard_{ctx_};
   transport::Socket socket_;
   std::unordered_map<int64_t, Peer> attached_;
   std::map<int64_t, RealUpdate> arrived_;                     // updates for the outstanding task, by client

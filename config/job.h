@@ -9,6 +9,7 @@
 #include <iterator>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -552,6 +553,10 @@ double LearningRateFactor(const OptimizerSpec& spec, int64_t step, int64_t steps
 StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& source_name,
                            const std::vector<std::string>& overrides = {});
 StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
+// Every key path the parser looks up while it reads `yaml_text`, present in
+// it or not ("training.steps", "regions.a.host", "wan.links[0].rtt_ms"):
+// what docs/job-file.md must document (tests/config/job_test.cc checks).
+StatusOr<std::set<std::string>> JobFileKeys(const std::string& yaml_text);
 // Writes a spec back as YAML that ParseJob reads to the same spec.
 std::string JobToYaml(const JobSpec& job);
 

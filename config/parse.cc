@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "config/job.h"
@@ -17,7 +18,7 @@ namespace {
 using config_internal::Check;
 using config_internal::Finite;
 using config_internal::MapReader;
-using Errors = std::vector<std::string>;
+using Errors = config_internal::ParseErrors;
 
 Status ApplyOverride(YAML::Node& root, const std::string& assignment) {
   auto eq = assignment.find('=');
@@ -638,7 +639,7 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
                            const std::vector<std::string>& overrides) {
   GD_ASSIGN_OR_RETURN(YAML::Node root, LoadRoot(yaml_text, source_name, overrides));
   JobSpec job;
-  std::vector<std::string> errors;
+  Errors errors;
   ParseSections(root, &job, &errors);
   config_internal::ValidateJob(&job, &errors);
   if (!errors.empty()) {
@@ -647,6 +648,16 @@ StatusOr<JobSpec> ParseJob(const std::string& yaml_text, const std::string& sour
     return InvalidArgument(msg);
   }
   return job;
+}
+
+StatusOr<std::set<std::string>> JobFileKeys(const std::string& yaml_text) {
+  GD_ASSIGN_OR_RETURN(YAML::Node root, LoadRoot(yaml_text, "job", {}));
+  JobSpec job;
+  std::set<std::string> keys;
+  Errors errors;
+  errors.keys_read = &keys;
+  ParseSections(root, &job, &errors);
+  return keys;
 }
 
 StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::string>& overrides) {

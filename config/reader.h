@@ -16,6 +16,12 @@
 
 namespace geodesic::config_internal {
 
+// The job parser's errors, and (for JobFileKeys) every key path it looked
+// up, present in the file or not.
+struct ParseErrors : std::vector<std::string> {
+  std::set<std::string>* keys_read = nullptr;
+};
+
 // Walks one YAML map, reading known keys and remembering which it saw, so
 // that Finish() can name every unknown key (usually a typo).
 class MapReader {
@@ -27,17 +33,21 @@ class MapReader {
       valid_ = false;
     }
   }
+  MapReader(const YAML::Node& node, std::string path, ParseErrors* errors)
+      : MapReader(node, std::move(path), static_cast<std::vector<std::string>*>(errors)) {
+    keys_read_ = errors->keys_read;
+  }
 
   bool present(const char* key) const { return valid_ && node_ && node_.IsMap() && node_[key]; }
   YAML::Node child(const char* key) {
-    seen_.insert(key);
+    Saw(key);
     return present(key) ? node_[key] : YAML::Node();
   }
   std::string ChildPath(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
   template <typename T>
   void Get(const char* key, T* out) {
-    seen_.insert(key);
+    Saw(key);
     if (!present(key)) return;
     const YAML::Node& n = node_[key];
     try {
@@ -73,6 +83,11 @@ class MapReader {
   }
 
  private:
+  void Saw(const char* key) {
+    seen_.insert(key);
+    if (keys_read_) keys_read_->insert(ChildPath(key));
+  }
+
   template <typename T>
   static const char* TypeName() {
     if constexpr (std::is_same_v<T, bool>)
@@ -120,6 +135,7 @@ class MapReader {
   std::string path_;
   std::vector<std::string>* errors_;
   std::set<std::string> seen_;
+  std::set<std::string>* keys_read_ = nullptr;
   bool valid_ = true;
 };
 

@@ -71,7 +71,9 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bo
   int reporting = 0;
   for (const auto& w : st.workers()) {
     steps += w.progress().steps();
-    target += w.progress().target_steps();
+    // Every worker has the same target; one that has not reported yet
+    // still counts, so the total is the same from the first line on.
+    target = std::max(target, w.progress().target_steps());
     live += w.live();
     if (w.progress().loss() >= 0 && w.progress().steps() > 0) {
       loss += w.progress().loss();
@@ -85,7 +87,10 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bo
     stale_mean = std::max(stale_mean, s.progress().staleness_mean());
     stale_max = std::max(stale_max, s.progress().staleness_max());
   }
-  if (federated && st.workers_size() > 0) steps /= st.workers_size(), target /= st.workers_size();
+  if (federated && st.workers_size() > 0)
+    steps /= st.workers_size();  // rounds: the executors' mean
+  else
+    target *= st.workers_size();
   std::string line =
       "[" + Fmt("%6.1f", st.training_seconds()) + "s] " + (federated ? "round " : "step ") + std::to_string(steps);
   if (target > 0) line += "/" + std::to_string(target) + " (" + Fmt("%.0f", 100.0 * steps / target) + "%)";

@@ -5,6 +5,7 @@
 namespace geodesic::server {
 
 void ClockTable::SetLive(const std::vector<int>& live, const std::vector<int64_t>& known_clocks) {
+  Advance();
   std::vector<int> before = live_;
   live_ = live;
   std::sort(live_.begin(), live_.end());
@@ -19,11 +20,19 @@ void ClockTable::SetLive(const std::vector<int>& live, const std::vector<int64_t
     auto [it, fresh] = clock_.emplace(live[i], seed);
     if (!fresh && !std::binary_search(before.begin(), before.end(), live[i])) it->second = std::max(it->second, seed);
   }
+  Advance();
+}
+
+void ClockTable::Advance() {
+  const int64_t m = MinClock();
+  if (m != kNoWorkers && (frontier_ == kNoWorkers || m > frontier_)) frontier_ = m;
 }
 
 void ClockTable::Finished(int worker, int64_t clock) {
   int64_t& c = clock_[worker];
+  const int64_t before = c;
   c = std::max(c, clock + 1);
+  if (c > before && before <= frontier_) Advance();  // a worker above the frontier cannot raise the minimum
 }
 
 int64_t ClockTable::MinClock() const {

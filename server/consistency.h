@@ -31,6 +31,12 @@ class ClockTable {
 
   // Smallest finished clock over live workers; kNoWorkers if none is live.
   int64_t MinClock() const;
+  // The highest MinClock this table has had (kNoWorkers before any worker
+  // was live). It never falls: a worker that rejoins at the coordinator's
+  // view of the live clock, which lags, lowers MinClock for a while but not
+  // this, so the live window (server::CheckPushWindow) still admits the
+  // pushes of the workers it lags behind.
+  int64_t Frontier() const { return frontier_; }
   bool CanRead(int64_t clock) const;
   // The slowest live worker (-1 if none), for "blocked by" reports.
   int SlowestWorker() const;
@@ -43,6 +49,8 @@ class ClockTable {
   int64_t bound_;
   std::vector<int> live_;
   std::map<int, int64_t> clock_;  // finished clocks of every worker ever seen
+  int64_t frontier_ = kNoWorkers;
+  void Advance();
 };
 
 }  // namespace geodesic::server

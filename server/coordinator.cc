@@ -12,6 +12,7 @@ Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx,
     : options_(std::move(options)),
       clock_(clock),
       ctx_(ctx),
+      guard_(ctx),
       socket_(ctx, zmq::socket_type::router,
               transport::SocketOptions{.job = options_.coordinator.job_name,
                                        .role = wire::COORDINATOR,
@@ -22,7 +23,7 @@ Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx,
               &counters_),
       refusals_(clock),
       state_(options_.coordinator, clock),
-      store_(options_.state_file, clock) {}
+      store_(options_.state_file, clock, &fds_) {}
 
 void Coordinator::Reply(const transport::Message& request, wire::Header reply) {
   reply.set_request_id(request.header.request_id());
@@ -68,7 +69,8 @@ stats::CoordinatorStats Coordinator::Stats() const {
     (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
   j.set_refusals_unanswered(refusals_.unanswered());
   j.set_sends_dropped(counters_.sends_dropped.load());
-  if (zap_) j.set_handshakes_refused(zap_->handshake_failures());
+  if (zap_) j.set_handshakes_refused(guard_.handshake_failures());
+  j.set_connections_limited(guard_.refused());
   j.set_training_seconds(state_.training_seconds());
   if (!state_.plan_note().empty()) {
     j.mutable_plan()->set_note(state_.plan_note());
@@ -115,7 +117,8 @@ void Coordinator::WriteStats() const {
     metrics_.Publish(CoordinatorMetrics(
         j, {.job = options_.coordinator.job_name, .region = options_.region, .role = "coordinator", .id = "0"}));
   if (options_.stats_file.empty()) return;
-  Status s = WriteFileAtomic(options_.stats_file, StatsToJson(j), /*durable=*/false);
+  const std::string text = StatsToJson(j);
+  Status s = fds_.Spend([&] { return WriteFileAtomic(options_.stats_file, text, /*durable=*/false); });
   if (!s.ok()) GD_LOG(WARNING) << s;
 }
 
@@ -124,9 +127,9 @@ Status Coordinator::Listen() {
     if (options_.coordinator.secret.empty()) return FailedPrecondition("a secured coordinator needs the job secret");
     zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/true);
     GD_RETURN_IF_ERROR(zap_->Start());
-    GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
     if (!options_.key_file.empty()) GD_RETURN_IF_ERROR(WriteFileAtomic(options_.key_file, options_.keys.public_key));
   }
+  GD_RETURN_IF_ERROR(guard_.Watch(socket_.raw()));
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << " for " << options_.coordinator.num_servers
                << " servers and " << options_.coordinator.num_workers << " workers";

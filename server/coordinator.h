@@ -3,7 +3,8 @@
 // machine behind a ROUTER socket, expires leases and ticks the re-planner
 // every loop, and keeps the state file (CoordinatorStore) and the stats
 // file. Not synchronized: it runs on the thread that calls Run(); the only
-// value another thread touches is the atomic replan_requests counter.
+// value another thread touches is the atomic replan_requests counter (the
+// ZAP handler and the connection guard run threads of their own).
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include "proto/stats.pb.h"
 #include "server/coordinator_state.h"
 #include "server/coordinator_store.h"
+#include "transport/connection_guard.h"
 #include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
@@ -76,6 +78,8 @@ class Coordinator {
   zmq::context_t& ctx_;
   transport::TrafficCounters counters_;
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits any CURVE client; tokens decide
+  transport::ConnectionGuard guard_;            // limits the ROUTER's connections (its own thread)
+  mutable transport::FdReserve fds_{4};         // for the state and stats files, whatever connections hold
   transport::Socket socket_;
   transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
   Throttle failed_reply_log_{std::chrono::seconds(1)};

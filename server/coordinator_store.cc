@@ -145,7 +145,9 @@ void CoordinatorStore::Save(const CoordinatorState& state, bool now) {
   std::string bytes = snap.SerializeAsString();
   if (bytes == saved_) return;
   snap.set_training_seconds(state.training_seconds());
-  Status s = WriteFileAtomic(path_, snap.SerializeAsString(), /*durable=*/false);
+  const std::string text = snap.SerializeAsString();
+  auto write = [&] { return WriteFileAtomic(path_, text, /*durable=*/false); };
+  Status s = reserve_ ? reserve_->Spend(write) : write();
   if (!s.ok()) {
     GD_LOG(WARNING) << "saving the coordinator's state: " << s;
     return;

@@ -2,7 +2,9 @@
 // restarted coordinator continues the job. The file holds a serialized
 // wire::CoordinatorSnapshot (proto/checkpoint.proto; CoordinatorState::Save
 // and Restore); it is rewritten atomically when the state changed, at most
-// every 200 ms unless asked to write now. Not synchronized: the
+// every 200 ms unless asked to write now, with the process's spare file
+// descriptors (transport::FdReserve) if it is given them, so that a flood
+// of connections cannot keep it from saving. Not synchronized: the
 // coordinator's thread owns it.
 #pragma once
 
@@ -11,13 +13,15 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "server/coordinator_state.h"
+#include "transport/connection_guard.h"
 
 namespace geodesic::server {
 
 class CoordinatorStore {
  public:
-  // `path` empty: nothing is kept.
-  CoordinatorStore(std::string path, const Clock* clock) : path_(std::move(path)), clock_(clock) {}
+  // `path` empty: nothing is kept. `reserve` (may be null) must outlive it.
+  CoordinatorStore(std::string path, const Clock* clock, transport::FdReserve* reserve = nullptr)
+      : path_(std::move(path)), clock_(clock), reserve_(reserve) {}
 
   // Restores `state` from the file if it exists (OK when it does not);
   // `lease_ms` only goes into the log line.
@@ -28,6 +32,7 @@ class CoordinatorStore {
  private:
   const std::string path_;
   const Clock* clock_;
+  transport::FdReserve* reserve_;
   std::string saved_;  // the last snapshot written, without training_seconds
   TimePoint saved_at_{};
 };

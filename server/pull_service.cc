@@ -12,6 +12,26 @@ uint64_t Micros(Duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
+// A reply frame's share of its peer's unwritten bytes, given back when
+// ZeroMQ frees the frame (on its I/O thread).
+class UnreadShare {
+ public:
+  UnreadShare(std::shared_ptr<const void> owner, std::shared_ptr<std::atomic<int64_t>> unread, int64_t bytes)
+      : owner_(std::move(owner)), unread_(std::move(unread)), bytes_(bytes) {
+    unread_->fetch_add(bytes_);
+  }
+  UnreadShare(const UnreadShare&) = delete;
+  UnreadShare& operator=(const UnreadShare&) = delete;
+  ~UnreadShare() { unread_->fetch_sub(bytes_); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::shared_ptr<std::atomic<int64_t>> unread_;
+  int64_t bytes_;
+};
+
+constexpr size_t kPeersTracked = 1024;  // past this, peers with nothing unwritten are forgotten
+
 }  // namespace
 
 PullService::PullService(const JobSpec& job, int server_id, const Clock* clock, transport::Socket* socket)
@@ -32,6 +52,35 @@ void PullService::Start(const ShardState* shard, const ClockTable* clocks, uint6
   shard_ = shard;
   clocks_ = clocks;
   compressor_ = compression::PullCompressor(seed);
+  SetUnreadLimit();
+}
+
+void PullService::SetUnreadLimit() {
+  if (!shard_) return;
+  uint64_t bytes = 0;
+  for (uint32_t c : shard_->owned()) bytes += shard_->layout().Size(c) * sizeof(float);
+  unread_limit_ = std::max<uint64_t>(4 * bytes, 16 << 20);
+}
+
+const PullService::Unread& PullService::UnreadOf(const std::string& peer) {
+  auto it = unread_.find(peer);
+  if (it != unread_.end()) return it->second;
+  if (unread_.size() >= kPeersTracked) std::erase_if(unread_, [](const auto& u) { return u.second->load() <= 0; });
+  return unread_.emplace(peer, std::make_shared<std::atomic<int64_t>>(0)).first->second;
+}
+
+bool PullService::Reading(const HeldPull& p) {
+  const int64_t unread = UnreadOf(p.peer)->load();
+  if (unread <= static_cast<int64_t>(unread_limit_)) return true;
+  ++withheld_;
+  socket_->counters()->sends_dropped++;
+  uint64_t skipped = 0;
+  if (withheld_log_.Due(clock_->Now(), &skipped))
+    GD_LOG(WARNING) << "dropped a pull of " << (p.role == wire::WORKER ? "worker " : "puller ") << p.sender_id << ": "
+                    << unread / (1 << 20) << " MiB of replies to it are unwritten (it does not read; the limit is "
+                    << unread_limit_ / (1 << 20) << " MiB)"
+                    << (skipped ? " (and " + std::to_string(skipped) + " more since the last such line)" : "");
+  return false;
 }
 
 const compression::CodecSpec& PullService::CodecFor(int worker) const {
@@ -98,12 +147,15 @@ bool PullService::FillReply(const HeldPull& p, const std::vector<uint32_t>& batc
       GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();
       return false;
     }
-    payloads->push_back(transport::Payload{payload->data, payload->size, std::move(payload->owner)});
+    auto share =
+        std::make_shared<UnreadShare>(std::move(payload->owner), UnreadOf(p.peer), static_cast<int64_t>(payload->size));
+    payloads->push_back(transport::Payload{payload->data, payload->size, std::move(share)});
   }
   return true;
 }
 
 void PullService::Serve(const HeldPull& p, const std::vector<uint32_t>* only) {
+  if (!Reading(p)) return;
   const std::vector<uint32_t>& chunks = only ? *only : p.chunks;
   TimePoint now = clock_->Now();
   int64_t min_clock = clocks_->MinClock();

@@ -6,16 +6,29 @@
 // (PullCompressor: a worker's link codec, exact values for the evaluator
 // and tools). A resent pull replaces the one held for the same clock.
 //
+// A peer that does not read its replies gets no more than it reads: the
+// bytes of pull replies handed to ZeroMQ and not yet written to the peer's
+// connection (ZeroMQ frees a frame once written, or dropped) are counted per
+// peer, and while a peer's exceed unread_limit() its pulls are dropped
+// unanswered (counted in the socket's sends_dropped, as a reply to a full
+// queue is), before any reply is built. The replies share the shard's
+// parameter buffers, so what a peer that never reads can pin is bounded
+// too. A worker reads every reply (one pull at a time), so it stays far
+// below the limit.
+//
 // Owns the held pulls, the per-worker codecs and the compressor's copies.
 // Reads the ShardState and ClockTable it is given (the server owns them)
 // and answers on the server's ROUTER socket. Not synchronized: the server
 // loop's thread owns it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/clock.h"
@@ -51,8 +64,16 @@ class PullService {
   // expires.
   int WaitMs(int max_ms) const;
   // Every puller's copy of `chunk` starts over (it moved to or from here).
-  void ForgetChunk(uint32_t chunk) { compressor_.ForgetChunk(chunk); }
+  void ForgetChunk(uint32_t chunk) {
+    compressor_.ForgetChunk(chunk);
+    SetUnreadLimit();
+  }
   size_t held() const { return held_.size(); }
+  // Unwritten reply bytes a peer may have before its pulls are dropped:
+  // four times the shard's parameters, at least 16 MiB.
+  uint64_t unread_limit() const { return unread_limit_; }
+  // Pulls dropped so far because their peer did not read (count).
+  uint64_t withheld() const { return withheld_; }
 
  private:
   struct HeldPull {
@@ -78,6 +99,14 @@ class PullService {
   bool FillReply(const HeldPull& p, const std::vector<uint32_t>& batch, wire::Header* reply,
                  std::vector<transport::Payload>* payloads);
   const compression::CodecSpec& CodecFor(int worker) const;
+  // Bytes of replies to `peer` not yet written (shared with the frames'
+  // release, on ZeroMQ's I/O thread).
+  using Unread = std::shared_ptr<std::atomic<int64_t>>;
+  const Unread& UnreadOf(const std::string& peer);
+  // Whether `p`'s peer reads its replies (under unread_limit()); counts
+  // and logs the pull dropped if not.
+  bool Reading(const HeldPull& p);
+  void SetUnreadLimit();
 
   const JobSpec& job_;
   const int server_id_;
@@ -91,6 +120,10 @@ class PullService {
   compression::CodecSpec fp32_;
   compression::PullCompressor compressor_;
   TimePoint next_report_{};
+  std::unordered_map<std::string, Unread> unread_;  // by peer (routing id)
+  uint64_t unread_limit_ = 16 << 20;
+  uint64_t withheld_ = 0;
+  Throttle withheld_log_{std::chrono::seconds(1)};
 };
 
 }  // namespace geodesic::server

@@ -195,7 +195,11 @@ Status CheckClock(const ShardContext& ctx, int64_t clock, bool inclusive, wire::
 
 Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire::Refusal* reason) {
   const ClockTable& t = *ctx.clocks;
-  const int64_t slowest = t.MinClock();
+  // From the highest minimum the live set has reached, not today's: a
+  // worker that rejoins is seeded at the coordinator's view of the live
+  // clock, which lags the others' pushes here by up to hundreds of clocks.
+  const int64_t now = t.MinClock();
+  const int64_t slowest = now == ClockTable::kNoWorkers ? t.Frontier() : std::max(now, t.Frontier());
   if (slowest == ClockTable::kNoWorkers) return Status::Ok();  // no live set yet: nothing to measure from
   // Fully asynchronous: from the sender's own clock here, or the slowest
   // live worker's if that is later (a worker that rejoins at the live clock).
@@ -204,7 +208,7 @@ Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire:
   if (clock - from <= kPushWindow) return Status::Ok();
   *reason = wire::REFUSAL_BAD_CLOCK;
   return OutOfRange("clock " + std::to_string(clock) + " is beyond the live window (" +
-                    (bounded ? "slowest live worker at clock " + std::to_string(slowest) + ", staleness bound " +
+                    (bounded ? "live workers at clock " + std::to_string(slowest) + ", staleness bound " +
                                    std::to_string(t.bound())
                              : "worker " + std::to_string(worker) + " at clock " + std::to_string(from)) +
                     ", at most " + std::to_string(kPushWindow) + " clocks ahead)");

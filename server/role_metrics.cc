@@ -47,6 +47,8 @@ std::vector<prometheus::MetricFamily> ShardMetrics(const stats::ShardStats& s, c
   b.Gauge("last_checkpoint_duration_seconds", "How long the newest checkpoint took.", s.last_checkpoint_ms() / 1e3);
   if (s.has_connections_refused())
     b.Counter("handshakes_refused_total", "Secured: CURVE handshakes refused.", s.connections_refused());
+  b.Counter("connections_limited_total", "Connections closed over a per-address or total limit.",
+            s.connections_limited());
   if (s.has_migration_chunks_sent()) {
     b.Counter("migrated_chunks_total", "Chunks handed to or taken from another shard by a re-plan.",
               s.migration_chunks_sent(), {{"direction", "out"}});
@@ -64,6 +66,8 @@ std::vector<prometheus::MetricFamily> CoordinatorMetrics(const stats::Coordinato
   transport::AddRefusals(b, s.refused_by_reason(), s.refusals_unanswered(), s.sends_dropped());
   if (s.has_handshakes_refused())
     b.Counter("handshakes_refused_total", "Secured: CURVE handshakes refused.", s.handshakes_refused());
+  b.Counter("connections_limited_total", "Connections closed over a per-address or total limit.",
+            s.connections_limited());
   b.Gauge("training_seconds", "Seconds from the rendezvous to now (or to the last worker done).", s.training_seconds());
   b.Gauge("job_finished", "1 once every worker has finished.", s.job_finished());
   b.Counter("replans_total", "Re-plans of the shard placement (wan.replan).", s.replans_size());

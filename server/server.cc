@@ -12,6 +12,7 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
     : options_(std::move(options)),
       clock_(clock),
       ctx_(ctx),
+      guard_(ctx),
       socket_(ctx, zmq::socket_type::router,
               transport::SocketOptions{
                   .job = options_.job.name,
@@ -246,7 +247,8 @@ stats::ShardStats Server::Stats() const {
     (*j.mutable_refused_by_reason())[transport::RefusalName(reason)] = n;
   j.set_refusals_unanswered(refusals_.unanswered());
   j.set_sends_dropped(counters_.sends_dropped.load());
-  if (zap_) j.set_connections_refused(zap_->refused() + zap_->handshake_failures());
+  if (zap_) j.set_connections_refused(zap_->refused() + guard_.handshake_failures());
+  j.set_connections_limited(guard_.refused());
   if (options_.job.wan.replan) migration_.AddStats(&j);
   if (shard_) {
     j.set_chunks(shard_->owned().size());
@@ -281,8 +283,8 @@ Status Server::Listen() {
   if (options_.credentials.enabled()) {
     zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/false);
     GD_RETURN_IF_ERROR(zap_->Start());
-    GD_RETURN_IF_ERROR(zap_->Watch(socket_.raw()));
   }
+  GD_RETURN_IF_ERROR(guard_.Watch(socket_.raw()));
   GD_RETURN_IF_ERROR(socket_.Bind(options_.bind));
   GD_LOG(INFO) << "listening on " << socket_.endpoint() << (zap_ ? " (CurveZMQ)" : "")
                << (options_.advertise.empty() ? "" : ", advertised as " + options_.advertise);

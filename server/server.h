@@ -34,6 +34,7 @@
 #include "server/replicator.h"
 #include "server/requests.h"
 #include "server/shard.h"
+#include "transport/connection_guard.h"
 #include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
@@ -128,6 +129,7 @@ class Server {
   zmq::context_t& ctx_;
   transport::TrafficCounters counters_;         // shared: atomics
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
+  transport::ConnectionGuard guard_;            // limits the ROUTER's connections (its own thread)
   transport::Socket socket_;
   transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
   // Shared with the heartbeat thread (Authorize).

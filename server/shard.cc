@@ -36,6 +36,7 @@ ShardState::ShardState(ShardOptions options, cluster::ChunkLayout layout, std::v
     c.units_taken.assign(options_.total_units, false);
   }
   uninitialized_ = chunks_.size();
+  RecountUnits();
 }
 
 bool ShardState::Init(uint32_t id, const float* values) {
@@ -85,7 +86,10 @@ ShardState::PushOutcome ShardState::TakePush(int worker, int64_t clock, uint32_t
     return out;
   }
   c.last_clock[worker] = clock;
-  if (unit >= 0 && unit < static_cast<int64_t>(c.units_taken.size())) c.units_taken[unit] = true;
+  if (unit >= 0 && unit < static_cast<int64_t>(c.units_taken.size())) {
+    c.units_taken[unit] = true;  // it was not: unit_taken above
+    units_complete_ += ++unit_chunks_[unit] == static_cast<int32_t>(chunks_.size());
+  }
 
   if (options_.staleness_bound == 0) {
     if (clock <= c.closed_through) {
@@ -249,17 +253,6 @@ Status ShardState::TakeUnits(const wire::ChunkCheckpoint& in, Chunk* c, const st
   return Status::Ok();
 }
 
-int64_t ShardState::UnitsComplete() const {
-  if (options_.total_units == 0 || chunks_.empty()) return 0;
-  int64_t n = 0;
-  for (int64_t u = 0; u < options_.total_units; ++u) {
-    bool all = true;
-    for (const Chunk& c : chunks_) all = all && c.units_taken[u];
-    n += all;
-  }
-  return n;
-}
-
 StatusOr<ChunkOptimizer::State> ShardState::CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
                                                        const std::string& where) const {
   if (in.num_elems() != size || in.params().size() != size * sizeof(float))
@@ -333,6 +326,16 @@ void ShardState::Reindex() {
   std::sort(owned_.begin(), owned_.end());
   index_.assign(layout_.num_chunks(), -1);
   for (size_t i = 0; i < chunks_.size(); ++i) index_[chunks_[i].id] = static_cast<int32_t>(i);
+  RecountUnits();
+}
+
+void ShardState::RecountUnits() {
+  unit_chunks_.assign(options_.total_units, 0);
+  units_complete_ = 0;
+  if (options_.total_units == 0) return;
+  for (const Chunk& c : chunks_)
+    for (int64_t u = 0; u < options_.total_units; ++u) unit_chunks_[u] += c.units_taken[u];
+  for (int32_t n : unit_chunks_) units_complete_ += !chunks_.empty() && n == static_cast<int32_t>(chunks_.size());
 }
 
 wire::ShardCheckpoint ShardState::ToCheckpoint(int64_t min_live_clock) const {
@@ -386,6 +389,7 @@ StatusOr<size_t> ShardState::Restore(const wire::ShardCheckpoint& ck) {
     GD_CHECK(TakeUnits(*in, &c, "").ok()) << "units checked above";
     GD_CHECK(c.optimizer->Load(st)) << "optimizer state checked above";
   }
+  RecountUnits();
   // Each worker has completed, here, the clocks every owned chunk has taken.
   completed_.clear();
   pending_.clear();

@@ -167,7 +167,7 @@ class ShardState {
   uint64_t dropped() const { return dropped_; }
   // Elastic jobs: units every owned chunk took, and pushes of a unit a
   // chunk had already taken (from another worker).
-  int64_t UnitsComplete() const;
+  int64_t UnitsComplete() const { return units_complete_; }
   uint64_t unit_duplicates() const { return unit_duplicates_; }
 
  private:
@@ -222,6 +222,12 @@ class ShardState {
   uint64_t updates_applied_ = 0, duplicates_ = 0, dropped_ = 0, unit_duplicates_ = 0;
   // Takes `in`'s units_taken into `c` (elastic jobs), or says why not.
   Status TakeUnits(const wire::ChunkCheckpoint& in, Chunk* c, const std::string& where) const;
+  // Elastic jobs: per data unit, how many owned chunks took it, and how many
+  // units every owned chunk took (UnitsComplete): kept as pushes take units,
+  // counted again only when the chunks change (Reindex, Restore).
+  void RecountUnits();
+  std::vector<int32_t> unit_chunks_;
+  int64_t units_complete_ = 0;
 };
 
 }  // namespace geodesic::server

@@ -305,12 +305,10 @@ void ZapHandler::TakeWatched() {
   handoff_.clear();
 }
 
-namespace {
-
-// Why ZeroMQ failed a handshake (a monitor event's value), for the log.
-std::string HandshakeFailure(uint16_t event, uint32_t value) {
+std::string DescribeHandshakeFailure(uint16_t event, uint32_t value) {
   if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-    return "the handshake failed without detail (a peer that hung up mid-handshake, such as a plaintext one)";
+    return "the handshake failed without detail (a peer that hung up or fell silent mid-handshake, such as a plaintext "
+           "one)";
   switch (value) {
     case ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
       return "the peer does not speak CURVE (a plaintext peer)";
@@ -323,8 +321,6 @@ std::string HandshakeFailure(uint16_t event, uint32_t value) {
     }
   }
 }
-
-}  // namespace
 
 // A monitor event is two frames: 6 bytes (uint16 event, uint32 value, host
 // order) and the socket's endpoint. ZeroMQ names no peer address here.
@@ -340,7 +336,8 @@ void ZapHandler::ReadEvent(zmq::socket_t& monitor) {
   std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
   if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return;
   handshake_failures_++;
-  LogRefusal("refused a connection on " + where.to_string() + " at the handshake: " + HandshakeFailure(event, value));
+  LogRefusal("refused a connection on " + where.to_string() +
+             " at the handshake: " + DescribeHandshakeFailure(event, value));
 }
 
 void ZapHandler::LogRefusal(const std::string& line) {

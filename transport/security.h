@@ -116,6 +116,11 @@ struct CurveSocket {
 // Applies `curve` to a socket before it binds or connects.
 Status ApplyCurve(zmq::socket_t& socket, const CurveSocket& curve, bool server);
 
+// Why ZeroMQ failed a handshake, from a socket monitor's
+// ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL or _PROTOCOL event and its value,
+// for the log (ZapHandler::Watch, ConnectionGuard).
+std::string DescribeHandshakeFailure(uint16_t event, uint32_t value);
+
 class ZapHandler {
  public:
   // `admit_any`: admit every CURVE client (the coordinator, where a join
@@ -139,7 +144,8 @@ class ZapHandler {
   // (mechanism mismatch) or a client that expects another server key (its
   // handshake does not decrypt) without asking ZAP. Call from the thread
   // that uses `socket`, before or after Start(); `socket` may close before
-  // the handler stops.
+  // the handler stops. A socket a ConnectionGuard watches is not watched
+  // here too (one monitor per socket): the guard counts these itself.
   Status Watch(zmq::socket_t& socket);
 
   uint64_t admitted() const { return admitted_.load(); }

@@ -301,4 +301,19 @@ bool ClipGradient(torch::Tensor& grad, double max_norm) {
   return true;
 }
 
+StatusOr<torch::Device> ResolveDevice(TrainingDevice want, std::string* chose) {
+  const bool cuda = torch::cuda::is_available();
+  if (want == TrainingDevice::kCuda && !cuda)
+    return InvalidArgument(
+        "training.device: cuda, but this machine has no CUDA device (this LibTorch build or this machine has none); "
+        "use cpu, or auto to take a GPU where there is one");
+  const bool use_cuda = want == TrainingDevice::kCuda || (want == TrainingDevice::kAuto && cuda);
+  if (chose)
+    *chose = std::string(use_cuda ? "cuda" : "cpu") + " (training.device " + ToString(want) +
+             (want != TrainingDevice::kAuto ? ")"
+              : cuda                        ? ": a CUDA device is present)"
+                                            : ": no CUDA device)");
+  return use_cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+}
+
 }  // namespace geodesic::worker

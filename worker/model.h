@@ -111,6 +111,12 @@ void Augment(torch::Tensor& batch, const AugmentSpec& augment, uint64_t seed);
 // The augmentation seed of worker `worker`'s step `step` in a job seeded `job_seed`.
 uint64_t AugmentSeed(uint64_t job_seed, int worker, int64_t step);
 
+// training.device as this machine can honour it: kCuda without a CUDA
+// device (Debian's LibTorch has none) is InvalidArgument naming the key;
+// kAuto is CUDA when there is one, else the CPU. `chose` (if set) receives
+// what was chosen and why ("cpu (training.device auto: no CUDA device)").
+StatusOr<torch::Device> ResolveDevice(TrainingDevice want, std::string* chose = nullptr);
+
 // Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad,
 // after model.RecomputeBuffers(). 128 is eval.batch's default (config/job.h).
 double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch = 128);

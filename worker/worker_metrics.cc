@@ -40,6 +40,11 @@ void AddGateway(transport::MetricsBuilder& b, const stats::GatewayStats& g) {
             "Client gateway: clients that timed out before, not there when their turn came (trained virtually).",
             g.not_waited());
   b.Gauge("gateway_clients_attached", "Client gateway: real clients attached now.", g.attached());
+  b.Counter("gateway_connections_limited_total",
+            "Client gateway: connections the connection guard reset or took (per-address limits).",
+            g.connections_limited());
+  b.Counter("gateway_handshakes_failed_total",
+            "Client gateway: handshakes ZeroMQ failed (plaintext peers, wrong keys).", g.handshakes_failed());
 }
 
 void AddFederated(transport::MetricsBuilder& b, const stats::WorkerStats& s) {

@@ -404,3 +404,29 @@ membership: {heartbeat_ms: 100, lease_ms: 2000}
 
 }  // namespace
 }  // namespace geodesic
+
+namespace geodesic {
+namespace {
+
+// training.device: cuda on a machine without CUDA fell back to the CPU with
+// a warning in each worker's log; it is an error naming the key before
+// anything starts. auto says what it chose.
+TEST(LaunchTest, CudaWithoutCudaIsAnErrorAndAutoSaysWhatItChose) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", kSyntheticJob);
+  auto cuda = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "cuda", "--set", "training.device=cuda"}, 60);
+  if (cuda.output.find("a CUDA device is present") != std::string::npos) GTEST_SKIP() << "this machine has CUDA";
+  EXPECT_EQ(cuda.exit_code, 1) << cuda.output;
+  EXPECT_NE(cuda.output.find("training.device: cuda, but this machine has no CUDA device"), std::string::npos)
+      << cuda.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "cuda/logs"));
+  auto automatic = RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "auto", "--set", "training.device=auto",
+                                "--set", "training.steps=5"},
+                               120);
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("device: cpu (training.device auto: no CUDA device)"), std::string::npos)
+      << automatic.output;
+}
+
+}  // namespace
+}  // namespace geodesic

@@ -397,6 +397,19 @@ TEST_F(RealClientsTest, AGatewayBudgetsRefusalsCountsThemAndDropsOversizedMessag
   std::printf("200 refused hellos: %d answered\n", answered);
   EXPECT_LE(answered, 32);
   EXPECT_GE(answered, 1);
+  // 300 connections, each with a hello, from another host (127.0.0.3) at
+  // once: the gateway's connection guard takes 64 at once, then 32 a second
+  // from one address, and resets the rest before their handshakes.
+  {
+    std::vector<std::unique_ptr<GatewayPeer>> many;
+    for (int i = 0; i < 300; ++i) {
+      many.push_back(std::make_unique<GatewayPeer>(ctx, "tcp://127.0.0.3:0;" + gateway.substr(6)));
+      many.back()->Hello(1);
+    }
+    for (int t = 0;
+         t < 200 && worker_stats().value("gateway", nlohmann::json::object()).value("connections_limited", 0) == 0; ++t)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   // Counted by reason: /metrics (once the next stats are out), then, the
   // launch stopped, the stats file and the summary.
   ASSERT_TRUE(testing::WaitForFile(dir_ / "flood/http/worker-0", 30));
@@ -405,6 +418,7 @@ TEST_F(RealClientsTest, AGatewayBudgetsRefusalsCountsThemAndDropsOversizedMessag
   launch->Wait(60);
   const auto gs = worker_stats().value("gateway", nlohmann::json::object());
   EXPECT_GE(gs.value("refused_by_reason", nlohmann::json::object()).value("not_your_client", 0), 201) << gs.dump();
+  EXPECT_GT(gs.value("connections_limited", 0), 0) << gs.dump();
   const auto g = testing::ReadJson(dir_ / "flood/summary.json")["federated"].value("gateway", nlohmann::json::object());
   EXPECT_GE(g.value("refused_by_reason", nlohmann::json::object()).value("not_your_client", int64_t{0}), 201)
       << g.dump();

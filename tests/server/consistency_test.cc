@@ -80,5 +80,27 @@ TEST(ClockTableTest, AWorkerComingBackTakesTheCoordinatorsClock) {
   EXPECT_EQ(t.ClockOf(1), 10);
 }
 
+// The frontier is the highest minimum the live set has reached: a rejoin
+// seeded behind it (the coordinator's view lags) lowers MinClock, not it;
+// a worker that jumps ahead of it still moves it once the slowest does.
+TEST(ClockTableTest, TheFrontierNeverFallsWhenARejoinIsSeededBehind) {
+  ClockTable t(0);
+  EXPECT_EQ(t.Frontier(), ClockTable::kNoWorkers);
+  t.SetLive({0, 1}, {0, 0});
+  EXPECT_EQ(t.Frontier(), 0);
+  for (int64_t c = 0; c < 12; ++c) t.Finished(0, c), t.Finished(1, c);
+  EXPECT_EQ(t.Frontier(), 12);
+  t.SetLive({0}, {12});  // worker 1 died at clock 12; worker 0 goes on
+  for (int64_t c = 12; c < 41; ++c) t.Finished(0, c);
+  EXPECT_EQ(t.Frontier(), 41);
+  t.SetLive({0, 1}, {41, 10});  // worker 1 rejoins where it was
+  EXPECT_EQ(t.MinClock(), 12);
+  EXPECT_EQ(t.Frontier(), 41);
+  t.Finished(1, 50);  // it skips ahead past the others
+  EXPECT_EQ(t.MinClock(), 41);
+  t.Finished(0, 44);
+  EXPECT_EQ(t.Frontier(), 45);
+}
+
 }  // namespace
 }  // namespace geodesic::server

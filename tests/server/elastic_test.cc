@@ -211,5 +211,33 @@ TEST(ElasticShardTest, EachChunkTakesEachUnitOnceFromWhicheverWorkerPushesIt) {
   EXPECT_EQ(ShardState(o, layout, {0, 1}).Restore(s.ToCheckpoint(0)).status().code(), Code::kDataLoss);
 }
 
+// UnitsComplete is kept as pushes take units (it scanned every unit and
+// chunk on each stats write); it follows chunks that migrate in and out.
+TEST(ElasticShardTest, UnitsCompleteFollowsPushesAndMigratedChunks) {
+  cluster::ChunkLayout layout(30, 10);
+  ShardOptions o;
+  o.staleness_bound = 2;
+  o.total_units = 4;
+  ShardState s(o, layout, {0, 1});
+  std::vector<float> zero(10, 0.f), one(10, 1.f);
+  ASSERT_TRUE(s.Init(0, zero.data()) && s.Init(1, zero.data()));
+  ASSERT_EQ(s.Push(0, 0, 0, 0, one.data(), 1, 2).result, wire::APPLIED);
+  EXPECT_EQ(s.UnitsComplete(), 0);  // chunk 1 has not taken unit 2
+  ASSERT_EQ(s.Push(0, 0, 1, 0, one.data(), 1, 2).result, wire::APPLIED);
+  EXPECT_EQ(s.UnitsComplete(), 1);
+  // Chunk 2 arrives from another shard without unit 2: unit 2 is no longer
+  // taken by every chunk here.
+  ShardState other(o, layout, {2});
+  ASSERT_TRUE(other.Init(2, zero.data()));
+  auto exported = other.ExportChunk(2);
+  ASSERT_TRUE(exported.ok());
+  ASSERT_TRUE(s.AdoptChunk(*exported).ok());
+  EXPECT_EQ(s.UnitsComplete(), 0);
+  ASSERT_EQ(s.Push(1, 1, 2, 0, one.data(), 1, 2).result, wire::APPLIED);
+  EXPECT_EQ(s.UnitsComplete(), 1);
+  s.DropChunk(2);
+  EXPECT_EQ(s.UnitsComplete(), 1);
+}
+
 }  // namespace
 }  // namespace geodesic::server

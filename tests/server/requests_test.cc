@@ -325,6 +325,22 @@ TEST_F(RequestsTest, APushBeyondTheLiveWindowIsRefusedAndShadowsNothing) {
   EXPECT_EQ(h.reply.push_ack().result(), wire::APPLIED);
 }
 
+// A worker that died and rejoins is seeded at the coordinator's view of the
+// live clock, which lags the others' pushes here (by hundreds of clocks when
+// steps take a millisecond): the window stays where the live set had got
+// to, so the others' next pushes are taken (a CI run lost two workers so).
+TEST_F(RequestsTest, ARejoinSeededBehindTheLiveClockRefusesNoOnesPush) {
+  for (int64_t c = 0; c < 12; ++c) clocks_.Finished(0, c), clocks_.Finished(1, c);
+  clocks_.SetLive({0}, {12});  // worker 1 died at clock 12; worker 0 goes on
+  for (int64_t c = 12; c < 40; ++c) clocks_.Finished(0, c);
+  clocks_.SetLive({0, 1}, {40, 12});  // worker 1 rejoins where it was
+  ASSERT_EQ(clocks_.MinClock(), 12);
+  Handled h = ApplyPush(Ctx(), Push(40, 1.0f));
+  EXPECT_TRUE(h.status.ok()) << h.status;
+  h = ApplyPush(Ctx(), Push(40 + 2 + kPushWindow + 1, 1.0f));
+  EXPECT_EQ(h.reason, wire::REFUSAL_BAD_CLOCK) << h.status;
+}
+
 // Fully asynchronous jobs have no live window; a push may be at most
 // kPushWindow clocks beyond the sender's own clock here (or the slowest
 // live worker's, for a worker that rejoins at the live clock).

@@ -15,21 +15,13 @@
 namespace geodesic::worker {
 namespace {
 
-torch::Device PickDevice(TrainingDevice want) {
-  if (want == TrainingDevice::kCuda || (want == TrainingDevice::kAuto && torch::cuda::is_available())) {
-    if (!torch::cuda::is_available())
-      GD_LOG(WARNING) << "training.device cuda asked for but not available; using cpu";
-    else
-      return torch::kCUDA;
-  }
-  return torch::kCPU;
-}
-
-torch::Device SetUpTorch(const JobSpec& job) {
+StatusOr<torch::Device> SetUpTorch(const JobSpec& job) {
   torch::set_num_threads(job.training.threads);
-  torch::Device device = PickDevice(job.training.device);
+  std::string chose;
+  GD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job.training.device, &chose));
+  GD_LOG(INFO) << "device: " << chose;
   if (device.is_cuda()) GD_LOG(WARNING) << "cuda training keeps parameters on the host between steps";
-  return torch::kCPU;  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
+  return torch::Device(torch::kCPU);  // Debian's LibTorch is CPU-only; the flat buffers live on the host.
 }
 
 StatusOr<StepParts> MakeFederated(StepEnv& env, const StepPlace& place, torch::Device device) {
@@ -80,7 +72,7 @@ StatusOr<Data> LoadData(StepEnv& env) {
 
 StatusOr<StepParts> MakeStep(StepEnv& env, const StepPlace& place) {
   const JobSpec& job = env.job;
-  const torch::Device device = SetUpTorch(job);
+  GD_ASSIGN_OR_RETURN(torch::Device device, SetUpTorch(job));
   env.clocks = job.ClockLimit();
   env.total_steps = job.StepsPerWorker();
   // Data first: a missing dataset should fail before we join the job.
