@@ -17,6 +17,7 @@
 #include <random>
 
 #include "bench/bench.h"
+#include "bench/stats.h"
 #include "compression/codec.h"
 
 namespace geodesic::bench {
@@ -24,11 +25,6 @@ namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 template <typename F>
 double Seconds(F&& f) {
@@ -92,9 +88,9 @@ StatusOr<Timings> Measure(const std::string& name, const compression::CodecSpec&
 }
 
 void Report(const compression::CodecSpec& spec, int mb, const Buffers& b, const Timings& t, bool as_json) {
-  const double copy_gbps = b.bytes / Median(t.copy) / 1e9;
-  const double enc_gbps = b.bytes / Median(t.enc) / 1e9;
-  const double dec_gbps = b.bytes / Median(t.dec) / 1e9;
+  const double copy_gbps = b.bytes / UpperMedian(t.copy) / 1e9;
+  const double enc_gbps = b.bytes / UpperMedian(t.enc) / 1e9;
+  const double dec_gbps = b.bytes / UpperMedian(t.dec) / 1e9;
   const double ratio = b.bytes / static_cast<double>(std::max<size_t>(b.payload.size(), 1));
   if (as_json) {
     json r = {{"codec", spec.Name()},
@@ -106,14 +102,14 @@ void Report(const compression::CodecSpec& spec, int mb, const Buffers& b, const 
               {"decode_ratio", dec_gbps / copy_gbps},
               {"ratio_bytes", ratio},
               {"encoded_bytes", b.payload.size()},
-              {"encode_ms", Median(t.enc) * 1e3},
-              {"decode_ms", Median(t.dec) * 1e3},
+              {"encode_ms", UpperMedian(t.enc) * 1e3},
+              {"decode_ms", UpperMedian(t.dec) * 1e3},
               {"rounds", t.enc.size()}};
     std::cout << r.dump() << std::endl;
   } else {
     std::printf("%-22s %8.2f %8.2f %8.2f %8.2f %8.2f %8.1f %10zu  enc %.1f ms\n", spec.Name().c_str(), enc_gbps,
                 dec_gbps, copy_gbps, enc_gbps / copy_gbps, dec_gbps / copy_gbps, ratio, b.payload.size(),
-                Median(t.enc) * 1e3);
+                UpperMedian(t.enc) * 1e3);
     std::fflush(stdout);
   }
 }

@@ -14,6 +14,7 @@
 
 #include "bench/bench.h"
 #include "bench/run_job.h"
+#include "bench/stats.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "deploy/process.h"
@@ -38,13 +39,6 @@ wire: {chunk_bytes: 65536}
 membership: {heartbeat_ms: 100, lease_ms: 600}
 checkpoint: {every_clocks: 0}
 )";
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // kJob, with the link between the regions when --rtt-ms asks for one.
 std::string JobText(const BenchOptions& options) {

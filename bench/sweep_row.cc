@@ -74,7 +74,7 @@ std::string Cell(const json& v) {
   return v.dump();
 }
 
-std::string Num(const json& v, const char* fmt) {
+std::string NumberCell(const json& v, const char* fmt) {
   if (!v.is_number()) return "-";
   char b[64];
   std::snprintf(b, sizeof(b), fmt, v.get<double>());
@@ -132,11 +132,11 @@ std::string MarkdownRuns(const SweepSpec& spec, const std::vector<json>& rows) {
     if (r.is_null()) continue;
     md << "| " << r["index"].get<int>() << " |";
     for (const SweepAxis& a : spec.axes) md << " " << r["axes"].value(a.key, std::string()) << " |";
-    md << " " << r["status"].get<std::string>() << " | " << Num(r["test_accuracy"], "%.4f") << " | "
-       << Num(r["seconds_to_target"], "%.1f") << " | " << Num(r["samples_per_second"], "%.0f") << " | "
-       << Num(r["bytes_per_sample"], "%.0f") << " | " << Num(r["staleness_mean"], "%.2f") << " / "
-       << Num(r["staleness_max"], "%.0f") << " | " << Num(r["compute_share"], "%.2f") << " | "
-       << Num(r["compute_utilization"], "%.2f") << " |\n";
+    md << " " << r["status"].get<std::string>() << " | " << NumberCell(r["test_accuracy"], "%.4f") << " | "
+       << NumberCell(r["seconds_to_target"], "%.1f") << " | " << NumberCell(r["samples_per_second"], "%.0f") << " | "
+       << NumberCell(r["bytes_per_sample"], "%.0f") << " | " << NumberCell(r["staleness_mean"], "%.2f") << " / "
+       << NumberCell(r["staleness_max"], "%.0f") << " | " << NumberCell(r["compute_share"], "%.2f") << " | "
+       << NumberCell(r["compute_utilization"], "%.2f") << " |\n";
   }
   return md.str();
 }
@@ -186,8 +186,8 @@ std::string MarkdownBySeed(const SweepSpec& spec, const std::vector<json>& rows)
     char acc[96] = "-";
     if (g.acc_n > 0) std::snprintf(acc, sizeof(acc), "%.4f (%.4f-%.4f)", g.acc_sum / g.acc_n, g.acc_min, g.acc_max);
     md << " " << g.runs << " | " << acc << " | " << g.reached << "/" << g.runs << " | "
-       << (g.reached > 0 ? Num(g.t_sum / g.reached, "%.1f") : std::string("-")) << " | "
-       << Num(g.rate_sum / g.runs, "%.0f") << " | " << Num(g.bytes_sum / g.runs, "%.0f") << " |\n";
+       << (g.reached > 0 ? NumberCell(g.t_sum / g.reached, "%.1f") : std::string("-")) << " | "
+       << NumberCell(g.rate_sum / g.runs, "%.0f") << " | " << NumberCell(g.bytes_sum / g.runs, "%.0f") << " |\n";
   }
   return md.str();
 }

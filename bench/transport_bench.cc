@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "bench/bench.h"
+#include "bench/stats.h"
 #include "cluster/member_client.h"
 #include "common/clock.h"
 #include "common/files.h"
@@ -45,11 +46,6 @@ std::string WaitForFile(const std::string& path, const deploy::Child& child, dou
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return "";
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // Raw ZeroMQ client: sends `bytes` in kChunkBytes messages, all pipelined,
@@ -314,11 +310,11 @@ StatusOr<json> Measure(std::vector<std::unique_ptr<Rig>>& rigs, RawClient& raw, 
     }
   }
   double moved = 2.0 * static_cast<double>(bytes);
-  double g = moved / Median(ours[0]) / 1e9, r = moved / Median(theirs) / 1e9;
+  double g = moved / UpperMedian(ours[0]) / 1e9, r = moved / UpperMedian(theirs) / 1e9;
   json rec = {{"bytes", bytes}, {"geodesic_gbps", g},      {"raw_zmq_gbps", r},
               {"ratio", g / r}, {"rounds", theirs.size()}, {"chunk_bytes", options.chunk_bytes}};
   if (options.curve) {
-    double c = moved / Median(ours[1]) / 1e9;
+    double c = moved / UpperMedian(ours[1]) / 1e9;
     rec["curve_gbps"] = c;
     rec["curve_vs_plain"] = c / g;
   }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 
+#include "bench/stats.h"
+
 namespace geodesic::bench {
 namespace {
 
@@ -21,12 +23,6 @@ std::string Num(const json& v, const char* fmt, const char* missing = "not reach
   char b[96];
   std::snprintf(b, sizeof(b), fmt, v.get<double>());
   return std::string(b);
-}
-
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -98,7 +94,7 @@ json Medians(const json& runs, const std::vector<std::string>& configs) {
         else if (key == "seconds_to_target")
           v.push_back(kMissed);
       }
-      const double m = v.empty() ? kMissed : MedianOf(v);
+      const double m = v.empty() ? kMissed : Median(v);
       row[key] = std::isfinite(m) ? json(m) : json();
     }
     rows.push_back(row);

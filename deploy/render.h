@@ -63,6 +63,10 @@ std::string DnsLabel(const std::string& s, size_t max = 63);
 // "tcp://HOST:PORT" of a listening process.
 std::string Endpoint(const PlacedProcess& p);
 
+// Where the job file is mounted (read only) in every container that the
+// compose and Kubernetes targets render.
+inline constexpr const char* kContainerJobPath = "/etc/geodesic/job.yaml";
+
 // Where a process's command line finds the job file, the coordinator, and
 // the files it writes.
 struct ProcessPaths {

@@ -12,7 +12,6 @@ namespace {
 
 using Node = nlohmann::ordered_json;
 
-constexpr const char* kJobPath = "/etc/geodesic/job.yaml";
 constexpr const char* kRunDir = "/var/lib/geodesic";
 constexpr const char* kRouter = "wan";
 
@@ -25,7 +24,7 @@ Node ContainerBase(const RenderOptions& o, const std::string& name) {
   s["image"] = o.image;
   s["hostname"] = name;
   s["environment"] = Node::array({"OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1"});
-  s["volumes"] = Node::array({std::string("./job.yaml:") + kJobPath + ":ro", std::string("run:") + kRunDir});
+  s["volumes"] = Node::array({std::string("./job.yaml:") + kContainerJobPath + ":ro", std::string("run:") + kRunDir});
   s["restart"] = "on-failure";
   return s;
 }
@@ -33,7 +32,7 @@ Node ContainerBase(const RenderOptions& o, const std::string& name) {
 Node ProcessService(const RenderOptions& o, const PlacedProcess& p, const std::vector<RouterRoute>& routes) {
   Node s = ContainerBase(o, p.name);
   std::vector<std::string> args =
-      ProcessArgs(p, {.job_file = kJobPath,
+      ProcessArgs(p, {.job_file = kContainerJobPath,
                       .coordinator = "tcp://coordinator:" + std::to_string(o.base_port),
                       .http_host = "0.0.0.0",
                       .in_run_dir = [](const std::string& rel) { return std::string(kRunDir) + "/" + rel; }});
@@ -51,9 +50,9 @@ Node ProcessService(const RenderOptions& o, const PlacedProcess& p, const std::v
 
 Node RouterService(const JobSpec& job, const RenderOptions& o) {
   Node s = ContainerBase(o, kRouter);
-  s["command"] =
-      Node::array({"wan-router", "--job", kJobPath, "--base-port", std::to_string(o.base_port), "--router-base-port",
-                   std::to_string(o.router_base_port), "--traffic-file", std::string(kRunDir) + "/links.json"});
+  s["command"] = Node::array({"wan-router", "--job", kContainerJobPath, "--base-port", std::to_string(o.base_port),
+                              "--router-base-port", std::to_string(o.router_base_port), "--traffic-file",
+                              std::string(kRunDir) + "/links.json"});
   for (const RegionSpec& r : job.regions) s["networks"].push_back(Network(r.name));
   return s;
 }

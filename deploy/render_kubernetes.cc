@@ -18,7 +18,6 @@ using Node = nlohmann::ordered_json;
 
 constexpr int kZmqPort = 7400;  // every pod has its own IP: one port for all
 constexpr int kHttpPort = 9400;
-constexpr const char* kJobPath = "/etc/geodesic/job.yaml";
 constexpr const char* kDataDir = "/var/lib/geodesic";
 constexpr const char* kRegionLabel = "topology.kubernetes.io/region";
 constexpr int kUser = 10001;  // the image's user and group (deploy/container/build-image.sh)
@@ -191,7 +190,7 @@ Node Container(const RenderContext& k, const std::string& name, std::vector<std:
 std::vector<std::string> MemberArgs(const std::string& role, const Set& set) {
   return {role,
           "--job",
-          kJobPath,
+          kContainerJobPath,
           "--id-from-hostname",
           std::to_string(set.id_offset),
           "--coordinator",
@@ -211,7 +210,7 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
   const std::string stats = std::string(kDataDir) + "/stats/";
   if (set.component == "coordinator") {
     cs.push_back(Container(k, "coordinator",
-                           {"coordinator", "--job", kJobPath, "--bind", bind, "--state-file",
+                           {"coordinator", "--job", kContainerJobPath, "--bind", bind, "--state-file",
                             std::string(kDataDir) + "/coordinator.state", "--stats-file", stats + "coordinator.json"},
                            true, Resources("250m", "256Mi", "1Gi"), ""));
   } else if (set.component == "server" || set.component == "backup") {
@@ -227,12 +226,12 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
     args.insert(args.end(), {"--stats-file", stats + "worker-{id}.json"});
     cs.push_back(Container(k, "worker", args, false, Resources("1", "1Gi", "4Gi"), token));
     if (set.worker0)
-      cs.push_back(
-          Container(k, "evaluator",
-                    {"eval", "--job", kJobPath, "--coordinator", "tcp://coordinator:" + std::to_string(kZmqPort),
-                     "--snapshot-dir", snapshots, "--result-file", std::string(kDataDir) + "/result.json",
-                     "--dump-params", std::string(kDataDir) + "/final_params.bin"},
-                    false, Resources("500m", "1Gi", "2Gi"), "evaluator", kHttpPort + 1));
+      cs.push_back(Container(
+          k, "evaluator",
+          {"eval", "--job", kContainerJobPath, "--coordinator", "tcp://coordinator:" + std::to_string(kZmqPort),
+           "--snapshot-dir", snapshots, "--result-file", std::string(kDataDir) + "/result.json", "--dump-params",
+           std::string(kDataDir) + "/final_params.bin"},
+          false, Resources("500m", "1Gi", "2Gi"), "evaluator", kHttpPort + 1));
   }
   return cs;
 }

@@ -1,31 +1,47 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Geodesic needs to build, test and run.
+# Installs the Debian packages Geodesic needs. Debian 12 (bookworm).
+#
+#   scripts/setup.sh demo   what building and running `geodesic` need: the
+#                           toolchain, the libraries it compiles against,
+#                           OpenBLAS and the Fashion-MNIST data (scripts/demo.sh)
+#   scripts/setup.sh test   the above, and what the tests, the fuzz and
+#                           sanitizer builds, the containers, the browser test,
+#                           the kernel WAN emulation and the Python tools need
+#                           (scripts/test.sh; also what no argument means)
+#
 # Idempotent: it asks dpkg first and says nothing when all are present.
-# Needs root (or sudo) only when something is missing. Debian 12 (bookworm).
+# Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-PACKAGES=(
+DEMO_PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build ccache pkg-config clang-format
-  # clang for the libFuzzer targets and the sanitizer build of the codecs
-  clang libclang-rt-14-dev
+  build-essential cmake ninja-build ccache pkg-config
   # libraries: sockets, wire format, models, compression, job files, JSON, flags,
-  # IDX.gz data, tests, the link-emulating proxy
+  # IDX.gz data, the link-emulating proxy
   libzmq3-dev cppzmq-dev libprotobuf-dev protobuf-compiler libtorch-dev libzstd-dev
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev libgmock-dev libasio-dev
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libasio-dev
   # SHA-256 of checkpoints, HMAC tokens
   libssl-dev
-  # /metrics on every process (prometheus-cpp's model and text format); the tests check the
-  # exposition with promtool and scrape a running job with a real Prometheus server
-  prometheus-cpp-dev prometheus
-  # the dashboard's browser test: headless Chromium driven by Selenium
-  chromium chromium-driver python3-selenium
+  # /metrics on every process (prometheus-cpp's model and text format)
+  prometheus-cpp-dev
   # an optimized BLAS for LibTorch (Debian's links the reference libblas.so.3)
   libopenblas0-pthread
-  # plots of benchmark results (bench/plot_*.py)
-  python3-matplotlib
   # the data: Fashion-MNIST in /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist
+)
+
+TEST_PACKAGES=(
+  # formatting check; clang for the libFuzzer targets and the sanitizer build of the codecs
+  clang-format clang libclang-rt-14-dev
+  # the unit and integration tests
+  libgtest-dev libgmock-dev
+  # the tests check the /metrics exposition with promtool and scrape a running job
+  # with a real Prometheus server
+  prometheus
+  # the dashboard's browser test: headless Chromium driven by Selenium
+  chromium chromium-driver python3-selenium
+  # plots of benchmark results (bench/plot_*.py)
+  python3-matplotlib
   # kernel WAN emulation (wan.emulation: netns, deploy/netns) and the PyTorch DDP baseline (bench/ddp_baseline.py)
   iproute2 iptables libnetfilter-queue-dev python3-torch
   # TorchScript models from Python (scripts/export_model.py: torchvision's ResNet-18) and the
@@ -38,6 +54,12 @@ PACKAGES=(
   # the offline schema check of the rendered Kubernetes manifests (its API models)
   python3-kubernetes
 )
+
+case "${1:-test}" in
+  demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "setup: unknown set '$1' (use: scripts/setup.sh demo|test)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -54,5 +76,13 @@ fi
 echo "setup: installing ${#missing[@]} Debian package(s): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# dpkg syncs every file it unpacks to disk; on a bare machine that is most
+# of the install (the demo's set is 400 packages, 42,000 files: LibTorch's
+# headers alone are 8,000). When nothing installed is upgraded, only new
+# files are written, and a crash midway is mended by installing again, so
+# the syncs are skipped then (docs/benchmarks.md, "The first five minutes").
+plan=$($SUDO apt-get install -s --no-install-recommends "${missing[@]}")
+dpkg_io=()
+grep -q '^Inst [^ ]* \[' <<<"$plan" || dpkg_io=(-o Dpkg::Options::=--force-unsafe-io)
+$SUDO apt-get install -y -qq --no-install-recommends "${dpkg_io[@]}" "${missing[@]}" >/dev/null
 echo "setup: done"

@@ -8,12 +8,25 @@
 # components in-process: -L unit; integration tests: -L integration)
 # The full build under ASan/UBSan (scripts/sanitize.sh) is not run here: it
 # adds about 20 minutes on 2 cores (docs/wire.md, "Fuzzing and sanitizers").
+# Installs scripts/setup.sh's test set (the demo's and the test tools) and
+# builds every target, the tests included, into the build directory
+# scripts/demo.sh may have started. Prints each phase's time as it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh
+start=$SECONDS
+phase_start=$SECONDS
+phase_done() {
+  echo "test: $1 took $((SECONDS - phase_start)) s ($((SECONDS - start)) s in all)"
+  phase_start=$SECONDS
+}
+scripts/setup.sh test
+phase_done packages
+scripts/build.sh -DGEODESIC_BUILD_TESTS=ON
+phase_done build
 scripts/check-format.sh
 scripts/check-layers.sh --self-test
 scripts/check-layers.sh
 ctest --test-dir "${GEODESIC_BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
+phase_done "format, layers and ctest"
 FUZZ_SECONDS="${FUZZ_SECONDS:-10}" scripts/fuzz.sh
+phase_done "sanitizer and fuzz build and runs"
