@@ -14,7 +14,7 @@ namespace geodesic {
 namespace {
 
 using config_internal::MapReader;
-using Errors = std::vector<std::string>;
+using SweepErrors = std::vector<std::string>;
 
 // A value as --set takes it: a scalar as written, anything else as flow YAML.
 std::string ValueText(const YAML::Node& n) {
@@ -39,7 +39,7 @@ bool ValidKey(const std::string& k) {
   return true;
 }
 
-void ParseSet(const YAML::Node& n, SweepSpec* spec, Errors* errors) {
+void ParseSet(const YAML::Node& n, SweepSpec* spec, SweepErrors* errors) {
   if (!n || n.IsNull()) return;
   if (!n.IsMap()) return errors->push_back("set: must be a mapping of dotted job keys to values");
   for (const auto& kv : n) {
@@ -54,14 +54,14 @@ void ParseSet(const YAML::Node& n, SweepSpec* spec, Errors* errors) {
 
 // Whether `key` (of axis `where`) is also under set:, which would mix two
 // sources for one key.
-void CheckNotInSet(const SweepSpec& spec, const std::string& key, const std::string& where, Errors* errors) {
+void CheckNotInSet(const SweepSpec& spec, const std::string& key, const std::string& where, SweepErrors* errors) {
   for (const std::string& o : spec.overrides)
     if (o.starts_with(key + "=")) errors->push_back(where + ": also under set:, which would hide it");
 }
 
 // An axis of named recipes: name -> mapping of dotted job keys (or empty).
 void ParseRecipes(const YAML::Node& n, const std::string& where, const SweepSpec& spec, SweepAxis* axis,
-                  Errors* errors) {
+                  SweepErrors* errors) {
   if (axis->key.find('.') != std::string::npos || axis->key == "job" || axis->key == "seed")
     errors->push_back(where + ": a recipe axis needs a label that is not a job key (recipe, say)");
   for (const auto& kv : n) {
@@ -91,7 +91,7 @@ void ParseRecipes(const YAML::Node& n, const std::string& where, const SweepSpec
   if (axis->values.empty()) errors->push_back(where + ": expected at least one recipe");
 }
 
-void ParseAxes(const YAML::Node& n, const std::string& base_dir, SweepSpec* spec, Errors* errors) {
+void ParseAxes(const YAML::Node& n, const std::string& base_dir, SweepSpec* spec, SweepErrors* errors) {
   if (!n || n.IsNull()) return;
   if (!n.IsMap()) return errors->push_back("axes: must be a mapping of job keys to lists of values");
   std::set<std::string> seen;
@@ -120,7 +120,7 @@ void ParseAxes(const YAML::Node& n, const std::string& base_dir, SweepSpec* spec
   }
 }
 
-void ParseTop(const YAML::Node& root, const std::string& base_dir, SweepSpec* spec, Errors* errors) {
+void ParseTop(const YAML::Node& root, const std::string& base_dir, SweepSpec* spec, SweepErrors* errors) {
   MapReader top(root, "", errors);
   top.Get("name", &spec->name);
   top.Get("job", &spec->job_file);
@@ -195,7 +195,7 @@ StatusOr<SweepSpec> ParseSweep(const std::string& yaml_text, const std::string& 
   }
   if (!root.IsMap()) return InvalidArgument(source_name + ": the sweep file must be a YAML mapping");
   SweepSpec spec;
-  Errors errors;
+  SweepErrors errors;
   ParseTop(root, base_dir, &spec, &errors);
   if (!errors.empty()) {
     std::string msg = source_name + ": " + std::to_string(errors.size()) + " problem(s) in the sweep file:";

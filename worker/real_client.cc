@@ -21,7 +21,7 @@
 namespace geodesic::worker {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // The client's samples (only its own, renumbered 0..m-1 in partition
 // order, so that its batches are the executor's) and its trainer.
@@ -71,9 +71,9 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
 // job has finished first.
 StatusOr<std::optional<wire::WorkerStatus>> FindGateway(cluster::StatusProbe& probe, const RealClientOptions& o,
                                                         const std::atomic<bool>* stop) {
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.join_timeout_s));
-  while (!stop->load() && Clock::now() < deadline) {
+  const auto deadline = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
+                                                 std::chrono::duration<double>(o.join_timeout_s));
+  while (!stop->load() && SteadyClock::now() < deadline) {
     if (auto r = probe.Poll()) {
       if (r->job_finished()) return std::optional<wire::WorkerStatus>();
       if (r->workers_size() > 0) {
@@ -109,11 +109,11 @@ class Session {
   // Hellos every second until a task comes; each task trained and
   // answered. Returns when the client should leave.
   Status Run(cluster::StatusProbe& probe, const std::atomic<bool>* stop, RealClientReport& report) {
-    const auto start = Clock::now();
+    const auto start = SteadyClock::now();
     auto last_reply = start;
     auto last_hello = start - std::chrono::hours(1);
     while (!stop->load()) {
-      const auto now = Clock::now();
+      const auto now = SteadyClock::now();
       if (o_.leave_after_s > 0 && now - start > std::chrono::duration<double>(o_.leave_after_s)) return Bye();
       if (now - last_hello > std::chrono::seconds(1)) {
         wire::Header h;
@@ -132,7 +132,7 @@ class Session {
         Status s = Handle(in->message, report);
         if (s.code() == Code::kCancelled) return report.job_finished = true, Status::Ok();  // the executor's bye
         GD_RETURN_IF_ERROR(s);
-        last_hello = Clock::now();  // a task answered: no hello needed for a while
+        last_hello = SteadyClock::now();  // a task answered: no hello needed for a while
         if (o_.max_tasks > 0 && report.tasks >= o_.max_tasks) return Bye();
       }
     }
