@@ -141,12 +141,16 @@ void DeclareWanOptions(CLI::App* cmd, BenchOptions& o) {
 }
 
 Command AddLinks(CLI::App* b) {
-  return AddBenchmark(b, "links", "configured vs probed RTT and Mbit/s of a job's emulated links", bench::RunLinksBench,
-                      [](CLI::App* cmd, BenchOptions& o) {
-                        cmd->add_flag("--json", o.json, "print JSON records");
-                        cmd->add_option("--job", o.job_file, "job file whose wan.links to emulate and probe")
-                            ->default_val("examples/three_regions.yaml");
-                      });
+  return AddBenchmark(
+      b, "links",
+      "configured vs probed RTT and Mbit/s of a job's emulated links, and the emulator's CPU per MB "
+      "relayed, per message and per idle connection",
+      bench::RunLinksBench, [](CLI::App* cmd, BenchOptions& o) {
+        cmd->add_flag("--json", o.json, "print JSON records");
+        cmd->add_option("--job", o.job_file, "job file whose wan.links to emulate and probe")
+            ->default_val("examples/three_regions.yaml");
+        cmd->add_option("--seconds", o.seconds, "how long the idle connections are measured")->default_val(3.0);
+      });
 }
 
 void DeclareFailoverOptions(CLI::App* cmd, BenchOptions& o) {

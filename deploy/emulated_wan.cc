@@ -61,6 +61,22 @@ json LinkTraffic(const std::map<std::pair<std::string, std::string>, int>& links
   return out;
 }
 
+json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::EmulatorLoad& now, double seconds) {
+  const double cpu = now.cpu_seconds - at.cpu_seconds;
+  const double mb = static_cast<double>(now.bytes_relayed - at.bytes_relayed) / 1e6;
+  return {{"kind", "proxy"},
+          {"seconds", seconds},
+          {"cpu_seconds", cpu},
+          {"cores", seconds > 0 ? json(cpu / seconds) : json()},
+          {"mb_relayed", mb},
+          {"cpu_ms_per_mb", mb > 0 ? json(1e3 * cpu / mb) : json()},
+          {"connections", now.connections - at.connections},
+          {"reads", now.reads - at.reads},
+          {"writes", now.writes - at.writes},
+          {"timer_wakeups", now.timer_wakeups - at.timer_wakeups},
+          {"probes", {{"cpu_seconds", at.cpu_seconds}, {"mb_relayed", static_cast<double>(at.bytes_relayed) / 1e6}}}};
+}
+
 namespace {
 
 std::pair<std::string, int> SplitEndpoint(const std::string& endpoint) {
@@ -156,12 +172,21 @@ StatusOr<json> EmulatedWan::Probe() {
       server.second = std::make_unique<wan::ProbeServer>();
       GD_ASSIGN_OR_RETURN(server.first, server.second->Start(to->host, 0));
     }
-    GD_ASSIGN_OR_RETURN(int link, LinkBetween(l.from, l.to));
-    auto dir = links_.count({l.from, l.to}) ? wan::LinkDirection::kForward : wan::LinkDirection::kBack;
-    GD_ASSIGN_OR_RETURN(int port, emulator_->AddRoute(link, from->host, 0, to->host, server.first, dir));
+    GD_ASSIGN_OR_RETURN(int port, AddRouteTo(l.from, l.to, server.first));
     out.push_back(LinkProbeRecord(job_, l, wan::ProbeLink(from->host, port, LinkProbeOptions(l))));
   }
+  after_probes_ = emulator_->Load();
+  after_probes_at_ = std::chrono::steady_clock::now();
   return out;
+}
+
+StatusOr<int> EmulatedWan::AddRouteTo(const std::string& from, const std::string& to, int port) {
+  const RegionSpec* f = job_.FindRegion(from);
+  const RegionSpec* t = job_.FindRegion(to);
+  if (!f || !t) return NotFound("no region " + (f ? to : from));
+  GD_ASSIGN_OR_RETURN(int link, LinkBetween(from, to));
+  auto dir = links_.count({from, to}) ? wan::LinkDirection::kForward : wan::LinkDirection::kBack;
+  return emulator_->AddRoute(link, f->host, 0, t->host, port, dir);
 }
 
 wan::ProbeOptions LinkProbeOptions(const LinkSpec& l) {
@@ -199,5 +224,10 @@ Status EmulatedWan::Heal(const std::string& a, const std::string& b) {
 }
 
 json EmulatedWan::Traffic() const { return LinkTraffic(links_, *emulator_); }
+
+json EmulatedWan::Cost() const {
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - after_probes_at_).count();
+  return EmulatorCostRecord(after_probes_, emulator_->Load(), seconds);
+}
 
 }  // namespace geodesic::deploy

@@ -11,6 +11,7 @@
 // thread.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,6 +33,13 @@ nlohmann::json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const Stat
 
 // The shape of one declared link direction (none: unshaped).
 wan::LinkShape ShapeOf(const LinkSpec* l);
+
+// The summary's `emulator` record: what emulating the links cost in the
+// `seconds` from `at` (after the start-up probes) to `now`: {kind: "proxy",
+// seconds, cpu_seconds (the emulator's I/O thread), cores (cpu_seconds /
+// seconds), mb_relayed, cpu_ms_per_mb, connections, reads, writes,
+// timer_wakeups, probes: {cpu_seconds, mb_relayed}} (probes: up to `at`).
+nlohmann::json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::EmulatorLoad& now, double seconds);
 
 // Bytes each direction of each link of `emulator` delivered so far:
 // [{from, to, bytes, cut}], for `links` (unordered region pair, in job
@@ -80,12 +88,22 @@ class EmulatedWan {
   // probed_*}.
   StatusOr<nlohmann::json> Probe();
 
+  // A route from region `from` over their link to `port` on region `to`'s
+  // host (a probe server, a benchmark's sink): the port to connect to on
+  // from's host. NotFound when no link joins them.
+  StatusOr<int> AddRouteTo(const std::string& from, const std::string& to, int port);
+  // What the emulator has done and cost since it started.
+  wan::EmulatorLoad Load() const { return emulator_->Load(); }
+
   // Partitions (or reconnects) two regions, both directions.
   Status Cut(const std::string& a, const std::string& b);
   Status Heal(const std::string& a, const std::string& b);
 
   // Bytes each direction of each link delivered so far: {from, to, bytes}.
   nlohmann::json Traffic() const;
+
+  // What the emulator has cost since the probes (EmulatorCostRecord).
+  nlohmann::json Cost() const;
 
   ~EmulatedWan();
 
@@ -99,6 +117,8 @@ class EmulatedWan {
   JobSpec job_;
   std::vector<PortHold> held_;  // the fixed ports, held for the job's life
   std::unique_ptr<wan::LinkEmulator> emulator_;
+  wan::EmulatorLoad after_probes_;  // the emulator's load when Probe() ended...
+  std::chrono::steady_clock::time_point after_probes_at_ = std::chrono::steady_clock::now();  // ... and when
   std::string coordinator_endpoint_;
   std::vector<std::string> server_endpoints_, backup_endpoints_;
   // Unordered region pair (in job order) -> emulator link id.

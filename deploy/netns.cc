@@ -49,6 +49,30 @@ std::string Trim(std::string s) {
   return s;
 }
 
+// CPU seconds (user + system, every thread) of the process whose pid is in
+// `pid_file`.
+StatusOr<double> ProcessCpuSeconds(const std::string& pid_file) {
+  GD_ASSIGN_OR_RETURN(std::string pid, ReadFile(pid_file));
+  const std::string stat_file = "/proc/" + Trim(pid) + "/stat";
+  GD_ASSIGN_OR_RETURN(std::string stat, ReadFile(stat_file));
+  // Fields after the command's closing parenthesis: state (3), ..., utime (14), stime (15).
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && in >> field; ++i) {
+    if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+    if (i == 15) stime = std::strtod(field.c_str(), nullptr);
+  }
+  if (!in) return DataLoss(stat_file + ": too few fields");
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double TrafficMb(const nlohmann::json& traffic) {
+  double bytes = 0;
+  for (const auto& t : traffic) bytes += t["bytes"].get<double>();
+  return bytes / 1e6;
+}
+
 // netns.sh's steps are quick (tens of ms each); a stuck one is a bug.
 constexpr auto kScriptTimeout = std::chrono::seconds(120);
 
@@ -114,6 +138,7 @@ Status NetnsWan::Script(const std::vector<std::string>& args) const {
   // This process owns what `up` builds: if it dies without `down`, the next
   // `up` finds the owner gone and takes the leftovers down (netns.sh).
   argv.push_back("GD_NETNS_OWNER=" + std::to_string(::getpid()));
+  argv.push_back("GD_NETNS_STATE=" + options_.state_dir);
   argv.push_back(FindProgram("bash"));
   if (argv.back().empty()) return FailedPrecondition("bash not found");
   argv.push_back(options_.script);
@@ -177,7 +202,7 @@ auto InNamespace(const std::string& region, Fn fn) -> decltype(fn()) {
 
 }  // namespace
 
-StatusOr<nlohmann::json> NetnsWan::Probe() const {
+StatusOr<nlohmann::json> NetnsWan::Probe() {
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, std::pair<int, std::unique_ptr<wan::ProbeServer>>> servers;  // region -> port, server
   for (const LinkSpec& l : job_.wan.links) {
@@ -193,7 +218,31 @@ StatusOr<nlohmann::json> NetnsWan::Probe() const {
     });
     out.push_back(LinkProbeRecord(job_, l, m));
   }
+  if (auto cpu = ProcessCpuSeconds(options_.state_dir + "/delay.pid"); cpu.ok()) probes_cpu_seconds_ = *cpu;
+  if (auto traffic = Traffic(); traffic.ok()) probes_mb_ = TrafficMb(*traffic);
+  probes_at_ = std::chrono::steady_clock::now();
   return out;
+}
+
+StatusOr<nlohmann::json> NetnsWan::Cost() const {
+  GD_ASSIGN_OR_RETURN(nlohmann::json traffic, Traffic());
+  const double mb = TrafficMb(traffic) - probes_mb_;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - probes_at_).count();
+  nlohmann::json cost = {{"kind", "netns"},
+                         {"seconds", seconds},
+                         {"mb_relayed", mb},
+                         {"probes", {{"cpu_seconds", probes_cpu_seconds_}, {"mb_relayed", probes_mb_}}}};
+  // No delayer runs when no link has a delay.
+  auto cpu_now = ProcessCpuSeconds(options_.state_dir + "/delay.pid");
+  if (!cpu_now.ok()) {
+    cost["cpu_error"] = cpu_now.status().message();
+    return cost;
+  }
+  const double cpu = *cpu_now - probes_cpu_seconds_;
+  cost["cpu_seconds"] = cpu;
+  cost["cores"] = seconds > 0 ? nlohmann::json(cpu / seconds) : nlohmann::json();
+  cost["cpu_ms_per_mb"] = mb > 0 ? nlohmann::json(1e3 * cpu / mb) : nlohmann::json();
+  return cost;
 }
 
 StatusOr<nlohmann::json> NetnsWan::Traffic() const {

@@ -11,6 +11,7 @@
 // another is up. Not synchronized; used by one thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,6 +28,9 @@ struct NetnsOptions {
   std::string script;
   // The NFQUEUE delayer; default: the one this build made (if it did).
   std::string delayer;
+  // netns.sh's state (GD_NETNS_STATE): the conf, the owner and the delayer's
+  // pid and log.
+  std::string state_dir = "/run/geodesic-netns";
 };
 
 // The links file netns.sh reads, for a job's regions and wan.links.
@@ -58,11 +62,19 @@ class NetnsWan {
   // Measures RTT and throughput of every declared link through the router
   // (while nothing else uses it): a probe server listens in each region's
   // namespace and the probe runs from the other's, as EmulatedWan::Probe.
-  StatusOr<nlohmann::json> Probe() const;
+  // Also notes the delayer's CPU and the bytes forwarded so far, for Cost().
+  StatusOr<nlohmann::json> Probe();
 
   // Bytes the router forwarded per declared link direction since Up (after
   // loss), as EmulatedWan::Traffic: [{from, to, bytes}, ...].
   StatusOr<nlohmann::json> Traffic() const;
+
+  // The summary's `emulator` record since the probes: {kind: "netns",
+  // seconds, cpu_seconds (the NFQUEUE delayer's process; the kernel's
+  // forwarding, HTB and iptables work is not counted), cores, mb_relayed
+  // (router counters, IP bytes), cpu_ms_per_mb, probes: {cpu_seconds,
+  // mb_relayed}}.
+  StatusOr<nlohmann::json> Cost() const;
 
   // Removes the topology (idempotent); the destructor calls it.
   Status Down();
@@ -78,6 +90,8 @@ class NetnsWan {
   std::string ip_;       // absolute path of `ip`
   std::string run_dir_;  // netns.sh's logs go to its logs/
   bool up_ = false;
+  double probes_cpu_seconds_ = 0, probes_mb_ = 0;  // the delayer's CPU and bytes forwarded when Probe() ended...
+  std::chrono::steady_clock::time_point probes_at_ = std::chrono::steady_clock::now();  // ... and when
 };
 
 }  // namespace geodesic::deploy

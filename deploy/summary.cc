@@ -338,6 +338,17 @@ json EmulatedLinks(const RunRecord& run, double wall) {
   return links;
 }
 
+// What emulating the links cost (EmulatedWan::Cost, NetnsWan::Cost); null
+// for links emulated outside the launcher (a compose deployment's router).
+json EmulatorCost(const RunRecord& run) {
+  if (run.wan) return run.wan->Cost();
+  if (!run.netns) return json();
+  auto cost = run.netns->Cost();
+  if (cost.ok()) return *cost;
+  GD_LOG(WARNING) << "emulator cost: " << cost.status();
+  return json();
+}
+
 // The accuracy curve on the job's one clock (RunRecord::span): worker 0
 // times its snapshots from its own start, and the evaluator adds each
 // snapshot's Unix time, which this rebases. Also the first time at target.
@@ -531,6 +542,7 @@ json BuildSummary(const RunRecord& run) {
   if (run.wan || run.netns || run.link_traffic) {
     summary["links"] = EmulatedLinks(run, wall);
     summary["link_events"] = run.faults.link_events();
+    summary["emulator"] = EmulatorCost(run);
   }
   return summary;
 }

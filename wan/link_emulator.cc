@@ -1,9 +1,12 @@
 #include "wan/link_emulator.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <array>
 #include <asio.hpp>
+#include <atomic>
 #include <chrono>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -36,6 +39,12 @@ SteadyClock::duration Ms(double ms) {
 }
 
 double BytesPerSecond(const LinkShape& shape) { return shape.bandwidth_mbit * 1e6 / 8; }
+
+double ClockSeconds(clockid_t clock) {
+  timespec t{};
+  if (::clock_gettime(clock, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 struct Link {
   std::string name;
@@ -138,6 +147,8 @@ class LinkEmulator::Impl {
       ++r->link->counters.connections;
     }
     connections[c->id] = c;
+    connections_accepted.fetch_add(1, std::memory_order_relaxed);
+    open_connections.store(connections.size(), std::memory_order_relaxed);
     if (r->target_name.empty()) {
       Connect(c, r);
       return;
@@ -184,6 +195,7 @@ class LinkEmulator::Impl {
       Pipe& pipe = c->pipes[p];
       pipe.reading = false;
       if (c->closed) return;
+      reads.fetch_add(1, std::memory_order_relaxed);
       Chunk chunk;
       chunk.read_at = SteadyClock::now();
       if (ec) {
@@ -225,6 +237,7 @@ class LinkEmulator::Impl {
           ++pipe.writing;
         }
         if (pipe.writing > 0) {
+          writes.fetch_add(1, std::memory_order_relaxed);
           asio::async_write(*pipe.sink, buffers,
                             [this, c, p, bytes](std::error_code ec, size_t) { OnWritten(c, p, bytes, ec); });
         } else if (pipe.queue.front().arrive_at > now) {
@@ -244,6 +257,7 @@ class LinkEmulator::Impl {
     pipe.timer.expires_at(next);
     pipe.timer.async_wait([this, c, p](std::error_code ec) {
       if (ec || c->closed) return;  // aborted: re-armed or closed
+      timer_wakeups.fetch_add(1, std::memory_order_relaxed);
       c->pipes[p].timer_armed = false;
       Pump(c, p);
     });
@@ -289,6 +303,7 @@ class LinkEmulator::Impl {
       std::lock_guard<std::mutex> lock(mu);
       (pipe.dir == 0 ? c->link->counters.bytes_forward : c->link->counters.bytes_back) += bytes;
     }
+    bytes_relayed.fetch_add(bytes, std::memory_order_relaxed);
     pipe.queue.erase(pipe.queue.begin(), pipe.queue.begin() + static_cast<std::ptrdiff_t>(pipe.writing));
     pipe.admitted -= pipe.writing;
     pipe.writing = 0;
@@ -318,6 +333,7 @@ class LinkEmulator::Impl {
     c->target.close(ignored);
     for (Pipe& pipe : c->pipes) pipe.timer.cancel();
     connections.erase(c->id);
+    open_connections.store(connections.size(), std::memory_order_relaxed);
   }
 
   void CloseAll() {
@@ -349,16 +365,38 @@ class LinkEmulator::Impl {
     }
   }
 
-  // Any thread.
+  // The I/O thread's body; it leaves its CPU time behind for Load().
   void RunIo() {
+    ::pthread_setname_np(::pthread_self(), "gd-link-emu");
     for (;;) {
       try {
         io.run();
-        return;
+        break;
       } catch (const std::exception& e) {
         GD_LOG(ERROR) << "link emulator I/O thread: " << e.what();
       }
     }
+    std::lock_guard<std::mutex> lock(mu);
+    final_cpu_seconds = ClockSeconds(CLOCK_THREAD_CPUTIME_ID);
+    io_running = false;
+  }
+
+  // Any thread.
+  EmulatorLoad Load() const {
+    EmulatorLoad load;
+    {
+      // Under mu, the I/O thread has not passed the end of RunIo, so its
+      // clock is still its own.
+      std::lock_guard<std::mutex> lock(mu);
+      load.cpu_seconds = io_running ? ClockSeconds(cpu_clock) : final_cpu_seconds;
+    }
+    load.bytes_relayed = bytes_relayed.load(std::memory_order_relaxed);
+    load.connections = connections_accepted.load(std::memory_order_relaxed);
+    load.open_connections = open_connections.load(std::memory_order_relaxed);
+    load.reads = reads.load(std::memory_order_relaxed);
+    load.writes = writes.load(std::memory_order_relaxed);
+    load.timer_wakeups = timer_wakeups.load(std::memory_order_relaxed);
+    return load;
   }
 
   Link* LinkAt(int link) const {
@@ -388,6 +426,13 @@ class LinkEmulator::Impl {
   std::vector<std::unique_ptr<Route>> routes;  // guarded by mu (the vector; a Route belongs to the I/O thread)
   bool started = false;                        // guarded by mu
   bool stopped = false;                        // guarded by mu
+  bool io_running = false;                     // guarded by mu: the I/O thread runs, cpu_clock is its clock
+  clockid_t cpu_clock{};                       // guarded by mu
+  double final_cpu_seconds = 0;                // guarded by mu: the I/O thread's CPU time when it ended
+
+  // Written on the I/O thread, read by Load() anywhere.
+  std::atomic<uint64_t> bytes_relayed{0}, connections_accepted{0}, open_connections{0}, reads{0}, writes{0},
+      timer_wakeups{0};
 
   // I/O thread only.
   std::mt19937_64 rng;
@@ -459,6 +504,8 @@ Status LinkEmulator::Start() {
   impl_->started = true;
   impl_->work.emplace(impl_->io.get_executor());
   impl_->thread = std::thread([impl = impl_.get()] { impl->RunIo(); });
+  // The thread cannot end before Stop, and it takes mu (held here) to end.
+  impl_->io_running = ::pthread_getcpuclockid(impl_->thread.native_handle(), &impl_->cpu_clock) == 0;
   return Status::Ok();
 }
 
@@ -504,5 +551,7 @@ LinkCounters LinkEmulator::Counters(int link) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->LinkAt(link)->counters;
 }
+
+EmulatorLoad LinkEmulator::Load() const { return impl_->Load(); }
 
 }  // namespace geodesic::wan

@@ -23,9 +23,14 @@
 // The TCP handshake itself is not delayed, and packet loss is not emulated
 // (TCP would hide it from a proxy anyway).
 //
-// Threading: one Asio io_context run by one thread owns every socket and
-// timer; the public methods are thread-safe (link state sits behind a
-// mutex; Heal and Stop post work to the I/O thread).
+// Threading: one Asio io_context run by one thread ("gd-link-emu") owns
+// every socket and timer; the public methods are thread-safe (link state
+// sits behind a mutex; Heal and Stop post work to the I/O thread).
+//
+// Cost: Load() says what the emulator itself has used, its I/O thread's CPU
+// time against the bytes it relayed, so a run can tell the emulation's CPU
+// from the job's (`geodesic bench links` measures it per MB and per idle
+// connection; docs/wan.md).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +52,17 @@ struct LinkCounters {
   uint64_t bytes_back = 0;     // bytes delivered B -> A
   uint64_t connections = 0;    // connections accepted on routes of this link
   bool cut = false;
+};
+
+// What the emulator has done and cost since Start (all links).
+struct EmulatorLoad {
+  double cpu_seconds = 0;      // the I/O thread's CPU time, user + system
+  uint64_t bytes_relayed = 0;  // bytes delivered to sinks, every link and direction
+  uint64_t connections = 0;    // accepted on every route
+  uint64_t open_connections = 0;
+  uint64_t reads = 0;          // completed reads from sources
+  uint64_t writes = 0;         // writes to sinks
+  uint64_t timer_wakeups = 0;  // timer handlers that ran to deliver or admit bytes
 };
 
 // Which direction of a link a route's client -> target bytes take.
@@ -98,6 +114,8 @@ class LinkEmulator {
   // Takes effect for bytes serialized from now on.
   void SetShape(int link, LinkShape forward, LinkShape back);
   LinkCounters Counters(int link) const;
+  // Any time, from any thread; after Stop, the totals at the end.
+  EmulatorLoad Load() const;
 
  private:
   class Impl;

@@ -290,6 +290,17 @@ TEST(NetnsLinks, MatchDeclaredMatrixAndCutsDropUntilHealed) {
     EXPECT_GT(p["probed_mbit"].get<double>(), 0) << p.dump();
   }
 
+  // The summary's `emulator` record: the delayer's CPU (it delayed every
+  // packet of the transfers above) and the bytes forwarded, up to the
+  // probes' end and since.
+  auto cost = (*wan)->Cost();
+  ASSERT_TRUE(cost.ok()) << cost.status().ToString();
+  EXPECT_EQ((*cost)["kind"], "netns");
+  EXPECT_GT((*cost)["probes"]["cpu_seconds"].get<double>(), 0) << cost->dump();
+  EXPECT_GT((*cost)["probes"]["mb_relayed"].get<double>(), 6.0) << cost->dump();
+  EXPECT_GE((*cost)["cpu_seconds"].get<double>(), 0) << cost->dump();
+  EXPECT_GE((*cost)["mb_relayed"].get<double>(), 0) << cost->dump();
+
   // The router counted each direction's bulk transfer (what the launcher
   // reports as bytes per link).
   auto traffic = (*wan)->Traffic();

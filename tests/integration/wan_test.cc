@@ -68,6 +68,21 @@ TEST(WanLaunchTest, TrafficCrossesEmulatedLinksAndCutsStallThenHeal) {
     EXPECT_GT(l["probed_mbit"].get<double>(), 20) << l.dump();
     EXPECT_LT(l["probed_mbit"].get<double>(), 44) << l.dump();
   }
+  // What the emulator cost, after its probes: its I/O thread's CPU against
+  // the job's bytes it relayed (about 8 MB per direction, less the probes').
+  ASSERT_TRUE(s["emulator"].is_object()) << s.dump(2);
+  const auto& emu = s["emulator"];
+  EXPECT_EQ(emu["kind"], "proxy");
+  EXPECT_GT(emu["mb_relayed"].get<double>(), 6 * 3.0) << emu.dump();
+  EXPECT_GT(emu["cpu_seconds"].get<double>(), 0) << emu.dump();
+  EXPECT_GT(emu["cpu_ms_per_mb"].get<double>(), 0) << emu.dump();
+  EXPECT_NEAR(emu["cpu_ms_per_mb"].get<double>(),
+              1e3 * emu["cpu_seconds"].get<double>() / emu["mb_relayed"].get<double>(), 1e-6)
+      << emu.dump();
+  EXPECT_GT(emu["seconds"].get<double>(), s["wall_seconds"].get<double>()) << "from the probes' end to the summary";
+  EXPECT_GT(emu["probes"]["mb_relayed"].get<double>(), 6 * 0.25) << "each probe sends at least 256 KiB";
+  EXPECT_GT(emu["writes"].get<uint64_t>(), 0u) << emu.dump();
+  EXPECT_GE(emu["connections"].get<uint64_t>(), 6u) << emu.dump();
   // Both partitions were applied and healed, in order.
   std::vector<std::string> events;
   for (const auto& e : s["link_events"])

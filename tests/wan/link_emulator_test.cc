@@ -448,6 +448,41 @@ TEST(LinkEmulatorTest, LeavesNoSocketsOrThreadsBehind) {
   EXPECT_EQ(count("/proc/self/task"), threads);
 }
 
+TEST(LinkEmulatorTest, LoadCountsWhatItRelayedAndItsOwnCpuAndKeepsThemAfterStop) {
+  LinkEmulator emu;
+  EXPECT_EQ(emu.Load().cpu_seconds, 0) << "not started yet";
+  const int link = emu.AddLink("a-b", Shape(2, 0), Shape(2, 0));
+  ASSERT_TRUE(emu.Start().ok());
+  Pipe p = Open(emu, link);
+  ASSERT_GE(p.server.get(), 0);
+  constexpr size_t kBytes = 8 << 20;
+  const std::vector<uint8_t> data = RandomBytes(kBytes, 5);
+  std::thread sender([&] { SendAll(p.client.get(), data.data(), data.size()); });
+  std::vector<uint8_t> got(kBytes);
+  const size_t n = RecvFor(p.server.get(), got.data(), got.size(), 10000);
+  sender.join();
+  ASSERT_EQ(n, kBytes);
+  // The write completes in the kernel a moment before the I/O thread counts it.
+  EmulatorLoad load = emu.Load();
+  for (int i = 0; i < 100 && load.bytes_relayed < kBytes; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    load = emu.Load();
+  }
+  EXPECT_EQ(load.bytes_relayed, kBytes);
+  EXPECT_EQ(load.connections, 1u);
+  EXPECT_EQ(load.open_connections, 1u);
+  EXPECT_GT(load.reads, 0u);
+  EXPECT_GT(load.writes, 0u);
+  EXPECT_GT(load.cpu_seconds, 0) << "relaying 8 MB cost its thread no CPU time?";
+  // Only the I/O thread's time: far less than this process's, which also sent and received every byte.
+  EXPECT_LE(load.cpu_seconds, CpuSeconds());
+  emu.Stop();
+  const EmulatorLoad after = emu.Load();
+  EXPECT_GE(after.cpu_seconds, load.cpu_seconds) << "the totals must survive Stop";
+  EXPECT_EQ(after.bytes_relayed, kBytes);
+  EXPECT_EQ(after.open_connections, 0u);
+}
+
 TEST_F(LinkEmulatorOneLinkTest, BackpressureBoundsWhatOneConnectionQueues) {
   ASSERT_TRUE(StartLink(Shape(10, 1)));
   Pipe p = Open(emu_, link_);
