@@ -52,6 +52,17 @@ int FreeBase(int count) {
   return -1;
 }
 
+// /healthz of a process a host script starts: until it answers, or 60 s
+// (starting LibTorch processes on a loaded 2-core machine took over the
+// 10 s this once waited).
+StatusOr<transport::HttpResponse> WaitForHealthz(const std::string& at) {
+  StatusOr<transport::HttpResponse> r = Unavailable("not asked");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!(r = transport::HttpGet(at, "/healthz", 1)).ok() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return r;
+}
+
 TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher) {
   TempDir dir;
   const int base = FreeBase(20);
@@ -91,9 +102,7 @@ TEST(HostsDeployTest, RenderedScriptsTrainASecuredJobOnTwoHostsWithoutALauncher)
   // (process 0) on 127.0.0.2, server-1 (process 2) on 127.0.0.3.
   for (const auto& [at, who] : {std::pair{"127.0.0.2:" + std::to_string(base + 10), "coordinator"},
                                 std::pair{"127.0.0.3:" + std::to_string(base + 12), "server-1"}}) {
-    StatusOr<transport::HttpResponse> r = Unavailable("not asked");
-    for (int i = 0; i < 100 && !(r = transport::HttpGet(at, "/healthz", 1)).ok(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    StatusOr<transport::HttpResponse> r = WaitForHealthz(at);
     EXPECT_TRUE(r.ok() && r->status == 200) << who << " at " << at << ": " << r.status();
   }
   const int us_code = us.Wait(150), eu_code = eu.Wait(30);
@@ -180,9 +189,7 @@ TEST(HostsDeployTest, ATerminatedScriptStopsItsProcesses) {
   ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
   Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
   const std::string at = "127.0.0.2:" + std::to_string(base + 10);
-  StatusOr<transport::HttpResponse> r = Unavailable("not asked");
-  for (int i = 0; i < 100 && !(r = transport::HttpGet(at, "/healthz", 1)).ok(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  StatusOr<transport::HttpResponse> r = WaitForHealthz(at);
   ASSERT_TRUE(r.ok()) << r.status() << "\n" << testing::ReadText(dir / "us.log");
   us.Signal(SIGTERM);
   EXPECT_EQ(us.Wait(30), 130) << testing::ReadText(dir / "us.log");

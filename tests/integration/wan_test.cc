@@ -41,6 +41,12 @@ TEST(WanLaunchTest, TrafficCrossesEmulatedLinksAndCutsStallThenHeal) {
                           dir / "launch.log");
   // A second partition from outside, through `geodesic wan`, once training runs.
   ASSERT_TRUE(testing::WaitForFile(dir / "run/pids.json", 60)) << testing::ReadText(dir / "launch.log");
+  // A request still being written (the name WriteFileAtomic gives it before
+  // its rename) is left alone: the launcher took and deleted one once, and
+  // `geodesic wan heal` failed to rename it.
+  std::filesystem::create_directories(dir / "run/wan-control");
+  const auto unfinished = dir / "run/wan-control/0-1.tmp.1";
+  testing::WriteText(unfinished, "cut b c\n");
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto cut = RunGeodesic({"wan", "cut", dir / "run", "a", "b"}, 30);
   ASSERT_EQ(cut.exit_code, 0) << cut.output;
@@ -83,6 +89,7 @@ TEST(WanLaunchTest, TrafficCrossesEmulatedLinksAndCutsStallThenHeal) {
   EXPECT_GT(emu["probes"]["mb_relayed"].get<double>(), 6 * 0.25) << "each probe sends at least 256 KiB";
   EXPECT_GT(emu["writes"].get<uint64_t>(), 0u) << emu.dump();
   EXPECT_GE(emu["connections"].get<uint64_t>(), 6u) << emu.dump();
+  EXPECT_TRUE(std::filesystem::exists(unfinished)) << "a request being written was taken";
   // Both partitions were applied and healed, in order.
   std::vector<std::string> events;
   for (const auto& e : s["link_events"])
@@ -92,6 +99,7 @@ TEST(WanLaunchTest, TrafficCrossesEmulatedLinksAndCutsStallThenHeal) {
   EXPECT_NE(std::find(events.begin(), events.end(), "heal ac --cut"), events.end()) << s["link_events"].dump();
   EXPECT_NE(std::find(events.begin(), events.end(), "cut ab geodesic wan"), events.end()) << s["link_events"].dump();
   EXPECT_NE(std::find(events.begin(), events.end(), "heal ba geodesic wan"), events.end()) << s["link_events"].dump();
+  EXPECT_EQ(std::find(events.begin(), events.end(), "cut bc geodesic wan"), events.end()) << s["link_events"].dump();
   double cut_at = -1, heal_at = -1;
   for (const auto& e : s["link_events"]) {
     if (e["by"] != "--cut") continue;
