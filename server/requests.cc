@@ -207,11 +207,11 @@ Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire:
   const int64_t from = bounded ? slowest + t.bound() : std::max(slowest, t.ClockOf(worker));
   if (clock - from <= kPushWindow) return Status::Ok();
   *reason = wire::REFUSAL_BAD_CLOCK;
-  return OutOfRange("clock " + std::to_string(clock) + " is beyond the live window (" +
-                    (bounded ? "live workers at clock " + std::to_string(slowest) + ", staleness bound " +
-                                   std::to_string(t.bound())
-                             : "worker " + std::to_string(worker) + " at clock " + std::to_string(from)) +
-                    ", at most " + std::to_string(kPushWindow) + " clocks ahead)");
+  return OutOfRange(
+      "clock " + std::to_string(clock) + " is beyond the live window (" +
+      (bounded ? "live workers at clock " + std::to_string(slowest) + ", staleness bound " + std::to_string(t.bound())
+               : "worker " + std::to_string(worker) + " at clock " + std::to_string(from)) +
+      ", at most " + std::to_string(kPushWindow) + " clocks ahead)");
 }
 
 Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
