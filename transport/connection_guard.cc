@@ -189,17 +189,14 @@ ConnectionLimiter::Admission ConnectionLimiter::Accepted(int fd, const std::stri
 
 namespace {
 
-// The peer's address of a connected socket ("" if it has none: the
-// descriptor is no longer a connection).
-std::string PeerAddress(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+// An address as text: IPv4 (also an IPv4-mapped IPv6 one) or IPv6; "" for
+// another family.
+std::string AddressText(const sockaddr_storage& ss) {
   char text[INET6_ADDRSTRLEN] = "";
   if (ss.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof(text));
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr, text, sizeof(text));
   } else if (ss.ss_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
+    const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr;
     if (IN6_IS_ADDR_V4MAPPED(&a))
       ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof(text));
     else
@@ -208,22 +205,21 @@ std::string PeerAddress(int fd) {
   return text;
 }
 
+// The peer's address of a connected socket ("" if it has none: the
+// descriptor is no longer a connection).
+std::string PeerAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  return AddressText(ss);
+}
+
 // The address `fd` is bound to ("" if none), as PeerAddress writes it.
 std::string LocalAddress(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof(ss);
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = "";
-  if (ss.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, text, sizeof(text));
-  } else if (ss.ss_family == AF_INET6) {
-    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr;
-    if (IN6_IS_ADDR_V4MAPPED(&a))
-      ::inet_ntop(AF_INET, &a.s6_addr[12], text, sizeof(text));
-    else
-      ::inet_ntop(AF_INET6, &a, text, sizeof(text));
-  }
-  return text;
+  return AddressText(ss);
 }
 
 // The local port of `fd`, -1 if it has none.
@@ -398,7 +394,6 @@ void ConnectionGuard::ApplyBlocks() {
   std::vector<uint32_t> v4;
   for (const std::string& b : blocked)
     if (in_addr a{}; ::inet_pton(AF_INET, b.c_str(), &a) == 1) v4.push_back(ntohl(a.s_addr));
-  blocked_ = static_cast<int>(v4.size());
   for (auto it = listeners_.begin(); it != listeners_.end();) {
     // A listener closed without our seeing it: its number is not ours now.
     if (!IsListener(it->second, it->first)) {
@@ -409,6 +404,9 @@ void ConnectionGuard::ApplyBlocks() {
       Log("cannot filter the listening socket on port " + std::to_string(it->first) + ": " + std::strerror(errno));
     ++it;
   }
+  // Counted once the listeners are filtered: whoever reads 0 finds no
+  // filter left (a test connected as the count fell and was dropped).
+  blocked_ = static_cast<int>(v4.size());
 }
 
 void ConnectionGuard::Evict(const ConnectionLimiter::Admission& a, const std::string& source,
