@@ -57,7 +57,6 @@ class Draws {
  public:
   explicit Draws(Source source) : s_(std::move(source)) {}
 
-  uint64_t Bits() { return s_(); }
   uint64_t Below(uint64_t n) { return s_() % n; }                                   // the modulo bias is below n / 2^64
   double Uniform() { return (static_cast<double>(s_() >> 11) + 0.5) * 0x1.0p-53; }  // in (0, 1)
   // Box-Muller: two standard normals from two uniforms.

@@ -49,8 +49,6 @@ class PullCompressor {
   StatusOr<SharedBytes> Encode(int worker, const CodecSpec& codec, uint32_t chunk, const ChunkValues& values, bool full,
                                wire::ChunkData* d);
 
-  // Drops a worker's copies (it left the job).
-  void Forget(int worker) { copies_.erase(worker); }
   // Drops every puller's copy of `chunk` (it moved to or from this shard):
   // the next pull of it gets full values and starts the copy over.
   void ForgetChunk(uint32_t chunk) {

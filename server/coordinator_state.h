@@ -191,9 +191,8 @@ class CoordinatorState {
     uint64_t map_version = 0;
   };
   const std::vector<ReplanRecord>& replans() const { return replans_; }
-  // The migration in progress: its id (0: none), barrier and stage.
+  // The migration in progress: its id (0: none) and stage.
   uint64_t migration_id() const { return migration_ ? migration_->record.id : 0; }
-  int64_t migration_barrier() const { return migration_ ? migration_->record.clock : -1; }
   bool migration_transferring() const { return migration_ && migration_->transfer; }
 
   // The state a restarted coordinator needs (proto/checkpoint.proto).

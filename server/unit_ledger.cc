@@ -53,13 +53,6 @@ const std::vector<int64_t>& UnitLedger::held(int worker) const {
   return it == held_.end() ? kNone : it->second;
 }
 
-std::map<int, int64_t> UnitLedger::HeldCounts() const {
-  std::map<int, int64_t> out;
-  for (const auto& [w, units] : held_)
-    if (!units.empty()) out[w] = static_cast<int64_t>(units.size());
-  return out;
-}
-
 wire::UnitsSnapshot UnitLedger::Save() const {
   wire::UnitsSnapshot s;
   s.set_total(total_);

@@ -39,8 +39,6 @@ class UnitLedger {
   int64_t reissued() const { return reissued_; }
   bool complete() const { return finished_count_ == total_; }
   bool IsFinished(int64_t unit) const { return unit >= 0 && unit < total_ && finished_[unit]; }
-  // Units held by some worker, and by whom (for "waiting for" reports).
-  std::map<int, int64_t> HeldCounts() const;
 
   wire::UnitsSnapshot Save() const;
   // Held units become returned ones (their workers ask again).
