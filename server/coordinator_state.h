@@ -10,6 +10,7 @@
 //
 // Its code is in parts: coordinator_state.cc (membership, leases, answers),
 // coordinator_admission.cc (secured jobs: tokens and keys),
+// coordinator_elastic.cc (an elastic job's data units and timeline),
 // coordinator_replan.cc (drift checks and migrations) and
 // coordinator_store.cc (snapshots for the state file). Not synchronized:
 // one thread (Coordinator::Run's) owns it.

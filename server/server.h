@@ -79,8 +79,6 @@ class Server {
   // `finished`: Run returned OK (transport::ProcessMetrics::Linger).
   void Linger(bool finished) const { metrics_.Linger(options_.http, finished); }
 
-  // Counters for tests and the stats file.
-
  private:
   // Start-up, in Run's order.
   Status Listen();
