@@ -12,8 +12,17 @@
 
 namespace geodesic {
 
+namespace {
+constexpr const char* kAtomicWriteTemporary = ".tmp.";
+}  // namespace
+
+bool IsAtomicWriteTemporary(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return path.find(kAtomicWriteTemporary, slash == std::string::npos ? 0 : slash) != std::string::npos;
+}
+
 Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable, int mode) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::string tmp = path + kAtomicWriteTemporary + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return Unavailable("cannot create " + tmp + ": " + std::strerror(errno));
   size_t off = 0;

@@ -15,6 +15,10 @@ namespace geodesic {
 // `mode` is the new file's permission bits (0600 for secrets: the file is
 // created with them, so no other user can open it in between).
 Status WriteFileAtomic(const std::string& path, const std::string& contents, bool durable = true, int mode = 0644);
+// Whether `path` names a file WriteFileAtomic is still writing (its
+// temporary, renamed to the final name when complete): readers of a
+// directory others write into skip these.
+bool IsAtomicWriteTemporary(const std::string& path);
 
 StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -177,10 +177,10 @@ void FaultInjector::ApplyLink(const std::string& action, const std::string& a, c
 void FaultInjector::ApplyRequests(const TrainingClock& clock, ProgressLine& progress) {
   std::error_code ec;
   std::vector<std::filesystem::path> requests;
-  // A name with ".tmp." is a request still being written (WriteFileAtomic
-  // renames it when complete): taking it made `geodesic wan` fail its rename.
+  // A request still being written is left for its writer: taking it made
+  // `geodesic wan` fail its rename.
   for (const auto& e : std::filesystem::directory_iterator(wan_control_dir_, ec))
-    if (e.path().filename().string().find(".tmp.") == std::string::npos) requests.push_back(e.path());
+    if (!IsAtomicWriteTemporary(e.path().string())) requests.push_back(e.path());
   std::sort(requests.begin(), requests.end());
   for (const auto& r : requests) {
     auto text = ReadFile(r.string());

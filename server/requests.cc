@@ -198,8 +198,7 @@ Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire:
   // From the highest minimum the live set has reached, not today's: a
   // worker that rejoins is seeded at the coordinator's view of the live
   // clock, which lags the others' pushes here by up to hundreds of clocks.
-  const int64_t now = t.MinClock();
-  const int64_t slowest = now == ClockTable::kNoWorkers ? t.Frontier() : std::max(now, t.Frontier());
+  const int64_t slowest = t.Frontier();
   if (slowest == ClockTable::kNoWorkers) return Status::Ok();  // no live set yet: nothing to measure from
   // Fully asynchronous: from the sender's own clock here, or the slowest
   // live worker's if that is later (a worker that rejoins at the live clock).
