@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <numeric>
 #include <random>
@@ -14,14 +15,22 @@ uint32_t BigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path) {
+// The first `limit` uncompressed bytes of `path` (all of them by default).
+// A read that stops at the limit does not reach the gzip trailer, so it
+// cannot tell a truncated file from a whole one; a full read does.
+StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path, size_t limit = SIZE_MAX) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) return NotFound("cannot open " + path);
   gzbuffer(f, 1 << 20);
   std::vector<uint8_t> out;
-  std::vector<uint8_t> buf(1 << 20);
+  std::vector<uint8_t> buf(std::min<size_t>(1 << 20, limit));
   while (true) {
-    int n = gzread(f, buf.data(), static_cast<unsigned>(buf.size()));
+    if (out.size() >= limit) {
+      gzclose(f);
+      return out;
+    }
+    const size_t want = std::min(buf.size(), limit - out.size());
+    int n = gzread(f, buf.data(), static_cast<unsigned>(want));
     if (n < 0) {
       int err = 0;
       std::string msg = gzerror(f, &err);
@@ -42,10 +51,9 @@ StatusOr<std::vector<uint8_t>> Gunzip(const std::string& path) {
   return out;
 }
 
-}  // namespace
-
-StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic, std::vector<uint32_t>* dims) {
-  GD_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, Gunzip(path));
+// The dimensions in `raw`'s IDX header and the data bytes they promise.
+StatusOr<uint64_t> ParseIdxHeader(const std::vector<uint8_t>& raw, const std::string& path, uint32_t magic,
+                                  std::vector<uint32_t>* dims) {
   if (raw.size() < 8) return DataLoss(path + ": too short for an IDX header");
   uint32_t got = BigEndian32(raw.data());
   if (got != magic) {
@@ -63,14 +71,35 @@ StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic
     dims->push_back(d);
     total *= d;
   }
-  size_t header = 4 + 4 * size_t{ndims};
+  return total;
+}
+
+}  // namespace
+
+StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic, std::vector<uint32_t>* dims,
+                                         int64_t max_items) {
+  const size_t header = 4 + 4 * size_t{magic & 0xff};
+  size_t limit = SIZE_MAX;
+  uint64_t keep = 0;
+  if (max_items > 0) {  // the header first, to know how many bytes the items take
+    GD_ASSIGN_OR_RETURN(std::vector<uint8_t> head, Gunzip(path, header));
+    GD_ASSIGN_OR_RETURN(uint64_t total, ParseIdxHeader(head, path, magic, dims));
+    keep = std::min<uint64_t>((*dims)[0], static_cast<uint64_t>(max_items));
+    limit = header + total / (*dims)[0] * keep;
+  }
+  GD_ASSIGN_OR_RETURN(std::vector<uint8_t> raw, Gunzip(path, limit));
+  GD_ASSIGN_OR_RETURN(uint64_t total, ParseIdxHeader(raw, path, magic, dims));
+  if (max_items > 0) {
+    total = total / (*dims)[0] * keep;
+    (*dims)[0] = static_cast<uint32_t>(keep);
+  }
   if (raw.size() - header != total)
     return DataLoss(path + ": IDX header promises " + std::to_string(total) + " bytes of data, file has " +
                     std::to_string(raw.size() - header));
   return std::vector<uint8_t>(raw.begin() + static_cast<std::ptrdiff_t>(header), raw.end());
 }
 
-StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split) {
+StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split, int64_t max_samples) {
   std::string prefix;
   if (split == "train")
     prefix = "train";
@@ -88,12 +117,12 @@ StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& s
   }
   ImageSet set;
   std::vector<uint32_t> dims;
-  GD_ASSIGN_OR_RETURN(set.pixels, ReadIdxGz(images_path, 0x00000803, &dims));
+  GD_ASSIGN_OR_RETURN(set.pixels, ReadIdxGz(images_path, 0x00000803, &dims, max_samples));
   if (dims.size() != 3) return DataLoss(images_path + ": expected 3 dimensions");
   set.count = dims[0];
   set.rows = static_cast<int>(dims[1]);
   set.cols = static_cast<int>(dims[2]);
-  GD_ASSIGN_OR_RETURN(set.labels, ReadIdxGz(labels_path, 0x00000801, &dims));
+  GD_ASSIGN_OR_RETURN(set.labels, ReadIdxGz(labels_path, 0x00000801, &dims, max_samples));
   if (dims.size() != 1 || dims[0] != set.count)
     return DataLoss(labels_path + ": " + std::to_string(dims.empty() ? 0 : dims[0]) + " labels for " +
                     std::to_string(set.count) + " images");
@@ -131,17 +160,32 @@ Status SetNormalization(const DataSpec& data, ImageSet* set) {
 
 }  // namespace
 
-StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split) {
+StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split, int64_t max_samples) {
   StatusOr<ImageSet> set = InvalidArgument("data.dataset: unknown");
   if (data.dataset == DatasetKind::kFashionMnist)
-    set = LoadFashionMnist(data.path, split);
+    set = LoadFashionMnist(data.path, split, max_samples);
   else if (data.dataset == DatasetKind::kCifar10)
-    set = LoadCifar10(data.path, split);
+    set = LoadCifar10(data.path, split, max_samples);
   else if (data.dataset == DatasetKind::kSafetensors)
     set = LoadSafetensors(data.path + "/" + split + ".safetensors");
   if (!set.ok()) return set.status().Annotate("data.path");
+  if (max_samples > 0) KeepHead(max_samples, &*set);
   GD_RETURN_IF_ERROR(SetNormalization(data, &*set));
   return set;
+}
+
+void KeepHead(int64_t n, ImageSet* set) {
+  if (n >= set->count) return;
+  const auto values = static_cast<size_t>(n * set->sample_size());
+  if (set->is_float())
+    set->values.resize(values);
+  else
+    set->pixels.resize(values);
+  set->labels.resize(static_cast<size_t>(n));
+  set->values.shrink_to_fit();
+  set->pixels.shrink_to_fit();
+  set->labels.shrink_to_fit();
+  set->count = n;
 }
 
 ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& indices) {

@@ -45,7 +45,13 @@ inline constexpr float kFashionStd = 0.3530f;
 // with its normalization: data.mean and data.std (one value per channel), or
 // Fashion-MNIST's and CIFAR-10's published values, or a safetensors file's
 // __metadata__ "mean" and "std", or 0 and 1. Errors name data.path.
-StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split);
+// max_samples > 0 keeps only the split's first max_samples samples; IDX and
+// CIFAR-10 files are read only as far as those go (the evaluator's
+// BatchNorm statistics want the head of the training set, not all of it).
+StatusOr<ImageSet> LoadDataset(const DataSpec& data, const std::string& split, int64_t max_samples = 0);
+
+// Drops every sample of `set` after the first n (none if it has n or fewer).
+void KeepHead(int64_t n, ImageSet* set);
 
 // The samples `indices` of `set`, in that order, with its shape, classes
 // and normalization.
@@ -55,8 +61,9 @@ ImageSet Subset(const ImageSet& set, const std::vector<int64_t>& indices);
 // job.TrainSamples() when the job counts training.epochs. Names the key.
 Status CheckTrainingSet(const JobSpec& job, const ImageSet& train);
 
-// Loads split "train" (60k) or "test" (10k) from `dir`.
-StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split);
+// Loads split "train" (60k) or "test" (10k) from `dir`; max_samples > 0:
+// only the first max_samples, decompressed no further than they go.
+StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& split, int64_t max_samples = 0);
 
 // The CIFAR-10 binary format ("CIFAR-10 binary version"): files of records
 // of one label byte (0..9) and 3 * 32 * 32 pixel bytes (red, green, blue
@@ -64,8 +71,9 @@ StatusOr<ImageSet> LoadFashionMnist(const std::string& dir, const std::string& s
 // data_batch_5.bin, "test" test_batch.bin, from `dir` or from
 // `dir`/cifar-10-batches-bin; a train split may have fewer batch files if
 // they are numbered from 1 without gaps. A file that is not whole records or
-// has a label above 9 is DataLoss naming it.
-StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split);
+// has a label above 9 is DataLoss naming it. max_samples > 0: the files
+// after the one that completes max_samples are not read.
+StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split, int64_t max_samples = 0);
 
 // A safetensors file (a little-endian u64 header length, a JSON header, raw
 // little-endian arrays; docs/datasets.md) holding "images" (U8 or F32, shape
@@ -76,8 +84,11 @@ StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split)
 StatusOr<ImageSet> LoadSafetensors(const std::string& path);
 
 // Reads a gzip-compressed IDX file of the given magic (0x803 images,
-// 0x801 labels). Exposed for tests.
-StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic, std::vector<uint32_t>* dims);
+// 0x801 labels). max_items > 0: only the first max_items items (dims[0]
+// says how many came), decompressed no further than they go, so a
+// truncated tail past them goes unnoticed. Exposed for tests.
+StatusOr<std::vector<uint8_t>> ReadIdxGz(const std::string& path, uint32_t magic, std::vector<uint32_t>* dims,
+                                         int64_t max_items = 0);
 
 // IID partition: a seeded permutation of [0, n) cut into `parts` slices of
 // near-equal size; returns slice `part`. Every index lands in exactly one part.

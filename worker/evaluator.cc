@@ -102,13 +102,12 @@ Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::st
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (model.num_buffer_values() > 0) {
     // Buffers are recomputed from the head of the training set (docs/models.md).
-    GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
-    torch::Tensor head = ImagesTensor(train);
-    model.SetBufferImages(head.narrow(0, 0, std::min<int64_t>(job.eval.buffer_samples, head.size(0))).clone());
-    (*result)["buffers"] = {{"values", model.num_buffer_values()},
-                            {"policy", "recomputed before each evaluation from the first " +
-                                           std::to_string(std::min<int64_t>(job.eval.buffer_samples, head.size(0))) +
-                                           " training samples (PreciseBN); not trained, not sent"}};
+    GD_ASSIGN_OR_RETURN(const ImageSet head, LoadDataset(job.data, "train", job.eval.buffer_samples));
+    model.SetBufferImages(ImagesTensor(head));
+    (*result)["buffers"] = {
+        {"values", model.num_buffer_values()},
+        {"policy", "recomputed before each evaluation from the first " + std::to_string(head.count) +
+                       " training samples (PreciseBN); not trained, not sent"}};
   }
   TimePoint e0 = clock->Now();
   double acc = Evaluate(model, images, labels, job.eval.batch);

@@ -188,7 +188,7 @@ Status TakeNormalization(const json& meta, const std::string& where, ImageSet* s
 
 }  // namespace
 
-StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split) {
+StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split, int64_t max_samples) {
   if (split != "train" && split != "test") return InvalidArgument("unknown split '" + split + "' (train or test)");
   std::string base = dir;
   if (!fs::exists(base + "/test_batch.bin") && fs::exists(base + "/cifar-10-batches-bin"))
@@ -201,6 +201,7 @@ StatusOr<ImageSet> LoadCifar10(const std::string& dir, const std::string& split)
       return NotFound("CIFAR-10 file " + f + " is missing (data.path names the directory of the binary version's " +
                       "data_batch_N.bin and test_batch.bin)");
     GD_RETURN_IF_ERROR(AppendCifarFile(f, &set));
+    if (max_samples > 0 && set.count >= max_samples) break;
   }
   return set;
 }

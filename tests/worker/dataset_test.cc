@@ -76,6 +76,45 @@ TEST(DatasetTest, CorruptFilesAreDataLoss) {
   std::filesystem::remove_all(dir);
 }
 
+// A head read decompresses only as far as the items it keeps: a file whose
+// gzip stream is cut after them reads, and the same file read whole does not.
+TEST(DatasetTest, AHeadReadStopsAtTheItemsItKeeps) {
+  std::string dir = TempDir();
+  std::string p = dir + "/x.gz";
+  std::string idx = Idx(0x803, {200, 28, 28}, 0);
+  uint32_t x = 1;
+  for (int i = 0; i < 200 * 784; ++i) idx.push_back(static_cast<char>((x = x * 1664525u + 1013904223u) >> 24));
+  WriteGz(p, idx);
+  const auto whole = std::filesystem::file_size(p);
+  WriteGz(p, idx, whole / 2);
+  std::vector<uint32_t> dims;
+  EXPECT_EQ(ReadIdxGz(p, 0x803, &dims).status().code(), Code::kDataLoss);
+  auto head = ReadIdxGz(p, 0x803, &dims, 10);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(dims, (std::vector<uint32_t>{10, 28, 28}));
+  EXPECT_EQ(std::string(head->begin(), head->end()), idx.substr(16, 10 * 784));
+  WriteGz(p, Idx(0x801, {5}, 5));
+  auto more = ReadIdxGz(p, 0x801, &dims, 9);  // asks for more than there are: all of them
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(dims, std::vector<uint32_t>{5});
+  EXPECT_EQ(more->size(), 5u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(DatasetTest, TheHeadOfASplitIsItsFirstSamples) {
+  auto all = LoadFashionMnist(kDebianPath, "test");
+  auto head = LoadFashionMnist(kDebianPath, "test", 100);
+  ASSERT_TRUE(all.ok() && head.ok()) << all.status() << head.status();
+  EXPECT_EQ(head->count, 100);
+  EXPECT_EQ(head->pixels, std::vector<uint8_t>(all->pixels.begin(), all->pixels.begin() + 100 * 784));
+  EXPECT_EQ(head->labels, std::vector<uint8_t>(all->labels.begin(), all->labels.begin() + 100));
+  ImageSet kept = *all;
+  KeepHead(100, &kept);
+  EXPECT_EQ(kept.pixels, head->pixels);
+  EXPECT_EQ(kept.labels, head->labels);
+  EXPECT_EQ(kept.count, 100);
+}
+
 TEST(PartitionTest, IidSlicesAreDisjointCompleteAndSeeded) {
   std::set<int64_t> all;
   size_t total = 0;

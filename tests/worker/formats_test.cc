@@ -83,6 +83,16 @@ TEST_F(FormatsTest, Cifar10ReadsEveryRecordInFileOrder) {
   EXPECT_EQ(test->count, 4);
 }
 
+TEST_F(FormatsTest, ACifar10HeadReadsNoFileBeyondTheSamplesItKeeps) {
+  Write("data_batch_1.bin", CifarRecords(3));
+  Write("data_batch_2.bin", "not whole records");
+  EXPECT_NE(ErrorOf(LoadCifar10(dir_.string(), "train")).find("data_batch_2.bin"), std::string::npos);
+  auto head = LoadCifar10(dir_.string(), "train", 3);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->count, 3);
+  EXPECT_EQ(head->labels, (std::vector<uint8_t>{0, 1, 2}));
+}
+
 TEST_F(FormatsTest, Cifar10FindsTheArchivesDirectory) {
   fs::create_directories(dir_ / "cifar-10-batches-bin");
   Write("cifar-10-batches-bin/data_batch_1.bin", CifarRecords(1));
