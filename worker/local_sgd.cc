@@ -57,14 +57,13 @@ void LocalRounds::Restart(Span span) {
   base_.narrow(0, span.begin, span.size).copy_(model);
 }
 
-torch::Tensor LocalRounds::Finish(Span span) {
+void LocalRounds::Finish(Span span, torch::Tensor& push) {
   torch::NoGradGuard ng;
-  torch::Tensor push = torch::zeros_like(base_);
   torch::Tensor model = params_.narrow(0, span.begin, span.size);
   torch::Tensor base = base_.narrow(0, span.begin, span.size);
-  push.narrow(0, span.begin, span.size).copy_(base - model);
+  torch::Tensor out = push.narrow(0, span.begin, span.size);
+  torch::sub_out(out, base, model);
   base.copy_(model);
-  return push;
 }
 
 void LocalRounds::MergeNow(Span span) {

@@ -64,11 +64,13 @@ class LocalRounds {
     int64_t begin = 0, size = 0;
   };
   // The same on one fragment's span: Restart(span) makes it the global
-  // model's; Finish(span) returns the push (base - model on the span, zero
-  // elsewhere) and moves the span's base to the model; MergeNow(span) folds
-  // the span's average in under the progress made since its push.
+  // model's; Finish(span, push) writes the push on the span (base - model)
+  // and moves the span's base to the model, leaving the rest of `push` as
+  // it is (only the span's chunks are sent: O(span) a clock, not O(model));
+  // MergeNow(span) folds the span's average in under the progress made
+  // since its push.
   void Restart(Span span);
-  torch::Tensor Finish(Span span);
+  void Finish(Span span, torch::Tensor& push);
   void MergeNow(Span span);
 
  private:

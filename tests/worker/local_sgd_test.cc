@@ -124,18 +124,22 @@ TEST(LocalRoundsTest, FragmentsPushTheirOwnRoundAndRestartAlone) {
   const LocalRounds::Span first{0, 4}, second{4, 2};
   rounds.Restart();
   rounds.Step(torch::ones({6}), 1.0);  // clock 0: -0.1 everywhere
-  torch::Tensor push = rounds.Finish(first);
-  EXPECT_TRUE(torch::allclose(push, torch::tensor({0.1f, 0.1f, 0.1f, 0.1f, 0.0f, 0.0f})));
+  // The push buffer outside the span is left as it is (it is not sent).
+  torch::Tensor push = torch::full({6}, 7.0f);
+  rounds.Finish(first, push);
+  EXPECT_TRUE(torch::allclose(push, torch::tensor({0.1f, 0.1f, 0.1f, 0.1f, 7.0f, 7.0f})));
   rounds.global().narrow(0, 0, 4).fill_(-0.05f);  // fragment 0's average
   rounds.Restart(first);
   EXPECT_TRUE(torch::allclose(params, torch::tensor({-0.05f, -0.05f, -0.05f, -0.05f, -0.1f, -0.1f})));
   rounds.Step(torch::ones({6}), 1.0);  // clock 1
-  push = rounds.Finish(second);
+  push.zero_();
+  rounds.Finish(second, push);
   // Fragment 1 pushes both clocks' steps; fragment 0 nothing.
   EXPECT_TRUE(torch::allclose(push, torch::tensor({0.0f, 0.0f, 0.0f, 0.0f, 0.2f, 0.2f})));
   // Fragment 0's progress since its restart is still its to push.
   rounds.Step(torch::ones({6}), 1.0);  // clock 2
-  push = rounds.Finish(first);
+  push.zero_();
+  rounds.Finish(first, push);
   EXPECT_TRUE(torch::allclose(push, torch::tensor({0.2f, 0.2f, 0.2f, 0.2f, 0.0f, 0.0f})));
   // An overlapped merge folds fragment 1's average (-0.3) in under the one
   // step taken since its push, and the next push of fragment 1 carries it.
@@ -143,7 +147,8 @@ TEST(LocalRoundsTest, FragmentsPushTheirOwnRoundAndRestartAlone) {
   rounds.MergeNow(second);
   EXPECT_TRUE(torch::allclose(params.narrow(0, 4, 2), torch::full({2}, -0.4f)));
   EXPECT_TRUE(torch::allclose(params.narrow(0, 0, 4), torch::full({4}, -0.25f)));  // untouched
-  EXPECT_TRUE(torch::allclose(rounds.Finish(second).narrow(0, 4, 2), torch::full({2}, 0.1f)));
+  rounds.Finish(second, push);
+  EXPECT_TRUE(torch::allclose(push.narrow(0, 4, 2), torch::full({2}, 0.1f)));
 }
 
 }  // namespace

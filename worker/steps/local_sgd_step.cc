@@ -61,7 +61,9 @@ StatusOr<Update> LocalSgdStep::Compute(int64_t clock) {
     GD_LOG(ERROR) << "round " << clock << ": loss or gradient is not finite; skipping this round's push";
     return u;
   }
-  GD_RETURN_IF_ERROR(CheckPushable(grad.data_ptr<float>(), grad.numel(), clock));
+  // With fragments only this clock's span is pushed, and only it was written.
+  const LocalRounds::Span pushed = fragments_ > 1 ? SpanOf(FragmentOf(clock)) : LocalRounds::Span{0, grad.numel()};
+  GD_RETURN_IF_ERROR(CheckPushable(grad.data_ptr<float>() + pushed.begin, pushed.size, clock));
   u.only = FragmentOf(clock);
   Hand(std::move(grad), &u);
   return u;
@@ -116,7 +118,7 @@ Status LocalSgdStep::FinishRound(int64_t clock, torch::Tensor& grad, bool* usabl
     // pushes its progress over its whole outer round (P clocks), which is
     // finite even when none of this clock's steps was usable.
     if (merge) rounds_->MergeNow(SpanOf(pending_chunks_));
-    grad = rounds_->Finish(SpanOf(FragmentOf(clock)));
+    rounds_->Finish(SpanOf(FragmentOf(clock)), grad);
     *usable = true;
   } else if (*usable) {
     grad = rounds_->Finish(merge);
