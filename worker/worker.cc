@@ -36,16 +36,7 @@ Status Worker::Run() {
   // A worker started by hand or by a rendered script (deploy/render.h) has
   // no launcher to make the directory; an unwritable one fails here, at once.
   if (options_.id == 0 && !options_.snapshot_dir.empty()) GD_RETURN_IF_ERROR(MakeDirs(options_.snapshot_dir));
-  GD_ASSIGN_OR_RETURN(StepParts parts, MakeStep(env_, {.ctx = &ctx_,
-                                                       .traffic = &counters_,
-                                                       .gateway_bind = options_.gateway_bind,
-                                                       .keys = options_.credentials.keys}));
-  step_ = std::move(parts.step);
-  gate_ = std::move(parts.gate);
-  env_.gate = gate_.get();
-  GD_RETURN_IF_ERROR(JoinJob());
-  c_ = start_clock_;
-  GD_RETURN_IF_ERROR(step_->Start(c_));
+  if (Status begun = Begin(); !begun.ok()) return env_.stop->load() ? StoppedStarting(begun) : begun;
   GD_LOG(INFO) << "training " << (env_.clocks - c_) << step_->ClockName() << " of batch " << job_.data.batch_size
                << " (" << job_.model.name << ", " << step_->num_params() << " parameters, staleness bound "
                << job_.training.staleness_bound << ")";
@@ -58,6 +49,19 @@ Status Worker::Run() {
   GD_RETURN_IF_ERROR(Train());
   if (env_.stop->load()) return Stopped();
   return Finish();
+}
+
+Status Worker::Begin() {
+  GD_ASSIGN_OR_RETURN(StepParts parts, MakeStep(env_, {.ctx = &ctx_,
+                                                       .traffic = &counters_,
+                                                       .gateway_bind = options_.gateway_bind,
+                                                       .keys = options_.credentials.keys}));
+  step_ = std::move(parts.step);
+  gate_ = std::move(parts.gate);
+  env_.gate = gate_.get();
+  GD_RETURN_IF_ERROR(JoinJob());
+  c_ = start_clock_;
+  return step_->Start(c_);
 }
 
 Status Worker::JoinJob() {
@@ -303,6 +307,16 @@ Status Worker::Stopped() {
   if (gate_->departs_when_stopped()) return gate_->Depart(c_, [this] { WriteStats(true); });
   WriteStats(false);
   return Cancelled("stopped at clock " + std::to_string(c_));
+}
+
+// A pod deleted while it starts (a scale-down before it trained) is no
+// failure of an elastic job: it has pushed nothing and holds no unit it
+// has not been told to drop when it leaves.
+Status Worker::StoppedStarting(const Status& why) {
+  if (!gate_ || !gate_->departs_when_stopped()) return why;
+  GD_LOG(INFO) << "elastic: stopped while starting (" << why.message() << "); leaving the job";
+  if (member_) member_->Stop(/*leave=*/true);
+  return Status::Ok();
 }
 
 }  // namespace geodesic::worker

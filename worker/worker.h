@@ -56,7 +56,9 @@ class Worker {
   void Linger(bool finished) const { metrics_.Linger(options_.http, finished); }
 
  private:
-  // Membership, the shards, the initial values.
+  // The strategy, membership, the shards, the initial values: everything
+  // before the first clock.
+  Status Begin();
   Status JoinJob();
   // The clocks from c_ on, until the job's last or a stop.
   Status Train();
@@ -77,6 +79,9 @@ class Worker {
   void WaitForCoordinator();
   // Stopped mid-training: leaving the job, or Cancelled.
   Status Stopped();
+  // Stopped before the first clock (`why`, what Begin returned): an elastic
+  // worker leaves as it would mid-training; any other returns `why`.
+  Status StoppedStarting(const Status& why);
 
   // Constant after construction.
   const WorkerProcessOptions& options_;

@@ -7,10 +7,13 @@
 // membership timeline says who was a member when.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/harness.h"
@@ -117,6 +120,27 @@ TEST(ElasticTest, JoinIsRefusedWhereItCannotJoin) {
   r = RunGeodesic({"launch", kElastic, "--run-dir", dir / "c", "--join", "worker:2"}, 30);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("expected worker:ID@SECONDS"), std::string::npos) << r.output;
+}
+
+// A pod deleted while its worker starts (here: still waiting for a
+// coordinator that never answers) is a departure in an elastic job, exit
+// status 0; in a job that is not elastic it is a stop, 130.
+TEST(ElasticTest, AWorkerStoppedWhileStartingLeavesWithStatusZero) {
+  TempDir dir;
+  const std::string plain = ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml");
+  for (const auto& [job, expected] : {std::pair{kElastic, 0}, std::pair{plain, 130}}) {
+    const std::string log = dir / ("worker-" + std::to_string(expected) + ".log");
+    testing::Process w({"worker", "--job", job, "--id", "1", "--coordinator", "tcp://127.0.0.1:1"}, log);
+    // Bounded: the worker names its device first thing in Run.
+    for (int i = 0; i < 300 && testing::ReadText(log).find("device:") == std::string::npos; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_NE(testing::ReadText(log).find("device:"), std::string::npos) << testing::ReadText(log);
+    w.Signal(SIGTERM);
+    EXPECT_EQ(w.Wait(30), expected) << job << "\n" << testing::ReadText(log);
+    if (expected == 0) {
+      EXPECT_NE(testing::ReadText(log).find("stopped while starting"), std::string::npos);
+    }
+  }
 }
 
 // The same churn through the whole job, which must still reach its target.
