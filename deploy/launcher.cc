@@ -432,6 +432,7 @@ class JobRun {
   // its saved state.
   std::optional<std::string> coordinator_restart_log_;
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at_;
+  bool said_trained_ = false;  // "training ended" was said
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit_;
 };
 
@@ -546,6 +547,14 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
     progress_.Say("geodesic: all processes joined; training");
   }
   if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate, s_.job.federated.enabled()));
+  const bool none_live = std::none_of(st.workers().begin(), st.workers().end(), [](const auto& w) { return w.live(); });
+  if (!said_trained_ && st.workers_size() > 0 && none_live && !EvaluatorDone()) {
+    // The final evaluation and the accuracy curve take a while on a busy
+    // machine; the line above stands still meanwhile.
+    said_trained_ = true;
+    progress_.Say("geodesic: training ended after " + Fmt("%.1f", st.training_seconds()) +
+                  " s; the evaluator scores the final model and the accuracy curve");
+  }
   if (s_.dashboard) UpdateDashboard(st, rate);
 }
 

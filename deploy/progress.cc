@@ -9,16 +9,18 @@
 
 namespace geodesic::deploy {
 
-ProgressLine::ProgressLine(bool quiet) : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)) {}
+ProgressLine::ProgressLine(bool quiet, std::chrono::milliseconds every)
+    : quiet_(quiet), tty_(::isatty(STDOUT_FILENO)), every_(every) {}
 
 void ProgressLine::Show(const std::string& line) {
   if (quiet_) return;
   if (tty_) {
     std::cout << "\r\033[K" << line << std::flush;
     shown_ = true;
-  } else if (std::chrono::steady_clock::now() - last_ > std::chrono::seconds(5)) {
+  } else if (std::chrono::steady_clock::now() - last_ >= every_ && line != last_line_) {
     std::cout << line << std::endl;
     last_ = std::chrono::steady_clock::now();
+    last_line_ = line;
   }
 }
 

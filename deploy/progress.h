@@ -15,9 +15,12 @@ namespace geodesic::deploy {
 
 class ProgressLine {
  public:
-  explicit ProgressLine(bool quiet);
+  // Off a terminal, a line is printed at most every `every`.
+  explicit ProgressLine(bool quiet, std::chrono::milliseconds every = std::chrono::seconds(5));
 
-  // Replaces the progress line (nothing when quiet).
+  // Replaces the progress line (nothing when quiet). Off a terminal, a line
+  // is printed at most every `every`, and never twice the same in a row
+  // (the line stands still while the evaluator scores the model).
   void Show(const std::string& line);
   // An event: always printed, on its own line.
   void Say(const std::string& line);
@@ -28,9 +31,11 @@ class ProgressLine {
 
  private:
   bool quiet_, tty_;
+  std::chrono::milliseconds every_;
   bool shown_ = false;
   std::function<void(const std::string&)> sink_;
   std::chrono::steady_clock::time_point last_{};
+  std::string last_line_;  // off a terminal: the line printed last
 };
 
 // Samples per second of training, smoothed over the status replies.

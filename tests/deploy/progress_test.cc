@@ -28,5 +28,26 @@ TEST(RenderProgressTest, TheTotalIsTheSameBeforeEveryWorkerReported) {
       << RenderProgress(Reply({{10, 50}, {0, 0}}), 0, true);
 }
 
+// Off a terminal (here: captured stdout) the line is printed at most every
+// `every`, and not again while it says the same: the end of training
+// repeated its last line every 5 s while the evaluator worked.
+TEST(ProgressLineTest, OffATerminalAnUnchangedLineIsNotPrintedAgain) {
+  ::testing::internal::CaptureStdout();
+  ProgressLine line(/*quiet=*/false, std::chrono::milliseconds(0));
+  line.Show("step 10/20");
+  line.Show("step 10/20");
+  line.Show("step 11/20");
+  line.Say("an event");
+  line.Show("step 11/20");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "step 10/20\nstep 11/20\nan event\n");
+  ::testing::internal::CaptureStdout();
+  ProgressLine slow(/*quiet=*/false, std::chrono::hours(1));
+  slow.Show("step 1/20");
+  slow.Show("step 2/20");  // within the hour: not printed
+  ProgressLine quiet(/*quiet=*/true);
+  quiet.Show("step 3/20");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "step 1/20\n");
+}
+
 }  // namespace
 }  // namespace geodesic::deploy

@@ -43,6 +43,8 @@ TEST(TrainingTest, ShortAsyncRunBeatsStatedAccuracy) {
        "eval.curve_points=4", "--set", "eval.target_accuracy=0.8", "--quiet"},
       540);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The wait for the final evaluation is announced (the curve takes seconds).
+  EXPECT_NE(r.output.find("training ended after"), std::string::npos) << r.output;
   auto s = testing::ReadJson(dir / "run/summary.json");
   ASSERT_TRUE(s.is_object());
   double acc = s["test_accuracy"].get<double>();
