@@ -10,38 +10,21 @@
 #include "deploy/launcher.h"
 #include "wan/plan_report.h"
 #include "wan/planner.h"
-#include "worker/dataset.h"
-#include "worker/model.h"
+#include "worker/job_check.h"
 
 namespace geodesic::cli {
 namespace {
-
-// The samples the job's model takes: both splits of its dataset read and
-// checked (same shape, classes, the count epochs are taken over), so that
-// a missing or malformed file is one clear error before anything starts.
-StatusOr<worker::SampleShape> CheckData(const JobSpec& job) {
-  if (job.model.name == ModelKind::kSynthetic) return worker::SampleShape{};
-  GD_ASSIGN_OR_RETURN(worker::ImageSet test, worker::LoadDataset(job.data, "test"));
-  GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadDataset(job.data, "train"));
-  GD_RETURN_IF_ERROR(worker::CheckTrainingSet(job, train));
-  const worker::SampleShape a = worker::ShapeOf(train), b = worker::ShapeOf(test);
-  if (a.ToString() != b.ToString())
-    return InvalidArgument("data.path: " + job.data.path + ": the training set has " + a.ToString() +
-                           ", the test set " + b.ToString());
-  return a;
-}
 
 // The data, and the model on it (a TorchScript module is loaded and tried).
 Status CheckModel(const deploy::LaunchOptions& launch) {
   if (launch.job_file.empty()) return Status::Ok();
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(launch.job_file, launch.overrides));
   std::string chose;
-  GD_RETURN_IF_ERROR(worker::ResolveDevice(job.training.device, &chose).status());
+  GD_RETURN_IF_ERROR(worker::CheckDevice(job, &chose));
   if (job.training.device == TrainingDevice::kAuto) GD_LOG(INFO) << "device: " << chose;
   if (job.data.dataset == DatasetKind::kFashionMnist && job.model.name != ModelKind::kTorchScript)
     return Status::Ok();  // the launcher checks the files; the built-in models take them
-  GD_ASSIGN_OR_RETURN(worker::SampleShape shape, CheckData(job));
-  return worker::FlatModel::Create(job.model, job.seed, torch::kCPU, shape).status();
+  return worker::CheckModelOnData(job).status();
 }
 
 int RunLaunch(const deploy::LaunchOptions& launch, const CLI::Option* job_arg) {
@@ -83,12 +66,9 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (compute_opt->count() > 0) f.options.compute_ms = f.compute_ms;
   auto job = LoadJobFile(f.job_file, f.overrides);
   if (!job.ok()) return Fail(job.status());
-  auto shape = CheckData(*job);
-  if (!shape.ok()) return Fail(shape.status());
-  auto model = worker::FlatModel::Create(job->model, job->seed, torch::kCPU, *shape);
-  if (!model.ok()) return Fail(model.status());
-  const cluster::ChunkLayout layout(job->ShardValues((*model)->num_params()),
-                                    cluster::ChunkElemsFor(job->wire.chunk_bytes));
+  auto params = worker::CheckModelOnData(*job);
+  if (!params.ok()) return Fail(params.status());
+  const cluster::ChunkLayout layout(job->ShardValues(*params), cluster::ChunkElemsFor(job->wire.chunk_bytes));
   auto planner = wan::Planner::Create(*job, layout, f.options);
   if (!planner.ok()) return Fail(planner.status());
   const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;

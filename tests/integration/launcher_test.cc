@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tests/integration/harness.h"
+#include "tests/test_paths.h"
 
 namespace geodesic {
 namespace {
@@ -62,6 +63,38 @@ TEST(BenchTest, TransportThroughAShardWithTwoThreads) {
   EXPECT_EQ(rows[0]["bytes"], 8 << 20);
   EXPECT_GE(rows[0]["rounds"].get<int>(), 3);
   EXPECT_GT(rows[0]["geodesic_gbps"].get<double>(), 0);
+}
+
+// The plain-training baseline trains the job's model for the time asked and
+// scores its snapshots on the test set.
+TEST(BenchTest, PlainTrainingTrainsAndScoresTheJobsModel) {
+  TempDir dir;
+  auto r = RunGeodesic({"bench", "plain-train", "--job", ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"),
+                        "--seconds", "1", "--result-file", dir / "plain.json"},
+                       120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = testing::ReadJson(dir / "plain.json");
+  ASSERT_TRUE(out.is_object()) << r.output;
+  EXPECT_GT(out["steps"].get<int64_t>(), 0);
+  EXPECT_EQ(out["samples"].get<int64_t>(), out["steps"].get<int64_t>() * 64);
+  ASSERT_GE(out["accuracy_curve"].size(), 1u);
+  EXPECT_GT(out["final_accuracy"].get<double>(), 0.1) << out.dump();  // one second of SGD beats chance
+  EXPECT_LE(out["final_accuracy"].get<double>(), 1.0);
+}
+
+// `geodesic plan` builds the job's model for its size and plans its chunks;
+// data that is not there is one clear error naming the key.
+TEST(PlanTest, PlansTheJobsModelAndNamesMissingData) {
+  const std::string job = ::geodesic::testing::SourcePath("examples/fashion_mnist.yaml");
+  auto r = RunGeodesic({"plan", job, "--json"}, 60);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto plan = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
+  ASSERT_TRUE(plan.is_object()) << r.output;
+  EXPECT_NE(plan.dump().find("bytes-balanced"), std::string::npos) << plan.dump(2);
+  auto missing = RunGeodesic(
+      {"plan", job, "--set", "model.name=mlp", "--set", "data.dataset=cifar10", "--set", "data.path=/nonexistent"}, 60);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("data.path"), std::string::npos) << missing.output;
 }
 
 TEST(LaunchTest, BadJobFileIsAClearErrorAndStartsNothing) {
