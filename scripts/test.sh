@@ -21,7 +21,7 @@ phase_done() {
 }
 scripts/setup.sh test
 phase_done packages
-scripts/build.sh -DGEODESIC_BUILD_TESTS=ON
+scripts/build.sh -DGEODESIC_BUILD_TESTS=ON -DGEODESIC_QUICK_COMPILE=OFF
 phase_done build
 scripts/check-format.sh
 scripts/check-layers.sh --self-test
