@@ -16,6 +16,7 @@ struct BenchOptions {
   std::vector<int> sizes_mb{1, 16, 64};
   double seconds = 3.0;
   int processes = 2;
+  int busy_threads = 0;  // links: threads that keep the cores busy while the emulator's cost is measured
   std::string job_file = "examples/fashion_mnist.yaml";
   std::string result_file;
   std::string endpoint;

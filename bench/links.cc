@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -65,13 +67,13 @@ StatusOr<SinkRoutes> RouteToSinks(const JobSpec& job, deploy::EmulatedWan& wan) 
 
 // Runs fn on every route at once, a thread each; the first error.
 Status OnEveryRoute(const JobSpec& job, const SinkRoutes& s,
-                    const std::function<Status(const std::string& host, int port, const LinkSpec&)>& fn) {
+                    const std::function<Status(size_t i, const std::string& host, int port, const LinkSpec&)>& fn) {
   std::vector<Status> results(s.routes.size(), Status::Ok());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < s.routes.size(); ++i)
     threads.emplace_back([&, i] {
       const auto& [l, port] = s.routes[i];
-      results[i] = fn(job.FindRegion(l->from)->host, port, *l);
+      results[i] = fn(i, job.FindRegion(l->from)->host, port, *l);
     });
   for (std::thread& t : threads) t.join();
   for (Status& r : results) GD_RETURN_IF_ERROR(r);
@@ -98,7 +100,7 @@ int64_t BulkBytes(const LinkSpec& l) {
 StatusOr<json> MeasureBulk(const JobSpec& job, const SinkRoutes& s, deploy::EmulatedWan& wan) {
   const wan::EmulatorLoad before = wan.Load();
   const auto start = Clock::now();
-  GD_RETURN_IF_ERROR(OnEveryRoute(job, s, [](const std::string& host, int port, const LinkSpec& l) {
+  GD_RETURN_IF_ERROR(OnEveryRoute(job, s, [](size_t, const std::string& host, int port, const LinkSpec& l) {
     wan::ProbeOptions o{.pings = 1, .ping_interval_ms = 0, .bulk_bytes = BulkBytes(l), .timeout_ms = 60000};
     return wan::ProbeLink(host, port, o).status();
   }));
@@ -107,17 +109,34 @@ StatusOr<json> MeasureBulk(const JobSpec& job, const SinkRoutes& s, deploy::Emul
   return r;
 }
 
+// Also what the emulator added to the pings' round trips beyond the
+// configured RTT: the median over directions of each direction's median
+// excess, and the largest excess of any ping.
 StatusOr<json> MeasureMessages(const JobSpec& job, const SinkRoutes& s, deploy::EmulatedWan& wan) {
+  std::vector<wan::LinkMeasurement> m(s.routes.size());
   const wan::EmulatorLoad before = wan.Load();
   const auto start = Clock::now();
-  GD_RETURN_IF_ERROR(OnEveryRoute(job, s, [](const std::string& host, int port, const LinkSpec&) {
+  GD_RETURN_IF_ERROR(OnEveryRoute(job, s, [&](size_t i, const std::string& host, int port, const LinkSpec&) {
     wan::ProbeOptions o{.pings = kPings, .ping_interval_ms = kPingIntervalMs, .bulk_bytes = 0, .timeout_ms = 60000};
-    return wan::ProbeLink(host, port, o).status();
+    GD_ASSIGN_OR_RETURN(m[i], wan::ProbeLink(host, port, o));
+    return Status::Ok();
   }));
   json r = Between(before, wan.Load(), SecondsSince(start));
   const double messages = 2.0 * kPings * static_cast<double>(s.routes.size());  // each ping and its echo
   r["messages"] = messages;
   r["cpu_us_per_message"] = 1e6 * r["cpu_seconds"].get<double>() / messages;
+  std::vector<double> excess;
+  double max_excess = 0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    const LinkSpec& l = *s.routes[i].first;
+    const LinkSpec* back = job.Link(l.to, l.from);
+    const double rtt = l.delay_ms + (back ? back->delay_ms : 0);
+    excess.push_back(m[i].rtt_ms - rtt);
+    max_excess = std::max(max_excess, m[i].max_rtt_ms - rtt);
+  }
+  std::sort(excess.begin(), excess.end());
+  r["rtt_excess_ms_median"] = excess[excess.size() / 2];
+  r["rtt_excess_ms_max"] = max_excess;
   return r;
 }
 
@@ -165,6 +184,28 @@ StatusOr<json> MeasureIdle(const JobSpec& job, const SinkRoutes& s, deploy::Emul
   return r;
 }
 
+// Threads that spin until destroyed, standing in for a job's busy processes.
+class BusyThreads {
+ public:
+  explicit BusyThreads(int n) {
+    for (int i = 0; i < n; ++i)
+      threads_.emplace_back([this] {
+        uint64_t x = 0;
+        while (!done_.load(std::memory_order_relaxed)) x = x * 6364136223846793005ULL + 1;
+        sink_.fetch_add(x, std::memory_order_relaxed);
+      });
+  }
+  ~BusyThreads() {
+    done_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::atomic<uint64_t> sink_{0};
+  std::vector<std::thread> threads_;
+};
+
 void PrintProbes(const json& probes, bool as_json) {
   if (!as_json)
     std::printf("%-6s %-6s %9s %9s %7s %9s %9s %7s\n", "from", "to", "rtt ms", "measured", "error", "Mbit/s",
@@ -194,12 +235,15 @@ void PrintProbes(const json& probes, bool as_json) {
 
 void PrintCost(const json& c, size_t directions) {
   const json &b = c["bulk"], &m = c["messages"], &i = c["idle"];
-  std::printf("\nemulator CPU (its I/O thread):\n");
+  std::printf("\nemulator CPU (its I/O thread, nice %d; %d busy threads beside it):\n", c["nice"].get<int>(),
+              c["busy_threads"].get<int>());
   std::printf("  bulk      %zu directions at once, %.1f MB in %.2f s: %.3f s CPU, %.2f ms per MB\n", directions,
               b["mb_relayed"].get<double>(), b["seconds"].get<double>(), b["cpu_seconds"].get<double>(),
               b["cpu_ms_per_mb"].get<double>());
   std::printf("  messages  %zu connections x %d pings of 9 B, echoed: %.3f s CPU, %.1f us per message\n", directions,
               kPings, m["cpu_seconds"].get<double>(), m["cpu_us_per_message"].get<double>());
+  std::printf("            round trips beyond the configured: median %.2f ms, at most %.1f ms\n",
+              m["rtt_excess_ms_median"].get<double>(), m["rtt_excess_ms_max"].get<double>());
   std::printf("  idle      %d connections for %.1f s: %.4f s CPU, %.2f us per connection-second\n",
               i["connections"].get<int>(), i["seconds"].get<double>(), i["cpu_seconds"].get<double>(),
               i["cpu_us_per_connection_second"].get<double>());
@@ -218,7 +262,8 @@ Status RunLinksBench(const BenchOptions& options, const std::atomic<bool>* stop)
   PrintProbes(probes, options.json);
   if (stop->load()) return Cancelled("stopped");
   GD_ASSIGN_OR_RETURN(SinkRoutes sinks, RouteToSinks(job, *wan));
-  json cost;
+  BusyThreads busy(options.busy_threads);
+  json cost = {{"busy_threads", options.busy_threads}, {"nice", wan->Load().nice}};
   GD_ASSIGN_OR_RETURN(cost["bulk"], MeasureBulk(job, sinks, *wan));
   GD_ASSIGN_OR_RETURN(cost["messages"], MeasureMessages(job, sinks, *wan));
   GD_ASSIGN_OR_RETURN(cost["idle"], MeasureIdle(job, sinks, *wan, options.seconds, stop));

@@ -150,6 +150,11 @@ Command AddLinks(CLI::App* b) {
         cmd->add_option("--job", o.job_file, "job file whose wan.links to emulate and probe")
             ->default_val("examples/three_regions.yaml");
         cmd->add_option("--seconds", o.seconds, "how long the idle connections are measured")->default_val(3.0);
+        cmd->add_option("--busy", o.busy_threads,
+                        "threads that spin while the emulator's cost is measured, as a job's processes keep the "
+                        "cores busy (its delays then show what waiting for a core adds)")
+            ->default_val(0)
+            ->check(CLI::Range(0, 64));
       });
 }
 

@@ -74,6 +74,7 @@ json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::EmulatorLoad& no
           {"reads", now.reads - at.reads},
           {"writes", now.writes - at.writes},
           {"timer_wakeups", now.timer_wakeups - at.timer_wakeups},
+          {"nice", now.nice},
           {"probes", {{"cpu_seconds", at.cpu_seconds}, {"mb_relayed", static_cast<double>(at.bytes_relayed) / 1e6}}}};
 }
 

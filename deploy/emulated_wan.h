@@ -38,7 +38,8 @@ wan::LinkShape ShapeOf(const LinkSpec* l);
 // `seconds` from `at` (after the start-up probes) to `now`: {kind: "proxy",
 // seconds, cpu_seconds (the emulator's I/O thread), cores (cpu_seconds /
 // seconds), mb_relayed, cpu_ms_per_mb, connections, reads, writes,
-// timer_wakeups, probes: {cpu_seconds, mb_relayed}} (probes: up to `at`).
+// timer_wakeups, nice (the I/O thread's), probes: {cpu_seconds, mb_relayed}}
+// (probes: up to `at`).
 nlohmann::json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::EmulatorLoad& now, double seconds);
 
 // Bytes each direction of each link of `emulator` delivered so far:

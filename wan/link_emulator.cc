@@ -1,11 +1,17 @@
 #include "wan/link_emulator.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <asio.hpp>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <map>
@@ -67,8 +73,16 @@ struct Route {
   std::string description;  // "127.0.0.1:4000 -> 127.0.0.1:5000 over us-eu"
 };
 
+// Bytes read in one go. A large read keeps the buffer it was read into (no
+// copy); a small one is copied into one of its own size, so that many small
+// messages do not each hold a whole read buffer.
+struct Bytes {
+  std::unique_ptr<uint8_t[]> data;
+  size_t size = 0;
+};
+
 struct Chunk {
-  std::vector<uint8_t> bytes;
+  Bytes bytes;
   bool eof = false;    // the source closed (no bytes)
   bool reset = false;  // ... with an error rather than a clean EOF
   Time read_at{};
@@ -88,13 +102,14 @@ struct Pipe {
   asio::steady_timer timer;
   bool timer_armed = false;
   Time timer_at{};
-  std::vector<uint8_t> read_buffer;
+  Bytes read_buffer;  // size: its capacity
   std::deque<Chunk> queue;
   size_t admitted = 0;
   size_t writing = 0;
   int64_t queued_bytes = 0;  // bytes in `queue`
   Time last_arrive{};
-  bool reading = false;
+  bool reading = false;      // waiting for the source to be readable
+  bool drained = true;       // the last read found nothing more: wait before reading again
   bool source_done = false;  // its EOF or error is queued
   bool done = false;         // ... and delivered
 };
@@ -172,44 +187,91 @@ class LinkEmulator::Impl {
         return;
       }
       std::error_code ignored;
-      c->client.set_option(tcp::no_delay(true), ignored);
-      c->target.set_option(tcp::no_delay(true), ignored);
+      for (tcp::socket* s : {&c->client, &c->target}) {
+        s->set_option(tcp::no_delay(true), ignored);
+        s->non_blocking(true, ignored);  // ReadNow's reads
+      }
       StartRead(c, 0);
       StartRead(c, 1);
     });
   }
 
+  // Reads the source until it has nothing more, or its bytes waiting reach
+  // the queue bound (a delivery resumes it), then waits until it is readable
+  // again. asio's async_read_some would try another read at once after every
+  // read, which finds nothing after most messages; the wait re-arms epoll
+  // instead (EPOLL_CTL_MOD, which also reports bytes that came while nobody
+  // waited), and a short read is taken to have emptied the socket.
   void StartRead(const ConnectionPtr& c, int p) {
     Pipe& pipe = c->pipes[p];
-    if (c->closed || pipe.reading || pipe.source_done) return;
-    size_t chunk;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      const LinkShape& shape = c->link->shape[pipe.dir];
-      if (pipe.queued_bytes >= QueueBound(shape)) return;  // a delivery resumes it
-      chunk = ChunkBytes(shape);
+    if (c->closed || pipe.reading || pipe.source_done || !ReadBytes(*c, pipe)) return;
+    if (!pipe.drained) {
+      ReadNow(c, p);
+      return;
     }
-    pipe.read_buffer.resize(chunk);
     pipe.reading = true;
-    pipe.source->async_read_some(asio::buffer(pipe.read_buffer), [this, c, p](std::error_code ec, size_t n) {
+    pipe.source->async_wait(tcp::socket::wait_read, [this, c, p](std::error_code) {
       Pipe& pipe = c->pipes[p];
       pipe.reading = false;
       if (c->closed) return;
-      reads.fetch_add(1, std::memory_order_relaxed);
-      Chunk chunk;
-      chunk.read_at = SteadyClock::now();
-      if (ec) {
-        chunk.eof = true;
-        chunk.reset = ec != asio::error::eof;
-        pipe.source_done = true;
-      } else {
-        chunk.bytes.assign(pipe.read_buffer.begin(), pipe.read_buffer.begin() + n);
-        pipe.queued_bytes += static_cast<int64_t>(n);
-      }
-      pipe.queue.push_back(std::move(chunk));
-      StartRead(c, p);
-      Pump(c, p);
+      pipe.drained = false;  // readable, or an error the read reports
+      ReadNow(c, p);
     });
+  }
+
+  // How many bytes the next read may take; 0 while the queue is full.
+  size_t ReadBytes(const Connection& c, const Pipe& pipe) {
+    std::lock_guard<std::mutex> lock(mu);
+    const LinkShape& shape = c.link->shape[pipe.dir];
+    return pipe.queued_bytes >= QueueBound(shape) ? 0 : ChunkBytes(shape);
+  }
+
+  // Queues chunks read from the source (non-blocking) while it has bytes and
+  // the queue bound allows, then pumps and goes back to waiting.
+  void ReadNow(const ConnectionPtr& c, int p) {
+    Pipe& pipe = c->pipes[p];
+    bool queued = false;
+    for (size_t want; !pipe.drained && !pipe.source_done && (want = ReadBytes(*c, pipe)) > 0;) {
+      if (pipe.read_buffer.size < want) pipe.read_buffer = {std::make_unique_for_overwrite<uint8_t[]>(want), want};
+      std::error_code ec;
+      const size_t n = pipe.source->read_some(asio::buffer(pipe.read_buffer.data.get(), want), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        pipe.drained = true;
+        break;
+      }
+      reads.fetch_add(1, std::memory_order_relaxed);
+      pipe.queue.push_back(ec ? EndOf(pipe, ec) : TakeRead(pipe, n));
+      pipe.drained = !ec && n < want;  // a short read emptied the socket: wait for more
+      queued = true;
+    }
+    if (queued) Pump(c, p);
+    StartRead(c, p);
+  }
+
+  // A chunk of the n bytes just read into pipe.read_buffer.
+  static Chunk TakeRead(Pipe& pipe, size_t n) {
+    Chunk chunk;
+    chunk.read_at = SteadyClock::now();
+    if (2 * n >= pipe.read_buffer.size) {
+      chunk.bytes = std::move(pipe.read_buffer);
+      pipe.read_buffer = {};
+    } else {
+      chunk.bytes.data = std::make_unique_for_overwrite<uint8_t[]>(n);
+      std::memcpy(chunk.bytes.data.get(), pipe.read_buffer.data.get(), n);
+    }
+    chunk.bytes.size = n;
+    pipe.queued_bytes += static_cast<int64_t>(n);
+    return chunk;
+  }
+
+  // The chunk that carries the source's EOF (or reset) across the link.
+  static Chunk EndOf(Pipe& pipe, std::error_code ec) {
+    Chunk chunk;
+    chunk.read_at = SteadyClock::now();
+    chunk.eof = true;
+    chunk.reset = ec != asio::error::eof;
+    pipe.source_done = true;
+    return chunk;
   }
 
   // Books waiting chunks on the link, starts delivering the due ones and arms
@@ -232,8 +294,8 @@ class LinkEmulator::Impl {
         while (pipe.writing < pipe.admitted && bytes < kMaxWriteBytes) {
           const Chunk& k = pipe.queue[pipe.writing];
           if (k.eof || k.arrive_at > now) break;
-          buffers.emplace_back(asio::buffer(k.bytes));
-          bytes += k.bytes.size();
+          buffers.emplace_back(asio::buffer(k.bytes.data.get(), k.bytes.size));
+          bytes += k.bytes.size;
           ++pipe.writing;
         }
         if (pipe.writing > 0) {
@@ -264,7 +326,9 @@ class LinkEmulator::Impl {
   }
 
   // Books chunks of `pipe` on its link direction (see kAdmitAhead). Lowers
-  // *next to when the next one may be admitted.
+  // *next to when more may be admitted: when fewer than kMinAdmittedPerPipe
+  // of its chunks are left serializing, or half of kAdmitAhead is, so that
+  // a wake-up admits several chunks (not one wake-up per chunk serialized).
   void Admit(Link& link, Pipe& pipe, Time now, Time* next) {
     int serializing = 0;
     for (size_t i = pipe.admitted; i-- > 0 && pipe.queue[i].serialized_at > now;) ++serializing;
@@ -279,7 +343,7 @@ class LinkEmulator::Impl {
       // an I/O thread that wakes late (a loaded machine) leaves no gap.
       const Time start = std::max({free_at, k.read_at, link.healed_at});
       Time end = start;
-      if (shape.bandwidth_mbit > 0) end += Ms(1e3 * static_cast<double>(k.bytes.size()) / BytesPerSecond(shape));
+      if (shape.bandwidth_mbit > 0) end += Ms(1e3 * static_cast<double>(k.bytes.size) / BytesPerSecond(shape));
       free_at = end;
       double delay_ms = shape.delay_ms;
       if (shape.jitter_ms > 0) delay_ms += std::uniform_real_distribution<double>(0, shape.jitter_ms)(rng);
@@ -288,8 +352,9 @@ class LinkEmulator::Impl {
       pipe.last_arrive = k.arrive_at;
       if (end > now) ++serializing;
     }
-    if (pipe.admitted < pipe.queue.size())
-      *next = std::min(*next, pipe.queue[pipe.admitted - serializing].serialized_at);
+    if (pipe.admitted < pipe.queue.size())  // so at least kMinAdmittedPerPipe serialize
+      *next = std::min({*next, pipe.queue[pipe.admitted - kMinAdmittedPerPipe].serialized_at,
+                        pipe.queue[pipe.admitted - 1].serialized_at - kAdmitAhead / 2});
   }
 
   void OnWritten(const ConnectionPtr& c, int p, size_t bytes, std::error_code ec) {
@@ -365,9 +430,23 @@ class LinkEmulator::Impl {
     }
   }
 
+  // Raises the calling (I/O) thread's priority to options.io_nice where
+  // allowed (Linux: a thread's nice value is its own); returns its nice value.
+  int RaisePriority() const {
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int before = ::getpriority(PRIO_PROCESS, tid);
+    if (options.io_nice >= before || ::setpriority(PRIO_PROCESS, tid, options.io_nice) == 0)
+      return std::min(before, options.io_nice);
+    GD_LOG(INFO) << "link emulator: may not raise its priority to nice " << options.io_nice << " (" << strerror(errno)
+                 << "); its delays may grow when the cores are busy";
+    return before;
+  }
+
   // The I/O thread's body; it leaves its CPU time behind for Load().
   void RunIo() {
     ::pthread_setname_np(::pthread_self(), "gd-link-emu");
+    io_nice.store(RaisePriority(), std::memory_order_relaxed);
     for (;;) {
       try {
         io.run();
@@ -396,6 +475,7 @@ class LinkEmulator::Impl {
     load.reads = reads.load(std::memory_order_relaxed);
     load.writes = writes.load(std::memory_order_relaxed);
     load.timer_wakeups = timer_wakeups.load(std::memory_order_relaxed);
+    load.nice = io_nice.load(std::memory_order_relaxed);
     return load;
   }
 
@@ -433,6 +513,7 @@ class LinkEmulator::Impl {
   // Written on the I/O thread, read by Load() anywhere.
   std::atomic<uint64_t> bytes_relayed{0}, connections_accepted{0}, open_connections{0}, reads{0}, writes{0},
       timer_wakeups{0};
+  std::atomic<int> io_nice{0};
 
   // I/O thread only.
   std::mt19937_64 rng;

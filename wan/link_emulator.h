@@ -63,16 +63,24 @@ struct EmulatorLoad {
   uint64_t reads = 0;          // completed reads from sources
   uint64_t writes = 0;         // writes to sinks
   uint64_t timer_wakeups = 0;  // timer handlers that ran to deliver or admit bytes
+  int nice = 0;                // the I/O thread's nice value (LinkEmulatorOptions::io_nice if allowed)
 };
 
 // Which direction of a link a route's client -> target bytes take.
 enum class LinkDirection { kForward, kBack };
 
 struct LinkEmulatorOptions {
-  uint64_t seed = 1;                   // jitter draws
-  int64_t min_queue_bytes = 4 << 20;   // per connection and direction, before backpressure
-  int64_t max_chunk_bytes = 64 << 10;  // largest read, so big messages are paced smoothly
-  double chunk_ms = 5;                 // chunks shrink on slow links to about this much serialization
+  uint64_t seed = 1;                    // jitter draws
+  int64_t min_queue_bytes = 4 << 20;    // per connection and direction, before backpressure
+  int64_t max_chunk_bytes = 256 << 10;  // largest read, so big messages are paced smoothly
+  double chunk_ms = 20;                 // chunks shrink on slow links to about this much serialization
+  // The I/O thread's nice value, where this process may raise its priority
+  // (root, CAP_SYS_NICE or RLIMIT_NICE; otherwise it keeps the process's). It
+  // stands in for a link, whose delay should not grow when the job's own
+  // processes keep every core busy: at the default priority it waits for a
+  // core behind them at every wake-up, and each wait adds to the delay.
+  // The kernel emulation's delayer runs at the same value (deploy/netns).
+  int io_nice = -15;
 };
 
 class LinkEmulator {

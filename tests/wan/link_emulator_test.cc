@@ -593,6 +593,176 @@ TEST_F(LinkEmulatorOneLinkTest, ANamedTargetIsLookedUpForEachConnection) {
   EXPECT_GE(emu_.Counters(link_).connections, 3u);
 }
 
+// Bytes and an EOF that reach the emulator before it has connected to the
+// target (the client's first readiness comes before the emulator waits for
+// it) are relayed, as is a target that answers and closes at once.
+TEST_F(LinkEmulatorOneLinkTest, BytesAndEofSentBeforeTheTargetIsConnectedArrive) {
+  ASSERT_TRUE(StartLink(Shape(10, 50)));
+  int target_port = 0;
+  Fd listener = Listen(&target_port);
+  StatusOr<int> port = emu_.AddRoute(link_, "127.0.0.1", 0, "127.0.0.1", target_port);
+  ASSERT_TRUE(port.ok());
+  const std::vector<uint8_t> request = RandomBytes(3000, 11), reply = RandomBytes(70000, 12);
+  Fd client = Connect(*port);
+  ASSERT_TRUE(SendAll(client.get(), request.data(), request.size()));
+  shutdown(client.get(), SHUT_WR);
+  Fd server = AcceptWithin(listener, 2000);
+  ASSERT_GE(server.get(), 0);
+  ASSERT_TRUE(SendAll(server.get(), reply.data(), reply.size()));
+  shutdown(server.get(), SHUT_WR);
+  std::vector<uint8_t> in(request.size()), in_reply(reply.size());
+  ASSERT_EQ(RecvFor(server.get(), in.data(), in.size(), 2000), in.size());
+  EXPECT_EQ(in, request);
+  EXPECT_TRUE(ClosedWithin(server.get(), 1000)) << "the client's EOF should follow its bytes";
+  ASSERT_EQ(RecvFor(client.get(), in_reply.data(), in_reply.size(), 2000), in_reply.size());
+  EXPECT_EQ(in_reply, reply);
+  EXPECT_TRUE(ClosedWithin(client.get(), 1000)) << "the target's EOF should follow its bytes";
+}
+
+// Writes of every size from 1 byte to a few chunks, more than a queue holds
+// at once, with jitter: small reads are copied out of the read buffer,
+// large ones keep it, and a source left unread while its queue was full
+// must be read again once the queue drains (no new bytes arrive to say so).
+TEST(LinkEmulatorTest, WritesOfEverySizeArriveInOrderThroughAFullQueue) {
+  LinkEmulatorOptions o;
+  o.min_queue_bytes = 64 << 10;  // the bound is then about 1 MiB (its slack)
+  LinkEmulator emu(o);
+  const int link = emu.AddLink("a-b", Shape(4, 200, 3), Shape(4, 200, 3));
+  ASSERT_TRUE(emu.Start().ok());
+  Pipe p = Open(emu, link);
+  ASSERT_GE(p.server.get(), 0);
+  constexpr size_t kBytes = 6 << 20;
+  const std::vector<uint8_t> data = RandomBytes(kBytes, 13);
+  std::thread sender([&] {
+    std::mt19937_64 rng(14);
+    for (size_t sent = 0; sent < kBytes;) {
+      const size_t n = std::min(kBytes - sent, size_t{1} << std::uniform_int_distribution<int>(0, 19)(rng));
+      if (!SendAll(p.client.get(), data.data() + sent, n)) return;
+      sent += n;
+    }
+  });
+  std::vector<uint8_t> in(kBytes);
+  const size_t got = RecvFor(p.server.get(), in.data(), in.size(), 10000);
+  sender.join();
+  ASSERT_EQ(got, kBytes);
+  EXPECT_TRUE(in == data) << "the stream was reordered or corrupted";
+  EXPECT_EQ(CountersOnceDelivered(emu, link, kBytes, 0).bytes_forward, kBytes);
+}
+
+// A cut in the middle of a transfer: once Cut returns, what the emulator
+// had started writing may still land, then nothing until Heal; the rest
+// then arrives, in order, and the counters never run ahead of it.
+TEST_F(LinkEmulatorOneLinkTest, CutMidTransferHoldsTheRestAndHealDeliversItInOrder) {
+  ASSERT_TRUE(StartLink(Shape(10, 20)));
+  Pipe p = Open(emu_, link_);
+  ASSERT_GE(p.server.get(), 0);
+  constexpr size_t kBytes = 1 << 20;  // 0.42 s at 20 Mbit/s
+  const std::vector<uint8_t> data = RandomBytes(kBytes, 15);
+  std::thread sender([&] { SendAll(p.client.get(), data.data(), data.size()); });
+  std::vector<uint8_t> in(kBytes);
+  size_t got = RecvFor(p.server.get(), in.data(), 100000, 2000);
+  ASSERT_EQ(got, 100000u);
+  emu_.Cut(link_);
+  // What was being written when the cut came lands at once; then nothing.
+  while (got < kBytes && WaitReadable(p.server.get(), 200)) {
+    const ssize_t k = recv(p.server.get(), in.data() + got, kBytes - got, 0);
+    ASSERT_GT(k, 0);
+    got += static_cast<size_t>(k);
+  }
+  EXPECT_LT(got, kBytes / 2) << "bytes kept crossing a cut link";
+  EXPECT_EQ(CountersOnceDelivered(emu_, link_, got, 0).bytes_forward, got);
+  EXPECT_FALSE(WaitReadable(p.server.get(), 300)) << "bytes crossed a cut link";
+  emu_.Heal(link_);
+  got += RecvFor(p.server.get(), in.data() + got, kBytes - got, 3000);
+  sender.join();
+  ASSERT_EQ(got, kBytes);
+  EXPECT_TRUE(in == data) << "the stream was reordered or corrupted across the cut";
+  EXPECT_EQ(CountersOnceDelivered(emu_, link_, kBytes, 0).bytes_forward, kBytes);
+}
+
+// Idle connections cost the emulator nothing but a wait each: no reads,
+// writes or timer wake-ups while nobody sends.
+TEST_F(LinkEmulatorOneLinkTest, IdleConnectionsCostNoReadsWritesOrWakeups) {
+  constexpr int kConnections = 50;
+  ASSERT_TRUE(StartLink(Shape(10, 100)));
+  std::vector<Pipe> pipes;
+  for (int i = 0; i < kConnections; ++i) {
+    pipes.push_back(Open(emu_, link_));
+    ASSERT_GE(pipes.back().server.get(), 0);
+    uint8_t byte = 1;
+    ASSERT_TRUE(SendAll(pipes.back().client.get(), &byte, 1));
+    ASSERT_TRUE(SendAll(pipes.back().server.get(), &byte, 1));
+  }
+  for (Pipe& p : pipes) {
+    uint8_t byte;
+    ASSERT_EQ(RecvFor(p.server.get(), &byte, 1, 2000), 1u);
+    ASSERT_EQ(RecvFor(p.client.get(), &byte, 1, 2000), 1u);
+  }
+  EmulatorLoad before = emu_.Load();
+  for (int i = 0; i < 100 && before.bytes_relayed < 2 * kConnections; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    before = emu_.Load();
+  }
+  ASSERT_EQ(before.bytes_relayed, 2u * kConnections);
+  EXPECT_EQ(before.open_connections, static_cast<uint64_t>(kConnections));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const EmulatorLoad after = emu_.Load();
+  EXPECT_EQ(after.reads, before.reads);
+  EXPECT_EQ(after.writes, before.writes);
+  EXPECT_EQ(after.timer_wakeups, before.timer_wakeups);
+}
+
+// The nice value of this process's thread named `name`, from
+// /proc/self/task/*/stat (field 19); 99 if there is none.
+int ThreadNice(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::FILE* f = std::fopen((task.path() / "stat").c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[1024] = {};
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const std::string stat(buf, n);
+    const size_t open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || stat.substr(open + 1, close - open - 1) != name)
+      continue;
+    // After ") ": state (3), ppid ... nice is field 19, the 17th after the name.
+    int nice = 99, field = 3;
+    for (size_t i = close + 2; i < stat.size() && field <= 19; ++field) {
+      const size_t end = stat.find(' ', i);
+      if (field == 19) nice = std::stoi(stat.substr(i, end - i));
+      i = end == std::string::npos ? stat.size() : end + 1;
+    }
+    return nice;
+  }
+  return 99;
+}
+
+// The I/O thread runs at options.io_nice where this process may raise its
+// priority (root), at the process's own otherwise; Load says which.
+TEST(LinkEmulatorTest, TheIoThreadRunsAtItsNiceValueWhereAllowed) {
+  LinkEmulatorOptions o;
+  o.io_nice = -3;
+  LinkEmulator emu(o);
+  ASSERT_TRUE(emu.Start().ok());
+  // The thread names itself, then sets its priority, then says so in Load.
+  // Root may raise a thread's priority; others keep the process's unless
+  // RLIMIT_NICE allows more.
+  const int own = getpriority(PRIO_PROCESS, 0);
+  const bool root = geteuid() == 0;
+  auto settled = [&](int thread_nice, int load_nice) {
+    return thread_nice == load_nice && (!root || thread_nice == std::min(own, -3));
+  };
+  int thread_nice = ThreadNice("gd-link-emu");
+  for (int i = 0; i < 100 && !settled(thread_nice, emu.Load().nice); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    thread_nice = ThreadNice("gd-link-emu");
+  }
+  ASSERT_NE(thread_nice, 99) << "no thread named gd-link-emu";
+  EXPECT_EQ(emu.Load().nice, thread_nice);
+  EXPECT_LE(thread_nice, own);
+  if (root) EXPECT_EQ(thread_nice, std::min(own, -3));
+}
+
 TEST(LinkEmulatorTest, ProbeErrorsNameTheEndpoint) {
   int port = 0;
   Fd silent = Listen(&port);  // accepts (backlog) but never answers
