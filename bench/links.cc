@@ -170,9 +170,12 @@ StatusOr<json> MeasureIdle(const JobSpec& job, const SinkRoutes& s, deploy::Emul
       }
       fds.push_back(fd);
     }
-  // Measured once the emulator has accepted them all (at most 10 s).
+  // Measured once the emulator has accepted them all (at most 10 s) and
+  // connected them to the sinks: accepted connections count at once, their
+  // connects to the targets finish a moment later, and that work is not idle.
   for (int i = 0; i < 1000 && wan.Load().open_connections < open_before + fds.size(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const wan::EmulatorLoad before = wan.Load();
   const auto start = Clock::now();
   while (SecondsSince(start) < seconds && !stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -198,10 +198,12 @@ class LinkEmulator::Impl {
 
   // Reads the source until it has nothing more, or its bytes waiting reach
   // the queue bound (a delivery resumes it), then waits until it is readable
-  // again. asio's async_read_some would try another read at once after every
-  // read, which finds nothing after most messages; the wait re-arms epoll
-  // instead (EPOLL_CTL_MOD, which also reports bytes that came while nobody
-  // waited), and a short read is taken to have emptied the socket.
+  // again; a short read is taken to have emptied the socket. A burst is
+  // read in one handler, not one handler per read. Per small message this
+  // costs what async_read_some did: that tries another read at once after
+  // every read (asio 1.22 stops only after an EOF), which finds nothing;
+  // the wait re-arms epoll instead (EPOLL_CTL_MOD, which also reports bytes
+  // that came while nobody waited).
   void StartRead(const ConnectionPtr& c, int p) {
     Pipe& pipe = c->pipes[p];
     if (c->closed || pipe.reading || pipe.source_done || !ReadBytes(*c, pipe)) return;
