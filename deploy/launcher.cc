@@ -398,7 +398,7 @@ class JobRun {
   void OnServerExit(Child* c);
   void OnStatus(const wire::StatusReply& st);
   void UpdateDashboard(const wire::StatusReply& st, double rate);
-  void WatchCoordinatorRestart();
+  void NoteCoordinatorRestart(const wire::StatusReply& st);
   void StartJoins();  // elastic jobs: the --join workers that are due
   // After the loop: a job that lost processes for good, or trained nothing
   // to the end, or could not write its results, did not finish.
@@ -428,9 +428,9 @@ class JobRun {
   int workers_finished_ = 0;            // exited 0
   TrainingSpan span_;
   bool span_end_frozen_ = false;  // the evaluator ended while workers still ran
-  // A restarted coordinator whose log does not yet say whether it found
-  // its saved state.
-  std::optional<std::string> coordinator_restart_log_;
+  // A restarted coordinator that has not yet answered a status request
+  // (which says whether it found its saved state).
+  std::optional<std::chrono::steady_clock::time_point> coordinator_restarted_at_;
   std::optional<std::chrono::steady_clock::time_point> evaluator_done_at_;
   bool said_trained_ = false;  // "training ended" was said
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> premature_exit_;
@@ -514,7 +514,6 @@ bool JobRun::Step() {
     return false;
   }
   if (auto st = probe_->Poll()) OnStatus(*st);
-  WatchCoordinatorRestart();
   faults_.Tick(clock_, *s_.children, progress_);
   StartJoins();
   return true;
@@ -539,6 +538,7 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
   for (const auto& w : st.workers()) samples += w.progress().samples();
   const double rate = rate_.Add(samples, st.training_seconds());
   recoveries_.Observe(st, s_.job, progress_);
+  NoteCoordinatorRestart(st);
   if (!st.training_started()) return;
   if (!clock_.started()) {
     // Faults are timed from here, on the wall clock.
@@ -655,21 +655,24 @@ void JobRun::OnCoordinatorExit(Child* c) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--bind") args[i + 1] = s_.endpoint;
   const std::string what = c->name() + " " + c->exit()->Describe();
+  const auto restarted_at = std::chrono::steady_clock::now();  // before the new one's uptime starts
   Status st = Restart(c, args, "; restarted on " + s_.endpoint);
   if (!st.ok()) return Fail(what + " and could not be restarted: " + st.message());
-  coordinator_restart_log_ = s_.children->Find("coordinator")->log_file();
+  coordinator_restarted_at_ = restarted_at;
 }
 
-// What the restarted coordinator did, from its own log (CoordinatorStore::
-// Load): continued from its saved state, or, without one, listened for a
-// fresh rendezvous. The launcher does not assume either.
-void JobRun::WatchCoordinatorRestart() {
-  if (!coordinator_restart_log_) return;
-  auto text = ReadFile(*coordinator_restart_log_);
-  if (!text.ok()) return;
-  const bool saved = text->find("restarted: continuing the job from") != std::string::npos;
-  if (!saved && text->find("listening on ") == std::string::npos) return;
-  coordinator_restart_log_.reset();
+// What the restarted coordinator did, from its first status reply
+// (StatusReply.restored, set when CoordinatorStore::Load took its saved
+// state): continued from its saved state, or, without one, listened for a
+// fresh rendezvous. The launcher does not assume either. A reply whose
+// uptime is older than the restart came from the coordinator that died.
+void JobRun::NoteCoordinatorRestart(const wire::StatusReply& st) {
+  if (!coordinator_restarted_at_) return;
+  const double since =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - *coordinator_restarted_at_).count();
+  if (st.uptime_seconds() > since) return;
+  coordinator_restarted_at_.reset();
+  const bool saved = st.restored();
   recoveries_.Note("coordinator", "state", saved ? "saved" : "fresh_rendezvous");
   progress_.Say(saved ? "geodesic: the restarted coordinator continued from its saved state"
                       : "geodesic: the restarted coordinator found no saved state; members register again in a "

@@ -481,6 +481,7 @@ wire::StatusReply CoordinatorState::Status() const {
   wire::StatusReply r;
   r.set_uptime_seconds(Seconds(clock_->Now() - created_));
   r.set_training_started(started_);
+  r.set_restored(restored_);
   r.set_training_seconds(training_seconds());
   r.set_job_finished(job_finished());
   r.set_min_clock(MinLiveClock());

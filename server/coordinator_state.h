@@ -303,6 +303,7 @@ class CoordinatorState {
   std::string plan_note_;       // the planner's report, if it placed the chunks
   double planned_step_ms_ = 0;  // its predicted step time
   bool started_ = false;
+  bool restored_ = false;  // continued from a saved state (Restore), not a fresh rendezvous
   TimePoint started_at_{};
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;

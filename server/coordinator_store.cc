@@ -117,6 +117,7 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   }
   units_ = std::move(units);
   events_.assign(s.membership_events().begin(), s.membership_events().end());
+  restored_ = true;
   return ::geodesic::Status::Ok();
 }
 

@@ -120,7 +120,10 @@ TEST_F(CoordinatorTest, RestoredStateContinuesTheJob) {
   FakeClock later;
   later.Advance(Millis(100000));
   CoordinatorState restored(Options(2, 2), &later);
+  EXPECT_FALSE(restored.Status().restored());  // a fresh rendezvous until it takes the saved state
   ASSERT_TRUE(restored.Restore(snap).ok());
+  EXPECT_TRUE(restored.Status().restored());  // what the launcher reads of a coordinator it restarted
+  EXPECT_FALSE(state_.Status().restored());
   EXPECT_TRUE(restored.started());
   ASSERT_TRUE(restored.shard_map());
   EXPECT_EQ(restored.shard_map()->owner, state_.shard_map()->owner);
