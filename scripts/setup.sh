@@ -75,6 +75,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "setup: installing ${#missing[@]} Debian package(s): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+t0=$SECONDS
 $SUDO apt-get update -qq
 # dpkg syncs every file it unpacks to disk; on a bare machine that is most
 # of the install (the demo's set is 400 packages, 42,000 files: LibTorch's
@@ -84,5 +85,6 @@ $SUDO apt-get update -qq
 plan=$($SUDO apt-get install -s --no-install-recommends "${missing[@]}")
 dpkg_io=()
 grep -q '^Inst [^ ]* \[' <<<"$plan" || dpkg_io=(-o Dpkg::Options::=--force-unsafe-io)
+t1=$SECONDS
 $SUDO apt-get install -y -qq --no-install-recommends "${dpkg_io[@]}" "${missing[@]}" >/dev/null
-echo "setup: done"
+echo "setup: done: package lists in $((t1 - t0)) s, $(grep -c '^Inst ' <<<"$plan") packages downloaded and installed in $((SECONDS - t1)) s"
