@@ -547,8 +547,12 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
     progress_.Say("geodesic: all processes joined; training");
   }
   if (!EvaluatorDone()) progress_.Show(RenderProgress(st, rate, s_.job.federated.enabled()));
-  const bool none_live = std::none_of(st.workers().begin(), st.workers().end(), [](const auto& w) { return w.live(); });
-  if (!said_trained_ && st.workers_size() > 0 && none_live && !EvaluatorDone()) {
+  // Ended: no worker live and one at least done (all dead at once, as a
+  // restart of every worker makes them, is not the end).
+  const auto& ws = st.workers();
+  const bool ended = std::none_of(ws.begin(), ws.end(), [](const auto& w) { return w.live(); }) &&
+                     std::any_of(ws.begin(), ws.end(), [](const auto& w) { return w.done(); });
+  if (!said_trained_ && ended && !EvaluatorDone()) {
     // The final evaluation and the accuracy curve take a while on a busy
     // machine; the line above stands still meanwhile.
     said_trained_ = true;
