@@ -46,13 +46,11 @@ wire::Header ToTransfer(const wire::Migration& mg, uint32_t c, const wire::Chunk
 
 }  // namespace
 
-Migration::Migration(const JobSpec& job, int server_id, const Clock* clock, zmq::context_t& ctx,
-                     transport::TrafficCounters* counters)
+Migration::Migration(const JobSpec& job, int server_id, const Clock* clock, transport::PeerConnector connect)
     : job_(job),
       server_id_(server_id),
       clock_(clock),
-      ctx_(ctx),
-      counters_(counters),
+      connect_(std::move(connect)),
       // Resent every 2 s until acknowledged; the destination answers a resend again.
       outgoing_(transport::RetryPolicy{.retry_after = std::chrono::seconds(2)}) {}
 
@@ -125,7 +123,7 @@ Handled Migration::AdoptChecked(const transport::Message& m) {
   return Handled{};
 }
 
-void Migration::FollowView(const cluster::MembershipView& v) {
+void Migration::Follow(const cluster::MembershipView& v) {
   announced_ = v.migration;
   if (v.shard_map.version() <= map_version_) return;
   auto map = cluster::ShardMap::FromWire(v.shard_map, job_.NumServers());
@@ -157,21 +155,15 @@ bool Migration::Begin(const wire::Migration& mg) {
   return true;
 }
 
-transport::Socket* Migration::PeerFor(const std::string& endpoint) {
+transport::PeerLink* Migration::PeerFor(const std::string& endpoint) {
   auto& peer = peers_[endpoint];
   if (peer) return peer.get();
-  peer = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::dealer,
-                                             transport::SocketOptions{.job = job_.name,
-                                                                      .role = wire::SERVER,
-                                                                      .id = server_id_,
-                                                                      .max_message_bytes = job_.wire.max_message_bytes,
-                                                                      .send_timeout_ms = transport::kNeverBlock,
-                                                                      .curve = {}},
-                                             counters_);
-  if (Status s = peer->Connect(endpoint); !s.ok()) {
-    GD_LOG(ERROR) << "migration: connecting to " << endpoint << ": " << s;
-    peer.reset();
+  auto link = connect_(endpoint, "");
+  if (!link.ok()) {
+    GD_LOG(ERROR) << "migration: connecting to " << endpoint << ": " << link.status();
+    return nullptr;
   }
+  peer = std::move(*link);
   return peer.get();
 }
 
@@ -198,32 +190,28 @@ bool Migration::SendChunk(const wire::Migration& mg, uint32_t c, int to) {
   moved_away_[c] = to;
   ++chunks_sent_;
   transport::OutboxEntry& e = outgoing_.Add(c, to, ToTransfer(mg, c, *state), std::move(payloads), clock_->Now());
-  if (transport::Socket* peer = PeerFor(endpoint))
+  if (transport::PeerLink* peer = PeerFor(endpoint))
     if (Status s = peer->Send(e.header, e.payloads); !s.ok())
       GD_LOG(WARNING) << "migration: chunk " << c << " to server " << to << " not sent yet: " << s;
   return true;
 }
 
-void Migration::Sync(cluster::MemberClient* member) {
-  if (member->replies() != seen_replies_) {
-    seen_replies_ = member->replies();
-    FollowView(member->view());
-  }
+bool Migration::Sync() {
   const wire::Migration& mg = announced_;
-  if (mg.id() == 0 || !mg.transfer() || mg.id() == done_) return;
-  if (mg.id() != id_ && !Begin(mg)) return;
+  if (mg.id() == 0 || !mg.transfer() || mg.id() == done_) return false;
+  if (mg.id() != id_ && !Begin(mg)) return false;
   for (auto it = to_export_.begin(); it != to_export_.end();)
     it = SendChunk(mg, it->first, it->second) ? to_export_.erase(it) : std::next(it);
   for (auto& [c, e] : outgoing_.Due(clock_->Now()))
-    if (transport::Socket* peer = PeerFor(endpoints_[e->dest]))
+    if (transport::PeerLink* peer = PeerFor(endpoints_[e->dest]))
       if (Status s = peer->Send(e->header, e->payloads); !s.ok())
         GD_LOG(WARNING) << "migration: chunk " << c << " to server " << e->dest << " not sent yet: " << s;
-  if (!to_export_.empty() || !outgoing_.empty()) return;
+  if (!to_export_.empty() || !outgoing_.empty()) return false;
   done_ = mg.id();
   done_pub_ = done_;
-  member->Nudge();
   GD_LOG(INFO) << "migration " << mg.id() << ": all " << moving_ << " outgoing chunk(s) acknowledged; now owning "
                << shard_->owned().size();
+  return true;
 }
 
 void Migration::Drain() {

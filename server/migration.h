@@ -8,8 +8,9 @@
 // transferred chunk (a resend of one already adopted is acknowledged
 // again). It also follows the shard map versions the coordinator publishes.
 //
-// Owns the outgoing transfers, the DEALERs to the destinations and the
-// moved/adopted bookkeeping; changes the ShardState it is given (the server
+// Owns the outgoing transfers, the links to the destinations (opened by a
+// transport::PeerConnector: DEALER sockets in the server, fakes in
+// tests/server/migration_test.cc) and the moved/adopted bookkeeping; changes the ShardState it is given (the server
 // owns it). Not synchronized: the server loop's thread owns it, except
 // done_for_heartbeat(), an atomic the heartbeat thread reads.
 #pragma once
@@ -20,7 +21,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <zmq.hpp>
 
 #include "cluster/member_client.h"
 #include "common/clock.h"
@@ -29,6 +29,7 @@
 #include "server/pull_service.h"
 #include "server/requests.h"
 #include "server/shard.h"
+#include "transport/links.h"
 #include "transport/message.h"
 #include "transport/outbox.h"
 
@@ -36,8 +37,8 @@ namespace geodesic::server {
 
 class Migration {
  public:
-  Migration(const JobSpec& job, int server_id, const Clock* clock, zmq::context_t& ctx,
-            transport::TrafficCounters* counters);
+  // `connect` opens a link to a destination shard.
+  Migration(const JobSpec& job, int server_id, const Clock* clock, transport::PeerConnector connect);
 
   // Once the shard exists: the shard, the pulls whose copies a moved chunk
   // resets, and the shard map version it was placed by.
@@ -46,8 +47,13 @@ class Migration {
   // Destination: adopts one transferred chunk. Refused (nothing taken) or
   // the acknowledgement to send.
   Handled Adopt(const transport::Message& m);
-  // Source: follows the coordinator's view and sends what is due.
-  void Sync(cluster::MemberClient* member);
+  // Follows a new view of the coordinator's: the announced migration and
+  // the shard map version.
+  void Follow(const cluster::MembershipView& v);
+  // Source: sends what is due of the announced migration; true once when
+  // all its transfers have just been acknowledged (the caller tells the
+  // coordinator at once: MemberClient::Nudge).
+  bool Sync();
   // Source: the destinations' acknowledgements.
   void Drain();
   // A pull, push or init naming a chunk that moved away: the refusal.
@@ -57,34 +63,31 @@ class Migration {
   void AddStats(stats::ShardStats* j) const;
 
  private:
-  void FollowView(const cluster::MembershipView& v);
   // Starts migration `mg`: lists the chunks to send.
   bool Begin(const wire::Migration& mg);
   // Exports, drops and sends chunk `c` to `to`; false if not ready yet.
   bool SendChunk(const wire::Migration& mg, uint32_t c, int to);
-  transport::Socket* PeerFor(const std::string& endpoint);
+  transport::PeerLink* PeerFor(const std::string& endpoint);
   Handled AdoptChecked(const transport::Message& m);
 
   const JobSpec& job_;
   const int server_id_;
   const Clock* clock_;
-  zmq::context_t& ctx_;
-  transport::TrafficCounters* counters_;
+  transport::PeerConnector connect_;
   ShardState* shard_ = nullptr;
   PullService* pulls_ = nullptr;
   uint64_t id_ = 0;    // the migration whose transfers run (or ran) here
   uint64_t done_ = 0;  // the last one whose transfers were all acknowledged
   std::atomic<uint64_t> done_pub_{0};
-  uint64_t seen_replies_ = 0;
-  wire::Migration announced_;                                        // the latest announced (id 0: none)
-  std::map<uint32_t, int> to_export_;                                // chunk -> destination, not exported yet
-  std::map<int, std::string> endpoints_;                             // destination shard -> endpoint
-  transport::Outbox<uint32_t> outgoing_;                             // sent chunks, until acknowledged
-  size_t moving_ = 0;                                                // chunks of the running migration
-  std::map<std::string, std::unique_ptr<transport::Socket>> peers_;  // DEALERs to destinations, by endpoint
-  std::map<uint32_t, uint64_t> adopted_;                             // chunk -> migration it was taken in
-  std::map<uint32_t, int> moved_away_;                               // chunk -> the shard it went to
-  uint64_t map_version_ = 0;                                         // the shard map version this shard follows
+  wire::Migration announced_;                                          // the latest announced (id 0: none)
+  std::map<uint32_t, int> to_export_;                                  // chunk -> destination, not exported yet
+  std::map<int, std::string> endpoints_;                               // destination shard -> endpoint
+  transport::Outbox<uint32_t> outgoing_;                               // sent chunks, until acknowledged
+  size_t moving_ = 0;                                                  // chunks of the running migration
+  std::map<std::string, std::unique_ptr<transport::PeerLink>> peers_;  // links to destinations, by endpoint
+  std::map<uint32_t, uint64_t> adopted_;                               // chunk -> migration it was taken in
+  std::map<uint32_t, int> moved_away_;                                 // chunk -> the shard it went to
+  uint64_t map_version_ = 0;                                           // the shard map version this shard follows
   uint64_t chunks_sent_ = 0, chunks_adopted_ = 0;
 };
 

@@ -34,8 +34,8 @@ constexpr size_t kPeersTracked = 1024;  // past this, peers with nothing unwritt
 
 }  // namespace
 
-PullService::PullService(const JobSpec& job, int server_id, const Clock* clock, transport::Socket* socket)
-    : job_(job), server_id_(server_id), clock_(clock), socket_(socket) {}
+PullService::PullService(const JobSpec& job, int server_id, const Clock* clock, transport::ReplySink* replies)
+    : job_(job), server_id_(server_id), clock_(clock), replies_(replies) {}
 
 Status PullService::LoadCodecs() {
   const std::string& my_region = job_.RegionOfServer(server_id_).name;
@@ -73,7 +73,7 @@ bool PullService::Reading(const HeldPull& p) {
   const int64_t unread = UnreadOf(p.peer)->load();
   if (unread <= static_cast<int64_t>(unread_limit_)) return true;
   ++withheld_;
-  socket_->counters()->sends_dropped++;
+  replies_->CountDropped();
   uint64_t skipped = 0;
   if (withheld_log_.Due(clock_->Now(), &skipped))
     GD_LOG(WARNING) << "dropped a pull of " << (p.role == wire::WORKER ? "worker " : "puller ") << p.sender_id << ": "
@@ -170,7 +170,7 @@ void PullService::Serve(const HeldPull& p, const std::vector<uint32_t>* only) {
     r->set_hold_us(Micros(now - p.since));
     std::vector<transport::Payload> payloads;
     if (!FillReply(p, batch, &reply, &payloads)) return;
-    if (Status s = socket_->Send(std::move(reply), payloads, p.peer); !s.ok()) {
+    if (Status s = replies_->Send(std::move(reply), payloads, p.peer); !s.ok()) {
       // The worker asks again (worker/ps_client.h); one line a second at most.
       uint64_t skipped = 0;
       if (failed_reply_log_.Due(clock_->Now(), &skipped))

@@ -18,7 +18,8 @@
 //
 // Owns the held pulls, the per-worker codecs and the compressor's copies.
 // Reads the ShardState and ClockTable it is given (the server owns them)
-// and answers on the server's ROUTER socket. Not synchronized: the server
+// and answers through a transport::ReplySink (the server's ROUTER; a fake
+// in tests/server/pull_service_test.cc). Not synchronized: the server
 // loop's thread owns it.
 #pragma once
 
@@ -39,13 +40,14 @@
 #include "config/job.h"
 #include "server/consistency.h"
 #include "server/shard.h"
+#include "transport/links.h"
 #include "transport/message.h"
 
 namespace geodesic::server {
 
 class PullService {
  public:
-  PullService(const JobSpec& job, int server_id, const Clock* clock, transport::Socket* socket);
+  PullService(const JobSpec& job, int server_id, const Clock* clock, transport::ReplySink* replies);
 
   // The pull codec of every worker's link to this shard; refuses a bad
   // codec name (a server started by hand checks it at start-up too).
@@ -111,7 +113,7 @@ class PullService {
   const JobSpec& job_;
   const int server_id_;
   const Clock* clock_;
-  transport::Socket* socket_;
+  transport::ReplySink* replies_;
   Throttle failed_reply_log_{std::chrono::seconds(1)};
   const ShardState* shard_ = nullptr;
   const ClockTable* clocks_ = nullptr;

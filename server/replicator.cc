@@ -6,13 +6,11 @@
 
 namespace geodesic::server {
 
-Replicator::Replicator(const JobSpec& job, int server_id, const Clock* clock, zmq::context_t& ctx,
-                       transport::Socket* router)
-    : job_(job),
-      server_id_(server_id),
-      clock_(clock),
-      ctx_(ctx),
-      router_(router),
+Replicator::Replicator(const JobSpec& job, const Clock* clock, transport::PeerConnector connect,
+                       transport::ReplySink* replies)
+    : clock_(clock),
+      connect_(std::move(connect)),
+      replies_(replies),
       // An op unanswered for a while was lost with its connection, or the
       // backup is gone. Only the coordinator decides the latter (Degrade):
       // acknowledging alone on our own judgement could lose updates if the
@@ -23,28 +21,16 @@ Replicator::Replicator(const JobSpec& job, int server_id, const Clock* clock, zm
           transport::RetryPolicy{.retry_after = std::max<Duration>(Millis(1000), Millis(job.membership.lease_ms / 2)),
                                  .min_resend_gap = Millis(job.membership.heartbeat_ms)}) {}
 
-Status Replicator::Connect(const std::string& endpoint, const transport::MemberCredentials& credentials,
-                           const std::string& backup_key) {
+Status Replicator::Connect(const std::string& endpoint, const std::string& backup_key) {
   endpoint_ = endpoint;
-  replica_ = std::make_unique<transport::Socket>(
-      ctx_, zmq::socket_type::dealer,
-      transport::SocketOptions{.job = job_.name,
-                               .role = wire::SERVER,
-                               .id = server_id_,
-                               .max_message_bytes = job_.wire.max_message_bytes,
-                               .send_timeout_ms = transport::kNeverBlock,
-                               .curve = transport::CurveSocket{.keys = credentials.keys, .server_key = backup_key}},
-      router_->counters());
-  GD_RETURN_IF_ERROR(replica_->Connect(endpoint));
+  auto link = connect_(endpoint, backup_key);
+  GD_RETURN_IF_ERROR(link.status());
+  replica_ = std::move(*link);
   GD_LOG(INFO) << "replicating to the backup at " << endpoint;
   return Status::Ok();
 }
 
 void Replicator::Replicate(transport::Message& m, wire::Header reply) {
-  if (!active()) {
-    (void)router_->Send(std::move(reply), {}, m.peer);
-    return;
-  }
   const uint64_t seq = ++seq_;
   held_[seq] = HeldReply{.peer = m.peer, .reply = std::move(reply)};
   Send(seq, ReplicateOp(seq, m), TakeFrames(m));
@@ -111,7 +97,7 @@ bool Replicator::OnBackupMessage(const wire::Header& h) {
   const uint64_t acked = h.replicate_ack().seq();
   pending_.AckThrough(acked);
   for (auto it = held_.begin(); it != held_.end() && it->first <= acked; it = held_.erase(it))
-    (void)router_->Send(std::move(it->second.reply), {}, it->second.peer);
+    (void)replies_->Send(std::move(it->second.reply), {}, it->second.peer);
   return true;
 }
 
@@ -134,7 +120,7 @@ void Replicator::Degrade(const std::string& why) {
   if (degraded_) return;
   degraded_ = true;
   const size_t held = held_.size();
-  for (auto& [seq, h] : held_) (void)router_->Send(std::move(h.reply), {}, h.peer);
+  for (auto& [seq, h] : held_) (void)replies_->Send(std::move(h.reply), {}, h.peer);
   GD_LOG(ERROR) << "replication to " << endpoint_ << " stopped (" << why << "); acknowledging " << held
                 << " held and all later updates without a backup (degraded)";
   held_.clear();

@@ -3,8 +3,13 @@
 // Replicator, the primary's side: every init and push the shard took goes
 // to the backup as a numbered op (and every live-set change as a membership
 // op), and the worker's acknowledgement is held until the backup
-// acknowledges the op (cumulative acks). Unacknowledged ops stay in a
-// transport::Outbox and go again when the backup says it misses some
+// acknowledges the op (cumulative acks). Without an active backup the
+// server acknowledges a push itself, where it applied it; the Replicator
+// only holds acknowledgements. It reaches the backup through a
+// transport::PeerLink and answers workers through a transport::ReplySink
+// (ZeroMQ sockets in the server; fakes in tests/server/replicator_test.cc).
+// Unacknowledged ops stay in a transport::Outbox and go again when the
+// backup says it misses some
 // (REFUSAL_REPLICATION_GAP, at most once per heartbeat) or none was
 // acknowledged for max(1 s, lease / 2). Only the coordinator decides that
 // the backup is gone (Degrade: acknowledge alone from then on); a backup
@@ -25,7 +30,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include <zmq.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -33,28 +37,28 @@
 #include "config/job.h"
 #include "proto/stats.pb.h"
 #include "server/requests.h"
+#include "transport/links.h"
 #include "transport/message.h"
 #include "transport/outbox.h"
-#include "transport/security.h"
 
 namespace geodesic::server {
 
 class Replicator {
  public:
-  Replicator(const JobSpec& job, int server_id, const Clock* clock, zmq::context_t& ctx, transport::Socket* router);
+  // `connect` opens the link to the backup; `replies` reaches the workers.
+  Replicator(const JobSpec& job, const Clock* clock, transport::PeerConnector connect, transport::ReplySink* replies);
 
-  // Connects the DEALER to the backup; `backup_key`: its CURVE key (secured
-  // jobs, with this shard's `credentials`).
-  Status Connect(const std::string& endpoint, const transport::MemberCredentials& credentials,
-                 const std::string& backup_key);
+  // Connects to the backup at `endpoint`; `backup_key`: its CURVE key
+  // (secured jobs; empty: plaintext).
+  Status Connect(const std::string& endpoint, const std::string& backup_key);
   // Whether a backup takes the ops (connected and not degraded).
   bool active() const { return replica_ && !degraded_; }
   bool connected() const { return replica_ != nullptr; }
-  zmq::socket_t& socket() { return replica_->raw(); }
+  // The backup link's socket, to wait on beside the ROUTER (null: none).
+  zmq::socket_t* pollable() { return replica_ ? replica_->pollable() : nullptr; }
 
-  // Sends the taken request `m` to the backup and holds `reply` until the
-  // backup acknowledges it; when not active, sends `reply` now. Consumes
-  // m's frames.
+  // Requires active(): sends the taken request `m` to the backup and holds
+  // `reply` until the backup acknowledges it. Consumes m's frames.
   void Replicate(transport::Message& m, wire::Header reply);
   // A live-set change, when it differs from the last one sent.
   void ReplicateLive(const std::vector<int>& live, const std::vector<int64_t>& clocks);
@@ -80,12 +84,10 @@ class Replicator {
   bool OnBackupMessage(const wire::Header& h);
   void SendDue(const std::string& why);
 
-  const JobSpec& job_;
-  const int server_id_;
   const Clock* clock_;
-  zmq::context_t& ctx_;
-  transport::Socket* router_;
-  std::unique_ptr<transport::Socket> replica_;
+  transport::PeerConnector connect_;
+  transport::ReplySink* replies_;
+  std::unique_ptr<transport::PeerLink> replica_;
   Throttle unsent_log_{std::chrono::seconds(1)};  // ops the backup's full queue did not take
   std::string endpoint_;
   uint64_t seq_ = 0;

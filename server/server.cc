@@ -8,6 +8,24 @@
 
 namespace geodesic::server {
 
+namespace {
+
+// Links to other shards (the backup, migration destinations): DEALERs with
+// this shard's identity and `keys` (none: plaintext), never blocking.
+transport::PeerConnector ShardPeers(zmq::context_t& ctx, const ServerProcessOptions& o,
+                                    transport::TrafficCounters* counters, transport::CurveKeyPair keys) {
+  return transport::DealerConnector(ctx,
+                                    transport::SocketOptions{.job = o.job.name,
+                                                             .role = wire::SERVER,
+                                                             .id = o.id,
+                                                             .max_message_bytes = o.job.wire.max_message_bytes,
+                                                             .send_timeout_ms = transport::kNeverBlock,
+                                                             .curve = transport::CurveSocket{.keys = std::move(keys)}},
+                                    counters);
+}
+
+}  // namespace
+
 Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
       clock_(clock),
@@ -25,10 +43,11 @@ Server::Server(ServerProcessOptions options, zmq::context_t& ctx, const Clock* c
       refusals_(clock),
       clocks_(options_.job.training.staleness_bound),
       num_workers_(options_.job.NumWorkers()),
-      pulls_(options_.job, options_.id, clock, &socket_),
-      replicator_(options_.job, options_.id, clock, ctx, &socket_),
+      pulls_(options_.job, options_.id, clock, &replies_),
+      replicator_(options_.job, clock, ShardPeers(ctx, options_, &counters_, options_.credentials.keys), &replies_),
       backup_(options_.backup, options_.id, clock),
-      migration_(options_.job, options_.id, clock, ctx, &counters_),
+      // Chunk transfers go in plaintext (their DEALERs carry no CURVE keys).
+      migration_(options_.job, options_.id, clock, ShardPeers(ctx, options_, &counters_, {})),
       checkpoints_(options_.job, options_.id, options_.checkpoint_dir, options_.checkpoint_requests, clock) {}
 
 void Server::Refuse(const transport::Message& m, wire::Refusal reason, const Status& status) {
@@ -126,8 +145,13 @@ void Server::HandleInit(transport::Message& m) {
   if (h.reply.init_ack().accepted_chunks() && shard_->AllInitialized())
     GD_LOG(INFO) << "all " << shard_->owned().size() << " chunks initialized (by worker " << m.header.sender_id()
                  << ")";
-  replicator_.Replicate(m, std::move(h.reply));
+  Acknowledge(m, std::move(h.reply));
   pulls_.ServeHeld();
+}
+
+void Server::Acknowledge(transport::Message& m, wire::Header reply) {
+  if (replicator_.active()) return replicator_.Replicate(m, std::move(reply));
+  (void)replies_.Send(std::move(reply), {}, m.peer);
 }
 
 void Server::HandlePush(transport::Message& m) {
@@ -139,7 +163,7 @@ void Server::HandlePush(transport::Message& m) {
   taken_by_worker_[m.header.sender_id()] += h.reply.push_ack().applied_chunks();
   // Acknowledge after the update took effect (applied, or held in its
   // round) here and, in a replicated job, on the backup.
-  replicator_.Replicate(m, std::move(h.reply));
+  Acknowledge(m, std::move(h.reply));
   if (!req.skipped() || h.completed || req.chunks_size() > 0) pulls_.ServeHeld();
 }
 
@@ -202,6 +226,7 @@ void Server::SyncMembership() {
   seen_replies_ = r;
   cluster::MembershipView v = member_->view();
   if (!v.valid) return;
+  if (options_.job.wan.replan) migration_.Follow(v);
   if (!serving()) {
     // A backup's live set comes from its primary's ops, in their order.
     if (!v.promoted) return;
@@ -359,7 +384,7 @@ Status Server::ConnectBackup(const wire::RegisterReply& assignment) {
   if (endpoint.empty()) return FailedPrecondition("replicated job, but the coordinator names no backup");
   if (options_.credentials.enabled() && key.empty())
     return FailedPrecondition("secured replicated job, but the coordinator names no key for the backup");
-  return replicator_.Connect(endpoint, options_.credentials, key);
+  return replicator_.Connect(endpoint, key);
 }
 
 void Server::StartHeartbeat() {
@@ -380,10 +405,9 @@ void Server::StartHeartbeat() {
 
 void Server::ReceiveAll(int wait_ms) {
   bool readable = false;
-  if (replicator_.active()) {
+  if (zmq::socket_t* backup = replicator_.active() ? replicator_.pollable() : nullptr) {
     // Wait on both: the backup's acks release the workers' acks.
-    zmq::pollitem_t items[] = {{socket_.raw().handle(), 0, ZMQ_POLLIN, 0},
-                               {replicator_.socket().handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{socket_.raw().handle(), 0, ZMQ_POLLIN, 0}, {backup->handle(), 0, ZMQ_POLLIN, 0}};
     try {
       zmq::poll(items, 2, std::chrono::milliseconds(wait_ms));
     } catch (const zmq::error_t&) {
@@ -452,7 +476,7 @@ Status Server::Run(const std::atomic<bool>* stop) {
     SyncMembership();
     if (options_.job.wan.replan) {
       migration_.Drain();
-      migration_.Sync(member_.get());
+      if (migration_.Sync()) member_->Nudge();
     }
     backup_.NoteUpdates(shard_->updates_applied());
     pulls_.ServeHeld();

@@ -98,6 +98,8 @@ class Server {
   void HandlePull(transport::Message& m);
   void HandlePush(transport::Message& m);
   void HandleInit(transport::Message& m);
+  // Acknowledges an applied init or push: now, or once the backup has it.
+  void Acknowledge(transport::Message& m, wire::Header reply);
   // Backup: one op of the primary's log.
   void HandleReplicate(transport::Message& m);
   // A destination shard: takes one chunk of a migration.
@@ -129,7 +131,8 @@ class Server {
   std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits only authorized client keys
   transport::ConnectionGuard guard_;            // limits the ROUTER's connections (its own thread)
   transport::Socket socket_;
-  transport::RefusalLimiter refusals_;  // answers and logs of refusals, per peer and reason
+  transport::RouterReplies replies_{&socket_};  // socket_'s replies, for the parts below
+  transport::RefusalLimiter refusals_;          // answers and logs of refusals, per peer and reason
   // Shared with the heartbeat thread (Authorize).
   mutable Mutex keys_mu_;
   std::map<std::string, int> key_owner_ GD_GUARDED_BY(keys_mu_);  // key -> worker id (-1: evaluator)
