@@ -7,6 +7,7 @@
 #include "cluster/chunking.h"
 #include "common/log.h"
 #include "config/job.h"
+#include "deploy/control.h"
 #include "deploy/launcher.h"
 #include "wan/plan_report.h"
 #include "wan/planner.h"
