@@ -116,8 +116,11 @@ TEST_F(ObservabilityTest, EveryProcessServesMetricsHealthAndReadiness) {
   // Training moves the counters between two reads.
   const std::string steps = R"(geodesic_steps_total{job="watched",region="a",role="worker",id="0"})";
   const double before = Value(Get("worker-0", "/metrics").body, steps);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
-  const double after = Value(Get("worker-0", "/metrics").body, steps);
+  double after = before;
+  for (int i = 0; i < 300 && after <= before; ++i) {  // bounded: 30 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = Value(Get("worker-0", "/metrics").body, steps);
+  }
   EXPECT_GE(before, 0);
   EXPECT_GT(after, before);
   const std::string staleness =
