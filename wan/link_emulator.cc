@@ -60,6 +60,12 @@ struct Link {
   LinkCounters counters;           // counters.cut is the partition flag
 };
 
+std::vector<tcp::endpoint> Endpoints(const tcp::resolver::results_type& found) {
+  std::vector<tcp::endpoint> out;
+  for (const auto& entry : found) out.push_back(entry.endpoint());
+  return out;
+}
+
 struct Route {
   explicit Route(asio::io_context& io) : acceptor(io), backoff(io), resolver(io) {}
   tcp::acceptor acceptor;
@@ -67,7 +73,7 @@ struct Route {
   tcp::resolver resolver;      // a named target, again per connection
   Link* link = nullptr;
   int client_dir = 0;       // link direction of client -> target bytes
-  tcp::endpoint target;     // the target's last known address
+  std::vector<tcp::endpoint> targets;  // the target's last known addresses, tried in order
   std::string target_name;  // set when the target is a name, not an address
   std::string target_port;
   std::string description;  // "127.0.0.1:4000 -> 127.0.0.1:5000 over us-eu"
@@ -169,17 +175,20 @@ class LinkEmulator::Impl {
       return;
     }
     // A name may move (a container created again gets another address):
-    // resolved again for each connection, the last address kept if it fails.
+    // resolved again for each connection, the last addresses kept if it fails.
     r->resolver.async_resolve(r->target_name, r->target_port,
                               [this, c, r](std::error_code ec, const tcp::resolver::results_type& found) {
                                 if (c->closed || ec == asio::error::operation_aborted) return;
-                                if (!ec && !found.empty()) r->target = found.begin()->endpoint();
+                                if (!ec && !found.empty()) r->targets = Endpoints(found);
                                 Connect(c, r);
                               });
   }
 
+  // Connects to the target's addresses in turn until one answers (a name
+  // such as localhost may resolve to ::1 first and 127.0.0.1 next, and the
+  // target listen on one of them only).
   void Connect(const ConnectionPtr& c, Route* r) {
-    c->target.async_connect(r->target, [this, c, r](std::error_code ec) {
+    asio::async_connect(c->target, r->targets, [this, c, r](std::error_code ec, const tcp::endpoint&) {
       if (c->closed) return;
       if (ec) {
         GD_LOG(WARNING) << "link emulator route " << r->description << ": connect failed: " << ec.message();
@@ -557,7 +566,7 @@ StatusOr<int> LinkEmulator::AddRoute(int link, const std::string& listen_host, i
   const auto targets = resolver.resolve(target_host, std::to_string(target_port), ec);
   if (ec || targets.empty())
     return Unavailable("route " + route->description + ": cannot resolve the target: " + ec.message());
-  route->target = targets.begin()->endpoint();
+  route->targets = Endpoints(targets);
   asio::ip::make_address(target_host, ec);
   if (ec) route->target_name = target_host, route->target_port = std::to_string(target_port);
   const auto listens = resolver.resolve(listen_host, std::to_string(listen_port), ec);
