@@ -9,8 +9,8 @@
 # machine's apt sources (nothing else is downloaded), with an empty compiler
 # cache. The clone is of this checkout's REV (default HEAD: commit what you
 # want measured). Every command runs in mount and PID namespaces of its own
-# (/proc, /sys, /dev and a fresh /dev/shm mounted there only), so nothing it
-# starts outlives it and nothing it mounts shows outside.
+# (/proc, /sys and /dev, a fresh /dev/shm and the root itself mounted there
+# only), so nothing it starts outlives it and nothing it mounts shows outside.
 #
 # scripts/demo.sh runs on this machine's network (apt needs the mirror; the
 # job itself uses loopback). For scripts/test.sh the test set is installed
@@ -48,8 +48,7 @@ for tool in mmdebstrap unshare chroot ip git; do
 done
 COMMIT=$(git -C "$SRC" rev-parse --verify "$REV^{commit}") ||
   { echo "bare-machine-check: no commit '$REV' in $SRC" >&2; exit 2; }
-SOURCES=/etc/apt/sources.list.d/debian.sources
-[[ -f $SOURCES ]] || SOURCES=/etc/apt/sources.list
+SOURCES=$("$SRC/scripts/apt-sources.sh") || exit 1
 mkdir -p "$LOGS"
 LOGS=$(cd "$LOGS" && pwd)
 
@@ -84,11 +83,15 @@ in_machine() {
     root=$1 net=$2
     shift 2
     [[ $net != own-net ]] || ip link set lo up
+    # The root a mount point, as on a machine (ip netns needs to make it a
+    # slave); /sys with its cgroup mounts (podman, runc).
+    mount --rbind "$root" "$root"
     mount --rbind /dev "$root/dev"
     mount --make-rslave "$root/dev"
     mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
     mount -t proc proc "$root/proc"
-    mount -t sysfs sys "$root/sys"
+    mount --rbind /sys "$root/sys"
+    mount --make-rslave "$root/sys"
     exec chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
   ' in_machine "$ROOT" "$net" "$@" 2>&1 | tee "$LOGS/$log"

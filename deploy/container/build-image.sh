@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds Geodesic's OCI image with buildah. No registry is needed: both stages
 # start from Debian 12 root filesystems that mmdebstrap makes from this
-# machine's apt sources (/etc/apt/sources.list.d/debian.sources, or
-# /etc/apt/sources.list).
+# machine's apt sources (the file scripts/apt-sources.sh names).
 #
 #   build stage    minbase + the compile dependencies; this checkout's files
 #                  (tracked, and untracked but not ignored) are copied in and
@@ -54,8 +53,7 @@ DPKG_OPTS=(--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/us
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
   --dpkgopt='path-exclude=/usr/share/info/*')
 
-SOURCES=/etc/apt/sources.list.d/debian.sources
-[[ -f $SOURCES ]] || SOURCES=/etc/apt/sources.list
+SOURCES=$("$(dirname "$0")/../../scripts/apt-sources.sh") || exit 1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/geodesic-image.XXXXXX")
 BUILD_CTR=""
 RUN_CTR=""
