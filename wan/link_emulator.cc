@@ -72,9 +72,9 @@ struct Route {
   asio::steady_timer backoff;  // after a failed accept (e.g. out of descriptors)
   tcp::resolver resolver;      // a named target, again per connection
   Link* link = nullptr;
-  int client_dir = 0;       // link direction of client -> target bytes
+  int client_dir = 0;                  // link direction of client -> target bytes
   std::vector<tcp::endpoint> targets;  // the target's last known addresses, tried in order
-  std::string target_name;  // set when the target is a name, not an address
+  std::string target_name;             // set when the target is a name, not an address
   std::string target_port;
   std::string description;  // "127.0.0.1:4000 -> 127.0.0.1:5000 over us-eu"
 };
