@@ -464,8 +464,9 @@ bool ConnectionGuard::ReadEvent(zmq::socket_t& monitor) {
     Log("cannot accept a connection on " + endpoint + ": " + std::strerror(fd) + " (" +
         std::to_string(limiter_.open()) + " connections open)");
   } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-    handshake_failures_++;
+    // Logged first: whoever sees the count rise finds its line written.
     Log("refused a connection on " + endpoint + " at the handshake: " + DescribeHandshakeFailure(event, value));
+    handshake_failures_++;
   }
   open_ = limiter_.open();
   ApplyBlocks();

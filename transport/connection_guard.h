@@ -198,7 +198,9 @@ class ConnectionGuard {
 
   // Connections closed by the limits (evictions included).
   uint64_t refused() const { return refused_.load(); }
-  // Handshakes ZeroMQ failed on the watched sockets (as ZapHandler::Watch).
+  // Handshakes ZeroMQ failed on the watched sockets: a plaintext peer of a
+  // CURVE socket, a client that expects another server key (ZAP never sees
+  // them). Each is logged (at most a line a second) before it is counted.
   uint64_t handshake_failures() const { return handshake_failures_.load(); }
   // accept() failures of the watched sockets' listeners (EMFILE...).
   uint64_t accept_failures() const { return accept_failures_.load(); }

@@ -267,42 +267,13 @@ void ZapHandler::SetAllowed(const std::vector<std::string>& keys) {
   std::set<std::string> next;
   for (const auto& k : keys)
     if (IsCurveKey(k)) next.insert(k);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   allowed_ = std::move(next);
 }
 
 bool ZapHandler::Allowed(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return allowed_.count(key) > 0;
-}
-
-Status ZapHandler::Watch(zmq::socket_t& socket) {
-  // inproc names are per context, and ZeroMQ may hold a monitor's name a
-  // while after its socket closed: a process-wide counter keeps each new one
-  // unique.
-  static std::atomic<uint64_t> next{0};
-  const std::string endpoint = "inproc://geodesic.handshakes." + std::to_string(next++);
-  if (RetryInterruptedC([&] {
-        return zmq_socket_monitor(socket.handle(), endpoint.c_str(),
-                                  ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL);
-      }) != 0)
-    return Internal(std::string("cannot monitor a socket's handshakes: ") + zmq_strerror(zmq_errno()));
-  try {
-    zmq::socket_t monitor(ctx_, zmq::socket_type::pair);
-    monitor.set(zmq::sockopt::linger, 0);
-    RetryInterrupted([&] { monitor.connect(endpoint); });
-    std::lock_guard<std::mutex> lock(mu_);
-    handoff_.push_back(std::move(monitor));
-  } catch (const zmq::error_t& e) {
-    return Internal(std::string("cannot monitor a socket's handshakes: ") + e.what());
-  }
-  return Status::Ok();
-}
-
-void ZapHandler::TakeWatched() {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& m : handoff_) monitors_.push_back(std::move(m));
-  handoff_.clear();
 }
 
 std::string DescribeHandshakeFailure(uint16_t event, uint32_t value) {
@@ -320,24 +291,6 @@ std::string DescribeHandshakeFailure(uint16_t event, uint32_t value) {
       return buf;
     }
   }
-}
-
-// A monitor event is two frames: 6 bytes (uint16 event, uint32 value, host
-// order) and the socket's endpoint. ZeroMQ names no peer address here.
-void ZapHandler::ReadEvent(zmq::socket_t& monitor) {
-  zmq::message_t head, where;
-  if (!monitor.recv(head, zmq::recv_flags::dontwait)) return;
-  if (head.more()) (void)monitor.recv(where, zmq::recv_flags::dontwait);
-  while (where.more()) (void)monitor.recv(where, zmq::recv_flags::dontwait);  // not expected
-  if (head.size() < 6) return;
-  uint16_t event = 0;
-  uint32_t value = 0;
-  std::memcpy(&event, head.data(), 2);
-  std::memcpy(&value, static_cast<const char*>(head.data()) + 2, 4);
-  if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && event != ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) return;
-  handshake_failures_++;
-  LogRefusal("refused a connection on " + where.to_string() +
-             " at the handshake: " + DescribeHandshakeFailure(event, value));
 }
 
 void ZapHandler::LogRefusal(const std::string& line) {
@@ -373,10 +326,11 @@ void ZapHandler::AnswerZap() {
     if (zmq_z85_encode(z85, static_cast<const uint8_t*>(parts[6].data()), 32)) key = z85;
   }
   bool ok = version == "1.0" && domain == kZapDomain && !key.empty() && (admit_any_ || Allowed(key));
-  (ok ? admitted_ : refused_)++;
+  // Logged first: whoever sees the count rise finds its line written.
   if (!ok)
     LogRefusal("refused a connection from " + (parts.size() > 3 ? parts[3].to_string() : std::string("?")) + " (" +
                (key.empty() ? mechanism + " without a CURVE key" : "CURVE key " + key + " not authorized") + ")");
+  (ok ? admitted_ : refused_)++;
   std::vector<std::string> reply = {"1.0",         request_id, ok ? "200" : "400", ok ? "OK" : "not authorized",
                                     ok ? key : "", ""};
   for (size_t i = 0; i < reply.size(); ++i)
@@ -386,24 +340,19 @@ void ZapHandler::AnswerZap() {
 void ZapHandler::Loop() {
   try {
     while (!stop_.load()) {
-      TakeWatched();
-      std::vector<zmq::pollitem_t> items{{socket_.handle(), 0, ZMQ_POLLIN, 0}};
-      for (auto& m : monitors_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+      zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
       try {
-        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+        zmq::poll(items, 1, std::chrono::milliseconds(50));
       } catch (const zmq::error_t&) {
         continue;  // EINTR
       }
       if (items[0].revents & ZMQ_POLLIN) AnswerZap();
-      for (size_t i = 1; i < items.size(); ++i)
-        if (items[i].revents & ZMQ_POLLIN) ReadEvent(monitors_[i - 1]);
     }
   } catch (const std::exception& e) {
     // Without a handler ZeroMQ completes CURVE handshakes unauthenticated;
     // receivers then see no User-Id and refuse every message (message.h).
     GD_LOG(ERROR) << "ZAP handler stopped: " << e.what() << "; secured sockets of this process refuse all requests now";
   }
-  monitors_.clear();
   socket_.close();
 }
 

@@ -33,6 +33,7 @@
 #include <zmq.hpp>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/throttle.h"
 
 namespace geodesic::transport {
@@ -118,7 +119,7 @@ Status ApplyCurve(zmq::socket_t& socket, const CurveSocket& curve, bool server);
 
 // Why ZeroMQ failed a handshake, from a socket monitor's
 // ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL or _PROTOCOL event and its value,
-// for the log (ZapHandler::Watch, ConnectionGuard).
+// for the log (ConnectionGuard).
 std::string DescribeHandshakeFailure(uint16_t event, uint32_t value);
 
 class ZapHandler {
@@ -139,26 +140,16 @@ class ZapHandler {
   void SetAllowed(const std::vector<std::string>& keys);
   bool Allowed(const std::string& key) const;
 
-  // Also counts and logs the failed handshakes of `socket`, a CURVE server
-  // socket of this handler's context: ZeroMQ drops a plaintext peer
-  // (mechanism mismatch) or a client that expects another server key (its
-  // handshake does not decrypt) without asking ZAP. Call from the thread
-  // that uses `socket`, before or after Start(); `socket` may close before
-  // the handler stops. A socket a ConnectionGuard watches is not watched
-  // here too (one monitor per socket): the guard counts these itself.
-  Status Watch(zmq::socket_t& socket);
-
   uint64_t admitted() const { return admitted_.load(); }
   // Connections ZAP refused (a CURVE key not on the list, or no key).
+  // ZeroMQ drops a plaintext peer or a client that expects another server
+  // key before asking ZAP: the ConnectionGuard that watches the socket
+  // counts and logs those (ConnectionGuard::handshake_failures).
   uint64_t refused() const { return refused_.load(); }
-  // Handshakes of watched sockets that failed before ZAP (see Watch).
-  uint64_t handshake_failures() const { return handshake_failures_.load(); }
 
  private:
   void Loop();
   void AnswerZap();
-  void ReadEvent(zmq::socket_t& monitor);
-  void TakeWatched();
   // Logs one refused connection, at most a line a second (the thread's).
   void LogRefusal(const std::string& line);
 
@@ -167,12 +158,10 @@ class ZapHandler {
   zmq::socket_t socket_;  // used by the thread only, after Start()
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> admitted_{0}, refused_{0}, handshake_failures_{0};
-  Throttle lines_{std::chrono::seconds(1)};  // the thread's: refusal lines, ZAP's and the handshakes'
-  mutable std::mutex mu_;
-  std::set<std::string> allowed_;        // guarded by mu_
-  std::vector<zmq::socket_t> handoff_;   // guarded by mu_: monitors Watch made, for the thread
-  std::vector<zmq::socket_t> monitors_;  // the thread's
+  std::atomic<uint64_t> admitted_{0}, refused_{0};
+  Throttle lines_{std::chrono::seconds(1)};  // the thread's: one refusal line a second
+  mutable Mutex mu_;
+  std::set<std::string> allowed_ GD_GUARDED_BY(mu_);
 };
 
 }  // namespace geodesic::transport
