@@ -115,7 +115,7 @@ void ClientGateway::Authorize(const wire::HeartbeatReply& reply) {
   std::map<std::string, int> ids;
   for (int i = 0; i < reply.authorized_keys_size() && i < reply.authorized_ids_size(); ++i)
     ids[reply.authorized_keys(i)] = reply.authorized_ids(i);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   key_ids_ = std::move(ids);
 }
 
@@ -154,7 +154,7 @@ Status ClientGateway::MayClaim(const std::string& key, int64_t client) const {
                            std::to_string(client % options_.executors) + ", this is executor " +
                            std::to_string(options_.executor));
   if (!zap_) return Status::Ok();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = key_ids_.find(key);
   if (it == key_ids_.end())
     return Unauthenticated(
@@ -179,7 +179,7 @@ Status ClientGateway::OneIdEach(const std::string& routing_id, const std::string
   ids_[routing_id] = client;
   if (!zap_) return Status::Ok();
   Prune(key_ids_claimed_, [this](const std::string& k, int64_t) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return key_ids_.count(k) > 0;
   });
   key_ids_claimed_[key] = client;

@@ -42,6 +42,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/throttle.h"
 #include "proto/geodesic.pb.h"
 #include "proto/stats.pb.h"
@@ -181,8 +182,8 @@ class ClientGateway {
   transport::RefusalLimiter limiter_;
   uint64_t updates_dropped_ = 0, timeouts_ = 0, not_waited_ = 0;
   Throttle drop_log_{std::chrono::seconds(1)};
-  mutable std::mutex mu_;
-  std::map<std::string, int> key_ids_;  // guarded by mu_: admitted key -> client id (-1: any)
+  mutable Mutex mu_;
+  std::map<std::string, int> key_ids_ GD_GUARDED_BY(mu_);  // admitted key -> client id (-1: any)
 };
 
 }  // namespace geodesic::cluster

@@ -253,7 +253,7 @@ void Dashboard::Finish(const std::string& status, double test_accuracy, const js
 void Dashboard::Linger(double max_s) const { metrics_.AwaitFinalScrape(max_s); }
 
 std::string Dashboard::StateJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return published_;
 }
 
@@ -278,7 +278,7 @@ void Dashboard::Publish() {
               l["probed_mbit"].get<double>() * 1e6 / 8, link);
   }
   metrics_.Publish(b.Take());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   published_ = out.dump();
 }
 

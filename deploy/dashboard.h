@@ -33,6 +33,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "config/job.h"
 #include "deploy/run_dir.h"
 #include "proto/geodesic.pb.h"
@@ -90,8 +91,8 @@ class Dashboard {
   nlohmann::json state_;
   std::deque<nlohmann::json> history_, events_;
   double last_history_ = -1, last_stats_read_ = -1;
-  mutable std::mutex mu_;
-  std::string published_;  // guarded by mu_
+  mutable Mutex mu_;
+  std::string published_ GD_GUARDED_BY(mu_);
   transport::MetricsSnapshot metrics_;
   std::unique_ptr<transport::HttpEndpoint> endpoint_;
   mutable std::atomic<int64_t> last_served_ms_{-1};  // steady clock; -1: never

@@ -346,7 +346,7 @@ Status ConnectionGuard::Watch(zmq::socket_t& socket) {
     // forever.
     m.set(zmq::sockopt::rcvhwm, 0);
     RetryInterrupted([&] { m.connect(endpoint); });
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     handoff_.push_back(std::move(m));
     if (!thread_.joinable()) {
       GD_LOG(INFO) << "connection limits: " << limiter_.limits().per_source_open << " open and "
@@ -362,7 +362,7 @@ Status ConnectionGuard::Watch(zmq::socket_t& socket) {
 }
 
 void ConnectionGuard::TakeWatched() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (auto& m : handoff_) monitors_.push_back(std::move(m));
   handoff_.clear();
 }

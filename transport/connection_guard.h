@@ -57,6 +57,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "common/throttle.h"
 
 namespace geodesic::transport {
@@ -235,9 +236,9 @@ class ConnectionGuard {
   std::unordered_map<int, int> listeners_;   // the thread's: port -> listening descriptor
   uint64_t applied_blocks_ = 0;              // the thread's: block_changes() in the filters
   Throttle lines_{std::chrono::seconds(1)};  // the thread's: one line a second
-  std::mutex mu_;
-  std::vector<zmq::socket_t> handoff_;   // guarded by mu_: monitors Watch made, for the thread
-  std::vector<zmq::socket_t> monitors_;  // the thread's
+  Mutex mu_;
+  std::vector<zmq::socket_t> handoff_ GD_GUARDED_BY(mu_);  // monitors Watch made, for the thread
+  std::vector<zmq::socket_t> monitors_;                    // the thread's
 };
 
 // Spare file descriptors (on /dev/null), held from start-up and closed for

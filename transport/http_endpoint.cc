@@ -29,7 +29,7 @@
 namespace geodesic::transport {
 
 void MetricsSnapshot::Publish(std::vector<prometheus::MetricFamily> families) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   families_ = std::move(families);
   published_ = true;
   ++generation_;
@@ -37,7 +37,7 @@ void MetricsSnapshot::Publish(std::vector<prometheus::MetricFamily> families) {
 
 std::string MetricsSnapshot::Text() const {
   std::ostringstream out;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   prometheus::TextSerializer().Serialize(out, families_);
   served_ = generation_;
   return out.str();
@@ -47,7 +47,7 @@ void MetricsSnapshot::AwaitFinalScrape(double max_s) const {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(max_s);
   while (std::chrono::steady_clock::now() < deadline) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       if (served_ == generation_) return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -55,7 +55,7 @@ void MetricsSnapshot::AwaitFinalScrape(double max_s) const {
 }
 
 bool MetricsSnapshot::published() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return published_;
 }
 

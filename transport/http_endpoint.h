@@ -36,6 +36,7 @@
 #include <prometheus/metric_family.h>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace geodesic::transport {
 
@@ -68,11 +69,11 @@ class MetricsSnapshot {
   void AwaitFinalScrape(double max_s) const;
 
  private:
-  mutable std::mutex mu_;
-  std::vector<prometheus::MetricFamily> families_;
-  bool published_ = false;
-  uint64_t generation_ = 0;
-  mutable uint64_t served_ = 0;
+  mutable Mutex mu_;
+  std::vector<prometheus::MetricFamily> families_ GD_GUARDED_BY(mu_);
+  bool published_ GD_GUARDED_BY(mu_) = false;
+  uint64_t generation_ GD_GUARDED_BY(mu_) = 0;
+  mutable uint64_t served_ GD_GUARDED_BY(mu_) = 0;
 };
 
 struct HttpEndpointOptions {
