@@ -11,6 +11,7 @@
 #include "cluster/status_probe.h"
 #include "common/files.h"
 #include "config/job.h"
+#include "deploy/process_id.h"
 #include "deploy/run_dir.h"
 #include "transport/security.h"
 
@@ -35,8 +36,11 @@ Status ControlLink(const std::string& run_dir, const std::string& action, const 
 StatusOr<int> RequestCheckpoint(const std::string& run_dir) {
   GD_ASSIGN_OR_RETURN(json pids, ReadPids(run_dir));
   int asked = 0;
-  for (auto& [name, pid] : pids.items())
-    if (name.rfind("server-", 0) == 0 && pid.is_number_integer() && ::kill(pid.get<pid_t>(), SIGUSR1) == 0) ++asked;
+  for (auto& [name, pid] : pids.items()) {
+    const auto who = ProcessId::Parse(name);
+    if (who && who->is(ProcessRole::kServer) && pid.is_number_integer() && ::kill(pid.get<pid_t>(), SIGUSR1) == 0)
+      ++asked;
+  }
   if (asked == 0) return NotFound("no running server of the job in " + run_dir);
   return asked;
 }
@@ -45,8 +49,9 @@ Status RequestReplan(const std::string& run_dir) {
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(RunDir{run_dir}.job_yaml()));
   if (!job.wan.replan) return FailedPrecondition("the job in " + run_dir + " does not re-plan (wan.replan: false)");
   GD_ASSIGN_OR_RETURN(json pids, ReadPids(run_dir));
-  if (!pids.contains("coordinator") || !pids["coordinator"].is_number_integer() ||
-      ::kill(pids["coordinator"].get<pid_t>(), SIGUSR2) != 0)
+  const std::string coordinator = ProcessId::Coordinator().Name();
+  if (!pids.contains(coordinator) || !pids[coordinator].is_number_integer() ||
+      ::kill(pids[coordinator].get<pid_t>(), SIGUSR2) != 0)
     return NotFound("no running coordinator of the job in " + run_dir);
   return Status::Ok();
 }

@@ -275,7 +275,7 @@ Status StartCoordinator(Session& s, const std::atomic<bool>* stop) {
                          s.security.keypair_path});
   if (s.resume) args = Append(args, {"--resume", s.dir.resume_json()});
   args = Append(args, s.Http("coordinator", s.job.CoordinatorRegion()));
-  GD_RETURN_IF_ERROR(s.children->Start("coordinator", args, s.job.CoordinatorRegion().name));
+  GD_RETURN_IF_ERROR(s.children->Start(ProcessId::Coordinator(), args, s.job.CoordinatorRegion().name));
   Child* coordinator = s.children->children()[0].get();
   for (int i = 0; i < 1500 && s.endpoint.empty(); ++i) {
     auto text = ReadFile(s.dir.endpoint_file());
@@ -295,7 +295,7 @@ Status StartCoordinator(Session& s, const std::atomic<bool>* stop) {
 // primary's region and its own (and is cut with it).
 Status StartServers(Session& s) {
   for (int i = 0; i < s.job.NumServers(); ++i) {
-    std::string name = "server-" + std::to_string(i);
+    const std::string name = ProcessId::Server(i).Name();
     const std::string& region = s.job.RegionOfServer(i).name;
     std::vector<std::string> args = {"server",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
                                      "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
@@ -303,10 +303,10 @@ Status StartServers(Session& s) {
     if (s.resume) args = Append(args, {"--resume", s.dir.resume_json()});
     if (s.wan) args = Append(Append(args, {"--bind", s.wan->server_bind(i)}), s.Routes(region));
     GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "server", i));
-    GD_RETURN_IF_ERROR(s.children->Start(name, Append(args, sec), region));
+    GD_RETURN_IF_ERROR(s.children->Start(ProcessId::Server(i), Append(args, sec), region));
   }
   for (int i = 0; i < s.job.NumServers() && s.job.replication.backups > 0; ++i) {
-    std::string name = "backup-" + std::to_string(i);
+    const std::string name = ProcessId::Backup(i).Name();
     const RegionSpec& region = s.job.RegionOfBackup(i);
     std::vector<std::string> args = {
         "server",          "--backup", "--job",
@@ -316,20 +316,20 @@ Status StartServers(Session& s) {
     args = Append(Append(args, {"--checkpoint-dir", s.dir.checkpoints()}), s.Http(name, region));
     if (s.wan) args = Append(args, s.Routes(region.name));
     GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "server", i));  // a backup joins with its shard's token
-    GD_RETURN_IF_ERROR(s.children->Start(name, Append(args, sec), region.name));
+    GD_RETURN_IF_ERROR(s.children->Start(ProcessId::Backup(i), Append(args, sec), region.name));
   }
   return Status::Ok();
 }
 
 Status StartWorker(Session& s, int i) {
-  std::string name = "worker-" + std::to_string(i);
+  const std::string name = ProcessId::Worker(i).Name();
   const std::string& region = s.job.RegionOfWorker(i).name;
   std::vector<std::string> args = {"worker",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
                                    "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
   if (i == 0) args = Append(args, {"--snapshot-dir", s.dir.snapshots()});
   args = Append(args, s.Http(name, s.job.RegionOfWorker(i)));
   GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "worker", i));
-  return s.children->Start(name, Append(Append(args, sec), s.Routes(region)), region);
+  return s.children->Start(ProcessId::Worker(i), Append(Append(args, sec), s.Routes(region)), region);
 }
 
 Status StartWorkersAndEvaluator(Session& s) {
@@ -350,7 +350,7 @@ Status StartWorkersAndEvaluator(Session& s) {
                                    "--dump-params",
                                    s.dir.final_params()};
   args = Append(args, s.Http("evaluator", s.job.CoordinatorRegion()));
-  return s.children->Start("evaluator", Append(Append(args, s.Routes(region)), eval_sec), region);
+  return s.children->Start(ProcessId::Evaluator(), Append(Append(args, s.Routes(region)), eval_sec), region);
 }
 
 // The supervision loop and its exit policy (launcher.h): watches the
@@ -392,6 +392,7 @@ class JobRun {
   bool Step();  // false once the loop should end
   void OnExit(Child* c);
   void OnWorkerExit(Child* c);
+  void OnEvaluatorExit(Child* c);
   void OnCoordinatorExit(Child* c);
   void OnFailover(Child* c);
   void OnServerExit(Child* c);
@@ -450,7 +451,7 @@ void JobRun::Run() {
 
 bool JobRun::AnyWorkerRunning() const {
   for (const auto& c : s_.children->children())
-    if (c->name().rfind("worker-", 0) == 0 && c->running()) return true;
+    if (s_.children->Who(c.get()).is(ProcessRole::kWorker) && c->running()) return true;
   return false;
 }
 
@@ -496,7 +497,8 @@ bool JobRun::Step() {
   // Reap first, then judge: the evaluator's clean exit tells a server's
   // clean exit (the job finished) from a premature one.
   std::vector<Child*> ended = s_.children->Reap();
-  std::stable_partition(ended.begin(), ended.end(), [](Child* c) { return c->name() == "evaluator"; });
+  std::stable_partition(ended.begin(), ended.end(),
+                        [this](Child* c) { return s_.children->Who(c).is(ProcessRole::kEvaluator); });
   for (Child* c : ended) OnExit(c);
   const auto now = std::chrono::steady_clock::now();
   if (premature_exit_ && !EvaluatorDone() && outcome_ != Outcome::kFailed &&
@@ -580,11 +582,12 @@ void JobRun::UpdateDashboard(const wire::StatusReply& st, double rate) {
 // training"). `dead` is gone once this returns OK.
 Status JobRun::Restart(Child* dead, const std::vector<std::string>& args, const std::string& how) {
   const std::string n = dead->name();
+  const bool coordinator = s_.children->Who(dead).is(ProcessRole::kCoordinator);
   const std::string exit = dead->exit()->Describe();
   const double t = clock_.Seconds();
   const int k = recoveries_.CountRestart(n);
   GD_ASSIGN_OR_RETURN(Child * fresh, s_.children->Replace(dead, args, n + ".restart-" + std::to_string(k)));
-  progress_.Say("geodesic: " + (n == "coordinator" ? std::string("the coordinator") : n) + " " + exit + " after " +
+  progress_.Say("geodesic: " + (coordinator ? std::string("the coordinator") : n) + " " + exit + " after " +
                 Fmt("%.1f", t) + " s of training" + how);
   recoveries_.Restarted(n, exit, t, k, fresh->log_file());
   return Status::Ok();
@@ -592,25 +595,14 @@ Status JobRun::Restart(Child* dead, const std::vector<std::string>& args, const 
 
 void JobRun::OnExit(Child* c) {
   const ExitInfo& e = *c->exit();
-  const std::string& n = c->name();
-  if (n.rfind("worker-", 0) == 0) return OnWorkerExit(c);
-  if (n == "evaluator") {
-    if (e.ok()) {
-      evaluator_done_at_ = std::chrono::steady_clock::now();
-      // Workers the coordinator gave up on (a stopped one) trained until then.
-      if (AnyWorkerRunning()) {
-        span_.end_unix = UnixSeconds();
-        span_end_frozen_ = true;
-      }
-    } else {
-      Fail("the evaluator " + e.Describe(), c);
-    }
-    return;
-  }
+  const ProcessId who = s_.children->Who(c);
+  if (who.is(ProcessRole::kWorker)) return OnWorkerExit(c);
+  if (who.is(ProcessRole::kEvaluator)) return OnEvaluatorExit(c);
   if (EvaluatorDone()) return;
-  const bool server = n.rfind("server-", 0) == 0, backups = s_.job.replication.backups > 0;
-  if (!e.ok() && n == "coordinator" && recoveries_.MayRestart(n)) return OnCoordinatorExit(c);
-  if (!e.ok() && n.rfind("backup-", 0) == 0 && clock_.started()) {
+  const std::string& n = c->name();
+  const bool server = who.is(ProcessRole::kServer), backups = s_.job.replication.backups > 0;
+  if (!e.ok() && who.is(ProcessRole::kCoordinator) && recoveries_.MayRestart(n)) return OnCoordinatorExit(c);
+  if (!e.ok() && who.is(ProcessRole::kBackup) && clock_.started()) {
     // The primary goes on alone (degraded) until the job ends.
     progress_.Say("geodesic: " + n + " " + e.Describe() + "; its primary continues without a backup");
     return;
@@ -626,6 +618,16 @@ void JobRun::OnExit(Child* c) {
   Fail(n + " " + e.Describe() + " before the job finished", c);
 }
 
+void JobRun::OnEvaluatorExit(Child* c) {
+  if (!c->exit()->ok()) return Fail("the evaluator " + c->exit()->Describe(), c);
+  evaluator_done_at_ = std::chrono::steady_clock::now();
+  // Workers the coordinator gave up on (a stopped one) trained until then.
+  if (AnyWorkerRunning()) {
+    span_.end_unix = UnixSeconds();
+    span_end_frozen_ = true;
+  }
+}
+
 void JobRun::OnWorkerExit(Child* c) {
   const ExitInfo& e = *c->exit();
   const std::string n = c->name();
@@ -635,7 +637,8 @@ void JobRun::OnWorkerExit(Child* c) {
     return Fail(n + " " + e.Describe() + ": " + LastErrorLine(c->log_file()), c);
   if (!e.ok() && s_.options.restart_workers && e.signal && recoveries_.MayRestart(n) && !EvaluatorDone()) {
     const std::string what = n + " " + e.Describe();
-    Status st = Restart(c, s_.children->StartedAs(n).first, "; restarted, it rejoins at the live workers' clock");
+    Status st = Restart(c, s_.children->StartedAs(s_.children->Who(c)).first,
+                        "; restarted, it rejoins at the live workers' clock");
     if (!st.ok())
       progress_.Say("geodesic: " + what + " and could not be restarted (" + st.message() +
                     "); the job continues without it");
@@ -654,7 +657,7 @@ void JobRun::OnWorkerExit(Child* c) {
 // keypair (--keypair-file) and the saved state has the members' keys
 // (docs/security.md).
 void JobRun::OnCoordinatorExit(Child* c) {
-  std::vector<std::string> args = s_.children->StartedAs(c->name()).first;
+  std::vector<std::string> args = s_.children->StartedAs(s_.children->Who(c)).first;
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--bind") args[i + 1] = s_.endpoint;
   const std::string what = c->name() + " " + c->exit()->Describe();
@@ -698,14 +701,14 @@ void JobRun::OnFailover(Child* c) {
 // the endpoint it held, so that workers reconnect by themselves.
 void JobRun::OnServerExit(Child* c) {
   const std::string n = c->name();
-  const int id = std::stoi(n.substr(7));
+  const int id = s_.children->Who(c).id;
   std::string endpoint = s_.wan ? s_.wan->server_bind(id) : "";
   if (last_status_)
     for (const auto& sv : last_status_->servers())
       if (sv.id() == id) endpoint = sv.endpoint();
   const std::string what = n + " " + c->exit()->Describe();
   if (endpoint.empty()) return Fail(what + " before its endpoint was known");
-  std::vector<std::string> args = s_.children->StartedAs(n).first;
+  std::vector<std::string> args = s_.children->StartedAs(s_.children->Who(c)).first;
   if (!s_.wan) args.insert(args.end(), {"--bind", endpoint});
   args.push_back("--recover");
   Status st = Restart(c, args, "; restarted from its newest checkpoint on " + endpoint);

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "common/format.h"
+#include "deploy/process_id.h"
 
 namespace geodesic::deploy {
 
@@ -42,28 +43,29 @@ Recoveries::Probe Recoveries::Counter(const std::string& n, Pending& p, const wi
                                       const JobSpec& job) const {
   Probe out;
   const double since = std::chrono::duration<double>(std::chrono::steady_clock::now() - p.restarted).count();
-  if (n == "coordinator") {
+  const std::optional<ProcessId> who = ProcessId::Parse(n);
+  if (!who) return out;
+  if (who->is(ProcessRole::kCoordinator)) {
     // Its uptime says whether the restarted process answered.
     out.key = "seconds_to_first_status";
     out.what = " answers again, ";
     p.baseline = 0;
     if (st.uptime_seconds() <= since + 0.5) out.counter = 1;
-  } else if (n.rfind("worker-", 0) == 0) {
+  } else if (who->is(ProcessRole::kWorker)) {
     out.key = "seconds_to_first_step";
     out.what = " trains again, ";
     for (const auto& w : st.workers())
-      if (w.id() == std::stoi(n.substr(7)) && w.live()) out.counter = w.progress().steps();
+      if (w.id() == who->id && w.live()) out.counter = w.progress().steps();
   } else if (job.replication.backups > 0) {
     // A failover: the promoted backup says when it took over.
     out.what = "'s backup applies updates, ";
     p.baseline = 0;
     for (const auto& sv : st.servers())
-      if (sv.id() == std::stoi(n.substr(7)) && sv.live() && sv.progress().promoted())
+      if (sv.id() == who->id && sv.live() && sv.progress().promoted())
         out.counter = static_cast<int64_t>(sv.progress().updates_applied() - sv.progress().updates_at_promotion());
   } else {
     for (const auto& sv : st.servers())
-      if (sv.id() == std::stoi(n.substr(7)) && sv.live())
-        out.counter = static_cast<int64_t>(sv.progress().updates_applied());
+      if (sv.id() == who->id && sv.live()) out.counter = static_cast<int64_t>(sv.progress().updates_applied());
   }
   return out;
 }

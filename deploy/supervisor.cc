@@ -7,28 +7,32 @@
 
 namespace geodesic::deploy {
 
-StatusOr<std::unique_ptr<Child>> Supervisor::Make(const std::string& name, std::vector<std::string> args,
+StatusOr<std::unique_ptr<Child>> Supervisor::Make(ProcessId who, std::vector<std::string> args,
                                                   const std::string& region, const std::string& log_name) const {
   std::vector<std::string> prefix = command_prefix_(region);
   args.insert(args.begin(), prefix.begin(), prefix.end());
-  auto c = std::make_unique<Child>(name, std::move(args), log_dir_ + "/" + log_name + ".log");
-  GD_RETURN_IF_ERROR(c->Start().Annotate("starting " + name));
+  auto c = std::make_unique<Child>(who.Name(), std::move(args), log_dir_ + "/" + log_name + ".log");
+  GD_RETURN_IF_ERROR(c->Start().Annotate("starting " + who.Name()));
   return c;
 }
 
-Status Supervisor::Start(const std::string& name, std::vector<std::string> args, const std::string& region) {
-  started_as_[name] = {args, region};
-  GD_ASSIGN_OR_RETURN(auto c, Make(name, std::move(args), region, name));
+Status Supervisor::Start(ProcessId who, std::vector<std::string> args, const std::string& region) {
+  started_as_[who] = {args, region};
+  GD_ASSIGN_OR_RETURN(auto c, Make(who, std::move(args), region, who.Name()));
+  who_[c.get()] = who;
   children_.push_back(std::move(c));
   return Status::Ok();
 }
 
 StatusOr<Child*> Supervisor::Replace(Child* dead, const std::vector<std::string>& args, const std::string& log_name) {
-  const std::string region = started_as_.at(dead->name()).second;
-  GD_ASSIGN_OR_RETURN(auto fresh, Make(dead->name(), args, region, log_name));
+  const ProcessId who = Who(dead);
+  const std::string region = started_as_.at(who).second;
+  GD_ASSIGN_OR_RETURN(auto fresh, Make(who, args, region, log_name));
   Child* out = fresh.get();
+  who_[out] = who;
   for (auto& slot : children_)
     if (slot.get() == dead) slot = std::move(fresh);
+  who_.erase(dead);
   return out;
 }
 

@@ -1,7 +1,7 @@
 // The launcher's children: starts each one (under its region's command
-// prefix, output to logs/NAME.log), remembers how it was started so that it
-// can be started again in its slot, reaps exits, and stops them all (signal,
-// grace period, SIGKILL). What to do when a child ends is the caller's
+// prefix, output to logs/NAME.log), knows who each is (a ProcessId: role and
+// id), remembers how it was started so that it can be started again in its
+// slot, reaps exits, and stops them all (signal, grace period, SIGKILL). What to do when a child ends is the caller's
 // policy, not this class's. Not thread-safe; the launcher's thread owns it.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 
 #include "common/status.h"
 #include "deploy/process.h"
+#include "deploy/process_id.h"
 
 namespace geodesic::deploy {
 
@@ -27,15 +29,15 @@ class Supervisor {
   Supervisor(std::string log_dir, CommandPrefix command_prefix)
       : log_dir_(std::move(log_dir)), command_prefix_(std::move(command_prefix)) {}
 
-  // Starts child `name` with `args` (after the prefix), logging to NAME.log.
-  Status Start(const std::string& name, std::vector<std::string> args, const std::string& region);
+  // Starts process `who` with `args` (after the prefix), logging to NAME.log.
+  Status Start(ProcessId who, std::vector<std::string> args, const std::string& region);
   // Starts the ended child `dead` again in its slot with `args`, logging to
   // LOG_NAME.log; `dead` is gone once this returns OK.
   StatusOr<Child*> Replace(Child* dead, const std::vector<std::string>& args, const std::string& log_name);
-  // The arguments and region `name` was last started with by Start.
-  const std::pair<std::vector<std::string>, std::string>& StartedAs(const std::string& name) const {
-    return started_as_.at(name);
-  }
+  // The arguments and region `who` was last started with by Start.
+  const std::pair<std::vector<std::string>, std::string>& StartedAs(ProcessId who) const { return started_as_.at(who); }
+  // Who child `c` (one of children()) is.
+  ProcessId Who(const Child* c) const { return who_.at(c); }
 
   // The children that ended since the last call, in start order.
   std::vector<Child*> Reap();
@@ -49,13 +51,14 @@ class Supervisor {
   nlohmann::json Pids() const;
 
  private:
-  StatusOr<std::unique_ptr<Child>> Make(const std::string& name, std::vector<std::string> args,
-                                        const std::string& region, const std::string& log_name) const;
+  StatusOr<std::unique_ptr<Child>> Make(ProcessId who, std::vector<std::string> args, const std::string& region,
+                                        const std::string& log_name) const;
 
   std::string log_dir_;
   CommandPrefix command_prefix_;
   std::vector<std::unique_ptr<Child>> children_;
-  std::map<std::string, std::pair<std::vector<std::string>, std::string>> started_as_;
+  std::unordered_map<const Child*, ProcessId> who_;
+  std::map<ProcessId, std::pair<std::vector<std::string>, std::string>> started_as_;
 };
 
 }  // namespace geodesic::deploy
