@@ -316,7 +316,9 @@ wire: {chunk_bytes: 1024}
     auto path = server::WriteCheckpoint(dir / "run/checkpoints", ck, 3);
     ASSERT_TRUE(path.ok()) << path.status();
     if (nonregular_fifo || devzero) std::filesystem::remove(*path);
-    if (nonregular_fifo) ASSERT_EQ(::mkfifo(path->c_str(), 0600), 0);
+    if (nonregular_fifo) {
+      ASSERT_EQ(::mkfifo(path->c_str(), 0600), 0);
+    }
     if (devzero) std::filesystem::create_symlink("/dev/zero", *path);
   };
   struct Case {
