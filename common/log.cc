@@ -9,11 +9,13 @@
 #include <ctime>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace geodesic {
 namespace {
 
-std::mutex g_prefix_mu;
-std::string g_prefix;  // guarded by g_prefix_mu
+Mutex g_prefix_mu;
+std::string g_prefix GD_GUARDED_BY(g_prefix_mu);
 std::atomic<int> g_min_level{static_cast<int>(LogLevel::kInfo)};
 
 const char* LevelTag(LogLevel level) {
@@ -35,7 +37,7 @@ const char* LevelTag(LogLevel level) {
 }  // namespace
 
 void SetLogPrefix(std::string prefix) {
-  std::lock_guard<std::mutex> lock(g_prefix_mu);
+  MutexLock lock(g_prefix_mu);
   g_prefix = std::move(prefix);
 }
 
@@ -55,7 +57,7 @@ LogLine::LogLine(LogLevel level, const char* file, int line) : level_(level) {
   std::snprintf(stamp, sizeof(stamp), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   std::string prefix;
   {
-    std::lock_guard<std::mutex> lock(g_prefix_mu);
+    MutexLock lock(g_prefix_mu);
     prefix = g_prefix;
   }
   os_ << LevelTag(level) << " " << stamp << " ";

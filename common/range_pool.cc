@@ -11,10 +11,10 @@ RangePool::RangePool(int threads)
 
 RangePool::~RangePool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stopping_ = true;
   }
-  start_.notify_all();
+  start_.SignalAll();
   for (auto& t : helpers_) t.join();
 }
 
@@ -45,7 +45,7 @@ void RangePool::Run(size_t n, const std::function<void(int, size_t, size_t)>& fn
   }
   const size_t per = PerPiece(n, pieces);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     fn_ = &fn;
     n_ = n;
     per_piece_ = per;
@@ -53,30 +53,30 @@ void RangePool::Run(size_t n, const std::function<void(int, size_t, size_t)>& fn
     running_ = pieces - 1;
     ++generation_;
   }
-  start_.notify_all();
+  start_.SignalAll();
   size_t begin, end;
   Bounds(n, per, 0, &begin, &end);
   fn(0, begin, end);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [&] { return running_ == 0; });
+  MutexLock lock(mu_);
+  while (running_ != 0) done_.Wait(mu_);
   fn_ = nullptr;
 }
 
 void RangePool::Helper(int index) {
   unsigned long seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
-    start_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+    while (!stopping_ && generation_ == seen) start_.Wait(mu_);
     if (stopping_) return;
     seen = generation_;
     if (index >= pieces_) continue;  // fewer pieces than threads this time
     const auto* fn = fn_;
     size_t begin, end;
     Bounds(n_, per_piece_, index, &begin, &end);
-    lock.unlock();
+    mu_.Unlock();
     (*fn)(index, begin, end);
-    lock.lock();
-    if (--running_ == 0) done_.notify_one();
+    mu_.Lock();
+    if (--running_ == 0) done_.Signal();
   }
 }
 

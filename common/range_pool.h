@@ -11,12 +11,12 @@
 // One caller at a time (the shard's loop thread); `fn` must not throw.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/thread_annotations.h"
 
 namespace geodesic {
 
@@ -47,16 +47,16 @@ class RangePool {
   static size_t PerPiece(size_t n, int pieces);
 
   const int threads_;
-  std::mutex mu_;
-  std::condition_variable start_, done_;
-  const std::function<void(int, size_t, size_t)>* fn_ = nullptr;  // guarded by mu_
-  size_t n_ = 0;
-  int pieces_ = 0;
-  size_t per_piece_ = 0;
-  unsigned long generation_ = 0;
-  int running_ = 0;
-  bool stopping_ = false;
-  std::vector<std::thread> helpers_;
+  Mutex mu_;
+  CondVar start_, done_;
+  const std::function<void(int, size_t, size_t)>* fn_ GD_GUARDED_BY(mu_) = nullptr;
+  size_t n_ GD_GUARDED_BY(mu_) = 0;
+  int pieces_ GD_GUARDED_BY(mu_) = 0;
+  size_t per_piece_ GD_GUARDED_BY(mu_) = 0;
+  unsigned long generation_ GD_GUARDED_BY(mu_) = 0;
+  int running_ GD_GUARDED_BY(mu_) = 0;
+  bool stopping_ GD_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> helpers_;  // constructor and destructor only
 };
 
 // Runs fn(piece, begin, end) over [0, n) on `pool`, or as one piece on the

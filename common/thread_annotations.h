@@ -6,8 +6,11 @@
 // scripts/fuzz.sh turns the warnings into errors). Under g++ the macros
 // expand to nothing. libstdc++'s std::mutex has no annotations, so shared
 // state uses this Mutex and MutexLock instead; both are as cheap as
-// std::mutex and std::lock_guard. Thread-safe.
+// std::mutex and std::lock_guard. CondVar waits on a held Mutex.
+// Thread-safe.
 
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 
 #if defined(__clang__)
@@ -34,6 +37,7 @@ class GD_CAPABILITY("mutex") Mutex {
   void Unlock() GD_RELEASE() { mu_.unlock(); }
 
  private:
+  friend class CondVar;
   std::mutex mu_;
 };
 
@@ -47,6 +51,34 @@ class GD_SCOPED_CAPABILITY MutexLock {
 
  private:
   Mutex& mu_;
+};
+
+// A condition variable for Mutex. Wait() releases the held mutex while it
+// sleeps and holds it again when it returns, as std::condition_variable
+// does; the analysis sees the mutex held throughout, which is what the
+// caller's code between the waits may rely on. Wait in a loop on the
+// condition itself (`while (!ready_) cv_.Wait(mu_);`): a lambda predicate
+// would be analysed without the mutex.
+class CondVar {
+ public:
+  void Wait(Mutex& mu) GD_REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    cv_.wait(lock);
+    lock.release();
+  }
+  // Waits at most `timeout`; false if it passed without a signal.
+  template <typename Rep, typename Period>
+  bool WaitFor(Mutex& mu, std::chrono::duration<Rep, Period> timeout) GD_REQUIRES(mu) {
+    std::unique_lock<std::mutex> lock(mu.mu_, std::adopt_lock);
+    const bool signalled = cv_.wait_for(lock, timeout) == std::cv_status::no_timeout;
+    lock.release();
+    return signalled;
+  }
+  void Signal() { cv_.notify_one(); }
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable cv_;
 };
 
 }  // namespace geodesic

@@ -19,8 +19,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <mutex>
 
+#include "common/thread_annotations.h"
 #include "deploy/process.h"
 
 extern char** environ;
@@ -46,12 +46,12 @@ struct Report {
 
 // The launcher's side. One socket, used under the lock.
 struct Link {
-  std::mutex mu;
-  int sock = -1;
-  pid_t pid = -1;                   // the spawner's
-  bool gone = false;                // the spawner closed its end
-  std::map<pid_t, ExitInfo> exits;  // reported, not yet collected
-  std::optional<Report> spawned;    // the reply to the request in flight
+  Mutex mu;
+  int sock GD_GUARDED_BY(mu) = -1;
+  pid_t pid GD_GUARDED_BY(mu) = -1;                   // the spawner's
+  bool gone GD_GUARDED_BY(mu) = false;                // the spawner closed its end
+  std::map<pid_t, ExitInfo> exits GD_GUARDED_BY(mu);  // reported, not yet collected
+  std::optional<Report> spawned GD_GUARDED_BY(mu);    // the reply to the request in flight
 };
 Link& TheLink() {
   static Link* link = new Link;  // never destroyed: children may be polled until _Exit
@@ -231,7 +231,7 @@ void Reap(int sock) {
 }
 
 // Launcher side: the spawner has ended or was killed; reaps it.
-void Bury(Link& l) {
+void Bury(Link& l) GD_REQUIRES(l.mu) {
   l.gone = true;
   if (l.pid > 0) ::waitpid(l.pid, nullptr, 0);
   l.pid = -1;
@@ -239,7 +239,7 @@ void Bury(Link& l) {
 
 // Launcher side: takes every report waiting (or, with `block`, waits for the
 // reply to a request). Under the lock.
-void Drain(Link& l, bool block) {
+void Drain(Link& l, bool block) GD_REQUIRES(l.mu) {
   for (;;) {
     if (block && l.spawned) return;
     if (block) {
@@ -308,8 +308,10 @@ void Fork(SpawnMain run) {
     ::close(sv[0]);
     return;
   }
-  TheLink().sock = sv[0];
-  TheLink().pid = pid;
+  Link& l = TheLink();
+  MutexLock lock(l.mu);
+  l.sock = sv[0];
+  l.pid = pid;
 }
 
 }  // namespace
@@ -327,13 +329,13 @@ void ForkSpawner(int argc, char** argv, SpawnMain run) {
 
 bool SpawnerRunning() {
   Link& l = TheLink();
-  std::lock_guard lock(l.mu);
+  MutexLock lock(l.mu);
   return l.sock >= 0 && !l.gone;
 }
 
 StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv, int log_fd) {
   Link& l = TheLink();
-  std::lock_guard lock(l.mu);
+  MutexLock lock(l.mu);
   if (l.sock < 0 || l.gone) return Unavailable("no spawner");
   char cwd[PATH_MAX];
   if (!::getcwd(cwd, sizeof cwd)) return Unavailable("no working directory");
@@ -370,7 +372,7 @@ StatusOr<pid_t> SpawnChild(const std::vector<std::string>& argv, int log_fd) {
 
 std::optional<ExitInfo> SpawnedExit(pid_t pid) {
   Link& l = TheLink();
-  std::lock_guard lock(l.mu);
+  MutexLock lock(l.mu);
   if (!l.gone) Drain(l, /*block=*/false);
   if (auto it = l.exits.find(pid); it != l.exits.end()) {
     ExitInfo info = it->second;

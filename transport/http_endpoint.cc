@@ -112,20 +112,20 @@ struct HttpEndpoint::Impl {
   // exchanges its handlers still hold, and they unregister here.
   int open = 0;
   std::unordered_map<std::string, Source> sources;
-  HttpEndpointCounts counts;  // io thread writes; counts() reads under mu
+  Mutex mu;
+  HttpEndpointCounts counts GD_GUARDED_BY(mu);  // io thread writes; counts() reads
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::thread thread;
   HttpEndpointOptions options;
   const MetricsSnapshot* metrics = nullptr;
-  mutable std::mutex mu;
-  std::map<std::string, HttpHandler> handlers;
+  std::map<std::string, HttpHandler> handlers GD_GUARDED_BY(mu);
 
   HttpResponse Answer(const HttpRequest& r) {
     if (r.method != "GET" && r.method != "HEAD") return {.status = 405, .body = "only GET and HEAD\n"};
     HttpHandler h;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       auto it = handlers.find(r.path);
       if (it != handlers.end()) h = it->second;
     }
@@ -147,7 +147,7 @@ struct HttpEndpoint::Impl {
   void Release(Exchange* x);
   void HeadDone(Exchange* x);
   void Count(uint64_t HttpEndpointCounts::*what) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     ++(counts.*what);
   }
 };
@@ -381,12 +381,12 @@ HttpEndpoint::~HttpEndpoint() {
 }
 
 void HttpEndpoint::Handle(const std::string& path, HttpHandler handler) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->handlers[path] = std::move(handler);
 }
 
 HttpEndpointCounts HttpEndpoint::counts() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->counts;
 }
 

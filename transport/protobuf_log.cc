@@ -8,13 +8,14 @@
 #include <string>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 #include "common/throttle.h"
 
 namespace geodesic::transport {
 namespace {
 
-std::mutex mu;
-Throttle throttle(std::chrono::seconds(1));
+Mutex mu;
+Throttle throttle GD_GUARDED_BY(mu){std::chrono::seconds(1)};
 std::atomic<uint64_t> suppressed{0};
 
 LogLevel OurLevel(google::protobuf::LogLevel level) {
@@ -31,7 +32,7 @@ LogLevel OurLevel(google::protobuf::LogLevel level) {
 void Handle(google::protobuf::LogLevel level, const char* file, int line, const std::string& message) {
   uint64_t skipped = 0;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     if (level != google::protobuf::LOGLEVEL_FATAL && !throttle.Due(std::chrono::steady_clock::now(), &skipped)) {
       suppressed.fetch_add(1, std::memory_order_relaxed);
       return;

@@ -2,11 +2,13 @@
 
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace geodesic::transport {
 namespace {
 
-std::mutex g_mu;
-std::map<std::string, std::string>& Table() {
+Mutex g_mu;
+std::map<std::string, std::string>& Table() GD_REQUIRES(g_mu) {
   static std::map<std::string, std::string> table;
   return table;
 }
@@ -30,12 +32,12 @@ StatusOr<std::map<std::string, std::string>> ParseRoutes(const std::vector<std::
 }
 
 void SetRoutes(std::map<std::string, std::string> routes) {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   Table() = std::move(routes);
 }
 
 std::string RouteFor(const std::string& endpoint) {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   auto it = Table().find(endpoint);
   return it == Table().end() ? endpoint : it->second;
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace geodesic::wan {
 namespace {
@@ -164,7 +165,7 @@ class LinkEmulator::Impl {
   void OnAccepted(Route* r, tcp::socket socket) {
     auto c = std::make_shared<Connection>(io, next_connection++, std::move(socket), r->link, r->client_dir);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       ++r->link->counters.connections;
     }
     connections[c->id] = c;
@@ -232,7 +233,7 @@ class LinkEmulator::Impl {
 
   // How many bytes the next read may take; 0 while the queue is full.
   size_t ReadBytes(const Connection& c, const Pipe& pipe) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     const LinkShape& shape = c.link->shape[pipe.dir];
     return pipe.queued_bytes >= QueueBound(shape) ? 0 : ChunkBytes(shape);
   }
@@ -295,7 +296,7 @@ class LinkEmulator::Impl {
     bool eof_due = false;
     {
       // Held while a write starts, so nothing is delivered once Cut returns.
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       Link& link = *c->link;
       if (link.counters.cut) return;
       Admit(link, pipe, now, &next);
@@ -376,7 +377,7 @@ class LinkEmulator::Impl {
       return;
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       (pipe.dir == 0 ? c->link->counters.bytes_forward : c->link->counters.bytes_back) += bytes;
     }
     bytes_relayed.fetch_add(bytes, std::memory_order_relaxed);
@@ -416,7 +417,7 @@ class LinkEmulator::Impl {
     closing = true;
     std::vector<Route*> all_routes;
     {
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       for (auto& r : routes) all_routes.push_back(r.get());
     }
     for (Route* r : all_routes) {
@@ -466,7 +467,7 @@ class LinkEmulator::Impl {
         GD_LOG(ERROR) << "link emulator I/O thread: " << e.what();
       }
     }
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     final_cpu_seconds = ClockSeconds(CLOCK_THREAD_CPUTIME_ID);
     io_running = false;
   }
@@ -477,7 +478,7 @@ class LinkEmulator::Impl {
     {
       // Under mu, the I/O thread has not passed the end of RunIo, so its
       // clock is still its own.
-      std::lock_guard<std::mutex> lock(mu);
+      MutexLock lock(mu);
       load.cpu_seconds = io_running ? ClockSeconds(cpu_clock) : final_cpu_seconds;
     }
     load.bytes_relayed = bytes_relayed.load(std::memory_order_relaxed);
@@ -490,7 +491,7 @@ class LinkEmulator::Impl {
     return load;
   }
 
-  Link* LinkAt(int link) const {
+  Link* LinkAt(int link) const GD_REQUIRES(mu) {
     GD_CHECK(link >= 0 && link < static_cast<int>(links.size())) << "no link " << link;
     return links[static_cast<size_t>(link)].get();
   }
@@ -512,14 +513,16 @@ class LinkEmulator::Impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
 
-  mutable std::mutex mu;
-  std::vector<std::unique_ptr<Link>> links;    // guarded by mu, as is every Link's state
-  std::vector<std::unique_ptr<Route>> routes;  // guarded by mu (the vector; a Route belongs to the I/O thread)
-  bool started = false;                        // guarded by mu
-  bool stopped = false;                        // guarded by mu
-  bool io_running = false;                     // guarded by mu: the I/O thread runs, cpu_clock is its clock
-  clockid_t cpu_clock{};                       // guarded by mu
-  double final_cpu_seconds = 0;                // guarded by mu: the I/O thread's CPU time when it ended
+  // mu guards every Link's state too (a Link is no class of its own that
+  // could name it).
+  mutable Mutex mu;
+  std::vector<std::unique_ptr<Link>> links GD_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<Route>> routes GD_GUARDED_BY(mu);  // the vector; a Route belongs to the I/O thread
+  bool started GD_GUARDED_BY(mu) = false;
+  bool stopped GD_GUARDED_BY(mu) = false;
+  bool io_running GD_GUARDED_BY(mu) = false;  // the I/O thread runs, cpu_clock is its clock
+  clockid_t cpu_clock GD_GUARDED_BY(mu){};
+  double final_cpu_seconds GD_GUARDED_BY(mu) = 0;  // the I/O thread's CPU time when it ended
 
   // Written on the I/O thread, read by Load() anywhere.
   std::atomic<uint64_t> bytes_relayed{0}, connections_accepted{0}, open_connections{0}, reads{0}, writes{0},
@@ -541,7 +544,7 @@ int LinkEmulator::AddLink(std::string name, LinkShape forward, LinkShape back) {
   auto link = std::make_unique<Link>();
   link->name = std::move(name);
   link->shape = {forward, back};
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->links.push_back(std::move(link));
   return static_cast<int>(impl_->links.size()) - 1;
 }
@@ -552,7 +555,7 @@ StatusOr<int> LinkEmulator::AddRoute(int link, const std::string& listen_host, i
   const std::string target_name = target_host + ":" + std::to_string(target_port);
   auto route = std::make_unique<Route>(impl_->io);
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (link < 0 || link >= static_cast<int>(impl_->links.size()))
       return InvalidArgument("route " + listen_name + ": no link " + std::to_string(link));
     if (impl_->stopped) return FailedPrecondition("route " + listen_name + ": the link emulator is stopped");
@@ -581,7 +584,7 @@ StatusOr<int> LinkEmulator::AddRoute(int link, const std::string& listen_host, i
 
   Route* r = route.get();
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->routes.push_back(std::move(route));
   }
   asio::post(impl_->io, [impl = impl_.get(), r] {
@@ -591,7 +594,7 @@ StatusOr<int> LinkEmulator::AddRoute(int link, const std::string& listen_host, i
 }
 
 Status LinkEmulator::Start() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->started || impl_->stopped) return FailedPrecondition("the link emulator was started before");
   impl_->started = true;
   impl_->work.emplace(impl_->io.get_executor());
@@ -603,7 +606,7 @@ Status LinkEmulator::Start() {
 
 void LinkEmulator::Stop() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
@@ -619,14 +622,14 @@ void LinkEmulator::Stop() {
 }
 
 void LinkEmulator::Cut(int link) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->LinkAt(link)->counters.cut = true;
 }
 
 void LinkEmulator::Heal(int link) {
   Link* l;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     l = impl_->LinkAt(link);
     if (l->counters.cut) l->healed_at = SteadyClock::now();
     l->counters.cut = false;
@@ -635,12 +638,12 @@ void LinkEmulator::Heal(int link) {
 }
 
 void LinkEmulator::SetShape(int link, LinkShape forward, LinkShape back) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->LinkAt(link)->shape = {forward, back};
 }
 
 LinkCounters LinkEmulator::Counters(int link) const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return impl_->LinkAt(link)->counters;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/thread_annotations.h"
 
 namespace geodesic::wan {
 namespace {
@@ -299,9 +300,9 @@ class ProbeServer::Impl {
   asio::steady_timer backoff{io};
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
-  std::mutex mu;
-  bool started = false;  // guarded by mu
-  bool stopped = false;  // guarded by mu
+  Mutex mu;
+  bool started GD_GUARDED_BY(mu) = false;
+  bool stopped GD_GUARDED_BY(mu) = false;
   // I/O thread only.
   std::vector<std::weak_ptr<Session>> sessions;
   bool closing = false;
@@ -313,7 +314,7 @@ ProbeServer::~ProbeServer() { Stop(); }
 
 StatusOr<int> ProbeServer::Start(const std::string& host, int port) {
   const std::string where = "probe server on " + host + ":" + std::to_string(port);
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->started || impl_->stopped) return FailedPrecondition(where + ": started before");
   std::error_code ec;
   tcp::resolver resolver(impl_->io);
@@ -340,7 +341,7 @@ StatusOr<int> ProbeServer::Start(const std::string& host, int port) {
 
 void ProbeServer::Stop() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     if (impl_->stopped) return;
     impl_->stopped = true;
   }
