@@ -13,8 +13,8 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "config/job.h"
+#include "coordinator/coordinator.h"
 #include "server/checkpoint.h"
-#include "server/coordinator.h"
 #include "server/server.h"
 #include "transport/http_endpoint.h"
 #include "transport/routes.h"
@@ -143,7 +143,7 @@ Status CheckMetricsExposure(const JobSpec& job, const transport::HttpOptions& o)
 
 struct CoordinatorFlags {
   JobFlags job;
-  server::CoordinatorProcessOptions options;
+  coordinator::CoordinatorProcessOptions options;
   bool no_evaluator = false;
   std::string resume;
   std::string secret_file;
@@ -153,8 +153,8 @@ struct CoordinatorFlags {
 // Fills in what the flags name but the options hold as values: the resume
 // plan's clocks and, in secured jobs, the secret and the keypair.
 Status CompleteCoordinatorOptions(const JobSpec& job, CoordinatorFlags& f) {
-  server::CoordinatorProcessOptions& o = f.options;
-  o.coordinator = server::CoordinatorOptions::FromJob(job);
+  coordinator::CoordinatorProcessOptions& o = f.options;
+  o.coordinator = coordinator::CoordinatorOptions::FromJob(job);
   o.coordinator.expect_evaluator = !f.no_evaluator;
   if (!f.resume.empty()) {
     GD_ASSIGN_OR_RETURN(std::string text, ReadFile(f.resume));
@@ -177,7 +177,7 @@ int RunCoordinator(CoordinatorFlags& f) {
   if (Status s = CheckMetricsExposure(*job, f.options.http); !s.ok()) return Fail(s);
   f.options.region = job->CoordinatorRegion().name;
   zmq::context_t ctx(1);
-  server::Coordinator c(f.options, ctx, RealClock::Get());
+  coordinator::Coordinator c(f.options, ctx, RealClock::Get());
   Status s = c.Run(&g_stop);
   return s.ok() ? 0 : Fail(s);
 }

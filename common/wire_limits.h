@@ -5,6 +5,8 @@
 // worker check against the same number before they send. Constants only.
 #pragma once
 
+#include <cstdint>
+
 namespace geodesic {
 
 // Gradients and initial values beyond this magnitude are refused by the
@@ -13,5 +15,9 @@ namespace geodesic {
 // 10^10 steps to overflow float, and Adam's squared gradients stay below
 // FLT_MAX. Real gradients this large mean a diverged worker.
 inline constexpr float kMaxValueMagnitude = 1e18f;
+
+// Clocks at or above this are refused (REFUSAL_BAD_CLOCK) by the shards and
+// the coordinator: far beyond any job, and clock + 1 never overflows.
+inline constexpr int64_t kMaxClock = int64_t{1} << 48;
 
 }  // namespace geodesic

@@ -3,9 +3,10 @@
 
 A folder may include only itself and lower layers:
   common < proto < config < compression < transport < cluster < wan
-         < {server, worker} < deploy < bench < cli
-server and worker are one layer of two siblings: neither includes the other
-(a shard and a worker share only what lies below them).
+         < {server, coordinator, worker} < deploy < bench < cli
+server, coordinator and worker are one layer of three siblings: none
+includes another (a shard, the coordinator and a worker share only what
+lies below them).
 ("proto" is the generated "proto/*.pb.h"). Includes of anything else
 (system headers, "x.h" without a folder, third-party folders) are not checked.
 
@@ -19,7 +20,8 @@ import subprocess
 import sys
 import tempfile
 
-ORDER = [["common"], ["proto"], ["config"], ["compression"], ["transport"], ["cluster"], ["wan"], ["server", "worker"],
+ORDER = [["common"], ["proto"], ["config"], ["compression"], ["transport"], ["cluster"], ["wan"],
+         ["server", "coordinator", "worker"],
          ["deploy"], ["bench"], ["cli"]]
 LAYERS = [name for group in ORDER for name in group]
 RANK = {name: i for i, group in enumerate(ORDER) for name in group}

@@ -24,9 +24,8 @@ namespace geodesic::server {
 // Gradients and initial values beyond this magnitude are refused
 // (REFUSAL_VALUE_TOO_LARGE); common/wire_limits.h says why 1e18.
 using ::geodesic::kMaxValueMagnitude;
-// Clocks at or above this are refused (REFUSAL_BAD_CLOCK): far beyond any job,
-// and clock + 1 never overflows.
-inline constexpr int64_t kMaxClock = int64_t{1} << 48;
+// Clocks at or above this are refused (REFUSAL_BAD_CLOCK).
+using ::geodesic::kMaxClock;
 // How far ahead of the live window a push may be (docs/wire.md
 // "Validation"): with bound s, a worker pushes clock c only after a pull of
 // c was answered, so c <= the slowest live worker's clock + s. The margin

@@ -1,4 +1,4 @@
-// The shard's and the coordinator's metric families, from the stats they
+// The shard's metric families, from the stats they
 // already keep (proto/stats.proto): what /metrics shows is what the job's
 // summary adds up. Names and labels: transport/metrics.h; the list is in
 // docs/observability.md.
@@ -14,7 +14,5 @@
 namespace geodesic::server {
 
 std::vector<prometheus::MetricFamily> ShardMetrics(const stats::ShardStats& s, const transport::MetricLabels& labels);
-std::vector<prometheus::MetricFamily> CoordinatorMetrics(const stats::CoordinatorStats& s,
-                                                         const transport::MetricLabels& labels);
 
 }  // namespace geodesic::server

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "common/bits.h"
 #include "common/log.h"
-#include "server/unit_ledger.h"
 
 namespace geodesic::server {
 namespace {

@@ -5,7 +5,7 @@
 // unit is left out of that epoch, as a batch sampler leaves out a partial
 // batch), and unit u is slice u % UnitsPerEpoch() of epoch u / UnitsPerEpoch().
 // Any worker can compute any unit: the coordinator decides who computes
-// which (server/unit_ledger.h).
+// which (coordinator/unit_ledger.h).
 //
 // UnitData draws a unit's batches (torch-free; not synchronized).
 // UnitQueue is a worker's view of the units the coordinator holds for it:

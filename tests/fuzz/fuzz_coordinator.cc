@@ -1,6 +1,6 @@
 // libFuzzer target: the coordinator's request handling without a socket.
 // Each message goes through the framing checks (transport::DecodeFrames, as from
-// a ROUTER) and then CoordinatorState::Answer, what server::Coordinator does
+// a ROUTER) and then CoordinatorState::Answer, what coordinator::Coordinator does
 // with it; time is a FakeClock. Input: records, 0 = a message
 // (fuzz_input.h), 1 = time passes (2 bytes, in ms) and leases expire.
 // Invariants: every request but a LeaveRequest is answered; a refusal is an
@@ -8,11 +8,11 @@
 // shard map that a member accepts (cluster::ShardMap::FromWire); the status reply
 // lists every member. Memory stays bounded (a model of 2^60 parameters is
 // refused, not allocated).
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace geodesic;
-using namespace geodesic::server;
+using namespace geodesic::coordinator;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::QuietLogs();

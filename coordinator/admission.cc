@@ -5,13 +5,13 @@
 // for the shards to admit its key.
 #include <algorithm>
 
-#include "server/coordinator_names.h"
-#include "server/coordinator_state.h"
-#include "server/requests.h"
+#include "common/wire_limits.h"
+#include "coordinator/names.h"
+#include "coordinator/state.h"
 
-namespace geodesic::server {
-using coordinator_names::IdList;
-using coordinator_names::RoleName;
+namespace geodesic::coordinator {
+using names::IdList;
+using names::RoleName;
 
 ::geodesic::Status CoordinatorState::CheckMember(const wire::Header& h, wire::Refusal* reason) const {
   *reason = wire::REFUSAL_UNSPECIFIED;
@@ -123,4 +123,4 @@ void CoordinatorState::AddClientKeys(const wire::Heartbeat& hb, wire::HeartbeatR
   for (const auto& [key, client] : client_keys_) r->add_authorized_keys(key), r->add_authorized_ids(client);
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

@@ -12,10 +12,10 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "server/coordinator_state.h"
+#include "coordinator/state.h"
 #include "transport/connection_guard.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 class CoordinatorStore {
  public:
@@ -37,4 +37,4 @@ class CoordinatorStore {
   TimePoint saved_at_{};
 };
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

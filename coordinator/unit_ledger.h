@@ -16,10 +16,11 @@
 #include <map>
 #include <vector>
 
+#include "common/bits.h"
 #include "common/status.h"
 #include "proto/checkpoint.pb.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 class UnitLedger {
  public:
@@ -57,10 +58,4 @@ class UnitLedger {
   std::map<int, std::vector<int64_t>> held_;
 };
 
-// One bit per unit, byte u / 8 bit u % 8 (UnitsSnapshot.finished,
-// ChunkCheckpoint.units_taken).
-std::string PackBits(const std::vector<bool>& bits);
-// Refuses a string too short for `n` bits.
-StatusOr<std::vector<bool>> UnpackBits(const std::string& packed, int64_t n);
-
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

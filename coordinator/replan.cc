@@ -7,12 +7,12 @@
 
 #include "common/format.h"
 #include "common/log.h"
-#include "server/coordinator_names.h"
-#include "server/coordinator_state.h"
+#include "coordinator/names.h"
+#include "coordinator/state.h"
 
-namespace geodesic::server {
-using coordinator_names::IdList;
-using coordinator_names::RoleName;
+namespace geodesic::coordinator {
+using names::IdList;
+using names::RoleName;
 
 wan::LinkMatrix MeasuredLinks(const wan::LinkMatrix& planned, const std::vector<WorkerLinkReport>& reports,
                               int64_t min_samples, int* measured) {
@@ -242,4 +242,4 @@ void CoordinatorState::AdvanceToBarrier(TimePoint now, std::vector<std::string>*
   if (Seconds(now - mg.started) > 120) return Abandon(now, lines, "the workers did not reach the barrier in 120 s");
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

@@ -8,11 +8,11 @@
 // whose lease runs out leave the live set (and the staleness bound) and may
 // register again.
 //
-// Its code is in parts: coordinator_state.cc (membership, leases, answers),
-// coordinator_admission.cc (secured jobs: tokens and keys),
-// coordinator_elastic.cc (an elastic job's data units and timeline),
-// coordinator_replan.cc (drift checks and migrations) and
-// coordinator_store.cc (snapshots for the state file). Not synchronized:
+// Its code is in parts: state.cc (membership, leases, answers),
+// admission.cc (secured jobs: tokens and keys),
+// elastic.cc (an elastic job's data units and timeline),
+// replan.cc (drift checks and migrations) and
+// store.cc (snapshots for the state file). Not synchronized:
 // one thread (Coordinator::Run's) owns it.
 #pragma once
 
@@ -27,14 +27,14 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/job.h"
+#include "coordinator/unit_ledger.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/geodesic.pb.h"
 #include "proto/stats.pb.h"
-#include "server/unit_ledger.h"
 #include "transport/security.h"
 #include "wan/planner.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 // Re-planning a running job (wan.replan; docs/planner.md "In a running job").
 struct ReplanOptions {
@@ -80,7 +80,7 @@ struct CoordinatorOptions {
   int64_t chunk_bytes = 64 << 10;
   int64_t staleness_bound = 2;
   // JobSpec::ClocksPerWorker: a worker's heartbeat clock is at most this
-  // (REFUSAL_BAD_CLOCK beyond). 0: not known, only server::kMaxClock bounds it.
+  // (REFUSAL_BAD_CLOCK beyond). 0: not known, only kMaxClock (common/wire_limits.h) bounds it.
   int64_t total_clocks = 0;
   bool expect_evaluator = true;  // the job ends only after an evaluator has read the final model
   MembershipSpec membership;
@@ -232,7 +232,7 @@ class CoordinatorState {
     TimePoint started{}, at_barrier{};
   };
   // Register's parts, in its order. Admit: secured jobs' token and key
-  // (coordinator_admission.cc); CheckRejoin: whether this member may
+  // (admission.cc); CheckRejoin: whether this member may
   // (re)join now; TakeEndpoint: a shard's or backup's endpoint; TakeModel:
   // a worker's model, placing the chunks for the first; Enroll: gives the
   // lease; RegisterAnswer: the reply, or "not yet" with why.
@@ -247,7 +247,7 @@ class CoordinatorState {
   ::geodesic::Status TakeModel(int id, const wire::ModelSignature& sig);
   void Enroll(wire::Role role, const wire::RegisterRequest& req, const std::string& peer_key, Member* m);
   wire::RegisterReply RegisterAnswer(wire::Role role, int id, const Member& m) const;
-  // Tick's parts (coordinator_replan.cc): a drift check, and one step of
+  // Tick's parts (replan.cc): a drift check, and one step of
   // the migration in progress (to the barrier, then the transfers).
   void CheckDrift(TimePoint now, std::vector<std::string>* lines);
   // Announces migration to `replan`'s placement, with its barrier at `barrier`.
@@ -276,7 +276,7 @@ class CoordinatorState {
   // Whether worker `i` need not be there: an elastic job's late id that
   // never registered.
   bool Absent(int i) const;
-  // Elastic jobs (coordinator_elastic.cc): a worker's units on a heartbeat,
+  // Elastic jobs (elastic.cc): a worker's units on a heartbeat,
   // its units back to the pool when it goes, and the timeline.
   void ElasticHeartbeat(int id, const wire::Heartbeat& hb, wire::HeartbeatReply* r);
   void WorkerGone(int id, const char* what);
@@ -325,4 +325,4 @@ class CoordinatorState {
   std::vector<stats::MembershipEvent> events_;
 };
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

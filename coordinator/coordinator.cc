@@ -1,12 +1,12 @@
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 #include "common/files.h"
 #include "common/log.h"
+#include "coordinator/metrics.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
-#include "server/role_metrics.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 Coordinator::Coordinator(CoordinatorProcessOptions options, zmq::context_t& ctx, const Clock* clock)
     : options_(std::move(options)),
@@ -216,4 +216,4 @@ Status Coordinator::Run(const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

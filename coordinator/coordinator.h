@@ -1,5 +1,5 @@
 // Coordinator: the coordinator process, one per job. A thin shell around
-// CoordinatorState (server/coordinator_state.h): it serves the state
+// CoordinatorState (coordinator/state.h): it serves the state
 // machine behind a ROUTER socket, expires leases and ticks the re-planner
 // every loop, and keeps the state file (CoordinatorStore) and the stats
 // file. Not synchronized: it runs on the thread that calls Run(); the only
@@ -18,16 +18,16 @@
 #include "common/status.h"
 #include "common/throttle.h"
 #include "common/wait.h"
+#include "coordinator/state.h"
+#include "coordinator/store.h"
 #include "proto/stats.pb.h"
-#include "server/coordinator_state.h"
-#include "server/coordinator_store.h"
 #include "transport/connection_guard.h"
 #include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
 #include "transport/security.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 struct CoordinatorProcessOptions {
   CoordinatorOptions coordinator;
@@ -89,4 +89,4 @@ class Coordinator {
   mutable transport::ProcessMetrics metrics_;  // published by the loop, served by its own thread
 };
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

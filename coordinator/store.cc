@@ -1,11 +1,11 @@
-#include "server/coordinator_store.h"
+#include "coordinator/store.h"
 
 #include <filesystem>
 
 #include "common/files.h"
 #include "common/log.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 namespace {
 
 wire::MemberSnapshot SaveMember(const auto& m) {
@@ -157,4 +157,4 @@ void CoordinatorStore::Save(const CoordinatorState& state, bool now) {
   saved_at_ = t;
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

@@ -1,8 +1,8 @@
-#include "server/coordinator.h"
+#include "coordinator/coordinator.h"
 
 #include <gtest/gtest.h>
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 namespace {
 
 CoordinatorOptions Options(int servers, int workers) {
@@ -407,9 +407,9 @@ TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
 }
 
 }  // namespace
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 namespace {
 
 // Replicated jobs: backups register as (BACKUP, shard id); a primary whose
@@ -553,4 +553,4 @@ TEST(ReplanTest, BarrierIsTheHighestFloorBeforeTheLastClock) {
   EXPECT_EQ(ChooseBarrier({}, 100), -1);
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

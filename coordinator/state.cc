@@ -1,15 +1,15 @@
-#include "server/coordinator_state.h"
+#include "coordinator/state.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "common/log.h"
-#include "server/coordinator_names.h"
+#include "coordinator/names.h"
 #include "transport/message.h"
 
-namespace geodesic::server {
-using coordinator_names::IdList;
-using coordinator_names::RoleName;
+namespace geodesic::coordinator {
+using names::IdList;
+using names::RoleName;
 
 CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   CoordinatorOptions o;
@@ -559,4 +559,4 @@ std::optional<wire::Header> CoordinatorState::Answer(const wire::Header& h, cons
   }
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator

@@ -8,7 +8,7 @@
 
 #include "proto/geodesic.pb.h"
 
-namespace geodesic::server::coordinator_names {
+namespace geodesic::coordinator::names {
 
 // "1,2,3", or the first 8 and how many in all.
 inline std::string IdList(const std::vector<int>& ids) {
@@ -40,4 +40,4 @@ inline const char* RoleName(wire::Role role) {
   }
 }
 
-}  // namespace geodesic::server::coordinator_names
+}  // namespace geodesic::coordinator::names

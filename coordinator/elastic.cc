@@ -2,9 +2,9 @@
 // units of each worker's heartbeat, the units of a worker that goes, and the
 // membership timeline (docs/deploy.md "Elastic workers").
 #include "common/log.h"
-#include "server/coordinator_state.h"
+#include "coordinator/state.h"
 
-namespace geodesic::server {
+namespace geodesic::coordinator {
 
 void CoordinatorState::ElasticHeartbeat(int id, const wire::Heartbeat& hb, wire::HeartbeatReply* r) {
   std::vector<int64_t> finished(hb.units_finished().begin(), hb.units_finished().end());
@@ -43,4 +43,4 @@ void CoordinatorState::NoteMember(int id, const char* what) {
   if (events_.size() < 10000) events_.push_back(e);
 }
 
-}  // namespace geodesic::server
+}  // namespace geodesic::coordinator
