@@ -405,7 +405,8 @@ void Server::StartHeartbeat() {
 
 void Server::ReceiveAll(int wait_ms) {
   bool readable = false;
-  if (zmq::socket_t* backup = replicator_.active() ? replicator_.pollable() : nullptr) {
+  zmq::socket_t* backup = replicator_.active() ? replicator_.pollable() : nullptr;
+  if (backup) {
     // Wait on both: the backup's acks release the workers' acks.
     zmq::pollitem_t items[] = {{socket_.raw().handle(), 0, ZMQ_POLLIN, 0}, {backup->handle(), 0, ZMQ_POLLIN, 0}};
     try {
@@ -413,10 +414,12 @@ void Server::ReceiveAll(int wait_ms) {
     } catch (const zmq::error_t&) {
     }
     readable = items[0].revents & ZMQ_POLLIN;
-    replicator_.Drain();
   } else {
     readable = socket_.WaitReadable(wait_ms);
   }
+  // Whether or not its link has a socket to wait on, an active backup's
+  // answers are taken every turn.
+  if (replicator_.active()) replicator_.Drain();
   for (int i = 0; readable && i < 64; ++i) {
     auto in = socket_.Receive();
     if (!in) break;
