@@ -7,6 +7,7 @@
 #include <openssl/crypto.h>
 
 #include "common/files.h"
+#include "deploy/process_id.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
 #include "transport/metrics.h"
@@ -210,11 +211,11 @@ void Dashboard::ReadShardStats() {
   std::map<int64_t, uint64_t> staleness;
   json chunks = json::object();
   for (int i = 0; i < job_.NumServers(); ++i) {
-    for (const std::string prefix : {"server-", "backup-"}) {
-      auto text = ReadFile(dir_.stats(prefix + std::to_string(i)));
+    for (const ProcessId who : {ProcessId::Server(i), ProcessId::Backup(i)}) {
+      auto text = ReadFile(dir_.stats(who.Name()));
       stats::ShardStats s;
       if (!text.ok() || !StatsFromJson(*text, &s).ok()) continue;
-      chunks[std::to_string(i) + (prefix == "backup-" ? "b" : "")] = s.chunks();
+      chunks[std::to_string(i) + (who.is(ProcessRole::kBackup) ? "b" : "")] = s.chunks();
       if (!s.serving()) continue;
       for (const auto& [k, v] : s.staleness_histogram()) staleness[k] += v;
     }

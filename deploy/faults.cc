@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/files.h"
 #include "common/format.h"
+#include "deploy/process_id.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -54,7 +55,11 @@ StatusOr<Kill> ParseKill(const std::string& s, const JobSpec& job) {
   if (count == 0)
     return InvalidArgument("--kill '" + s + "': role must be worker, server, coordinator or (replicated jobs) backup");
   if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
-  k.target = role == "coordinator" ? "coordinator" : role + "-" + std::to_string(id);
+  const ProcessId who = role == "coordinator" ? ProcessId::Coordinator()
+                        : role == "server"    ? ProcessId::Server(id)
+                        : role == "backup"    ? ProcessId::Backup(id)
+                                              : ProcessId::Worker(id);
+  k.target = who.Name();
   return k;
 }
 

@@ -92,7 +92,8 @@ struct MemberSecurity {
   bool secure = false;
   std::string key_path, keypair_path, secret_path, secret;
   std::string metrics_token, metrics_token_path;  // secured jobs: RUN_DIR/metrics.token
-  std::string job_name, tokens_dir;
+  std::string job_name;
+  RunDir dir;
   int64_t token_ttl_s = 0;
 
   static StatusOr<MemberSecurity> Prepare(const JobSpec& job, const RunDir& dir) {
@@ -103,7 +104,7 @@ struct MemberSecurity {
     // across launches: members of a new launch learn the new key).
     s.keypair_path = dir.coordinator_keypair();
     s.job_name = job.name;
-    s.tokens_dir = dir.tokens();
+    s.dir = dir;
     s.token_ttl_s = job.security.token_ttl_s;
     std::filesystem::remove(s.key_path);
     std::filesystem::remove(s.keypair_path);
@@ -118,8 +119,8 @@ struct MemberSecurity {
     s.metrics_token = MetricsToken(s.secret, job.name);
     s.metrics_token_path = MetricsTokenPath(dir.path);
     GD_RETURN_IF_ERROR(WriteFileAtomic(s.metrics_token_path, s.metrics_token + "\n", /*durable=*/false, 0600));
-    GD_RETURN_IF_ERROR(MakeDirs(s.tokens_dir));
-    std::filesystem::permissions(s.tokens_dir, std::filesystem::perms::owner_all);
+    GD_RETURN_IF_ERROR(MakeDirs(dir.tokens()));
+    std::filesystem::permissions(dir.tokens(), std::filesystem::perms::owner_all);
     return s;
   }
 
@@ -130,7 +131,7 @@ struct MemberSecurity {
         std::string token,
         transport::MintToken(
             secret, {.job = job_name, .role = role, .id = id, .expiry_unix = transport::UnixNow() + token_ttl_s}));
-    std::string file = tokens_dir + "/" + name + ".token";
+    const std::string file = dir.token(name);
     GD_RETURN_IF_ERROR(WriteFileAtomic(file, token + "\n", /*durable=*/false, 0600));
     return std::vector<std::string>{"--coordinator-key-file", key_path, "--token-file", file};
   }
@@ -267,14 +268,14 @@ Status StartCoordinator(Session& s, const std::atomic<bool>* stop) {
                                    "--endpoint-file",
                                    s.dir.endpoint_file(),
                                    "--stats-file",
-                                   s.dir.stats("coordinator"),
+                                   s.dir.stats(ProcessId::Coordinator().Name()),
                                    "--state-file",
                                    s.dir.coordinator_state()};
   if (s.security.secure)
     args = Append(args, {"--secret-file", s.security.secret_path, "--key-file", s.security.key_path, "--keypair-file",
                          s.security.keypair_path});
   if (s.resume) args = Append(args, {"--resume", s.dir.resume_json()});
-  args = Append(args, s.Http("coordinator", s.job.CoordinatorRegion()));
+  args = Append(args, s.Http(ProcessId::Coordinator().Name(), s.job.CoordinatorRegion()));
   GD_RETURN_IF_ERROR(s.children->Start(ProcessId::Coordinator(), args, s.job.CoordinatorRegion().name));
   Child* coordinator = s.children->children()[0].get();
   for (int i = 0; i < 1500 && s.endpoint.empty(); ++i) {
@@ -349,7 +350,7 @@ Status StartWorkersAndEvaluator(Session& s) {
                                    s.dir.result_json(),
                                    "--dump-params",
                                    s.dir.final_params()};
-  args = Append(args, s.Http("evaluator", s.job.CoordinatorRegion()));
+  args = Append(args, s.Http(ProcessId::Evaluator().Name(), s.job.CoordinatorRegion()));
   return s.children->Start(ProcessId::Evaluator(), Append(Append(args, s.Routes(region)), eval_sec), region);
 }
 
@@ -720,7 +721,7 @@ void JobRun::OnServerExit(Child* c) {
 StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop) {
   const bool resuming = !options.resume_dir.empty();
   const std::string job_file =
-      options.job_file.empty() && resuming ? options.resume_dir + "/job.yaml" : options.job_file;
+      options.job_file.empty() && resuming ? RunDir{options.resume_dir}.job_yaml() : options.job_file;
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_file, options.overrides));
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));

@@ -120,9 +120,10 @@ StatusOr<std::unique_ptr<NetnsWan>> NetnsWan::Up(const JobSpec& job, const std::
         return InvalidArgument("wan.emulation: netns: region name '" + r.name +
                                "' must be letters, digits, '-', '_' or '.' (it names a network namespace)");
 
-  GD_RETURN_IF_ERROR(MakeDirs(run_dir + "/logs"));  // netns.sh's output (Script)
-  GD_RETURN_IF_ERROR(WriteFileAtomic(run_dir + "/netns.conf", NetnsConfig(job), /*durable=*/false));
-  std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip, run_dir));
+  const RunDir dir{run_dir};
+  GD_RETURN_IF_ERROR(MakeDirs(dir.logs()));  // netns.sh's output (Script)
+  GD_RETURN_IF_ERROR(WriteFileAtomic(dir.netns_conf(), NetnsConfig(job), /*durable=*/false));
+  std::unique_ptr<NetnsWan> wan(new NetnsWan(job, o, ip, dir));
   GD_RETURN_IF_ERROR(wan->Script({"up", run_dir}));
   wan->up_ = true;
   return wan;
@@ -143,7 +144,7 @@ Status NetnsWan::Script(const std::vector<std::string>& args) const {
   if (argv.back().empty()) return FailedPrecondition("bash not found");
   argv.push_back(options_.script);
   argv.insert(argv.end(), args.begin(), args.end());
-  Child script("netns.sh", argv, run_dir_ + "/logs/netns-" + args.at(0) + ".log");
+  Child script("netns.sh", argv, run_dir_.log("netns-" + args.at(0)));
   GD_RETURN_IF_ERROR(script.Start());
   const auto deadline = std::chrono::steady_clock::now() + kScriptTimeout;
   while (!script.Poll()) {
@@ -248,7 +249,7 @@ StatusOr<nlohmann::json> NetnsWan::Cost() const {
 StatusOr<nlohmann::json> NetnsWan::Traffic() const {
   if (!up_) return FailedPrecondition("the namespaces are down");
   GD_RETURN_IF_ERROR(Script({"counters"}));
-  std::ifstream in(run_dir_ + "/logs/netns-counters.log");
+  std::ifstream in(run_dir_.log("netns-counters"));
   nlohmann::json out = nlohmann::json::array();
   std::string from, to;
   uint64_t bytes = 0;

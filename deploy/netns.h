@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "config/job.h"
+#include "deploy/run_dir.h"
 
 namespace geodesic::deploy {
 
@@ -81,14 +82,14 @@ class NetnsWan {
   ~NetnsWan();
 
  private:
-  NetnsWan(JobSpec job, NetnsOptions options, std::string ip, std::string run_dir)
+  NetnsWan(JobSpec job, NetnsOptions options, std::string ip, RunDir run_dir)
       : job_(std::move(job)), options_(std::move(options)), ip_(std::move(ip)), run_dir_(std::move(run_dir)) {}
   Status Script(const std::vector<std::string>& args) const;
 
   JobSpec job_;
   NetnsOptions options_;
-  std::string ip_;       // absolute path of `ip`
-  std::string run_dir_;  // netns.sh's logs go to its logs/
+  std::string ip_;  // absolute path of `ip`
+  RunDir run_dir_;  // netns.sh's logs go to its logs/
   bool up_ = false;
   double probes_cpu_seconds_ = 0, probes_mb_ = 0;  // the delayer's CPU and bytes forwarded when Probe() ended...
   std::chrono::steady_clock::time_point probes_at_ = std::chrono::steady_clock::now();  // ... and when

@@ -7,6 +7,7 @@
 
 #include "common/files.h"
 #include "common/format.h"
+#include "deploy/process_id.h"
 #include "deploy/scrape_config.h"
 #include "transport/security.h"
 
@@ -87,15 +88,15 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
                    .port = listens ? options.base_port + k : 0,
                    .http_port = options.http_base_port + k});
   };
-  add("coordinator", "coordinator", 0, job.CoordinatorRegion(), true);
-  for (int i = 0; i < job.NumServers(); ++i)
-    add("server-" + std::to_string(i), "server", i, job.RegionOfServer(i), true);
+  add(ProcessId::Coordinator().Name(), "coordinator", 0, job.CoordinatorRegion(), true);
+  for (int i = 0; i < job.NumServers(); ++i) add(ProcessId::Server(i).Name(), "server", i, job.RegionOfServer(i), true);
   for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
-    add("backup-" + std::to_string(i), "server", i, job.RegionOfBackup(i), true);
+    add(ProcessId::Backup(i).Name(), "server", i, job.RegionOfBackup(i), true);
   for (int i = 0; i < job.NumWorkers(); ++i)  // elastic jobs: the ones that start with the job
-    if (job.IsInitialWorker(i)) add("worker-" + std::to_string(i), "worker", i, job.RegionOfWorker(i), false);
+    if (job.IsInitialWorker(i)) add(ProcessId::Worker(i).Name(), "worker", i, job.RegionOfWorker(i), false);
   // Beside worker 0, whose snapshots it reads.
-  add("evaluator", "eval", 0, job.NumWorkers() > 0 ? job.RegionOfWorker(0) : job.CoordinatorRegion(), false);
+  add(ProcessId::Evaluator().Name(), "eval", 0, job.NumWorkers() > 0 ? job.RegionOfWorker(0) : job.CoordinatorRegion(),
+      false);
   return out;
 }
 
@@ -118,8 +119,9 @@ std::vector<std::string> SecurityArgs(const PlacedProcess& p) {
 
 std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths& at) {
   const auto& in_run = at.in_run_dir;
+  const std::optional<ProcessId> who = ProcessId::Parse(p.name);
   std::vector<std::string> a = {p.role};
-  if (p.name.rfind("backup-", 0) == 0) a.push_back("--backup");
+  if (who && who->is(ProcessRole::kBackup)) a.push_back("--backup");
   a.insert(a.end(), {"--job", at.job_file});
   if (p.role != "coordinator" && p.role != "eval") a.insert(a.end(), {"--id", std::to_string(p.id)});
   if (p.role == "coordinator")
@@ -127,7 +129,7 @@ std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths&
   else
     a.insert(a.end(), {"--coordinator", at.coordinator});
   if (p.role == "server") a.insert(a.end(), {"--bind", Endpoint(p), "--checkpoint-dir", in_run("checkpoints")});
-  if (p.name == "worker-0") a.insert(a.end(), {"--snapshot-dir", in_run("snapshots")});
+  if (who == ProcessId::Worker(0)) a.insert(a.end(), {"--snapshot-dir", in_run("snapshots")});
   if (p.role == "eval")
     a.insert(a.end(), {"--snapshot-dir", in_run("snapshots"), "--result-file", in_run("result.json"), "--dump-params",
                        in_run("final_params.bin")});

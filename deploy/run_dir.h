@@ -22,6 +22,8 @@ struct RunDir {
   std::string File(const std::string& name) const { return path + "/" + name; }
   std::string job_yaml() const { return File("job.yaml"); }
   std::string logs() const { return File("logs"); }
+  // logs/NAME.log: the output of the process (or script run) called NAME.
+  std::string log(const std::string& name) const { return logs() + "/" + name + ".log"; }
   std::string stats_dir() const { return File("stats"); }
   // stats/NAME.json, written by the process called NAME ("worker-2").
   std::string stats(const std::string& name) const { return stats_dir() + "/" + name + ".json"; }
@@ -39,6 +41,9 @@ struct RunDir {
   std::string final_params() const { return File("final_params.bin"); }
   std::string wan_control() const { return File("wan-control"); }
   std::string tokens() const { return File("tokens"); }
+  // tokens/NAME.token: the member called NAME's token (secured jobs).
+  std::string token(const std::string& name) const { return tokens() + "/" + name + ".token"; }
+  std::string netns_conf() const { return File("netns.conf"); }
   std::string summary_json() const { return File("summary.json"); }
   std::string rounds_csv() const { return File("rounds.csv"); }
 

@@ -15,6 +15,7 @@
 #include "common/histogram.h"
 #include "common/log.h"
 #include "common/push_ledger.h"
+#include "deploy/process_id.h"
 #include "deploy/rounds.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
@@ -210,7 +211,7 @@ std::set<int> PromotedShards(const RunRecord& run) {
   std::set<int> promoted;
   for (int i = 0; i < run.job.NumServers() && run.job.replication.backups > 0; ++i) {
     // Nothing if it died before writing.
-    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + std::to_string(i)));
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats(ProcessId::Backup(i).Name()));
     if (b && b->promoted()) promoted.insert(i);
   }
   return promoted;
@@ -295,8 +296,10 @@ json TimeFailovers(const RunRecord& run) {
   for (auto& rec : recoveries) {
     if (!rec.value("failover", false)) continue;
     const std::string target = rec["target"];
+    const auto who = ProcessId::Parse(target);
+    if (!who || !who->is(ProcessRole::kServer)) continue;
     auto k = run.faults.KilledUnix(target);
-    auto b = ReadStats<stats::ShardStats>(run.dir.stats("backup-" + target.substr(7)));
+    auto b = ReadStats<stats::ShardStats>(run.dir.stats(ProcessId::Backup(who->id).Name()));
     if (!k || !b || !b->has_first_update_unix()) continue;
     if (rec.contains("seconds_to_first_update")) rec["seconds_to_first_update_seen"] = rec["seconds_to_first_update"];
     rec["seconds_to_first_update"] = b->first_update_unix() - *k;
