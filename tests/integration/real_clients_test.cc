@@ -182,6 +182,16 @@ int64_t RefusedInLogs(const std::vector<std::string>& logs) {
 // gateway's timeout;
 // forged tokens and ids another's token names get nowhere; the rounds go
 // on and the model learns.
+// Real clients attached at the two executors' gateways now (their stats).
+int64_t AttachedClients(const std::string& run) {
+  int64_t n = 0;
+  for (int w = 0; w < 2; ++w) {
+    auto j = testing::ReadJson(run + "/stats/worker-" + std::to_string(w) + ".json");
+    if (j.is_object() && j.contains("gateway")) n += j["gateway"].value("attached", int64_t{0});
+  }
+  return n;
+}
+
 TEST_F(RealClientsTest, BadAndVanishingClientsAreRefusedOrDroppedAndTheRoundsGoOn) {
   auto launch = Launch("bad");
   StopOnExit stop{*launch};
@@ -205,7 +215,10 @@ TEST_F(RealClientsTest, BadAndVanishingClientsAreRefusedOrDroppedAndTheRoundsGoO
     for (int t = 0; t < 300 && testing::ReadText(logs_[4 + i]).find("gateway at") == std::string::npos; ++t)
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  // Attached at their gateways (the executors' stats count them): the four
+  // misbehaving clients and these two. Not asserted: the outcome below is.
+  for (int t = 0; t < 300 && AttachedClients(dir_ / "bad") < 6; ++t)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   killed[0]->Signal(SIGKILL);
   killed[1]->Signal(SIGSTOP);
   ASSERT_EQ(launch->Wait(150), 0) << testing::ReadText(dir_ / (run_ + "-launch.log"));
@@ -312,13 +325,18 @@ class GatewayPeer {
 
 // `connections` raw connections to `endpoint`, each sending one update of
 // `bytes`, all at once (a receiver that took them would hold them
-// together), closed a second later.
-void SendOversized(zmq::context_t& ctx, const std::string& endpoint, int connections, size_t bytes) {
+// together), closed once the receiver has closed each (it refuses a
+// message over its size limit by closing the connection) or after 10 s.
+// Returns how many it closed.
+int SendOversized(zmq::context_t& ctx, const std::string& endpoint, int connections, size_t bytes) {
   const std::string big(bytes, 'x');
-  std::vector<zmq::socket_t> raws;
+  std::vector<zmq::socket_t> raws, monitors;
   for (int i = 0; i < connections; ++i) {
     zmq::socket_t& raw = raws.emplace_back(ctx, zmq::socket_type::dealer);
     raw.set(zmq::sockopt::linger, 2000);
+    const std::string monitor = "inproc://oversized-" + std::to_string(i);
+    EXPECT_EQ(zmq_socket_monitor(raw.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED), 0);
+    monitors.emplace_back(ctx, zmq::socket_type::pair).connect(monitor);
     raw.connect(endpoint);
     wire::Header h;
     h.set_protocol(transport::kProtocolVersion);
@@ -330,8 +348,18 @@ void SendOversized(zmq::context_t& ctx, const std::string& endpoint, int connect
     EXPECT_TRUE(raw.send(head, zmq::send_flags::sndmore));
     EXPECT_TRUE(raw.send(payload, zmq::send_flags::none));
   }
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // loopback moves them in well under that
+  int closed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (auto& m : monitors) {
+    m.set(zmq::sockopt::rcvtimeo, 100);
+    zmq::message_t event;
+    while (std::chrono::steady_clock::now() < deadline && !m.recv(event)) {
+    }
+    if (event.size() > 0) ++closed;
+    m.recv(event, zmq::recv_flags::dontwait);  // an event is two frames
+  }
   for (auto& raw : raws) raw.close();
+  return closed;
 }
 
 // The gateway endpoint a worker's log names ("" if none within 30 s).
@@ -380,14 +408,13 @@ TEST_F(RealClientsTest, AGatewayBudgetsRefusalsCountsThemAndDropsOversizedMessag
   const pid_t pid = testing::ReadJson(dir_ / "flood/pids.json")["worker-0"].get<pid_t>();
   zmq::context_t ctx(1);
   const long peak_before = PeakRssKiB(pid);
-  SendOversized(ctx, gateway, 8, 32 << 20);
+  EXPECT_EQ(SendOversized(ctx, gateway, 8, 32 << 20), 8) << "the gateway closes a connection sending too much";
   const long peak_after = PeakRssKiB(pid);
   std::printf("worker-0 peak RSS %ld -> %ld KiB after 256 MiB of oversized messages\n", peak_before, peak_after);
   EXPECT_LT(peak_after - peak_before, 16 << 10) << "peak RSS " << peak_before << " -> " << peak_after << " KiB";
   std::string said;
   GatewayPeer one(ctx, gateway);  // one connection, two ids
-  one.Hello(0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // attached at the gateway's next read
+  one.Hello(0);                   // one connection's messages are read in order: attached before the next
   one.Hello(2);
   EXPECT_EQ(one.Answers(5, 1, &said), 1);
   EXPECT_NE(said.find("this connection serves client 0"), std::string::npos) << said;

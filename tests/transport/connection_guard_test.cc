@@ -313,7 +313,7 @@ class ConnectionGuardTest : public ::testing::Test {
   }
 
   // A TCP connection from `source` (any 127/8 address), made within
-  // 300 ms; -1 if not (a connection attempt the listener drops).
+  // 1 s; -1 if not (a connection attempt the listener drops).
   int Connect(const std::string& source = "127.0.0.1") {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_in from{.sin_family = AF_INET, .sin_port = 0, .sin_addr = {}, .sin_zero = {}};
@@ -329,8 +329,11 @@ class ConnectionGuardTest : public ::testing::Test {
     pollfd p{.fd = fd, .events = POLLOUT, .revents = 0};
     int err = 0;
     socklen_t len = sizeof(err);
-    // Loopback, but on a loaded machine 300 ms once timed out.
-    if (::poll(&p, 1, 1000) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    // Loopback, but on a loaded machine 300 ms once timed out. A connection
+    // the guard has already reset (this thread was slower than its check)
+    // was answered all the same: the caller sees it closed.
+    if (::poll(&p, 1, 1000) != 1 || ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 ||
+        (err != 0 && err != ECONNRESET)) {
       ::close(fd);
       return -1;
     }
