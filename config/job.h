@@ -403,7 +403,7 @@ struct SecuritySpec {
 // clients train at once in simulated time, each from the model current when
 // it started, and a round is a server step over the next per_round (K)
 // updates to arrive, each weighted 1/sqrt(1 + staleness) and none older than
-// max_staleness versions (cluster/buffered.h). Off while clients is 0.
+// max_staleness versions (worker/federated/buffered.h). Off while clients is 0.
 struct FederatedSpec {
   int64_t clients = 0;  // the population; 0: not federated
   int64_t per_round = 10;

@@ -9,7 +9,6 @@
 #include <set>
 #include <tuple>
 
-#include "cluster/privacy.h"
 #include "common/files.h"
 #include "common/format.h"
 #include "common/histogram.h"
@@ -19,6 +18,7 @@
 #include "deploy/rounds.h"
 #include "proto/stats.pb.h"
 #include "proto/stats_json.h"
+#include "worker/federated/privacy.h"
 
 namespace geodesic::deploy {
 namespace {
@@ -71,15 +71,15 @@ struct Totals {
 };
 
 // DP-FedAvg's guarantee after the rounds that ran, and after each round
-// (at most 1000 points), from the Renyi accountant (cluster/privacy.h).
+// (at most 1000 points), from the Renyi accountant (worker/federated/privacy.h).
 json DpReport(const FederatedSpec& f, int64_t rounds) {
   const double q = static_cast<double>(f.per_round) / static_cast<double>(f.clients);
   const int64_t every = std::max<int64_t>(1, (rounds + 999) / 1000);
   json by_round = json::array();
   for (int64_t r = every; r <= rounds; r += every)
-    by_round.push_back({r, cluster::EpsilonAfter(q, f.dp_noise_multiplier, r, f.dp_delta).epsilon});
-  const cluster::DpGuarantee g =
-      cluster::EpsilonAfter(q, f.dp_noise_multiplier, std::max<int64_t>(rounds, 1), f.dp_delta);
+    by_round.push_back({r, federated::EpsilonAfter(q, f.dp_noise_multiplier, r, f.dp_delta).epsilon});
+  const federated::DpGuarantee g =
+      federated::EpsilonAfter(q, f.dp_noise_multiplier, std::max<int64_t>(rounds, 1), f.dp_delta);
   return {{"clip_norm", f.dp_clip_norm},
           {"noise_multiplier", f.dp_noise_multiplier},
           {"delta", f.dp_delta},

@@ -5,17 +5,17 @@
 #include <cmath>
 #include <functional>
 
-#include "cluster/population.h"
-#include "cluster/privacy.h"
 #include "common/draws.h"
 #include "common/log.h"
+#include "worker/federated/population.h"
+#include "worker/federated/privacy.h"
 
 namespace geodesic::worker {
 namespace {
 
 constexpr uint64_t kNoiseStream = 0x6e6f697365;  // "noise": DP noise keys apart from other draws
 
-cluster::ProfileSpec Profiles(const FederatedSpec& f) {
+federated::ProfileSpec Profiles(const FederatedSpec& f) {
   return {.step_seconds = f.device_step_s,
           .compute_sigma = f.device_compute_sigma,
           .uplink_mbit_median = f.device_uplink_mbit,
@@ -89,13 +89,13 @@ StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec
   // What keeps every push within the shards' limit (docs/federated.md "Bounds
   // on updates"): a model value at most MaxUpdateValue(E); SCAFFOLD's control
   // push -(E / (η N)) Σ Δc_i sums at most N deltas, so each at most η times that.
-  r->max_value_ = cluster::MaxUpdateValue(r->executors_);
+  r->max_value_ = federated::MaxUpdateValue(r->executors_);
   r->max_control_value_ = static_cast<float>(r->max_value_ * std::min(1.0, job.training.outer_lr));
   if (f.fedbuff()) {
     std::vector<double> seconds;
     for (int64_t c = 0; c < f.clients; ++c) seconds.push_back(r->ClientTime(c));
-    r->buffered_ = std::make_unique<cluster::BufferedSchedule>(
-        cluster::BufferedSpec{.concurrency = f.InFlight(), .buffer = f.per_round, .max_staleness = f.max_staleness},
+    r->buffered_ = std::make_unique<federated::BufferedSchedule>(
+        federated::BufferedSpec{.concurrency = f.InFlight(), .buffer = f.per_round, .max_staleness = f.max_staleness},
         Profiles(f), std::move(seconds), job.seed);
   }
   return r;
@@ -116,10 +116,10 @@ Status FederatedRounds::SetUpUplinks() {
     uplink_bytes_.push_back(static_cast<double>(
         compression::MaxEncodedBytes({.codec = spec->codec, .block = spec->block, .kept = kept}, n)));
   }
-  const cluster::ProfileSpec profiles = Profiles(f);
+  const federated::ProfileSpec profiles = Profiles(f);
   for (int64_t c = 0; c < f.clients; ++c) {
     const bool slow =
-        uplink_.size() > 1 && cluster::DrawProfile(profiles, c, job_->seed).uplink_mbit < f.slow_uplink_mbit;
+        uplink_.size() > 1 && federated::DrawProfile(profiles, c, job_->seed).uplink_mbit < f.slow_uplink_mbit;
     tier_.push_back(slow ? 1 : 0);
   }
   return Status::Ok();
@@ -129,8 +129,8 @@ double FederatedRounds::ClientTime(int64_t client) const {
   const double n = static_cast<double>(num_params());
   const double down = 4.0 * static_cast<double>(shard_values());
   const double up = uplink_bytes_[tier_[client]] + (job_->federated.scaffold() ? 4.0 * n : 0.0);
-  return cluster::ClientSeconds(cluster::DrawProfile(Profiles(job_->federated), client, job_->seed), steps_[client],
-                                down, up);
+  return federated::ClientSeconds(federated::DrawProfile(Profiles(job_->federated), client, job_->seed), steps_[client],
+                                  down, up);
 }
 
 bool FederatedRounds::Uplink(int64_t client, int64_t key, std::vector<float>& delta, RoundReport& report) {
@@ -161,18 +161,18 @@ int64_t FederatedRounds::Weight(int64_t client) const { return steps_[client] * 
 
 // Every executor computes the same plan: the selection, each selected
 // client's simulated time from its device profile (ClientTime), and which updates the
-// round takes (cluster::CloseRound). The accepted clients are spread over
+// round takes (federated::CloseRound). The accepted clients are spread over
 // the executors by their work (Spread).
 FederatedRounds::Plan FederatedRounds::PlanRound(int64_t round) const {
   const FederatedSpec& f = job_->federated;
-  const cluster::ProfileSpec profiles = Profiles(f);
-  const cluster::SelectionSpec selection{
+  const federated::ProfileSpec profiles = Profiles(f);
+  const federated::SelectionSpec selection{
       .per_round = f.per_round, .over_selection = f.over_selection, .weighted = f.weighted_selection};
-  std::vector<cluster::Candidate> candidates;
-  for (int64_t c : cluster::SelectClients(selection, profiles, sizes_, round, job_->seed))
+  std::vector<federated::Candidate> candidates;
+  for (int64_t c : federated::SelectClients(selection, profiles, sizes_, round, job_->seed))
     candidates.push_back(
-        {.client = c, .seconds = ClientTime(c), .dropped = cluster::DropsOut(profiles, c, round, job_->seed)});
-  const cluster::RoundClose close = cluster::CloseRound(candidates, f.per_round, f.deadline_s);
+        {.client = c, .seconds = ClientTime(c), .dropped = federated::DropsOut(profiles, c, round, job_->seed)});
+  const federated::RoundClose close = federated::CloseRound(candidates, f.per_round, f.deadline_s);
   Plan plan;
   plan.selected = static_cast<int64_t>(candidates.size());
   plan.seconds = close.seconds;
@@ -217,11 +217,11 @@ StatusOr<bool> FederatedRounds::TrainClient(int64_t client, int64_t key, const f
     ++report.unusable;
     return false;
   }
-  if (f.max_update_norm > 0 && cluster::L2Norm(o.delta.data(), n) > f.max_update_norm) {
+  if (f.max_update_norm > 0 && federated::L2Norm(o.delta.data(), n) > f.max_update_norm) {
     ++report.refused;
     return false;
   }
-  if (f.dp() && cluster::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
+  if (f.dp() && federated::ClipToNorm(o.delta.data(), n, f.dp_clip_norm) < 1) ++report.clipped;
   // A diverged but finite training: refused before its uplink's error
   // feedback keeps any of it, and again as decoded (with the residual).
   if (!WithinPush(client, o, report)) return false;
@@ -291,7 +291,7 @@ StatusOr<RoundReport> FederatedRounds::RunBuffered(int64_t round, const float* g
     return FailedPrecondition("fedbuff step " + std::to_string(round) + " was already taken");
   versions_[round].assign(global, global + n);
   while (versions_.begin()->first < round - f.max_staleness) versions_.erase(versions_.begin());
-  cluster::BufferedStep step;
+  federated::BufferedStep step;
   do step = buffered_->Next();
   while (step.version < round);
   RoundReport report;
@@ -303,14 +303,14 @@ StatusOr<RoundReport> FederatedRounds::RunBuffered(int64_t round, const float* g
   const auto mine = SpreadByWork(order, executors_, [&](int64_t i) { return steps_[step.accepted[i].client] + 1; });
   std::vector<double> sum(n, 0.0);
   for (int64_t i : mine[executor_]) {
-    const cluster::Arrival& a = step.accepted[i];
+    const federated::Arrival& a = step.accepted[i];
     auto from = versions_.find(a.version);
     if (from == versions_.end()) {  // a version this executor never held (a resumed job)
       ++report.unusable;
       continue;
     }
     GD_ASSIGN_OR_RETURN(bool usable, TrainClient(a.client, a.start, from->second.data(),
-                                                 cluster::StalenessWeight(round - a.version), sum, report));
+                                                 federated::StalenessWeight(round - a.version), sum, report));
     if (usable) report.staleness_sum += round - a.version;
   }
   Average(report);
@@ -331,11 +331,11 @@ std::set<int64_t> FederatedRounds::AskReal(int64_t round, const std::vector<int6
 bool FederatedRounds::TakeReal(int64_t client, int64_t round, TimePoint deadline, std::vector<double>& sum,
                                RoundReport& report) {
   const auto t0 = std::chrono::steady_clock::now();
-  const cluster::UpdateLimits limits{.num_params = num_params(),
-                                     .max_samples = Weight(client),
-                                     .max_norm = job_->federated.max_update_norm,
-                                     .max_value = max_value_};
-  StatusOr<cluster::RealUpdate> u = gateway_->Await(client, round, deadline, limits);
+  const federated::UpdateLimits limits{.num_params = num_params(),
+                                       .max_samples = Weight(client),
+                                       .max_norm = job_->federated.max_update_norm,
+                                       .max_value = max_value_};
+  StatusOr<federated::RealUpdate> u = gateway_->Await(client, round, deadline, limits);
   report.compute_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (u.status().code() == Code::kDeadlineExceeded) return false;  // not waited for: trains virtually
   if (!u.ok()) {
@@ -380,8 +380,8 @@ void FederatedRounds::AddNoise(int64_t round, std::vector<double>& sum) const {
   std::vector<float> noise(sum.size(), 0.0f);
   const uint64_t key =
       DrawKey({job_->seed, kNoiseStream, static_cast<uint64_t>(round), static_cast<uint64_t>(executor_)});
-  cluster::AddGaussianNoise(noise.data(), noise.size(),
-                            f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), key);
+  federated::AddGaussianNoise(noise.data(), noise.size(),
+                              f.dp_noise_multiplier * f.dp_clip_norm / std::sqrt(static_cast<double>(executors_)), key);
   for (size_t j = 0; j < sum.size(); ++j) sum[j] += noise[j];
 }
 

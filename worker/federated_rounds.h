@@ -1,6 +1,6 @@
 // A worker's side of a federated job (federated.clients > 0): the worker is
 // a client executor. In round r every executor computes the same plan
-// (PlanRound, from cluster/population.h): availability, the selection of
+// (PlanRound, from worker/federated/population.h): availability, the selection of
 // ceil(per_round * (1 + over_selection)) clients, the dropouts, each
 // client's simulated time from its device profile, and which updates the
 // round takes (the first per_round to finish, none past deadline_s). The
@@ -35,13 +35,13 @@
 // c += (1/N) Σ_S Δc_i = (|S|/N) mean_S(Δc_i), Karimireddy et al.'s rule.
 //
 // FedBuff (federated.strategy: fedbuff): a round is a server step. Every
-// executor computes the same schedule (cluster/buffered.h) and keeps the
+// executor computes the same schedule (worker/federated/buffered.h) and keeps the
 // global models of the last max_staleness + 1 steps; each of the step's K
 // updates trains from the version its client started from, weighs
 // s = 1/sqrt(1 + staleness), and the executor pushes -(E / K) Σ s_i Δ_i,
 // so the shards' step is x += η Σ s_i Δ_i / K.
 //
-// Real clients (federated.gateway; cluster/client_gateway.h): clients are
+// Real clients (federated.gateway; worker/federated/client_gateway.h): clients are
 // spread by ownership (k mod E) as under SCAFFOLD, so that the executor a
 // `geodesic client` process attached to is the one its id trains on. A
 // selected client with a process attached trains there (the executor asks
@@ -53,7 +53,7 @@
 // its id without its update, it trains that client virtually.
 //
 // Bounds: whatever federated.max_update_norm says, no update, real or
-// virtual, with a value beyond cluster::MaxUpdateValue(E) (half the shards'
+// virtual, with a value beyond federated::MaxUpdateValue(E) (half the shards'
 // kMaxValueMagnitude over E) joins a round, nor a SCAFFOLD control delta
 // beyond min(1, η) times that. Since the weights of an executor's clients
 // add up to at most W (FedBuff: at most K of them, each weighing at most 1;
@@ -72,14 +72,14 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cluster/buffered.h"
-#include "cluster/client_gateway.h"
 #include "common/status.h"
 #include "common/throttle.h"
 #include "compression/codec.h"
 #include "config/job.h"
 #include "worker/client_executor.h"
 #include "worker/dataset.h"
+#include "worker/federated/buffered.h"
+#include "worker/federated/client_gateway.h"
 #include "worker/partition.h"
 
 namespace geodesic::worker {
@@ -126,7 +126,7 @@ class FederatedRounds {
   const compression::CodecSpec& UplinkOf(int64_t client) const { return uplink_[tier_[client]]; }
   // federated.gateway: real clients attached to `gateway` train the
   // selected clients of their id (null: every client is virtual).
-  void SetGateway(cluster::ClientGateway* gateway) { gateway_ = gateway; }
+  void SetGateway(federated::ClientGateway* gateway) { gateway_ = gateway; }
 
  private:
   FederatedRounds() = default;
@@ -185,10 +185,10 @@ class FederatedRounds {
   std::vector<uint8_t> tier_;                                          // each client's index into uplink_
   std::vector<double> uplink_bytes_;                                   // each tier's planned payload (no zstd)
   std::unordered_map<int64_t, compression::ErrorFeedback> residuals_;  // uplink error feedback, per client
-  std::unique_ptr<cluster::BufferedSchedule> buffered_;                // FedBuff
+  std::unique_ptr<federated::BufferedSchedule> buffered_;              // FedBuff
   std::map<int64_t, std::vector<float>> versions_;                     // FedBuff: the global model of recent steps
-  cluster::ClientGateway* gateway_ = nullptr;                          // federated.gateway
-  float max_value_ = 0;          // an update value's largest magnitude (cluster::MaxUpdateValue)
+  federated::ClientGateway* gateway_ = nullptr;                        // federated.gateway
+  float max_value_ = 0;          // an update value's largest magnitude (federated::MaxUpdateValue)
   float max_control_value_ = 0;  // SCAFFOLD: a control delta value's
   mutable Throttle diverged_log_{std::chrono::seconds(1)};
 };

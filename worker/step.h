@@ -21,7 +21,7 @@
 // A strategy owns its model and whatever its kind keeps between clocks; it
 // borrows the StepEnv, which the Worker owns and which outlives it.
 // Threading: the loop's thread only (a federated strategy's client gateway
-// also has the heartbeat thread authorize keys, cluster/client_gateway.h).
+// also has the heartbeat thread authorize keys, worker/federated/client_gateway.h).
 // Torch-free header.
 #pragma once
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "cluster/privacy.h"
 #include "tests/integration/harness.h"
+#include "worker/federated/privacy.h"
 
 namespace geodesic {
 namespace {
@@ -239,7 +239,7 @@ TEST(FederatedTest, DpFedAvgClipsAddsSeededNoiseAndReportsEpsilon) {
   EXPECT_EQ(testing::ReadText(dir / "a/final_params.bin"), testing::ReadText(dir / "b/final_params.bin"));
   const auto& d = a["federated"]["dp"];
   EXPECT_EQ(d["rounds"], 5);
-  EXPECT_DOUBLE_EQ(d["epsilon"].get<double>(), cluster::EpsilonAfter(8.0 / 40, 0.8, 5, 1e-5).epsilon);
+  EXPECT_DOUBLE_EQ(d["epsilon"].get<double>(), federated::EpsilonAfter(8.0 / 40, 0.8, 5, 1e-5).epsilon);
   ASSERT_EQ(d["epsilon_by_round"].size(), 5u);
   EXPECT_LT(d["epsilon_by_round"][0][1].get<double>(), d["epsilon_by_round"][4][1].get<double>());
   // The noise is there: without it the same clipped job ends elsewhere.

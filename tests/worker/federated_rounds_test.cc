@@ -10,11 +10,11 @@
 #include <random>
 #include <set>
 
-#include "cluster/buffered.h"
-#include "cluster/privacy.h"
 #include "common/wire_limits.h"
 #include "server/strategy.h"
 #include "tests/worker/band_images.h"
+#include "worker/federated/buffered.h"
+#include "worker/federated/privacy.h"
 
 namespace geodesic::worker {
 namespace {
@@ -149,14 +149,15 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
   ASSERT_EQ(rounds->shard_values(), n);
   const Partition parts = std::move(PartitionSamples(train.labels, 10, 8, job.data.partition, job.seed, 32)).value();
   // The schedule the executor follows, built here from the same profiles.
-  const cluster::ProfileSpec profiles{.step_seconds = job.federated.device_step_s,
-                                      .compute_sigma = 0.5,
-                                      .slow_fraction = 0.3,
-                                      .slow_factor = job.federated.device_slow_factor};
+  const federated::ProfileSpec profiles{.step_seconds = job.federated.device_step_s,
+                                        .compute_sigma = 0.5,
+                                        .slow_fraction = 0.3,
+                                        .slow_factor = job.federated.device_slow_factor};
   std::vector<double> seconds;
   for (int64_t c = 0; c < 8; ++c)
-    seconds.push_back(cluster::ClientSeconds(cluster::DrawProfile(profiles, c, job.seed), 3, 4.0 * n, 4.0 * n));
-  cluster::BufferedSchedule schedule({.concurrency = 4, .buffer = 2, .max_staleness = 3}, profiles, seconds, job.seed);
+    seconds.push_back(federated::ClientSeconds(federated::DrawProfile(profiles, c, job.seed), 3, 4.0 * n, 4.0 * n));
+  federated::BufferedSchedule schedule({.concurrency = 4, .buffer = 2, .max_staleness = 3}, profiles, seconds,
+                                       job.seed);
   auto direct =
       std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
 
@@ -171,12 +172,12 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
     versions.push_back(x);
     std::vector<float> push(n);
     RoundReport report = std::move(rounds->Run(round, x.data(), push.data())).value();
-    const cluster::BufferedStep step = schedule.Next();
+    const federated::BufferedStep step = schedule.Next();
     ASSERT_EQ(report.trained, 2);
     EXPECT_EQ(report.staleness_sum, step.staleness_sum);
     EXPECT_DOUBLE_EQ(report.seconds, step.seconds);
     std::vector<double> sum(n, 0.0);
-    for (const cluster::Arrival& a : step.accepted) {
+    for (const federated::Arrival& a : step.accepted) {
       ClientOutcome o =
           std::move(
               direct->Train(versions[a.version].data(),
@@ -210,7 +211,7 @@ TEST(FederatedRoundsTest, UplinkCodecsPerClientShrinkTheBytesAndKeepResiduals) {
   const int64_t n = coded->num_params();
   int slow = 0;
   for (int64_t c = 0; c < 4; ++c) {
-    const bool below = cluster::DrawProfile({.uplink_sigma = 1.0}, c, job.seed).uplink_mbit < 20;
+    const bool below = federated::DrawProfile({.uplink_sigma = 1.0}, c, job.seed).uplink_mbit < 20;
     EXPECT_EQ(coded->UplinkOf(c).codec, below ? wire::TOPK : wire::INT8) << c;
     slow += below;
   }
@@ -248,7 +249,7 @@ TEST(FederatedRoundsTest, UpdatesOverTheNormBoundAreRefusedAndCounted) {
     outcomes.push_back(
         std::move(direct->Train(global.data(), {.client = k, .round = 0, .indices = &parts[k], .local_steps = 3}))
             .value());
-    norms.push_back(cluster::L2Norm(outcomes.back().delta.data(), n));
+    norms.push_back(federated::L2Norm(outcomes.back().delta.data(), n));
   }
   std::vector<double> sorted = norms;
   std::sort(sorted.begin(), sorted.end());

@@ -44,9 +44,9 @@ std::string FederatedStep::ClockName() const {
 Status FederatedStep::BeforeJoin(cluster::MemberOptions& mo) {
   const JobSpec& job = env_.job;
   if (!job.federated.gateway) return Status::Ok();
-  gateway_ = std::make_unique<cluster::ClientGateway>(
+  gateway_ = std::make_unique<federated::ClientGateway>(
       *place_.ctx,
-      cluster::GatewayOptions{
+      federated::GatewayOptions{
           .job = job.name,
           .executor = env_.id,
           .executors = job.NumWorkers(),
@@ -59,7 +59,7 @@ Status FederatedStep::BeforeJoin(cluster::MemberOptions& mo) {
       traffic_, env_.clock);
   GD_RETURN_IF_ERROR(gateway_->Start());
   mo.endpoint = gateway_->endpoint();
-  cluster::ClientGateway* g = gateway_.get();
+  federated::ClientGateway* g = gateway_.get();
   mo.authorize = [g](const wire::HeartbeatReply& r) { g->Authorize(r); };
   rounds_->SetGateway(g);
   GD_LOG(INFO) << "federated: client gateway at " << gateway_->endpoint();

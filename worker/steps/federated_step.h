@@ -5,7 +5,7 @@
 // in LocalRounds::global(). A round that still comes out beyond the shards'
 // bound is skipped, not pushed to be refused. With federated.gateway, real
 // client processes (`geodesic client`) attach to this executor's client
-// gateway (cluster/client_gateway.h) and train their own ids. Each round
+// gateway (worker/federated/client_gateway.h) and train their own ids. Each round
 // leaves a record in the stats file's `rounds`.
 //
 // Threading: the loop's thread, but for the gateway's admitted keys, which
@@ -17,9 +17,9 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "cluster/client_gateway.h"
 #include "transport/message.h"
 #include "transport/security.h"
+#include "worker/federated/client_gateway.h"
 #include "worker/federated_rounds.h"
 #include "worker/local_sgd.h"
 #include "worker/steps/model_step.h"
@@ -67,9 +67,9 @@ class FederatedStep final : public ModelStep {
   std::unique_ptr<LocalRounds> local_;  // only its global()
   GatewayPlace place_;
   transport::TrafficCounters* traffic_;
-  std::unique_ptr<cluster::ClientGateway> gateway_;  // federated.gateway
-  std::vector<stats::RoundStats> round_log_;         // one record per round
-  double round_sent0_ = 0, round_received0_ = 0;     // the byte counters when the open one began
+  std::unique_ptr<federated::ClientGateway> gateway_;  // federated.gateway
+  std::vector<stats::RoundStats> round_log_;           // one record per round
+  double round_sent0_ = 0, round_received0_ = 0;       // the byte counters when the open one began
 };
 
 }  // namespace geodesic::worker

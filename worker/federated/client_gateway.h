@@ -51,7 +51,7 @@
 #include "transport/refusal_limiter.h"
 #include "transport/security.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 
 // Room for a message's header frame beside its payload (as wire.max_message_bytes keeps).
 inline constexpr int64_t kHeaderRoom = 64 << 10;
@@ -186,4 +186,4 @@ class ClientGateway {
   std::map<std::string, int> key_ids_ GD_GUARDED_BY(mu_);  // admitted key -> client id (-1: any)
 };
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -1,4 +1,4 @@
-#include "cluster/population.h"
+#include "worker/federated/population.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <set>
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 TEST(PopulationTest, ProfilesAreSeededPerClientAndFollowTheirDistributions) {
@@ -116,4 +116,4 @@ TEST(PopulationTest, WeightedSelectionFollowsTheSamples) {
 }
 
 }  // namespace
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -1,14 +1,14 @@
-#include "cluster/client_gateway.h"
+#include "worker/federated/client_gateway.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "cluster/privacy.h"
 #include "common/log.h"
 #include "common/wire_limits.h"
+#include "worker/federated/privacy.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 // Connections (and keys) whose client id a gateway remembers; past this,
@@ -326,4 +326,4 @@ stats::GatewayStats ClientGateway::Stats() const {
   return s;
 }
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

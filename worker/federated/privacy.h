@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 
 // The L2 norm of n values, summed in double.
 double L2Norm(const float* values, size_t n);
@@ -40,4 +40,4 @@ struct DpGuarantee {
 //   ε = R(α) + log((α-1)/α) - (log δ + log α) / (α-1),  R = rounds * RDP(α).
 DpGuarantee EpsilonAfter(double q, double z, int64_t rounds, double delta);
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

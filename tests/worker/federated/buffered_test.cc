@@ -1,10 +1,10 @@
 // FedBuff's schedule: by hand on two clients, and its invariants on a
 // population with stragglers and dropouts.
-#include "cluster/buffered.h"
+#include "worker/federated/buffered.h"
 
 #include <gtest/gtest.h>
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 // Client 0 takes 1 s, client 1 takes 3 s, both always in flight, one
@@ -80,4 +80,4 @@ TEST(BufferedScheduleTest, StaleUpdatesWeighLess) {
 }
 
 }  // namespace
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -5,7 +5,7 @@
 // a newly drawn one. An update computed on version v and arriving when the
 // server is at version t has staleness t - v; one older than max_staleness
 // is discarded. The schedule depends only on the seed, the device profiles
-// and each client's time (cluster/population.h), never on training, so the
+// and each client's time (worker/federated/population.h), never on training, so the
 // coordinator and every executor compute the same one without talking.
 // Costs: O(K log C) a step, O(C) memory. Not thread-safe.
 #pragma once
@@ -15,9 +15,9 @@
 #include <set>
 #include <vector>
 
-#include "cluster/population.h"
+#include "worker/federated/population.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 
 struct BufferedSpec {
   int64_t concurrency = 10;    // clients in flight
@@ -79,4 +79,4 @@ class BufferedSchedule {
   double now_ = 0;
 };
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -1,6 +1,6 @@
 // DP-FedAvg's clipping, noise and Rényi accountant, against closed forms and
 // an independent numerical integration.
-#include "cluster/privacy.h"
+#include "worker/federated/privacy.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numbers>
 #include <vector>
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 TEST(PrivacyTest, ClipToNormScalesOnlyLongUpdatesAndZeroesBrokenOnes) {
@@ -95,4 +95,4 @@ TEST(PrivacyTest, EpsilonIsTheBestOrdersConversion) {
 }
 
 }  // namespace
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 
 // Device profile distributions. Log-normal quantities are given by their
 // median and sigma (the standard deviation of their logarithm; 0: every
@@ -85,4 +85,4 @@ struct RoundClose {
 // round never lasts longer than it.
 RoundClose CloseRound(const std::vector<Candidate>& selected, int64_t per_round, double deadline);
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

@@ -1,4 +1,4 @@
-#include "cluster/population.h"
+#include "worker/federated/population.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "common/draws.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 enum Purpose : uint64_t { kProfile = 1, kAvailable = 2, kDropout = 3, kSelect = 4 };
@@ -92,4 +92,4 @@ RoundClose CloseRound(const std::vector<Candidate>& selected, int64_t per_round,
   return out;
 }
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

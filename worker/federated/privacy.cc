@@ -1,4 +1,4 @@
-#include "cluster/privacy.h"
+#include "worker/federated/privacy.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include "common/draws.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 
 double L2Norm(const float* values, size_t n) {
   double sq = 0;
@@ -62,4 +62,4 @@ DpGuarantee EpsilonAfter(double q, double z, int64_t rounds, double delta) {
   return best;
 }
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

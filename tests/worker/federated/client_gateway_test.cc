@@ -4,7 +4,7 @@
 // client (waited for once per job), refusals answered within a budget and
 // counted by reason, messages larger than an update closing their
 // connection, and (secured) the coordinator's key list deciding who gets in.
-#include "cluster/client_gateway.h"
+#include "worker/federated/client_gateway.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 
 #include "common/wire_limits.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 constexpr int64_t kParams = 6;
@@ -429,4 +429,4 @@ TEST(ClientGatewayTest, SecuredAKeyForAnyIdServesOneId) {
 }
 
 }  // namespace
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated

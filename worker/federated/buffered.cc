@@ -1,11 +1,11 @@
-#include "cluster/buffered.h"
+#include "worker/federated/buffered.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/draws.h"
 
-namespace geodesic::cluster {
+namespace geodesic::federated {
 namespace {
 
 constexpr uint64_t kBufferedDraw = 0x6675666275660001;   // "fedbuf": which client starts
@@ -85,4 +85,4 @@ BufferedStep BufferedSchedule::Next() {
   return step;
 }
 
-}  // namespace geodesic::cluster
+}  // namespace geodesic::federated
