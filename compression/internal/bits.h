@@ -11,8 +11,10 @@
 // Hot loops are compiled twice, for AVX2 and for the x86-64 baseline, and the
 // loader picks one (a portable binary that still uses wide vectors). AVX2
 // does not imply FMA, so both versions round every operation alike and give
-// bit-identical results.
-#if defined(__x86_64__) && !defined(GEODESIC_NO_TARGET_CLONES)
+// bit-identical results. Not under ThreadSanitizer: it instruments the
+// resolver, which the loader runs before TSan's runtime is up (a crash at
+// start).
+#if defined(__x86_64__) && !defined(GEODESIC_NO_TARGET_CLONES) && !defined(__SANITIZE_THREAD__)
 #define GD_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define GD_TARGET_CLONES

@@ -356,7 +356,7 @@ int SendOversized(zmq::context_t& ctx, const std::string& endpoint, int connecti
     while (std::chrono::steady_clock::now() < deadline && !m.recv(event)) {
     }
     if (event.size() > 0) ++closed;
-    m.recv(event, zmq::recv_flags::dontwait);  // an event is two frames
+    (void)m.recv(event, zmq::recv_flags::dontwait);  // an event is two frames
   }
   for (auto& raw : raws) raw.close();
   return closed;
