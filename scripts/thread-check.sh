@@ -37,7 +37,8 @@ case "${1:-}" in
     # LibTorch's OpenMP threads are not instrumented; one thread each keeps
     # them out of the picture (the unit tests use one anyway).
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+    # libzmq is not instrumented: scripts/tsan.supp says what that leaves out.
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
     GEODESIC_BUILD_DIR=build-tsan scripts/build.sh -DGEODESIC_TSAN=ON
     ctest --test-dir build-tsan -L unit -j2 --output-on-failure "$@"
     ;;
