@@ -1,5 +1,6 @@
 // `geodesic partition JOB.yaml`: how data.partition splits the job's
-// training set, without training: per part its size and label histogram,
+// training set, without training: per part its size and label histogram
+// (token data: windows, and the histogram over the groups of train.groups),
 // the digest the job summary will carry, and with --out a CSV, the indices
 // of every part (one line each, for a reference implementation to train on
 // the same split) and an SVG plot of the label mix per part.
@@ -15,6 +16,7 @@
 #include "config/job.h"
 #include "worker/dataset.h"
 #include "worker/partition.h"
+#include "worker/tokens.h"
 
 namespace geodesic::cli {
 namespace {
@@ -35,7 +37,24 @@ struct Split {
   std::vector<std::vector<int64_t>> counts;  // [part][label]
   int classes = 10;
   std::string digest;
+  std::string unit = "samples", label = "label";  // token data: windows, group
 };
+
+// Token data: windows per part, counted by the group of their document.
+Status DrawTokenSplit(Split& s) {
+  GD_ASSIGN_OR_RETURN(worker::TokenSet train, worker::LoadTokens(s.job.data, "train"));
+  GD_ASSIGN_OR_RETURN(s.partition, worker::PartitionWindows(train, s.parts, s.job.data.partition, s.job.seed));
+  s.unit = "windows";
+  s.label = "group";
+  s.classes = 1;
+  for (uint32_t g : train.doc_groups) s.classes = std::max(s.classes, static_cast<int>(g) + 1);
+  s.counts.assign(s.parts, std::vector<int64_t>(s.classes, 0));
+  for (int p = 0; p < s.parts; ++p)
+    for (int64_t w : s.partition[p])
+      ++s.counts[p][train.doc_groups.empty() ? 0 : train.doc_groups[train.DocumentOf(w)]];
+  s.digest = worker::PartitionDigest(s.partition);
+  return Status::Ok();
+}
 
 StatusOr<Split> DrawSplit(const PartitionFlags& f) {
   Split s;
@@ -43,6 +62,10 @@ StatusOr<Split> DrawSplit(const PartitionFlags& f) {
   s.parts = f.parts > 0                 ? f.parts
             : s.job.federated.enabled() ? static_cast<int>(s.job.federated.clients)
                                         : s.job.NumWorkers();
+  if (s.job.data.dataset == DatasetKind::kTokens) {
+    GD_RETURN_IF_ERROR(DrawTokenSplit(s));
+    return s;
+  }
   GD_ASSIGN_OR_RETURN(worker::ImageSet train, worker::LoadDataset(s.job.data, "train"));
   s.classes = train.classes;
   auto partition = worker::PartitionSamples(train.labels, s.classes, s.parts, s.job.data.partition, s.job.seed,
@@ -60,13 +83,13 @@ std::string Header(const Split& s) {
   std::sort(sizes.begin(), sizes.end());
   return "partition " + ToString(s.job.data.partition) + ", seed " + std::to_string(s.job.seed) + ", " +
          std::to_string(s.parts) + " parts of " + std::to_string(sizes.front()) + "-" + std::to_string(sizes.back()) +
-         " samples (median " + std::to_string(sizes[sizes.size() / 2]) + "), digest " + s.digest;
+         " " + s.unit + " (median " + std::to_string(sizes[sizes.size() / 2]) + "), digest " + s.digest;
 }
 
 std::string Table(const Split& s) {
-  std::string out = StrFormat("%6s %8s", "part", "samples");
-  for (int l = 0; l < s.classes; ++l) out += StrFormat(" %6s", ("l" + std::to_string(l)).c_str());
-  out += "  top-label share\n";
+  std::string out = StrFormat("%6s %8s", "part", s.unit.c_str());
+  for (int l = 0; l < s.classes; ++l) out += StrFormat(" %6s", (s.label.substr(0, 1) + std::to_string(l)).c_str());
+  out += "  top-" + s.label + " share\n";
   for (int p = 0; p < s.parts; ++p) {
     const auto& c = s.counts[p];
     out += StrFormat("%6d %8zu", p, s.partition[p].size());
@@ -78,8 +101,8 @@ std::string Table(const Split& s) {
 }
 
 std::string Csv(const Split& s) {
-  std::string out = "part,samples";
-  for (int l = 0; l < s.classes; ++l) out += ",label_" + std::to_string(l);
+  std::string out = "part," + s.unit;
+  for (int l = 0; l < s.classes; ++l) out += "," + s.label + "_" + std::to_string(l);
   out += "\n";
   for (int p = 0; p < s.parts; ++p) {
     out += std::to_string(p) + "," + std::to_string(s.partition[p].size());
@@ -127,16 +150,17 @@ std::string Svg(const Split& s) {
   out += StrFormat(R"(<text x="5" y="%.0f">%zu</text><text x="5" y="%.0f">0</text>)", top + 10, largest, top + plot_h) +
          "\n";
   for (int l = 0; l < s.classes; ++l)
-    out += StrFormat(
-               R"(<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f">label %d</text>)",
-               width - 100, top + 18.0 * l, kColours[l % kColourCount], width - 82, top + 18.0 * l + 11, l) +
-           "\n";
+    out +=
+        StrFormat(R"(<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f">%s %d</text>)",
+                  width - 100, top + 18.0 * l, kColours[l % kColourCount], width - 82, top + 18.0 * l + 11,
+                  s.label.c_str(), l) +
+        "\n";
   return out + "</svg>\n";
 }
 
 nlohmann::json Json(const Split& s) {
   nlohmann::json parts = nlohmann::json::array();
-  for (int p = 0; p < s.parts; ++p) parts.push_back({{"samples", s.partition[p].size()}, {"labels", s.counts[p]}});
+  for (int p = 0; p < s.parts; ++p) parts.push_back({{s.unit, s.partition[p].size()}, {s.label + "s", s.counts[p]}});
   return {{"spec", ToString(s.job.data.partition)}, {"seed", s.job.seed}, {"digest", s.digest}, {"parts", parts}};
 }
 

@@ -172,21 +172,22 @@ const RegionSpec& JobSpec::CoordinatorRegion() const {
 
 std::string ToString(const PartitionSpec& p) {
   std::string out = ToString(p.kind);
-  if (p.kind == DataPartition::kIid) return out;
+  if (p.kind == DataPartition::kIid || p.kind == DataPartition::kDocuments || p.kind == DataPartition::kGroups)
+    return out;
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, p.param);  // shortest text that reads back the same
   return out + ":" + std::string(buf, r.ptr);
 }
 
 StatusOr<PartitionSpec> ParsePartition(std::string_view text) {
-  const std::string_view usage = "; use iid, dirichlet:ALPHA, shards:K or lognormal:SIGMA";
+  const std::string_view usage = "; use iid, dirichlet:ALPHA, shards:K, lognormal:SIGMA, documents or groups";
   const size_t colon = text.find(':');
   const std::string_view word = text.substr(0, colon);
   std::optional<DataPartition> kind = FromString<DataPartition>(word);
   if (!kind) return InvalidArgument("'" + std::string(text) + "' is not a partition" + std::string(usage));
   PartitionSpec p{.kind = *kind};
-  if (*kind == DataPartition::kIid) {
-    if (colon != std::string_view::npos) return InvalidArgument("iid takes no parameter");
+  if (*kind == DataPartition::kIid || *kind == DataPartition::kDocuments || *kind == DataPartition::kGroups) {
+    if (colon != std::string_view::npos) return InvalidArgument(std::string(word) + " takes no parameter");
     return p;
   }
   const std::string_view number = colon == std::string_view::npos ? "" : text.substr(colon + 1);

@@ -21,8 +21,8 @@ namespace geodesic {
 // The fixed-vocabulary settings of a job file. Code compares the enums; the
 // words below are what job files, YAML output and logs use (ToString).
 enum class ModelKind { kCnn, kMlp, kSynthetic, kTorchScript };
-enum class DatasetKind { kFashionMnist, kCifar10, kSafetensors };
-enum class DataPartition { kIid, kDirichlet, kShards, kLognormal };
+enum class DatasetKind { kFashionMnist, kCifar10, kSafetensors, kTokens };
+enum class DataPartition { kIid, kDirichlet, kShards, kLognormal, kDocuments, kGroups };
 enum class OptimizerKind { kSgd, kAdam, kAdamW };
 enum class LrSchedule { kConstant, kCosine, kStep };
 enum class TrainingDevice { kCpu, kCuda, kAuto };
@@ -40,11 +40,11 @@ struct EnumWords<ModelKind> {
 };
 template <>
 struct EnumWords<DatasetKind> {
-  static constexpr std::string_view kWords[] = {"fashion-mnist", "cifar10", "safetensors"};
+  static constexpr std::string_view kWords[] = {"fashion-mnist", "cifar10", "safetensors", "tokens"};
 };
 template <>
 struct EnumWords<DataPartition> {
-  static constexpr std::string_view kWords[] = {"iid", "dirichlet", "shards", "lognormal"};
+  static constexpr std::string_view kWords[] = {"iid", "dirichlet", "shards", "lognormal", "documents", "groups"};
 };
 template <>
 struct EnumWords<FederatedStrategy> {
@@ -126,6 +126,9 @@ struct ModelSpec {
 // ALPHA: few labels per part); "shards:K", the labels sorted and cut into
 // parts * K shards, K per part (McMahan et al.); "lognormal:SIGMA", quantity
 // skew, part sizes proportional to exp(SIGMA * N(0, 1)), labels IID.
+// Token data (data.dataset tokens) takes "iid" (windows), "documents"
+// (whole documents of the side file train.docs per part) and "groups"
+// (whole groups of documents, train.groups: authors, sources).
 struct PartitionSpec {
   DataPartition kind = DataPartition::kIid;
   double param = 0;  // ALPHA, K or SIGMA; 0 for iid
@@ -145,12 +148,15 @@ struct AugmentSpec {
 // Where the samples come from (docs/datasets.md): "fashion-mnist", the IDX
 // files of Debian's dataset-fashion-mnist in `path`; "cifar10", the binary
 // version's data_batch_N.bin and test_batch.bin in `path`; "safetensors",
-// train.safetensors and test.safetensors in `path`.
+// train.safetensors and test.safetensors in `path`; "tokens", train.bin and
+// val.bin in `path`, flat little-endian token ids (worker/tokens.h).
 struct DataSpec {
   DatasetKind dataset = DatasetKind::kFashionMnist;
-  std::string path = "/usr/share/datasets/fashion-mnist";  // Debian dataset-fashion-mnist
-  PartitionSpec partition;                                 // how the training set is split across workers
-  int batch_size = 64;                                     // per worker
+  // Debian's dataset-fashion-mnist by default. A relative path is made
+  // absolute against the working directory when the job file is loaded.
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  PartitionSpec partition;  // how the training set is split across workers
+  int batch_size = 64;      // per worker
   // Per-channel normalization of each sample, x = (p - mean) / std, p a
   // pixel scaled to [0, 1] (uint8 data) or the stored value (float data).
   // Empty: the dataset's own (Fashion-MNIST's and CIFAR-10's published
@@ -162,6 +168,12 @@ struct DataSpec {
   // (Fashion-MNIST 60,000, CIFAR-10 50,000); a safetensors dataset counted
   // in epochs needs it. Workers check it against what they load.
   int64_t train_samples = 0;
+  // Token data: each sample a window of `context` tokens and the next-token
+  // targets; ids of `token_bytes` (2: uint16, 4: uint32); `vocab` > 0
+  // declares the vocabulary every id must fall below (0: the model's).
+  int context = 128;
+  int token_bytes = 2;
+  int64_t vocab = 0;
 };
 
 // The optimizer of the job's steps: the shards' (each pushed gradient is a
@@ -348,7 +360,10 @@ struct WanSpec {
 struct EvalSpec {
   double snapshot_every_s = 4.0;  // worker 0 saves the parameters this often for the accuracy curve
   double target_accuracy = 0.88;  // the summary reports the time to reach it
-  int64_t test_samples = 0;       // 0: the whole 10k test set
+  // > 0: the summary reports the time to a mean validation loss at or below
+  // it (models with their own loss; docs/language-models.md).
+  double target_loss = 0;
+  int64_t test_samples = 0;  // 0: the whole 10k test set
   // Snapshots the curve scores at most, spread evenly, plus those around
   // the first to reach the target (worker/snapshot.h, ScoreCurve); 0: all.
   int64_t curve_points = 12;

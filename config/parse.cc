@@ -146,6 +146,9 @@ void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
   r.Get("partition", &partition);
   r.Get("batch_size", &d->batch_size);
   r.Get("train_samples", &d->train_samples);
+  r.Get("context", &d->context);
+  r.Get("token_bytes", &d->token_bytes);
+  r.Get("vocab", &d->vocab);
   r.Get("mean", &d->mean);
   r.Get("std", &d->std);
   MapReader a(r.child("augment"), "data.augment", errors);
@@ -154,7 +157,10 @@ void ParseData(MapReader& top, DataSpec* d, Errors* errors) {
   a.Finish();
   r.Finish();
   ParseWord(dataset, &d->dataset, errors, "data.dataset",
-            "'" + dataset + "' is not supported; use fashion-mnist, cifar10 or safetensors");
+            "'" + dataset + "' is not supported; use fashion-mnist, cifar10, safetensors or tokens");
+  Check(d->context >= 1 && d->context <= 65536, errors, "data.context", "must be in [1, 65536] tokens");
+  Check(d->token_bytes == 2 || d->token_bytes == 4, errors, "data.token_bytes", "must be 2 (uint16) or 4 (uint32)");
+  Check(d->vocab >= 0 && d->vocab <= (int64_t{1} << 32), errors, "data.vocab", "must be in [0, 2^32] (0: the model's)");
   Check(d->mean.size() == d->std.size(), errors, "data.std", "needs one value per value of data.mean");
   Check(d->mean.size() <= 64, errors, "data.mean", "at most 64 channels");
   for (double m : d->mean) Check(Finite(m), errors, "data.mean", "values must be finite");
@@ -294,6 +300,7 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   MapReader r(top.child("eval"), "eval", errors);
   r.Get("snapshot_every_s", &e->snapshot_every_s);
   r.Get("target_accuracy", &e->target_accuracy);
+  r.Get("target_loss", &e->target_loss);
   r.Get("test_samples", &e->test_samples);
   r.Get("curve_points", &e->curve_points);
   r.Get("buffer_samples", &e->buffer_samples);
@@ -303,6 +310,7 @@ void ParseEval(MapReader& top, EvalSpec* e, Errors* errors) {
   Check(Finite(e->snapshot_every_s) && e->snapshot_every_s > 0, errors, "eval.snapshot_every_s", "must be > 0");
   Check(Finite(e->target_accuracy) && e->target_accuracy > 0 && e->target_accuracy <= 1, errors, "eval.target_accuracy",
         "must be in (0, 1]");
+  Check(Finite(e->target_loss) && e->target_loss >= 0, errors, "eval.target_loss", "must be >= 0 (0: none)");
   Check(e->test_samples >= 0, errors, "eval.test_samples", "must be >= 0");
   Check(e->batch >= 1 && e->batch <= 100000, errors, "eval.batch", "must be in [1, 100000]");
   Check(e->curve_points >= 0 && e->curve_points <= 1000000, errors, "eval.curve_points",
@@ -669,6 +677,7 @@ StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::st
   std::error_code ec;
   if (!job.model.path.empty())
     job.model.path = std::filesystem::absolute(job.model.path, ec).lexically_normal().string();
+  if (!job.data.path.empty()) job.data.path = std::filesystem::absolute(job.data.path, ec).lexically_normal().string();
   return job;
 }
 

@@ -175,6 +175,28 @@ bool ValidName(const std::string& s) {
   return true;
 }
 
+// Token data: models that define their own loss, and splits that make sense
+// for windows of text; what needs the files is checked at launch
+// (worker/job_check.h).
+void ValidateTokens(const JobSpec& job, Errors* errors) {
+  const bool tokens = job.data.dataset == DatasetKind::kTokens;
+  const DataPartition p = job.data.partition.kind;
+  const bool by_document = p == DataPartition::kDocuments || p == DataPartition::kGroups;
+  Check(tokens || !by_document, errors, "data.partition",
+        ToString(p) +
+            " splits token data (data.dataset tokens) by its documents; images use iid, dirichlet, shards "
+            "or lognormal");
+  if (!tokens) return;
+  Check(job.model.name == ModelKind::kTorchScript, errors, "model.name",
+        "token data needs a torchscript module with a loss (scripts/export_model.py gpt)");
+  Check(p == DataPartition::kIid || by_document, errors, "data.partition",
+        "token data is split iid (windows), by documents or by groups, not by labels");
+  Check(job.data.augment.crop == 0 && !job.data.augment.flip, errors, "data.augment", "is for images, not tokens");
+  Check(job.data.mean.empty(), errors, "data.mean", "is for images, not tokens");
+  Check(!job.membership.elastic, errors, "membership.elastic", "does not take token data yet");
+  Check(!job.federated.enabled(), errors, "federated.clients", "federated jobs do not take token data yet");
+}
+
 // Data of another shape than Fashion-MNIST's needs a model that takes it,
 // and epochs need the number of training samples.
 void ValidateData(const JobSpec& job, Errors* errors) {
@@ -183,7 +205,9 @@ void ValidateData(const JobSpec& job, Errors* errors) {
         "cnn takes Fashion-MNIST's 1x28x28 images; use mlp or torchscript for data.dataset " +
             ToString(job.data.dataset));
   Check(job.TrainSamples() > 0 || job.training.steps > 0 || job.federated.enabled(), errors, "data.train_samples",
-        "needed to count training.epochs over a safetensors dataset (or set training.steps)");
+        "needed to count training.epochs over a " + ToString(job.data.dataset) +
+            " dataset (or set training.steps); for tokens, the windows of train.bin: `geodesic check` says how many");
+  ValidateTokens(job, errors);
 }
 
 void ValidateJob(JobSpec* job, Errors* errors) {

@@ -53,6 +53,11 @@ void EmitData(YAML::Emitter& out, const DataSpec& d) {
   Put(out, "partition", ToString(d.partition));
   Put(out, "batch_size", d.batch_size);
   if (d.train_samples > 0) Put(out, "train_samples", d.train_samples);
+  if (d.dataset == DatasetKind::kTokens) {
+    Put(out, "context", d.context);
+    Put(out, "token_bytes", d.token_bytes);
+    Put(out, "vocab", d.vocab);
+  }
   if (!d.mean.empty()) {
     PutFlow(out, "mean", d.mean);
     PutFlow(out, "std", d.std);
@@ -205,6 +210,7 @@ void EmitEval(YAML::Emitter& out, const EvalSpec& e) {
   BeginSection(out, "eval");
   Put(out, "snapshot_every_s", e.snapshot_every_s);
   Put(out, "target_accuracy", e.target_accuracy);
+  if (e.target_loss > 0) Put(out, "target_loss", e.target_loss);
   Put(out, "test_samples", e.test_samples);
   Put(out, "curve_points", e.curve_points);
   Put(out, "buffer_samples", e.buffer_samples);

@@ -555,11 +555,11 @@ void JobRun::OnStatus(const wire::StatusReply& st) {
   const bool ended = std::none_of(ws.begin(), ws.end(), [](const auto& w) { return w.live(); }) &&
                      std::any_of(ws.begin(), ws.end(), [](const auto& w) { return w.done(); });
   if (!said_trained_ && ended && !EvaluatorDone()) {
-    // The final evaluation and the accuracy curve take a while on a busy
+    // The final evaluation and the curve take a while on a busy
     // machine; the line above stands still meanwhile.
     said_trained_ = true;
     progress_.Say("geodesic: training ended after " + Fmt("%.1f", st.training_seconds()) +
-                  " s; the evaluator scores the final model and the accuracy curve");
+                  " s; the evaluator scores the final model and the curve");
   }
   if (s_.dashboard) UpdateDashboard(st, rate);
 }

@@ -70,7 +70,7 @@ std::string SlowestLink(const wire::StatusReply& st) {
 std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bool federated) {
   int64_t steps = 0, target = 0, live = 0;
   double loss = 0, acc = 0;
-  int reporting = 0;
+  int reporting = 0, accurate = 0;
   for (const auto& w : st.workers()) {
     steps += w.progress().steps();
     // Every worker has the same target; one that has not reported yet
@@ -79,8 +79,11 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bo
     live += w.live();
     if (w.progress().loss() >= 0 && w.progress().steps() > 0) {
       loss += w.progress().loss();
-      acc += w.progress().train_accuracy();
       ++reporting;
+      if (w.progress().train_accuracy() >= 0) {
+        acc += w.progress().train_accuracy();
+        ++accurate;
+      }
     }
   }
   double stale_mean = 0;
@@ -97,7 +100,9 @@ std::string RenderProgress(const wire::StatusReply& st, double samples_per_s, bo
       "[" + Fmt("%6.1f", st.training_seconds()) + "s] " + (federated ? "round " : "step ") + std::to_string(steps);
   if (target > 0) line += "/" + std::to_string(target) + " (" + Fmt("%.0f", 100.0 * steps / target) + "%)";
   if (reporting) {
-    line += "  loss " + Fmt("%.3f", loss / reporting) + "  train acc " + Fmt("%.3f", acc / reporting);
+    line += "  loss " + Fmt("%.3f", loss / reporting);
+    // Models with their own loss may measure no accuracy.
+    if (accurate) line += "  train acc " + Fmt("%.3f", acc / accurate);
   }
   line += "  " + Fmt("%.0f", samples_per_s) + " samples/s";
   line += "  staleness mean " + Fmt("%.1f", stale_mean) + " max " + std::to_string(stale_max);

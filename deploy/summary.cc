@@ -352,22 +352,47 @@ json EmulatorCost(const RunRecord& run) {
   return json();
 }
 
-// The accuracy curve on the job's one clock (RunRecord::span): worker 0
-// times its snapshots from its own start, and the evaluator adds each
-// snapshot's Unix time, which this rebases. Also the first time at target.
+// The curves on the job's one clock (RunRecord::span): worker 0 times its
+// snapshots from its own start, and the evaluator adds each snapshot's Unix
+// time, which this rebases. Also the first time at target: accuracy at or
+// above eval.target_accuracy, or (models with their own loss) validation
+// loss at or below eval.target_loss.
 void RebaseCurve(const RunRecord& run, json& result) {
-  if (!result.is_object() || !result.contains("accuracy_curve")) return;
-  json& curve = result["accuracy_curve"];
-  const json unix_times = result.value("accuracy_curve_unix", json::array());
-  if (run.span.start_unix && unix_times.size() == curve.size())
-    for (size_t i = 0; i < curve.size(); ++i) curve[i][0] = unix_times[i].get<double>() - *run.span.start_unix;
+  if (!result.is_object() || !result.contains("loss_curve")) return;
+  const json unix_times = result.value("curve_unix", json::array());
+  for (const char* name : {"accuracy_curve", "loss_curve"}) {
+    if (!result.contains(name)) continue;
+    json& curve = result[name];
+    if (run.span.start_unix && unix_times.size() == curve.size())
+      for (size_t i = 0; i < curve.size(); ++i) curve[i][0] = unix_times[i].get<double>() - *run.span.start_unix;
+  }
+  const EvalSpec& eval = run.job.eval;
+  const bool accuracy = result.contains("accuracy_curve");
   json to_target = nullptr;
-  for (const auto& p : curve)
-    if (p[2].get<double>() >= run.job.eval.target_accuracy) {
+  for (const auto& p : result[accuracy ? "accuracy_curve" : "loss_curve"]) {
+    const double v = p[2].get<double>();
+    if (accuracy ? v >= eval.target_accuracy : eval.target_loss > 0 && v <= eval.target_loss) {
       to_target = p[0];
       break;
     }
+  }
   result["seconds_to_target"] = to_target;
+}
+
+// What the evaluator measured of the final model and along the way.
+void AddScores(const RunRecord& run, const json& result, json& summary) {
+  auto take = [&](const char* key, json none) {
+    summary[key] = result.is_object() && result.contains(key) ? result[key] : none;
+  };
+  take("test_accuracy", json());
+  take("test_loss", json());
+  if (result.is_object() && result.contains("test_perplexity")) summary["test_perplexity"] = result["test_perplexity"];
+  take("accuracy_curve", json::array());
+  take("loss_curve", json::array());
+  const bool classifier = !result.is_object() || result.contains("accuracy_curve") || !result.contains("loss_curve");
+  if (classifier) summary["target_accuracy"] = run.job.eval.target_accuracy;
+  if (!classifier && run.job.eval.target_loss > 0) summary["target_loss"] = run.job.eval.target_loss;
+  take("seconds_to_target", json());
 }
 
 // The job, how it ended, and what the evaluator and coordinator recorded.
@@ -383,7 +408,7 @@ json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStat
   if (!run.unwritten.empty()) summary["unwritten"] = run.unwritten;
   json result = ReadJson(run.dir.result_json());
   RebaseCurve(run, result);
-  summary["test_accuracy"] = result.is_object() && result.contains("test_accuracy") ? result["test_accuracy"] : json();
+  AddScores(run, result, summary);
   summary["wall_seconds"] = wall;
   summary["total_wall_seconds"] = run.total_wall_seconds;
   summary["model"] = {{"name", ToString(run.job.model.name)}};
@@ -396,11 +421,6 @@ json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStat
       for (const auto& r : coord->replans()) replans.push_back(ToJson(r));
     summary["replans"] = replans;
   }
-  summary["accuracy_curve"] =
-      result.is_object() && result.contains("accuracy_curve") ? result["accuracy_curve"] : json::array();
-  summary["target_accuracy"] = run.job.eval.target_accuracy;
-  summary["seconds_to_target"] =
-      result.is_object() && result.contains("seconds_to_target") ? result["seconds_to_target"] : json();
   if (coord && coord->has_plan()) summary["plan"] = ToJson(coord->plan());
   summary["compression"] = {{"push", run.job.compression.push},
                             {"pull", run.job.compression.pull},
@@ -565,24 +585,39 @@ Status WriteSummary(const json& summary, const RunRecord& run, const std::string
 
 }  // namespace
 
+namespace {
+
+// "test accuracy A after S s of training (...); reached T at X s", or for
+// models with their own loss "validation loss L (perplexity P) after ...".
+std::string VerdictLine(const json& summary, const EvalSpec& eval) {
+  const double wall = summary["wall_seconds"].get<double>();
+  const int64_t samples = summary["samples"].get<int64_t>();
+  const bool accuracy = summary["test_accuracy"].is_number();
+  std::string line = accuracy ? "test accuracy " + Fmt("%.4f", summary["test_accuracy"].get<double>())
+                              : "validation loss " + Fmt("%.4f", summary["test_loss"].get<double>());
+  if (summary.contains("test_perplexity"))
+    line += " (perplexity " + Fmt("%.3f", summary["test_perplexity"].get<double>()) + ")";
+  line += " after " + Fmt("%.1f", wall) + " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) +
+          " samples/s, " + std::to_string(samples) + " samples)";
+  if (summary["seconds_to_target"].is_number())
+    line += "; reached " + (accuracy ? Fmt("%.2f", eval.target_accuracy) : "loss " + Fmt("%.3f", eval.target_loss)) +
+            " at " + Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
+  return line;
+}
+
+}  // namespace
+
 // The verdict goes to the terminal first: a summary that cannot be written
 // (a full disk) must not hide the accuracy or the failure.
 StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::string& summary_file,
                         ProgressLine& progress) {
   const std::string outcome = ToString(run.outcome);
-  if (summary["test_accuracy"].is_number()) {
-    double acc = summary["test_accuracy"].get<double>(), wall = summary["wall_seconds"].get<double>();
-    int64_t samples = summary["samples"].get<int64_t>();
-    std::string line = "geodesic: " + outcome + ": test accuracy " + Fmt("%.4f", acc) + " after " + Fmt("%.1f", wall) +
-                       " s of training (" + Fmt("%.0f", wall > 0 ? samples / wall : 0) + " samples/s, " +
-                       std::to_string(samples) + " samples)";
-    if (summary["seconds_to_target"].is_number())
-      line += "; reached " + Fmt("%.2f", run.job.eval.target_accuracy) + " at " +
-              Fmt("%.1f", summary["seconds_to_target"].get<double>()) + " s";
-    progress.Say(line);
+  const bool scored = summary["test_accuracy"].is_number() || summary["test_loss"].is_number();
+  if (scored) {
+    progress.Say("geodesic: " + outcome + ": " + VerdictLine(summary, run.job.eval));
     if (!run.failure.empty()) progress.Say("geodesic: failed: " + run.failure);
   } else {
-    progress.Say("geodesic: " + outcome + (run.failure.empty() ? "" : ": " + run.failure) + "; no final accuracy");
+    progress.Say("geodesic: " + outcome + (run.failure.empty() ? "" : ": " + run.failure) + "; no final score");
   }
   Status written = WriteSummary(summary, run, summary_file);
   if (!written.ok()) {
@@ -591,8 +626,8 @@ StatusOr<int> FinishRun(const json& summary, const RunRecord& run, const std::st
   }
   progress.Say("geodesic: summary written to " + (summary_file.empty() ? run.dir.summary_json() : summary_file));
   if (run.outcome == Outcome::kInterrupted) return 130;
-  // A model without a network (synthetic, for benchmarks) has no accuracy.
-  bool evaluated = summary["test_accuracy"].is_number() || run.job.model.name == ModelKind::kSynthetic;
+  // A model without a network (synthetic, for benchmarks) has no score.
+  bool evaluated = scored || run.job.model.name == ModelKind::kSynthetic;
   return run.outcome == Outcome::kFinished && evaluated ? 0 : 1;
 }
 

@@ -15,6 +15,26 @@ generates small CIFAR-10-format datasets for tests.
                           (data_batch_1.bin .. and test_batch.bin): each class
                           a colour and a stripe direction, with noise
                           (--train, --test samples, --batches files, --seed).
+  text OUT FILE...        Byte-level token data for `data.dataset: tokens`.
+                          Documents: each FILE whole, or with --separator S
+                          the text between lines that consist only of S (as
+                          in fortune files: %), separator lines dropped; blank
+                          documents skipped, the rest kept byte for byte.
+                          A --val-share (0.1) of them, picked by a shuffle
+                          seeded by --seed (1), is validation; each split
+                          keeps the input order. Writes in OUT, per split
+                          (train, val):
+                            SPLIT.bin     <u2 tokens: the documents
+                                          concatenated, one token per byte,
+                                          the byte's value (vocabulary 256)
+                            SPLIT.docs    <u8 each document's start offset
+                                          in tokens (the first 0)
+                            SPLIT.groups  <u4 each document's FILE index, its
+                                          group for non-IID splits
+                          and meta.json: tokenizer "bytes", vocab 256,
+                          token_bytes 2, groups (the FILEs' basenames),
+                          train and val {tokens, documents}, sources (the
+                          FILE paths).
 
 Needs only Python 3 and NumPy (Debian's python3-numpy).
 """
@@ -22,6 +42,7 @@ import argparse
 import gzip
 import json
 import os
+import re
 import struct
 import sys
 
@@ -120,6 +141,51 @@ def generate_cifar10(out, train, test, batches, seed):
     print(f"{out}: {train} training and {test} test samples in CIFAR-10 format")
 
 
+def read_documents(paths, separator):
+    """(file index, bytes) of each non-blank document, in input order."""
+    docs = []
+    for group, path in enumerate(paths):
+        with open(path, "rb") as f:
+            data = f.read()
+        if separator is None:
+            parts = [data]
+        else:
+            parts = re.split(rb"(?m)^" + re.escape(separator) + rb"\r?(?:\n|\Z)", data)
+        docs += [(group, d) for d in parts if d.strip()]
+    return docs
+
+
+def write_tokens(out, split, docs):
+    lengths = np.array([len(d) for _, d in docs], dtype="<u8")
+    tokens = np.frombuffer(b"".join(d for _, d in docs), dtype=np.uint8).astype("<u2")
+    tokens.tofile(os.path.join(out, f"{split}.bin"))
+    starts = np.zeros(len(docs), dtype="<u8")
+    starts[1:] = np.cumsum(lengths)[:-1]
+    starts.tofile(os.path.join(out, f"{split}.docs"))
+    groups = np.array([g for g, _ in docs], dtype="<u4")
+    groups.tofile(os.path.join(out, f"{split}.groups"))
+    print(f"{out}/{split}.bin: {tokens.size} tokens, {len(docs)} documents, {np.unique(groups).size} groups")
+    return {"tokens": int(tokens.size), "documents": len(docs)}
+
+
+def text(out, paths, separator, val_share, seed):
+    docs = read_documents(paths, None if separator is None else separator.encode())
+    if len(docs) < 2:
+        sys.exit(f"text: {len(docs)} documents, need at least 2 (one per split)")
+    n_val = min(len(docs) - 1, max(1, round(val_share * len(docs))))
+    is_val = np.zeros(len(docs), dtype=bool)
+    is_val[np.random.default_rng(seed).permutation(len(docs))[:n_val]] = True
+    os.makedirs(out, exist_ok=True)
+    meta = {"tokenizer": "bytes", "vocab": 256, "token_bytes": 2,
+            "groups": [os.path.basename(f) for f in paths]}
+    for split, want in (("train", False), ("val", True)):
+        meta[split] = write_tokens(out, split, [d for d, v in zip(docs, is_val) if v == want])
+    meta["sources"] = list(paths)
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -133,11 +199,19 @@ def main():
     g.add_argument("--test", type=int, default=1000)
     g.add_argument("--batches", type=int, default=5)
     g.add_argument("--seed", type=int, default=1)
+    t = sub.add_parser("text")
+    t.add_argument("out")
+    t.add_argument("files", nargs="+")
+    t.add_argument("--separator")
+    t.add_argument("--val-share", type=float, default=0.1)
+    t.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     if a.what == "fashion-mnist":
         fashion_mnist(a.src, a.out)
     elif a.what == "cifar10":
         cifar10(a.src, a.out)
+    elif a.what == "text":
+        text(a.out, a.files, a.separator, a.val_share, a.seed)
     else:
         generate_cifar10(a.out, a.train, a.test, min(5, max(1, a.batches)), a.seed)
 

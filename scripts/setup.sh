@@ -4,6 +4,9 @@
 #   scripts/setup.sh demo   what building and running `geodesic` need: the
 #                           toolchain, the libraries it compiles against,
 #                           OpenBLAS and the Fashion-MNIST data (scripts/demo.sh)
+#   scripts/setup.sh lm     the above, and what the language-model examples
+#                           need (scripts/prepare_lm.sh): Debian's fortunes
+#                           (the text) and python3-torch (the GPT's export)
 #   scripts/setup.sh test   the above, and what the tests, the fuzz and
 #                           sanitizer builds, the containers, the browser test,
 #                           the kernel WAN emulation and the Python tools need
@@ -28,6 +31,13 @@ DEMO_PACKAGES=(
   libopenblas0-pthread
   # the data: Fashion-MNIST in /usr/share/datasets/fashion-mnist
   dataset-fashion-mnist
+)
+
+LM_PACKAGES=(
+  # natural-language text: 14,396 fortunes (2.4 MB) in 40 files, the documents and
+  # groups of the language-model examples (scripts/prepare_lm.sh), and PyTorch to
+  # export the GPT (scripts/export_model.py gpt) and convert the text (NumPy)
+  fortunes python3-torch python3-numpy
 )
 
 TEST_PACKAGES=(
@@ -57,8 +67,9 @@ TEST_PACKAGES=(
 
 case "${1:-test}" in
   demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
-  test) PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
-  *) echo "setup: unknown set '$1' (use: scripts/setup.sh demo|test)" >&2; exit 2 ;;
+  lm) PACKAGES=("${DEMO_PACKAGES[@]}" "${LM_PACKAGES[@]}") ;;
+  test) PACKAGES=("${DEMO_PACKAGES[@]}" "${LM_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  *) echo "setup: unknown set '$1' (use: scripts/setup.sh demo|lm|test)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -34,11 +34,10 @@ struct ClientExecutor::Impl {
         torch::from_blob(const_cast<int64_t*>(batch.data()), {static_cast<int64_t>(batch.size())}, torch::kInt64);
     torch::Tensor x = images.index_select(0, sel);
     Augment(x, augment, augment_seed);
-    torch::Tensor y = labels.index_select(0, sel), logits = model->Forward(x);
-    torch::Tensor l = torch::nn::functional::cross_entropy(logits, y);
-    l.backward();
-    *loss = l.item<double>();
-    *accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
+    BatchScore s = model->Score(x, labels.index_select(0, sel));
+    s.loss.backward();
+    *loss = s.loss.item<double>();
+    *accuracy = s.accuracy.value_or(0.0);
     return std::isfinite(*loss) && compression::CountNonFinite(grad.data_ptr<float>(), grad.numel()) == 0;
   }
 

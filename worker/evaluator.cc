@@ -3,8 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -12,7 +15,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/wait.h"
-#include "worker/dataset.h"
+#include "worker/examples.h"
 #include "worker/model.h"
 #include "worker/process_options.h"
 #include "worker/ps_client.h"
@@ -54,13 +57,28 @@ double WrittenUnix(const std::string& path) {
   return static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec / 1e9;
 }
 
-// Accuracy of the snapshots in `snapshot_dir` (all, or as many as
-// eval.curve_points picks: ScoreCurve), into result's curve.
-Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model,
-                         const torch::Tensor& images, const torch::Tensor& labels, const std::atomic<bool>* stop,
-                         nlohmann::json* result) {
+// The score the curve is drawn and the target reached on: accuracy for
+// classifiers (reached at or above eval.target_accuracy); the validation
+// loss, negated, for other objectives (reached at or below
+// eval.target_loss; without one, never).
+struct CurveKey {
+  bool accuracy;
+  double Of(const EvalScore& e) const { return accuracy ? e.accuracy.value_or(0) : -e.loss; }
+  double Target(const EvalSpec& eval) const {
+    if (accuracy) return eval.target_accuracy;
+    return eval.target_loss > 0 ? -eval.target_loss : std::numeric_limits<double>::infinity();
+  }
+};
+
+// The snapshots in `snapshot_dir` (all, or as many as eval.curve_points
+// picks: ScoreCurve), scored into result's curves: accuracy_curve
+// (classifiers) and loss_curve, entries [seconds, step, value].
+Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, FlatModel& model, const Examples& test,
+                         const std::atomic<bool>* stop, nlohmann::json* result) {
   const std::vector<SnapshotInfo> snaps = ListSnapshots(snapshot_dir);
+  const CurveKey key{model.objective().classifies()};
   std::vector<float> values;
+  std::map<size_t, EvalScore> scores;
   auto score = [&](size_t i) -> std::optional<double> {
     if (stop->load()) return std::nullopt;
     Status s = ReadSnapshot(snaps[i].path, model.num_params(), &values);
@@ -69,54 +87,69 @@ Status EvaluateSnapshots(const JobSpec& job, const std::string& snapshot_dir, Fl
       return std::nullopt;
     }
     std::memcpy(model.params().data_ptr<float>(), values.data(), values.size() * sizeof(float));
-    return Evaluate(model, images, labels, job.eval.batch);
+    scores[i] = ScoreOn(model, test.x, test.y, job.eval.batch);
+    return key.Of(scores[i]);
   };
   // A federated job's rounds table wants every snapshot it asked for.
   const int64_t points = job.federated.clients > 0 && job.federated.eval_every > 0 ? 0 : job.eval.curve_points;
-  const auto scored = ScoreCurve(snaps.size(), points, job.eval.target_accuracy, score);
+  const double target = key.Target(job.eval);
+  const auto scored = ScoreCurve(snaps.size(), points, target, score);
   if (stop->load()) return Cancelled("stopped while evaluating snapshots");
-  nlohmann::json curve = nlohmann::json::array(), written = nlohmann::json::array();
+  nlohmann::json accuracy = nlohmann::json::array(), loss = nlohmann::json::array();
+  nlohmann::json written = nlohmann::json::array();
   std::optional<double> to_target;
-  for (const auto& [i, a] : scored) {
-    curve.push_back({snaps[i].seconds, snaps[i].step, a});
+  for (const auto& [i, v] : scored) {
+    if (key.accuracy) accuracy.push_back({snaps[i].seconds, snaps[i].step, v});
+    loss.push_back({snaps[i].seconds, snaps[i].step, scores[i].loss});
     written.push_back(WrittenUnix(snaps[i].path));
-    if (!to_target && a >= job.eval.target_accuracy) to_target = snaps[i].seconds;
+    if (!to_target && v >= target) to_target = snaps[i].seconds;
   }
-  (*result)["accuracy_curve"] = curve;
-  (*result)["accuracy_curve_unix"] = written;
+  if (key.accuracy) {
+    (*result)["accuracy_curve"] = accuracy;
+    (*result)["target_accuracy"] = job.eval.target_accuracy;
+  } else if (job.eval.target_loss > 0) {
+    (*result)["target_loss"] = job.eval.target_loss;
+  }
+  (*result)["loss_curve"] = loss;
+  (*result)["curve_unix"] = written;
   (*result)["snapshots"] = snaps.size();
-  (*result)["target_accuracy"] = job.eval.target_accuracy;
   (*result)["seconds_to_target"] = to_target ? nlohmann::json(*to_target) : nlohmann::json(nullptr);
   return Status::Ok();
 }
 
 }  // namespace
 
-Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::string& snapshot_dir, FlatModel& model,
-                         const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result) {
-  torch::Tensor images = ImagesTensor(test), labels = LabelsTensor(test);
-  if (job.eval.test_samples > 0 && job.eval.test_samples < test.count) {
-    images = images.narrow(0, 0, job.eval.test_samples);
-    labels = labels.narrow(0, 0, job.eval.test_samples);
-  }
+Status EvaluateOnTestSet(const JobSpec& job, const SplitExamples& split, const std::string& snapshot_dir,
+                         FlatModel& model, const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result) {
+  const Examples test = job.eval.test_samples > 0 ? split.examples.Head(job.eval.test_samples) : split.examples;
   torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   if (model.num_buffer_values() > 0) {
     // Buffers are recomputed from the head of the training set (docs/models.md).
-    GD_ASSIGN_OR_RETURN(const ImageSet head, LoadDataset(job.data, "train", job.eval.buffer_samples));
-    model.SetBufferImages(ImagesTensor(head));
+    GD_ASSIGN_OR_RETURN(const SplitExamples head, LoadExamples(job.data, "train", job.eval.buffer_samples));
+    model.SetBufferImages(head.examples.x);
     (*result)["buffers"] = {
         {"values", model.num_buffer_values()},
-        {"policy", "recomputed before each evaluation from the first " + std::to_string(head.count) +
+        {"policy", "recomputed before each evaluation from the first " + std::to_string(head.examples.size()) +
                        " training samples (PreciseBN); not trained, not sent"}};
   }
   TimePoint e0 = clock->Now();
-  double acc = Evaluate(model, images, labels, job.eval.batch);
-  (*result)["test_accuracy"] = acc;
-  (*result)["test_samples"] = images.size(0);
-  GD_LOG(INFO) << "final model: test accuracy " << acc << " on " << images.size(0) << " samples";
-  GD_RETURN_IF_ERROR(EvaluateSnapshots(job, snapshot_dir, model, images, labels, stop, result));
-  GD_LOG(INFO) << "evaluated " << (*result)["accuracy_curve"].size() << " of " << (*result)["snapshots"]
-               << " snapshots in " << Seconds(clock->Now() - e0) << " s";
+  const EvalScore final_score = ScoreOn(model, test.x, test.y, job.eval.batch);
+  (*result)["test_loss"] = final_score.loss;
+  (*result)["test_samples"] = test.size();
+  std::string line = "final model: test loss " + std::to_string(final_score.loss);
+  if (final_score.accuracy) {
+    (*result)["test_accuracy"] = *final_score.accuracy;
+    line += ", accuracy " + std::to_string(*final_score.accuracy);
+  }
+  if (test.tokens()) {
+    (*result)["test_perplexity"] = std::exp(final_score.loss);
+    (*result)["test_tokens"] = test.y.numel();
+    line += ", perplexity " + std::to_string(std::exp(final_score.loss));
+  }
+  GD_LOG(INFO) << line << " on " << test.size() << (test.tokens() ? " windows" : " samples");
+  GD_RETURN_IF_ERROR(EvaluateSnapshots(job, snapshot_dir, model, test, stop, result));
+  GD_LOG(INFO) << "evaluated " << (*result)["loss_curve"].size() << " of " << (*result)["snapshots"] << " snapshots in "
+               << Seconds(clock->Now() - e0) << " s";
   return Status::Ok();
 }
 
@@ -128,13 +161,11 @@ Status Evaluate(const EvaluatorOptions& options, zmq::context_t& ctx, const std:
   const JobSpec& job = options.job;
   const Clock* clock = RealClock::Get();
   // The test set, read now: a missing or malformed one fails before training, not after it.
-  ImageSet test;
-  SampleShape shape;  // synthetic: none needed
+  SplitExamples test;  // synthetic: none needed
   if (job.model.name != ModelKind::kSynthetic) {
-    GD_ASSIGN_OR_RETURN(test, LoadDataset(job.data, "test"));
-    shape = ShapeOf(test);
+    GD_ASSIGN_OR_RETURN(test, LoadExamples(job.data, "test"));
   }
-  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, torch::kCPU, shape));
+  GD_ASSIGN_OR_RETURN(auto model, FlatModel::Create(job.model, job.seed, torch::kCPU, test.shape));
   transport::TrafficCounters counters;
   cluster::MemberClient member(
       ctx, MemberOptionsFor(job, wire::EVALUATOR, 0, options.coordinator, model->signature(), options.credentials),

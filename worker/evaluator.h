@@ -9,17 +9,19 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "worker/dataset.h"
 #include "worker/trainer.h"
 
 namespace geodesic::worker {
 
 class FlatModel;
+struct SplitExamples;
 
-// Fills result["test_accuracy"], the accuracy curve over the snapshots in
-// `snapshot_dir` and the seconds to the job's target accuracy, on `test`
-// (the job's test split, read once when the evaluator starts).
-Status EvaluateOnTestSet(const JobSpec& job, const ImageSet& test, const std::string& snapshot_dir, FlatModel& model,
-                         const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result);
+// Fills result["test_loss"] (and "test_accuracy" for classifiers,
+// "test_perplexity" for token data), the curves over the snapshots in
+// `snapshot_dir` and the seconds to the job's target (accuracy, or
+// eval.target_loss), on `test` (the job's test split, read once when the
+// evaluator starts).
+Status EvaluateOnTestSet(const JobSpec& job, const SplitExamples& test, const std::string& snapshot_dir,
+                         FlatModel& model, const Clock* clock, const std::atomic<bool>* stop, nlohmann::json* result);
 
 }  // namespace geodesic::worker

@@ -1,7 +1,9 @@
 #include "worker/job_check.h"
 
 #include "worker/dataset.h"
+#include "worker/examples.h"
 #include "worker/model.h"
+#include "worker/tokens.h"
 
 namespace geodesic::worker {
 namespace {
@@ -9,8 +11,20 @@ namespace {
 // The samples the job's model takes: both splits of its dataset read and
 // checked (same shape, classes, the count epochs are taken over), so that
 // a missing or malformed file is one clear error before anything starts.
+// Token data: both splits read (ids below data.vocab, whole ids, documents
+// in order), the windows epochs are counted over, and the partition drawn.
+// The shape's vocabulary covers the largest id of either split.
+StatusOr<SampleShape> CheckTokens(const JobSpec& job) {
+  GD_ASSIGN_OR_RETURN(TokenSet test, LoadTokens(job.data, "test"));
+  GD_ASSIGN_OR_RETURN(TokenSet train, LoadTokens(job.data, "train"));
+  GD_RETURN_IF_ERROR(CheckTokenEpochs(job, train));
+  GD_RETURN_IF_ERROR(PartitionWindows(train, job.NumWorkers(), job.data.partition, job.seed).status());
+  return ShapeOf(test.max_token > train.max_token ? test : train, job.data);
+}
+
 StatusOr<SampleShape> CheckData(const JobSpec& job) {
   if (job.model.name == ModelKind::kSynthetic) return SampleShape{};
+  if (job.data.dataset == DatasetKind::kTokens) return CheckTokens(job);
   GD_ASSIGN_OR_RETURN(ImageSet test, LoadDataset(job.data, "test"));
   GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
   GD_RETURN_IF_ERROR(CheckTrainingSet(job, train));

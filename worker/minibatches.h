@@ -1,6 +1,6 @@
 // Minibatches: where a worker's minibatch gradients come from, for the
 // strategies that train on minibatches (SgdStep, LocalSgdStep; worker/step.h).
-// PartitionBatches (worker/steps/image_batches.h) trains on this worker's
+// PartitionBatches (worker/steps/partition_batches.h) trains on this worker's
 // partition of an image set, ElasticUnits (worker/steps/elastic_units.h) on
 // the data units the coordinator hands out, SyntheticGradients
 // (worker/steps/synthetic_gradients.h) makes seeded gradients without data

@@ -2,8 +2,10 @@
 
 #include <torch/script.h>
 
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 
 namespace geodesic::worker {
@@ -51,6 +53,13 @@ std::string FirstLine(const std::exception& e) {
 
 constexpr int64_t kBufferBatch = 256;
 
+// An int attribute of the module, if it has one.
+std::optional<int64_t> IntAttr(const torch::jit::Module& m, const std::string& name) {
+  if (!m.hasattr(name)) return std::nullopt;
+  c10::IValue v = m.attr(name);
+  return v.isInt() ? std::optional<int64_t>(v.toInt()) : std::nullopt;
+}
+
 }  // namespace
 
 FlatModel::~FlatModel() = default;
@@ -76,6 +85,7 @@ int64_t FlatModel::num_buffer_values() const {
 }
 
 std::string SampleShape::ToString() const {
+  if (tokens()) return "windows of " + std::to_string(context) + " tokens, ids below " + std::to_string(vocab);
   return std::to_string(channels) + "x" + std::to_string(rows) + "x" + std::to_string(cols) + " samples, " +
          std::to_string(classes) + " classes";
 }
@@ -99,10 +109,52 @@ Status FlatModel::LoadScript(const std::string& path, torch::Device device, cons
   }
   torch::NoGradGuard ng;
   script_->eval();
-  torch::Tensor out;
+  Status probed = HasLossMethod(*script_) ? ProbeLoss(where, device, input) : ProbeLogits(where, device, input);
+  script_->train();
+  return probed;
+}
+
+Status FlatModel::ProbeLoss(const std::string& where, torch::Device device, const SampleShape& input) {
+  const auto opts = torch::TensorOptions().device(device);
+  torch::Tensor x, y;
+  if (input.tokens()) {
+    if (auto c = IntAttr(*script_, "context"); c && input.context > *c)
+      return InvalidArgument("data.context: " + std::to_string(input.context) + " tokens, longer than the " +
+                             std::to_string(*c) + " positions of " + where);
+    if (auto v = IntAttr(*script_, "vocab_size"); v && input.vocab > *v)
+      return InvalidArgument(input.vocab_from + ": token ids up to " + std::to_string(input.vocab - 1) +
+                             ", at or above the vocabulary of " + std::to_string(*v) + " of " + where);
+    // The largest id the data holds, everywhere: an embedding too small fails here.
+    x = torch::full({2, input.context}, input.vocab - 1, opts.dtype(torch::kInt64));
+    y = x.clone();
+  } else {
+    x = torch::zeros({2, input.channels, input.rows, input.cols}, opts);
+    y = torch::zeros({2}, opts.dtype(torch::kInt64));
+  }
+  const std::string batch = "a " + ShapeOf(x) + " batch of " + input.ToString();
+  objective_ = ScriptLossObjective(script_.get());
+  torch::Tensor loss;
+  try {
+    loss = objective_->Score(x, y).loss;
+  } catch (const std::exception& e) {
+    return InvalidArgument(where + ": loss on " + batch + " failed: " + FirstLine(e));
+  }
+  if (loss.dim() != 0 || loss.scalar_type() != torch::kFloat32 || !std::isfinite(loss.item<double>()))
+    return InvalidArgument(where + ": loss on " + batch + " gives " + ShapeOf(loss) + " " +
+                           std::string(c10::toString(loss.scalar_type())) +
+                           (loss.numel() == 1 ? " " + std::to_string(loss.item<double>()) : std::string()) +
+                           "; it must return a finite 0-dim float32 tensor");
+  return Status::Ok();
+}
+
+Status FlatModel::ProbeLogits(const std::string& where, torch::Device device, const SampleShape& input) {
+  if (input.tokens())
+    return InvalidArgument(where + ": the module has no loss method, and token data (" + input.ToString() +
+                           ") is not classification; define loss(x, y) (scripts/export_model.py gpt has one)");
   const torch::Tensor probe =
       torch::zeros({2, input.channels, input.rows, input.cols}, torch::TensorOptions().device(device));
   const std::string batch = "a " + ShapeOf(probe) + " batch";
+  torch::Tensor out;
   try {
     auto result = script_->forward({probe});
     if (!result.isTensor()) return InvalidArgument(where + ": forward must return one tensor of logits");
@@ -110,7 +162,6 @@ Status FlatModel::LoadScript(const std::string& path, torch::Device device, cons
   } catch (const std::exception& e) {
     return InvalidArgument(where + ": forward on " + batch + " failed: " + FirstLine(e));
   }
-  script_->train();
   if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != input.classes || out.scalar_type() != torch::kFloat32)
     return InvalidArgument(where + ": forward maps " + batch + " to " + ShapeOf(out) + "; the data (" +
                            input.ToString() + ") needs float32 logits [2, " + std::to_string(input.classes) + "]");
@@ -124,6 +175,9 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
   m->signature_.set_name(ToString(spec.name));
   uint64_t digest = 14695981039346656037ull;
   const SampleShape fashion;
+  if (input.tokens() && (spec.name == ModelKind::kCnn || spec.name == ModelKind::kMlp))
+    return InvalidArgument("model " + ToString(spec.name) + " takes images; token data (" + input.ToString() +
+                           ") needs a torchscript module with a loss");
   if (spec.name == ModelKind::kCnn) {
     if (input.channels != fashion.channels || input.rows != fashion.rows || input.cols != fashion.cols ||
         input.classes != fashion.classes)
@@ -148,6 +202,10 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
     for (const auto& p : m->script_->named_parameters(true))
       if (p.value.requires_grad()) digest = Fnv1a(digest, p.name + ":" + ShapeOf(p.value) + ";");
   if (m->has_network()) m->Bind();
+  if (m->has_network() && !m->objective_) {
+    FlatModel* self = m.get();
+    m->objective_ = ClassifierObjective([self](const torch::Tensor& x) { return self->Forward(x); });
+  }
   m->signature_.set_num_params(static_cast<uint64_t>(m->params_.numel()));
   m->signature_.set_layout_digest(digest);
   return m;
@@ -277,18 +335,32 @@ torch::Tensor LabelsTensor(const ImageSet& set, const std::vector<int64_t>* indi
   return out;
 }
 
-double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch) {
+EvalScore ScoreOn(FlatModel& model, const torch::Tensor& x, const torch::Tensor& y, int64_t batch) {
   model.RecomputeBuffers();
   torch::NoGradGuard no_grad;
   model.train(false);
-  int64_t n = images.size(0), correct = 0;
-  for (int64_t i = 0; i < n; i += batch) {
-    int64_t b = std::min(batch, n - i);
-    auto logits = model.Forward(images.narrow(0, i, b));
-    correct += logits.argmax(1).eq(labels.narrow(0, i, b)).sum().item<int64_t>();
+  EvalScore e;
+  e.samples = x.size(0);
+  double loss = 0, correct = 0;
+  bool accurate = true;
+  for (int64_t i = 0; i < e.samples; i += batch) {
+    const int64_t b = std::min(batch, e.samples - i);
+    BatchScore s = model.Score(x.narrow(0, i, b), y.narrow(0, i, b));
+    loss += s.loss.item<double>() * static_cast<double>(b);
+    accurate &= s.accuracy.has_value();
+    // A classifier's accuracy is a count of right answers: kept exact.
+    const double right = s.accuracy ? *s.accuracy * static_cast<double>(b) : 0;
+    correct += model.objective().classifies() ? std::round(right) : right;
   }
   model.train(true);
-  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+  const double n = static_cast<double>(std::max<int64_t>(1, e.samples));
+  e.loss = loss / n;
+  if (accurate && e.samples > 0) e.accuracy = correct / n;
+  return e;
+}
+
+double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch) {
+  return ScoreOn(model, images, labels, batch).accuracy.value_or(0.0);
 }
 
 bool ClipGradient(torch::Tensor& grad, double max_norm) {

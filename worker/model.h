@@ -21,6 +21,7 @@
 #include "config/job.h"
 #include "proto/geodesic.pb.h"
 #include "worker/dataset.h"
+#include "worker/objective.h"
 
 namespace torch::jit {
 struct Module;
@@ -29,26 +30,39 @@ struct Module;
 namespace geodesic::worker {
 
 // What a model takes and gives: samples [channels, rows, cols] and
-// `classes` logits. The default is Fashion-MNIST's.
+// `classes` logits (the default is Fashion-MNIST's); or, for token data
+// (context > 0), windows of `context` token ids below `vocab`, and the
+// model's own loss.
 struct SampleShape {
   int channels = 1, rows = 28, cols = 28, classes = 10;
+  int context = 0;
+  int64_t vocab = 0;
+  std::string vocab_from;  // what set `vocab`: data.vocab or the token file
+  bool tokens() const { return context > 0; }
   std::string ToString() const;
 };
 SampleShape ShapeOf(const ImageSet& set);
 
 class FlatModel {
  public:
-  // For samples of `input`: cnn takes only Fashion-MNIST's; mlp any (its
-  // first layer takes channels * rows * cols values). A torchscript module
-  // that is missing, unreadable, not float32 or whose forward does not map
-  // [2, channels, rows, cols] samples to [2, classes] logits is an error
-  // naming model.path.
+  // For samples of `input`: cnn takes only Fashion-MNIST's; mlp any image
+  // (its first layer takes channels * rows * cols values). A torchscript
+  // module that is missing, unreadable or not float32 is an error naming
+  // model.path; so is one with a `loss` method whose loss on a batch of two
+  // samples of `input` is not a finite 0-dim float32 tensor, one without
+  // whose forward does not map [2, channels, rows, cols] samples to
+  // [2, classes] logits, and one without for token data. A module with
+  // int attributes `context` and `vocab_size` is checked against the
+  // data's (naming data.context and the token file).
   static StatusOr<std::unique_ptr<FlatModel>> Create(const ModelSpec& spec, uint64_t seed,
                                                      torch::Device device = torch::kCPU, SampleShape input = {});
   ~FlatModel();
 
   // Logits [batch, classes] for samples [batch, channels, rows, cols]. Not for "synthetic".
   torch::Tensor Forward(const torch::Tensor& images);
+  // The objective's score of a batch (inputs x, targets y). Not for "synthetic".
+  BatchScore Score(const torch::Tensor& x, const torch::Tensor& y) { return objective_->Score(x, y); }
+  const Objective& objective() const { return *objective_; }
   bool has_network() const { return net_ || script_; }
   void train(bool on);
 
@@ -81,11 +95,14 @@ class FlatModel {
  private:
   FlatModel() = default;
   Status LoadScript(const std::string& path, torch::Device device, const SampleShape& input);
+  Status ProbeLoss(const std::string& where, torch::Device device, const SampleShape& input);
+  Status ProbeLogits(const std::string& where, torch::Device device, const SampleShape& input);
   std::vector<torch::Tensor> Trainable() const;
   void Bind();
 
   torch::nn::Sequential net_{nullptr};
   std::unique_ptr<torch::jit::Module> script_;
+  std::unique_ptr<Objective> objective_;
   std::vector<torch::Tensor> buffers_, saved_buffers_;
   torch::Tensor buffer_images_;
   torch::Tensor params_;
@@ -117,8 +134,17 @@ uint64_t AugmentSeed(uint64_t job_seed, int worker, int64_t step);
 // what was chosen and why ("cpu (training.device auto: no CUDA device)").
 StatusOr<torch::Device> ResolveDevice(TrainingDevice want, std::string* chose = nullptr);
 
-// Accuracy (0..1) of `model` on `images`/`labels`, in batches, without grad,
-// after model.RecomputeBuffers(). 128 is eval.batch's default (config/job.h).
+// The mean loss of `model` on inputs `x` and targets `y` (every sample
+// weighted alike), and its accuracy (0..1) where the objective measures
+// one, in batches, without grad, after model.RecomputeBuffers(). 128 is
+// eval.batch's default (config/job.h).
+struct EvalScore {
+  double loss = 0;
+  std::optional<double> accuracy;
+  int64_t samples = 0;
+};
+EvalScore ScoreOn(FlatModel& model, const torch::Tensor& x, const torch::Tensor& y, int64_t batch = 128);
+// Its accuracy alone (0 for an objective without one).
 double Evaluate(FlatModel& model, const torch::Tensor& images, const torch::Tensor& labels, int64_t batch = 128);
 
 }  // namespace geodesic::worker

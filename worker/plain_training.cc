@@ -34,9 +34,7 @@ PlainRun Train(const JobSpec& job, FlatModel& model, const ImageSet& train, doub
     const auto& idx = sampler.Next();
     torch::Tensor sel =
         torch::from_blob(const_cast<int64_t*>(idx.data()), {static_cast<int64_t>(idx.size())}, torch::kInt64);
-    auto loss =
-        torch::nn::functional::cross_entropy(model.Forward(images.index_select(0, sel)), labels.index_select(0, sel));
-    loss.backward();
+    model.Score(images.index_select(0, sel), labels.index_select(0, sel)).loss.backward();
     flat.mutable_grad() = grad;
     sgd.step();
     r.samples += static_cast<int64_t>(idx.size());

@@ -204,7 +204,7 @@ data:
     ASSERT_FALSE(bad.ok()) << says;
     EXPECT_NE(bad.status().message().find(says), std::string::npos) << bad.status();
   };
-  expect_error({"data.dataset=imagenet"}, "use fashion-mnist, cifar10 or safetensors");
+  expect_error({"data.dataset=imagenet"}, "use fashion-mnist, cifar10, safetensors or tokens");
   expect_error({"model.name=mlp", "data.mean=[0.5]"}, "data.std: needs one value per value of data.mean");
   expect_error({"model.name=mlp", "data.mean=[0.5]", "data.std=[0]"}, "data.std: values must be finite and > 0");
   expect_error({"data.augment.crop=-1"}, "data.augment.crop: must be in [0, 64]");
@@ -215,6 +215,46 @@ data:
   ASSERT_TRUE(counted.ok()) << counted.status();
   EXPECT_EQ(counted->TrainSamples(), 1000);
   EXPECT_EQ(counted->StepsPerWorker(), static_cast<int64_t>(std::ceil(3 * 1000.0 / (3 * 64))));
+}
+
+// Token data (docs/language-models.md): its keys, what it refuses, and what
+// only token data takes.
+TEST(JobTest, TokenDataKeysAndWhatTheyRefuse) {
+  const std::vector<std::string> lm = {"data.dataset=tokens", "model.name=torchscript", "model.path=/m.pt",
+                                       "training.steps=10"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> sets = lm;
+    sets.insert(sets.end(), more.begin(), more.end());
+    return ParseJob(kMinimal, "t", sets);
+  };
+  auto job = with(
+      {"data.context=256", "data.token_bytes=4", "data.vocab=50257", "data.partition=groups", "eval.target_loss=3.5"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->data.context, 256);
+  EXPECT_EQ(job->data.partition.kind, DataPartition::kGroups);
+  EXPECT_EQ(job->eval.target_loss, 3.5);
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status() << JobToYaml(*job);
+  EXPECT_EQ(JobToYaml(*again), JobToYaml(*job));
+
+  auto error = [&](std::vector<std::string> more, const std::string& says) {
+    auto bad = with(more);
+    ASSERT_FALSE(bad.ok()) << says;
+    EXPECT_NE(bad.status().message().find(says), std::string::npos) << bad.status();
+  };
+  error({"data.token_bytes=3"}, "data.token_bytes: must be 2 (uint16) or 4 (uint32)");
+  error({"data.context=0"}, "data.context: must be in [1, 65536] tokens");
+  error({"eval.target_loss=-1"}, "eval.target_loss: must be >= 0");
+  error({"model.name=cnn", "model.path="}, "model.name: token data needs a torchscript module with a loss");
+  error({"data.partition=dirichlet:0.3"}, "token data is split iid (windows), by documents or by groups");
+  error({"data.augment.flip=true"}, "data.augment: is for images, not tokens");
+  error({"federated.clients=10"}, "federated jobs do not take token data yet");
+  error({"training.steps=0"}, "data.train_samples: needed to count training.epochs over a tokens dataset");
+  auto images = ParseJob(kMinimal, "t", {"data.partition=documents"});
+  ASSERT_FALSE(images.ok());
+  EXPECT_NE(images.status().message().find("documents splits token data"), std::string::npos) << images.status();
+  EXPECT_FALSE(ParsePartition("documents:2").ok());
+  EXPECT_EQ(ToString(ParsePartition("documents").value()), "documents");
 }
 
 TEST(JobTest, CompressionPerDirectionAndRegionPair) {

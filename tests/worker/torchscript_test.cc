@@ -230,5 +230,114 @@ TEST_F(TorchScriptTest, TheProbeUsesTheDatasShape) {
       << classes.status();
 }
 
+// Models with their own loss (worker/objective.h): scripts/export_model.py's
+// GPT on token windows.
+SampleShape Tokens(int context, int64_t vocab) {
+  return SampleShape{.context = context, .vocab = vocab, .vocab_from = "train.bin"};
+}
+
+TEST_F(TorchScriptTest, GptTrainsOnItsOwnLoss) {
+  const std::string gpt = Export("gpt", "--size tiny");
+  auto m = std::move(FlatModel::Create(Spec(gpt), 1, torch::kCPU, Tokens(64, 256)).value());
+  EXPECT_EQ(m->num_params(), 136960);
+  EXPECT_EQ(m->num_buffer_values(), 0);
+  EXPECT_FALSE(m->objective().classifies());
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randint(0, 256, {4, 64}, torch::kInt64), y = torch::randint(0, 256, {4, 64});
+  torch::Tensor g = m->NewGradBuffer();
+  BatchScore s = m->Score(x, y);
+  EXPECT_FALSE(s.accuracy.has_value());
+  EXPECT_NEAR(s.loss.item<double>(), std::log(256.0), 0.1);  // uniform at initialization
+  s.loss.backward();
+  EXPECT_GT(g.abs().sum().item<double>(), 0.0);  // the gradient lands in the flat buffer
+  // The loss is the module's: cross entropy of its own logits.
+  torch::NoGradGuard ng;
+  torch::jit::Module copy = torch::jit::load(gpt);
+  torch::Tensor logits = copy.forward({x}).toTensor();
+  EXPECT_NEAR(torch::nn::functional::cross_entropy(logits.reshape({-1, 256}), y.reshape({-1})).item<double>(),
+              m->Score(x, y).loss.item<double>(), 1e-5);
+  // Evaluation: the mean loss, weighted by samples, no accuracy.
+  EvalScore e = ScoreOn(*m, x, y, 3);
+  EXPECT_FALSE(e.accuracy.has_value());
+  EXPECT_NEAR(e.loss, m->Score(x, y).loss.item<double>(), 1e-5);
+}
+
+TEST_F(TorchScriptTest, TokenDataThatTheModuleCannotTakeIsRefused) {
+  const std::string gpt = Export("gpt", "--size tiny");
+  auto error = [&](const std::string& path, SampleShape shape) {
+    auto m = FlatModel::Create(Spec(path), 1, torch::kCPU, shape);
+    return m.ok() ? std::string() : m.status().ToString();
+  };
+  EXPECT_NE(error(gpt, Tokens(65, 256)).find("data.context: 65 tokens, longer than the 64 positions of model.path"),
+            std::string::npos)
+      << error(gpt, Tokens(65, 256));
+  EXPECT_NE(error(gpt, Tokens(64, 300)).find("train.bin: token ids up to 299, at or above the vocabulary of 256"),
+            std::string::npos)
+      << error(gpt, Tokens(64, 300));
+  EXPECT_NE(error(gpt, SampleShape{}).find("loss on a [2, 1, 28, 28] batch"), std::string::npos);
+  // Without the attributes, the probe at the largest id finds it.
+  const std::string bare = Script("bare",
+                                  "class M(torch.nn.Module):\n"
+                                  "    def __init__(self):\n"
+                                  "        super().__init__()\n"
+                                  "        self.emb = torch.nn.Embedding(100, 4)\n"
+                                  "    def forward(self, x):\n"
+                                  "        return self.emb(x)\n"
+                                  "    @torch.jit.export\n"
+                                  "    def loss(self, x, y):\n"
+                                  "        return self.emb(x).square().mean()\n");
+  EXPECT_TRUE(error(bare, Tokens(16, 100)).empty()) << error(bare, Tokens(16, 100));
+  EXPECT_NE(error(bare, Tokens(16, 101)).find("loss on a [2, 16] batch of windows of 16 tokens, ids below 101 failed"),
+            std::string::npos)
+      << error(bare, Tokens(16, 101));
+  const std::string logits_only = Export("cnn");
+  EXPECT_NE(error(logits_only, Tokens(16, 256)).find("has no loss method, and token data"), std::string::npos);
+  auto cnn = FlatModel::Create(ModelSpec{}, 1, torch::kCPU, Tokens(16, 256));
+  EXPECT_NE(cnn.status().message().find("model cnn takes images"), std::string::npos) << cnn.status();
+}
+
+TEST_F(TorchScriptTest, ALossThatIsNotAFiniteScalarIsRefused) {
+  auto loss_module = [&](const std::string& name, const std::string& body) {
+    return Script(name,
+                  "class M(torch.nn.Module):\n"
+                  "    def __init__(self):\n"
+                  "        super().__init__()\n"
+                  "        self.fc = torch.nn.Linear(784, 10)\n"
+                  "    def forward(self, x):\n"
+                  "        return self.fc(x.flatten(1))\n"
+                  "    @torch.jit.export\n"
+                  "    def loss(self, x, y):\n"
+                  "        " +
+                      body + "\n");
+  };
+  const std::string vector = loss_module("vector", "return self.forward(x).mean(1)");
+  EXPECT_NE(Error(vector).find("gives [2] Float"), std::string::npos) << Error(vector);
+  EXPECT_NE(Error(vector).find("it must return a finite 0-dim float32 tensor"), std::string::npos);
+  const std::string nan = loss_module("nan", "return self.forward(x).mean() * float('nan')");
+  EXPECT_NE(Error(nan).find("gives [] Float nan"), std::string::npos) << Error(nan);
+  // A loss with metrics: "accuracy" is reported as accuracy, the rest by name.
+  const std::string metrics = Script("metrics",
+                                     "from typing import Dict, Tuple\n"
+                                     "class M(torch.nn.Module):\n"
+                                     "    def __init__(self):\n"
+                                     "        super().__init__()\n"
+                                     "        self.fc = torch.nn.Linear(784, 10)\n"
+                                     "    def forward(self, x):\n"
+                                     "        return self.fc(x.flatten(1))\n"
+                                     "    @torch.jit.export\n"
+                                     "    def loss(self, x, y) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:\n"
+                                     "        z = self.forward(x)\n"
+                                     "        l = torch.nn.functional.cross_entropy(z, y)\n"
+                                     "        a = (z.argmax(1) == y).float().mean()\n"
+                                     "        return l, {'accuracy': a, 'margin': z.max() - z.min()}\n");
+  auto m = std::move(FlatModel::Create(Spec(metrics), 1).value());
+  const torch::Tensor x = torch::randn({8, 1, 28, 28}), y = torch::randint(0, 10, {8});
+  BatchScore s = m->Score(x, y);
+  ASSERT_TRUE(s.accuracy.has_value());
+  EXPECT_NEAR(*s.accuracy, m->Forward(x).argmax(1).eq(y).to(torch::kFloat32).mean().item<double>(), 1e-6);
+  EXPECT_EQ(s.metrics.count("margin"), 1u);
+  EXPECT_TRUE(ScoreOn(*m, x, y).accuracy.has_value());
+}
+
 }  // namespace
 }  // namespace geodesic::worker

@@ -8,7 +8,7 @@
 #include "common/wait.h"
 #include "worker/model.h"
 #include "worker/ps_client.h"
-#include "worker/steps/image_batches.h"
+#include "worker/steps/partition_batches.h"
 
 namespace geodesic::worker {
 
@@ -76,7 +76,7 @@ bool ElasticUnits::Gradient(FlatModel& model, int64_t step, torch::Tensor& grad)
   // A unit has local_steps batches; a round never asks for more.
   const std::vector<int64_t>& idx = batches_[std::min(next_batch_++, batches_.size() - 1)];
   // Indices into the whole set, converted now.
-  return ImageGradient(env_, model, ImagesTensor(full_, &idx), LabelsTensor(full_, &idx), step, grad);
+  return BatchGradient(env_, model, ImageExamples(full_, &idx), step, grad);
 }
 
 void ElasticUnits::AddDataStats(stats::WorkerStats* s) const {

@@ -6,9 +6,9 @@
 #include "worker/model.h"
 #include "worker/steps/elastic_units.h"
 #include "worker/steps/federated_step.h"
-#include "worker/steps/image_batches.h"
 #include "worker/steps/local_sgd_step.h"
 #include "worker/steps/migration_gate.h"
+#include "worker/steps/partition_batches.h"
 #include "worker/steps/sgd_step.h"
 #include "worker/steps/synthetic_gradients.h"
 
@@ -57,10 +57,9 @@ StatusOr<Data> LoadData(StepEnv& env) {
     d.gate = units;
     if (!synthetic) d.batches = units;
   } else if (!synthetic) {
-    GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
-    GD_RETURN_IF_ERROR(CheckTrainingSet(job, train));
-    d.shape = ShapeOf(train);
-    GD_ASSIGN_OR_RETURN(d.batches, PartitionBatches::Create(env, train));
+    GD_ASSIGN_OR_RETURN(TrainingPart part, LoadTrainingPart(job, env.id));
+    d.shape = part.shape;
+    d.batches = PartitionBatches::Create(env, std::move(part));
   }
   if (synthetic) d.batches = std::make_shared<SyntheticGradients>(env);
   if (!d.gate && job.wan.replan) d.gate = std::make_shared<MigrationGate>(env);

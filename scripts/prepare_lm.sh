@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# What the language-model examples (examples/lm.yaml, examples/three_regions_lm.yaml)
+# read, made from Debian packages on this machine (nothing is downloaded):
+#
+#   runs/data/fortunes/     byte-level tokens of Debian's fortunes (one document a
+#                           fortune, one group a file: scripts/convert_dataset.py text)
+#   runs/models/gpt-small.pt  the small GPT (scripts/export_model.py gpt, 0.9M
+#                           parameters, context 128), seed 1
+#
+# Installs what is missing first (scripts/setup.sh lm). Idempotent: files that
+# exist are kept. Then:  geodesic launch examples/lm.yaml
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh lm
+
+FORTUNES=/usr/share/games/fortunes
+data=runs/data/fortunes
+if [[ ! -f "$data/val.bin" ]]; then
+  # The text files are the ones without an extension (.dat is fortune's index, .u8 a link).
+  mapfile -t files < <(find "$FORTUNES" -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
+  [[ ${#files[@]} -gt 0 ]] || { echo "prepare_lm: no fortune files in $FORTUNES" >&2; exit 1; }
+  /usr/bin/python3 scripts/convert_dataset.py text "$data" --separator % "${files[@]}"
+fi
+mkdir -p runs/models
+[[ -f runs/models/gpt-small.pt ]] || /usr/bin/python3 scripts/export_model.py gpt runs/models/gpt-small.pt --size small
+echo "prepare_lm: $data and runs/models/gpt-small.pt are ready"

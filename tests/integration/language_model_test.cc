@@ -1,0 +1,158 @@
+// Language models end to end (docs/language-models.md): the GPT of
+// scripts/export_model.py on token files, through `geodesic launch`. Bad
+// token data and modules are one clear error before any process starts; a
+// small run reports validation loss, perplexity and the time to
+// eval.target_loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "tests/integration/harness.h"
+#include "tests/test_paths.h"
+
+namespace geodesic {
+namespace {
+
+using testing::RunGeodesic;
+using testing::TempDir;
+
+// One region, one worker, the tiny GPT; the test adds data.path and model.path.
+const char* kLmJob = R"(
+name: lm
+seed: 1
+regions:
+  a: {servers: 1, workers: 1}
+model: {name: torchscript}
+data: {dataset: tokens, context: 32, batch_size: 16}
+optimizer: {name: adamw, lr: 0.01, schedule: cosine, warmup: 0.05, clip_norm: 1.0}
+training: {steps: 150, staleness_bound: 0}
+eval: {snapshot_every_s: 1, target_loss: 3.0, test_samples: 256}
+)";
+
+// uint16 ids, little-endian.
+void WriteIds(const std::string& path, const std::vector<uint16_t>& ids) {
+  std::ofstream out(path, std::ios::binary);
+  for (uint16_t v : ids) out.put(static_cast<char>(v & 0xff)).put(static_cast<char>(v >> 8));
+}
+
+// Text with structure a small model learns in seconds: lines of a short
+// repeated vocabulary, as byte-level tokens.
+std::vector<uint16_t> Text(int lines, int seed) {
+  const char* words[] = {"the ", "cat ", "sat ", "on ", "a ", "mat ", "and ", "dog ", "ran ", "far "};
+  std::vector<uint16_t> out;
+  uint32_t x = static_cast<uint32_t>(seed) * 2654435761u + 1;
+  for (int l = 0; l < lines; ++l) {
+    for (int w = 0; w < 6; ++w) {
+      x = x * 1664525u + 1013904223u;
+      for (const char* c = words[(x >> 16) % 10]; *c; ++c) out.push_back(static_cast<uint8_t>(*c));
+    }
+    out.push_back('\n');
+  }
+  return out;
+}
+
+class LanguageModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_ / "data");
+    WriteIds(dir_ / "data/train.bin", Text(3000, 1));
+    WriteIds(dir_ / "data/val.bin", Text(300, 2));
+    testing::WriteText(dir_ / "job.yaml", kLmJob);
+    const std::string cmd = "/usr/bin/python3 " + SourcePath("scripts/export_model.py") + " gpt " + (dir_ / "gpt.pt") +
+                            " --size tiny > /dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  testing::RunResult Launch(std::vector<std::string> sets, double timeout_s = 60) {
+    std::vector<std::string> args = {"launch",
+                                     dir_ / "job.yaml",
+                                     "--run-dir",
+                                     dir_ / "run",
+                                     "--quiet",
+                                     "--set",
+                                     "data.path=" + (dir_ / "data"),
+                                     "--set",
+                                     "model.path=" + (dir_ / "gpt.pt")};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    return RunGeodesic(args, timeout_s);
+  }
+  // Launches, expects exit 1 with `says` in the output and no process started.
+  void ExpectRefused(std::vector<std::string> sets, const std::string& says) {
+    auto r = Launch(std::move(sets));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find(says), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "run/logs")) << says;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(LanguageModelTest, BadTokenDataAndModulesAreOneClearErrorAndStartNothing) {
+  // A file that is not whole ids.
+  std::filesystem::copy_file(dir_ / "data/train.bin", dir_ / "odd.bin");
+  std::filesystem::resize_file(dir_ / "data/train.bin", std::filesystem::file_size(dir_ / "odd.bin") - 1);
+  ExpectRefused({}, dir_ / "data/train.bin" + ": " + std::to_string(std::filesystem::file_size(dir_ / "odd.bin") - 1) +
+                        " bytes is not a whole number of 2-byte token ids");
+  std::filesystem::copy_file(dir_ / "odd.bin", dir_ / "data/train.bin",
+                             std::filesystem::copy_options::overwrite_existing);
+  // An id at or above the model's vocabulary, in the validation split.
+  std::vector<uint16_t> val = Text(300, 2);
+  val[17] = 300;
+  WriteIds(dir_ / "data/val.bin", val);
+  ExpectRefused({}, dir_ / "data/val.bin" + ": token ids up to 300, at or above the vocabulary of 256");
+  ExpectRefused({"data.vocab=256"}, dir_ / "data/val.bin" + ": token id 300 is at or above data.vocab 256");
+  WriteIds(dir_ / "data/val.bin", Text(300, 2));
+  // A context longer than the model's positions (tiny: 64).
+  ExpectRefused({"data.context=65"}, "data.context: 65 tokens, longer than the 64 positions of model.path");
+  // A loss that is not a finite scalar.
+  const std::string py = dir_ / "nan.py";
+  testing::WriteText(py,
+                     "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                     "        self.emb = torch.nn.Embedding(256, 8)\n"
+                     "    def forward(self, x):\n        return self.emb(x)\n"
+                     "    @torch.jit.export\n    def loss(self, x, y):\n"
+                     "        return self.emb(x).sum(2).mean(1)\n"
+                     "torch.jit.save(torch.jit.script(M()), '" +
+                         (dir_ / "vector.pt") + "')\n");
+  ASSERT_EQ(std::system(("/usr/bin/python3 " + py).c_str()), 0);
+  ExpectRefused({"model.path=" + (dir_ / "vector.pt")}, "it must return a finite 0-dim float32 tensor");
+  // Token data and a module without a loss.
+  const std::string cnn = dir_ / "cnn.pt";
+  ASSERT_EQ(std::system(
+                ("/usr/bin/python3 " + SourcePath("scripts/export_model.py") + " cnn " + cnn + " > /dev/null").c_str()),
+            0);
+  ExpectRefused({"model.path=" + cnn}, "has no loss method, and token data");
+  // Epochs over token data count its windows: the launcher says how many.
+  ExpectRefused({"training.steps=0", "data.train_samples=10"},
+                "set data.train_samples: " + std::to_string((Text(3000, 1).size() - 1) / 32));
+  // A document split without its side file.
+  ExpectRefused({"data.partition=documents"}, "data.partition documents needs " + (dir_ / "data/train.docs"));
+}
+
+TEST_F(LanguageModelTest, TrainsTheGptAndReportsLossPerplexityAndTimeToTarget) {
+  auto r = Launch({}, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("validation loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("perplexity"), std::string::npos) << r.output;
+  const nlohmann::json s = testing::ReadJson(dir_ / "run/summary.json");
+  ASSERT_TRUE(s["test_loss"].is_number()) << s.dump(2);
+  const double loss = s["test_loss"].get<double>();
+  // Uniform over 256 bytes is 5.55 nats; the ten-word text is far below it.
+  EXPECT_LT(loss, 2.5) << s.dump(2);
+  EXPECT_NEAR(s["test_perplexity"].get<double>(), std::exp(loss), 1e-6 * std::exp(loss));
+  EXPECT_TRUE(s["test_accuracy"].is_null());
+  EXPECT_FALSE(s.contains("target_accuracy"));
+  EXPECT_EQ(s["target_loss"], 3.0);
+  ASSERT_GE(s["loss_curve"].size(), 2u) << s.dump(2);
+  EXPECT_GT(s["loss_curve"][0][2].get<double>(), 5.0);  // the first snapshot is the initial model
+  ASSERT_TRUE(s["seconds_to_target"].is_number()) << s.dump(2);
+  for (const auto& p : s["loss_curve"])
+    if (p[2].get<double>() <= 3.0) {
+      EXPECT_EQ(p[0], s["seconds_to_target"]);
+      break;
+    }
+  EXPECT_EQ(s["samples"], 150 * 16);
+}
+
+}  // namespace
+}  // namespace geodesic
