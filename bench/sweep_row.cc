@@ -36,12 +36,14 @@ void AddShares(const json& summary, json& row) {
   row["compute_utilization"] = MeanComputeUtilization(summary);
 }
 
-// The accuracy curve with the bytes the workers had exchanged by each
+// The accuracy (or loss) curve with the bytes the workers had exchanged by each
 // snapshot: the run's total in proportion to the snapshot's step (a
 // worker's bytes per step are constant for a configuration).
 json CurveWithBytes(const json& summary) {
   json out = json::array();
-  const json curve = Get(summary, "accuracy_curve");
+  // Models with their own loss have no accuracy curve: their loss curve.
+  json curve = Get(summary, "accuracy_curve");
+  if (!curve.is_array() || curve.empty()) curve = Get(summary, "loss_curve");
   const json exchanged = Get(summary, "bytes_exchanged");
   const int64_t steps = summary.is_object() && summary.contains("step_time_breakdown") ? StepsOf(summary) : 0;
   const double total = exchanged.is_object() ? exchanged.value("total", 0.0) : 0.0;
@@ -84,6 +86,8 @@ std::string NumberCell(const json& v, const char* fmt) {
 const char* kColumns[] = {"status",
                           "test_accuracy",
                           "last_accuracy",
+                          "test_loss",
+                          "test_perplexity",
                           "seconds_to_target",
                           "wall_seconds",
                           "samples",
@@ -194,11 +198,13 @@ std::string MarkdownBySeed(const SweepSpec& spec, const std::vector<json>& rows)
 
 // The row's numbers, from the run's summary (null where it has none).
 void AddSummary(const json& summary, json& row) {
-  for (const char* k : {"test_accuracy", "seconds_to_target", "target_accuracy", "wall_seconds", "samples",
-                        "samples_per_second", "bytes_per_sample", "staleness_mean", "staleness_max"})
+  for (const char* k :
+       {"test_accuracy", "test_loss", "test_perplexity", "seconds_to_target", "target_accuracy", "target_loss",
+        "wall_seconds", "samples", "samples_per_second", "bytes_per_sample", "staleness_mean", "staleness_max"})
     row[k] = Get(summary, k);
   const json curve = CurveWithBytes(summary);
-  row["last_accuracy"] = curve.empty() ? json() : curve.back()[2];
+  const json accuracy = Get(summary, "accuracy_curve");
+  row["last_accuracy"] = accuracy.is_array() && !accuracy.empty() ? accuracy.back()[2] : json();
   const json per_step = Get(summary, "bytes_per_step");
   row["push_bytes_per_step"] = per_step.is_object() ? per_step.value("push", json()) : json();
   row["pull_bytes_per_step"] = per_step.is_object() ? per_step.value("pull", json()) : json();

@@ -63,14 +63,17 @@ json ShardJson(const wire::ServerStatus& s, bool backup) {
           {"refused", p.messages_refused()}};
 }
 
-// Means over the live workers that have trained: accuracy, loss.
+// Means over the live workers that have trained: accuracy, loss (-1: none
+// reported; models with their own loss may measure no accuracy).
 std::pair<double, double> MeanProgress(const json& workers) {
   double acc = 0, loss = 0;
-  int n = 0;
-  for (const auto& w : workers)
-    if (w["steps"].get<int64_t>() > 0 && w["train_accuracy"].get<double>() >= 0)
-      acc += w["train_accuracy"].get<double>(), loss += w["loss"].get<double>(), ++n;
-  return n ? std::pair{acc / n, loss / n} : std::pair{-1.0, -1.0};
+  int accurate = 0, reporting = 0;
+  for (const auto& w : workers) {
+    if (w["steps"].get<int64_t>() == 0 || w["loss"].get<double>() < 0) continue;
+    loss += w["loss"].get<double>(), ++reporting;
+    if (w["train_accuracy"].get<double>() >= 0) acc += w["train_accuracy"].get<double>(), ++accurate;
+  }
+  return {accurate ? acc / accurate : -1.0, reporting ? loss / reporting : -1.0};
 }
 
 }  // namespace
@@ -245,9 +248,10 @@ void Dashboard::Event(const std::string& text) {
   Publish();
 }
 
-void Dashboard::Finish(const std::string& status, double test_accuracy, const json& links) {
+void Dashboard::Finish(const std::string& status, const json& summary, const json& links) {
   state_["status"] = status;
-  if (std::isfinite(test_accuracy)) state_["test_accuracy"] = test_accuracy;
+  for (const char* key : {"test_accuracy", "test_loss", "test_perplexity"})
+    if (summary.contains(key) && summary[key].is_number()) state_[key] = summary[key];
   UpdateLinks(json::array(), links);
 }
 

@@ -63,9 +63,10 @@ class Dashboard {
   void UpdateLinks(const nlohmann::json& probes, const nlohmann::json& traffic);
   // One event line, as the terminal shows it.
   void Event(const std::string& text);
-  // The job's end: its status, test accuracy (NaN: none) and the summary's
-  // links (their final bytes).
-  void Finish(const std::string& status, double test_accuracy, const nlohmann::json& links);
+  // The job's end: its status, the final scores the summary has
+  // (test_accuracy, test_loss, test_perplexity) and the summary's links
+  // (their final bytes).
+  void Finish(const std::string& status, const nlohmann::json& summary, const nlohmann::json& links);
   // Waits until the final metrics were scraped, at most `max_s`.
   void Linger(double max_s) const;
 

@@ -112,9 +112,11 @@ function curve(s) {
   const x = t => 30 + (W - 40) * (t - t0) / Math.max(1e-9, t1 - t0);
   const line = (k, scale, color) => g.appendChild(svg("polyline", {fill: "none", stroke: color, "stroke-width": 2,
     points: h.filter(p => p[k] >= 0).map(p => x(p[0]) + "," + (H - 20 - (H - 30) * p[k] / scale)).join(" ")}));
-  line(2, 1, "#4a8"); line(1, maxRate, "#48c");
+  const maxLoss = Math.max(1e-9, ...h.map(p => p[3]));
+  line(2, 1, "#4a8"); line(1, maxRate, "#48c"); line(3, maxLoss, "#c84");
   const label = (text, y, color) => { const t = svg("text", {x: 34, y: y, fill: color, "font-size": 11}); t.textContent = text; g.appendChild(t); };
   label("accuracy 0..1", 14, "#4a8"); label("samples/s 0.." + maxRate.toFixed(0), 28, "#48c");
+  label("training loss 0.." + maxLoss.toFixed(2), 42, "#c84");
   label("0 s", H - 4, "#666"); const e = svg("text", {x: W - 60, y: H - 4, "font-size": 11}); e.textContent = t1.toFixed(0) + " s"; g.appendChild(e);
 }
 function staleness(s) {
@@ -140,6 +142,8 @@ function render(s) {
   let text = fmt(s.elapsed_s, 1) + " s of training · " + fmt(s.samples_per_s, 0) + " samples/s · slowest clock " +
     (s.min_clock === undefined ? "–" : s.min_clock) + " · staleness bound " + s.staleness_bound;
   if (s.test_accuracy !== undefined) text += " · test accuracy " + s.test_accuracy.toFixed(4);
+  if (s.test_accuracy === undefined && s.test_loss !== undefined) text += " · validation loss " + s.test_loss.toFixed(4);
+  if (s.test_perplexity !== undefined) text += " (perplexity " + s.test_perplexity.toFixed(3) + ")";
   $("summary").textContent = text;
   links(s, dt); workers(s, dt); shards(s, dt); curve(s); staleness(s); events(s);
   prev = s; prevAt = now;

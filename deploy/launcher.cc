@@ -743,8 +743,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
       run.Record(std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start).count());
   const json summary = BuildSummary(record);
   if (s.dashboard) {
-    const json& acc = summary["test_accuracy"];
-    s.dashboard->Finish(summary.value("status", "ended"), acc.is_number() ? acc.get<double>() : std::nan(""),
+    s.dashboard->Finish(summary.value("status", "ended"), summary,
                         summary.contains("links") ? summary["links"] : json::array());
   }
   StatusOr<int> rc = FinishRun(summary, record, options.summary_file, progress);

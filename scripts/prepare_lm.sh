@@ -19,8 +19,14 @@ if [[ ! -f "$data/val.bin" ]]; then
   # The text files are the ones without an extension (.dat is fortune's index, .u8 a link).
   mapfile -t files < <(find "$FORTUNES" -maxdepth 1 -type f ! -name '*.*' | LC_ALL=C sort)
   [[ ${#files[@]} -gt 0 ]] || { echo "prepare_lm: no fortune files in $FORTUNES" >&2; exit 1; }
-  /usr/bin/python3 scripts/convert_dataset.py text "$data" --separator % "${files[@]}"
+  # Written beside and moved into place, so that a reader never sees half of it.
+  tmp="$data.tmp.$$"
+  /usr/bin/python3 scripts/convert_dataset.py text "$tmp" --separator % "${files[@]}"
+  mv -T "$tmp" "$data" 2>/dev/null || rm -rf "$tmp"  # another run was first: keep its copy
 fi
 mkdir -p runs/models
-[[ -f runs/models/gpt-small.pt ]] || /usr/bin/python3 scripts/export_model.py gpt runs/models/gpt-small.pt --size small
+if [[ ! -f runs/models/gpt-small.pt ]]; then
+  /usr/bin/python3 scripts/export_model.py gpt "runs/models/gpt-small.pt.tmp.$$" --size small
+  mv -f "runs/models/gpt-small.pt.tmp.$$" runs/models/gpt-small.pt
+fi
 echo "prepare_lm: $data and runs/models/gpt-small.pt are ready"

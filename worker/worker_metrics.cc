@@ -92,11 +92,16 @@ std::vector<prometheus::MetricFamily> EvaluatorMetrics(const JobSpec& job, const
       {.job = job.name, .region = job.CoordinatorRegion().name, .role = "evaluator", .id = "0"});
   transport::AddTraffic(b, static_cast<double>(counters.bytes_sent.load()),
                         static_cast<double>(counters.bytes_received.load()));
-  const bool done = result.is_object() && result.contains("test_accuracy") && result["test_accuracy"].is_number();
-  b.Gauge("evaluated", "1 once the final model was evaluated on the test set.", done);
-  if (done)
+  auto has = [&](const char* key) { return result.is_object() && result.contains(key) && result[key].is_number(); };
+  b.Gauge("evaluated", "1 once the final model was evaluated on the test set.", has("test_loss"));
+  if (has("test_accuracy"))
     b.Gauge("test_accuracy", "The final model's accuracy on the test set (0..1).",
             result["test_accuracy"].get<double>());
+  if (has("test_loss"))
+    b.Gauge("test_loss", "The final model's mean loss on the test (validation) set.",
+            result["test_loss"].get<double>());
+  if (has("test_perplexity"))
+    b.Gauge("test_perplexity", "exp(test_loss) of a model of token data.", result["test_perplexity"].get<double>());
   return b.Take();
 }
 

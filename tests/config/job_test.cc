@@ -300,6 +300,14 @@ TEST(JobTest, ShippedExampleParses) {
   ASSERT_TRUE(diloco.ok()) << diloco.status();
   EXPECT_EQ(diloco->optimizer.name, OptimizerKind::kAdamW);
   EXPECT_TRUE(diloco->ShardOptimizer().nesterov);
+  auto lm = LoadJobFile(::geodesic::testing::SourcePath("examples/lm.yaml"));
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  EXPECT_EQ(lm->data.dataset, DatasetKind::kTokens);
+  EXPECT_EQ(lm->eval.target_loss, 2.0);
+  auto lm3 = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_lm.yaml"));
+  ASSERT_TRUE(lm3.ok()) << lm3.status();
+  EXPECT_EQ(lm3->training.local_steps, 16);
+  EXPECT_TRUE(lm3->ShardOptimizer().nesterov);
 }
 
 TEST(JobTest, WanLinksBothWaysOrOneWay) {
