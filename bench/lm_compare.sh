@@ -18,7 +18,10 @@ SET=(--set "regions.local.workers=1" --set "training.steps=$STEPS" --set "traini
 rm -rf "$OUT" && mkdir -p "$OUT"
 "$GEODESIC" partition "$JOB" "${SET[@]}" --out "$OUT/split" >/dev/null
 "$GEODESIC" launch "$JOB" "${SET[@]}" --run-dir "$OUT/geodesic" --quiet
-/usr/bin/python3 bench/lm_reference.py --run "$OUT/geodesic" --indices "$OUT/split/indices.txt" --threads 1 \
+# One thread in both: the launcher runs its workers with OPENBLAS_NUM_THREADS=1
+# (OpenBLAS keeps its own threads, whatever torch.set_num_threads says), so
+# the reference does too.
+OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 bench/lm_reference.py --run "$OUT/geodesic" --indices "$OUT/split/indices.txt" --threads 1 \
   --out "$OUT/reference.json" >"$OUT/reference.log"
 /usr/bin/python3 - "$OUT" <<'PY'
 import json, sys
