@@ -297,8 +297,10 @@ TEST_F(TorchScriptTest, TokenDataThatTheModuleCannotTakeIsRefused) {
 }
 
 TEST_F(TorchScriptTest, ALossThatIsNotAFiniteScalarIsRefused) {
-  auto loss_module = [&](const std::string& name, const std::string& body) {
+  // A linear classifier of Fashion-MNIST's images whose loss is `body`.
+  auto loss_module = [&](const std::string& name, const std::string& signature, const std::string& body) {
     return Script(name,
+                  "from typing import Dict, Tuple\n"
                   "class M(torch.nn.Module):\n"
                   "    def __init__(self):\n"
                   "        super().__init__()\n"
@@ -306,30 +308,20 @@ TEST_F(TorchScriptTest, ALossThatIsNotAFiniteScalarIsRefused) {
                   "    def forward(self, x):\n"
                   "        return self.fc(x.flatten(1))\n"
                   "    @torch.jit.export\n"
-                  "    def loss(self, x, y):\n"
-                  "        " +
-                      body + "\n");
+                  "    def loss(self, x, y)" +
+                      signature + ":\n" + body);
   };
-  const std::string vector = loss_module("vector", "return self.forward(x).mean(1)");
+  const std::string vector = loss_module("vector", "", "        return self.forward(x).mean(1)\n");
   EXPECT_NE(Error(vector).find("gives [2] Float"), std::string::npos) << Error(vector);
   EXPECT_NE(Error(vector).find("it must return a finite 0-dim float32 tensor"), std::string::npos);
-  const std::string nan = loss_module("nan", "return self.forward(x).mean() * float('nan')");
+  const std::string nan = loss_module("nan", "", "        return self.forward(x).mean() * float('nan')\n");
   EXPECT_NE(Error(nan).find("gives [] Float nan"), std::string::npos) << Error(nan);
   // A loss with metrics: "accuracy" is reported as accuracy, the rest by name.
-  const std::string metrics = Script("metrics",
-                                     "from typing import Dict, Tuple\n"
-                                     "class M(torch.nn.Module):\n"
-                                     "    def __init__(self):\n"
-                                     "        super().__init__()\n"
-                                     "        self.fc = torch.nn.Linear(784, 10)\n"
-                                     "    def forward(self, x):\n"
-                                     "        return self.fc(x.flatten(1))\n"
-                                     "    @torch.jit.export\n"
-                                     "    def loss(self, x, y) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:\n"
-                                     "        z = self.forward(x)\n"
-                                     "        l = torch.nn.functional.cross_entropy(z, y)\n"
-                                     "        a = (z.argmax(1) == y).float().mean()\n"
-                                     "        return l, {'accuracy': a, 'margin': z.max() - z.min()}\n");
+  const std::string metrics = loss_module("metrics", " -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]",
+                                          "        z = self.forward(x)\n"
+                                          "        l = torch.nn.functional.cross_entropy(z, y)\n"
+                                          "        a = (z.argmax(1) == y).float().mean()\n"
+                                          "        return l, {'accuracy': a, 'margin': z.max() - z.min()}\n");
   auto m = std::move(FlatModel::Create(Spec(metrics), 1).value());
   const torch::Tensor x = torch::randn({8, 1, 28, 28}), y = torch::randint(0, 10, {8});
   BatchScore s = m->Score(x, y);
