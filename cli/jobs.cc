@@ -67,9 +67,11 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (compute_opt->count() > 0) f.options.compute_ms = f.compute_ms;
   auto job = LoadJobFile(f.job_file, f.overrides);
   if (!job.ok()) return Fail(job.status());
-  auto params = worker::CheckModelOnData(*job);
-  if (!params.ok()) return Fail(params.status());
-  const cluster::ChunkLayout layout(job->ShardValues(*params), cluster::ChunkElemsFor(job->wire.chunk_bytes));
+  auto model = worker::CheckModelOnData(*job);
+  if (!model.ok()) return Fail(model.status());
+  const cluster::ChunkLayout layout(job->ShardValues(static_cast<int64_t>(model->num_params())),
+                                    cluster::ChunkElemsFor(job->wire.chunk_bytes),
+                                    {model->block_starts().begin(), model->block_starts().end()});
   auto planner = wan::Planner::Create(*job, layout, f.options);
   if (!planner.ok()) return Fail(planner.status());
   const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;

@@ -19,21 +19,26 @@
 
 namespace geodesic::cluster {
 
+// A layout may also know where the model's blocks begin (parameter offsets,
+// ascending, the first 0): a transformer's embeddings, each of its layers,
+// its head. Fragments (FragmentChunks) follow them.
 class ChunkLayout {
  public:
   ChunkLayout() = default;
-  ChunkLayout(uint64_t num_params, uint64_t chunk_elems);
+  ChunkLayout(uint64_t num_params, uint64_t chunk_elems, std::vector<uint64_t> blocks = {});
 
   uint64_t num_params() const { return num_params_; }
   uint64_t chunk_elems() const { return chunk_elems_; }
   uint32_t num_chunks() const { return num_chunks_; }
   uint64_t Begin(uint32_t chunk) const { return uint64_t{chunk} * chunk_elems_; }
   uint64_t Size(uint32_t chunk) const;
+  const std::vector<uint64_t>& blocks() const { return blocks_; }
 
  private:
   uint64_t num_params_ = 0;
   uint64_t chunk_elems_ = 1;
   uint32_t num_chunks_ = 0;
+  std::vector<uint64_t> blocks_;
 };
 
 // Chunks [begin, end) of a layout.
@@ -43,14 +48,21 @@ struct ChunkRange {
   bool empty() const { return begin >= end; }
 };
 
-// Fragment `index` of `fragments` contiguous fragments of `num_chunks`
-// chunks (training.fragments): chunks [index * C / P, (index + 1) * C / P).
-// Empty when there are fewer chunks than fragments.
-inline ChunkRange FragmentChunks(uint32_t num_chunks, int fragments, int index) {
-  const uint64_t c = num_chunks, p = static_cast<uint64_t>(std::max(1, fragments));
-  const uint64_t i = static_cast<uint64_t>(index);
-  return {static_cast<uint32_t>(i * c / p), static_cast<uint32_t>((i + 1) * c / p)};
-}
+// Where each of `fragments` contiguous fragments of a layout's chunks
+// begins (training.fragments), and its end: P + 1 chunk indices from 0 to
+// the chunk count. A cut is made at a block boundary when the layout knows
+// its blocks: cut i is the block start nearest to the even cut i * C / P,
+// rounded to the nearest chunk boundary, so that a fragment holds whole
+// blocks to within half a chunk. With fewer distinct block boundaries than
+// cuts, the cuts are even ([i * C / P]). Fragments are empty when there are
+// fewer chunks than fragments.
+std::vector<uint32_t> FragmentCuts(const ChunkLayout& layout, int fragments);
+// Fragment `index` of `fragments`: chunks [cut[index], cut[index + 1]).
+ChunkRange FragmentChunks(const ChunkLayout& layout, int fragments, int index);
+
+// InvalidArgument unless `blocks` are ascending offsets below `num_params`
+// that start at 0 (or are none).
+Status CheckBlocks(const std::vector<uint64_t>& blocks, uint64_t num_params);
 
 struct ShardMap {
   ChunkLayout layout;

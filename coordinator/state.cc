@@ -247,9 +247,12 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
   if (sig.num_params() == 0) return InvalidArgument("worker registration without a model signature");
   GD_RETURN_IF_ERROR(cluster::CheckLayout(sig.num_params(), cluster::ChunkElemsFor(options_.chunk_bytes))
                          .Annotate("worker " + std::to_string(id) + "'s model (" + sig.name() + ")"));
+  GD_RETURN_IF_ERROR(cluster::CheckBlocks({sig.block_starts().begin(), sig.block_starts().end()}, sig.num_params())
+                         .Annotate("worker " + std::to_string(id) + "'s model (" + sig.name() + ")"));
   if (!model_) {
     model_ = sig;
-    cluster::ChunkLayout layout(sig.num_params(), cluster::ChunkElemsFor(options_.chunk_bytes));
+    cluster::ChunkLayout layout(sig.num_params(), cluster::ChunkElemsFor(options_.chunk_bytes),
+                                {sig.block_starts().begin(), sig.block_starts().end()});
     if (options_.place) {
       shard_map_ = options_.place(layout, &plan_note_, &planned_step_ms_);
       GD_LOG(INFO) << plan_note_;
@@ -257,7 +260,9 @@ StatusOr<wire::RegisterReply> CoordinatorState::Register(wire::Role role, int id
     } else {
       shard_map_ = cluster::PlaceChunks(layout, options_.num_servers);
     }
-  } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest()) {
+  } else if (model_->num_params() != sig.num_params() || model_->layout_digest() != sig.layout_digest() ||
+             !std::equal(model_->block_starts().begin(), model_->block_starts().end(), sig.block_starts().begin(),
+                         sig.block_starts().end())) {
     return InvalidArgument("worker " + std::to_string(id) + "'s model (" + sig.name() + ", " +
                            std::to_string(sig.num_params()) + " params) differs from the job's (" + model_->name() +
                            ", " + std::to_string(model_->num_params()) + " params)");

@@ -613,10 +613,9 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
   p->overlap_steps = p->overlap_rounds ? job.training.overlap_steps : 0;
   p->fragments = p->local_steps > 1 ? std::max(1, job.training.fragments) : 1;
   p->chunk_fragment.assign(layout.num_chunks(), 0);
-  for (int f = 0; f < p->fragments; ++f) {
-    const cluster::ChunkRange range = cluster::FragmentChunks(layout.num_chunks(), p->fragments, f);
-    for (uint32_t c = range.begin; c < range.end; ++c) p->chunk_fragment[c] = f;
-  }
+  const std::vector<uint32_t> cuts = cluster::FragmentCuts(layout, p->fragments);
+  for (int f = 0; f < p->fragments; ++f)
+    for (uint32_t c = cuts[f]; c < cuts[f + 1]; ++c) p->chunk_fragment[c] = f;
   if (!std::isfinite(p->compute_ms) || p->compute_ms < 0)
     return InvalidArgument("planner: the compute time per step must be >= 0 ms");
   p->codec_gain = options.codec_gain;

@@ -17,6 +17,12 @@ namespace {
 StatusOr<SampleShape> CheckTokens(const JobSpec& job) {
   GD_ASSIGN_OR_RETURN(TokenSet test, LoadTokens(job.data, "test"));
   GD_ASSIGN_OR_RETURN(TokenSet train, LoadTokens(job.data, "train"));
+  if (job.federated.enabled()) {
+    auto clients = PartitionWindows(train, static_cast<int>(job.federated.clients), job.data.partition, job.seed,
+                                    job.data.batch_size);
+    if (!clients.ok()) return InvalidArgument("data.partition over federated.clients: " + clients.status().message());
+    return ShapeOf(test.max_token > train.max_token ? test : train, job.data);
+  }
   GD_RETURN_IF_ERROR(CheckTokenEpochs(job, train));
   GD_RETURN_IF_ERROR(PartitionWindows(train, job.NumWorkers(), job.data.partition, job.seed).status());
   return ShapeOf(test.max_token > train.max_token ? test : train, job.data);
@@ -41,10 +47,10 @@ Status CheckDevice(const JobSpec& job, std::string* chose) {
   return ResolveDevice(job.training.device, chose).status();
 }
 
-StatusOr<int64_t> CheckModelOnData(const JobSpec& job) {
+StatusOr<wire::ModelSignature> CheckModelOnData(const JobSpec& job) {
   GD_ASSIGN_OR_RETURN(SampleShape shape, CheckData(job));
   GD_ASSIGN_OR_RETURN(std::unique_ptr<FlatModel> model, FlatModel::Create(job.model, job.seed, torch::kCPU, shape));
-  return model->num_params();
+  return model->signature();
 }
 
 }  // namespace geodesic::worker

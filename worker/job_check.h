@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "config/job.h"
+#include "proto/geodesic.pb.h"
 
 namespace geodesic::worker {
 
@@ -21,7 +22,8 @@ Status CheckDevice(const JobSpec& job, std::string* chose = nullptr);
 // The job's model built on the CPU for samples of the job's data, as every
 // worker builds it: both splits of the dataset read and checked (same
 // shape, the count epochs are taken over), a TorchScript module loaded and
-// tried. Returns the model's parameter count. A synthetic model reads no data.
-StatusOr<int64_t> CheckModelOnData(const JobSpec& job);
+// tried. Returns the model's signature (its parameter count and blocks). A
+// synthetic model reads no data.
+StatusOr<wire::ModelSignature> CheckModelOnData(const JobSpec& job);
 
 }  // namespace geodesic::worker

@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -90,7 +91,14 @@ std::string SampleShape::ToString() const {
          std::to_string(classes) + " classes";
 }
 
-SampleShape ShapeOf(const ImageSet& set) { return {set.channels, set.rows, set.cols, set.classes}; }
+SampleShape ShapeOf(const ImageSet& set) {
+  SampleShape s;
+  s.channels = set.channels;
+  s.rows = set.rows;
+  s.cols = set.cols;
+  s.classes = set.classes;
+  return s;
+}
 
 Status FlatModel::LoadScript(const std::string& path, torch::Device device, const SampleShape& input) {
   const std::string where = "model.path: " + path;
@@ -168,6 +176,37 @@ Status FlatModel::ProbeLogits(const std::string& where, torch::Device device, co
   return Status::Ok();
 }
 
+namespace {
+
+// The block a parameter belongs to: its name up to the first numbered part
+// ("blocks.3.attn.qkv.weight" is in "blocks.3"), or its first part ("tok.weight"
+// in "tok"); a Sequential's "0.weight" is in "0".
+std::string BlockOf(const std::string& name) {
+  for (size_t begin = 0; begin < name.size();) {
+    const size_t end = std::min(name.find('.', begin), name.size());
+    const bool numbered = end > begin && std::all_of(name.begin() + begin, name.begin() + end,
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+    if (numbered) return name.substr(0, end);
+    begin = end + 1;
+  }
+  return name.substr(0, std::min(name.find('.'), name.size()));
+}
+
+// Offsets in the flat vector where a new block's parameters begin.
+struct BlockStarts {
+  std::vector<uint64_t> starts;
+  std::string last;
+  uint64_t offset = 0;
+  void Add(const std::string& name, int64_t numel) {
+    std::string block = BlockOf(name);
+    if (starts.empty() || block != last) starts.push_back(offset);
+    last = std::move(block);
+    offset += static_cast<uint64_t>(numel);
+  }
+};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, uint64_t seed, torch::Device device,
                                                        SampleShape input) {
   std::unique_ptr<FlatModel> m(new FlatModel());
@@ -194,13 +233,21 @@ StatusOr<std::unique_ptr<FlatModel>> FlatModel::Create(const ModelSpec& spec, ui
   } else {
     return InvalidArgument("unknown model '" + ToString(spec.name) + "'");
   }
+  BlockStarts blocks;
   if (m->net_) {
     m->net_->to(device);
-    for (const auto& p : m->net_->named_parameters()) digest = Fnv1a(digest, p.key() + ":" + ShapeOf(p.value()) + ";");
+    for (const auto& p : m->net_->named_parameters()) {
+      digest = Fnv1a(digest, p.key() + ":" + ShapeOf(p.value()) + ";");
+      blocks.Add(p.key(), p.value().numel());
+    }
   }
   if (m->script_)
     for (const auto& p : m->script_->named_parameters(true))
-      if (p.value.requires_grad()) digest = Fnv1a(digest, p.name + ":" + ShapeOf(p.value) + ";");
+      if (p.value.requires_grad()) {
+        digest = Fnv1a(digest, p.name + ":" + ShapeOf(p.value) + ";");
+        blocks.Add(p.name, p.value.numel());
+      }
+  for (uint64_t b : blocks.starts) m->signature_.add_block_starts(b);
   if (m->has_network()) m->Bind();
   if (m->has_network() && !m->objective_) {
     FlatModel* self = m.get();

@@ -37,7 +37,7 @@ struct SampleShape {
   int channels = 1, rows = 28, cols = 28, classes = 10;
   int context = 0;
   int64_t vocab = 0;
-  std::string vocab_from;  // what set `vocab`: data.vocab or the token file
+  std::string vocab_from{};  // what set `vocab`: data.vocab or the token file
   bool tokens() const { return context > 0; }
   std::string ToString() const;
 };

@@ -11,7 +11,8 @@ class Classifier final : public Objective {
 
   BatchScore Score(const torch::Tensor& x, const torch::Tensor& y) override {
     torch::Tensor logits = forward_(x);
-    BatchScore s{.loss = torch::nn::functional::cross_entropy(logits, y)};
+    BatchScore s;
+    s.loss = torch::nn::functional::cross_entropy(logits, y);
     s.accuracy = logits.argmax(1).eq(y).to(torch::kFloat32).mean().item<double>();
     return s;
   }

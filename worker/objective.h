@@ -23,9 +23,9 @@ namespace geodesic::worker {
 // One batch's score: its mean loss (with its graph when grad is on), and
 // what else the objective measures.
 struct BatchScore {
-  torch::Tensor loss;                     // 0-dim float32
-  std::optional<double> accuracy;         // classifiers; or a loss's "accuracy" metric
-  std::map<std::string, double> metrics;  // a loss's other metrics
+  torch::Tensor loss;                       // 0-dim float32
+  std::optional<double> accuracy{};         // classifiers; or a loss's "accuracy" metric
+  std::map<std::string, double> metrics{};  // a loss's other metrics
 };
 
 class Objective {

@@ -54,6 +54,53 @@ TEST(ShardMapTest, WireRoundTripAndValidation) {
   EXPECT_FALSE(ShardMap::FromWire(w, 3).ok());
 }
 
+TEST(FragmentTest, EvenCutsWithoutBlocks) {
+  const ChunkLayout layout(100, 10);  // 10 chunks
+  EXPECT_EQ(FragmentCuts(layout, 3), (std::vector<uint32_t>{0, 3, 6, 10}));
+  EXPECT_EQ(FragmentCuts(layout, 1), (std::vector<uint32_t>{0, 10}));
+  const ChunkRange r = FragmentChunks(layout, 3, 2);
+  EXPECT_EQ(r.begin, 6u);
+  EXPECT_EQ(r.end, 10u);
+}
+
+TEST(FragmentTest, CutsFollowTheBlocksToTheNearestChunk) {
+  // Blocks start at 0, 14, 38, 61 and 87 of 100 values in chunks of 10: the
+  // chunk boundaries nearest to them are 1, 4, 6 and 9.
+  const ChunkLayout layout(100, 10, {0, 14, 38, 61, 87});
+  // Two fragments: the even cut is 5; boundaries 4 and 6 are as near, the earlier wins.
+  EXPECT_EQ(FragmentCuts(layout, 2), (std::vector<uint32_t>{0, 4, 10}));
+  // Three: even cuts 3.3 and 6.7 take 4 and 6.
+  EXPECT_EQ(FragmentCuts(layout, 3), (std::vector<uint32_t>{0, 4, 6, 10}));
+  // Five: every boundary is a cut, each fragment is one block.
+  EXPECT_EQ(FragmentCuts(layout, 5), (std::vector<uint32_t>{0, 1, 4, 6, 9, 10}));
+  // Six: fewer boundaries than cuts, so even cuts.
+  EXPECT_EQ(FragmentCuts(layout, 6), (std::vector<uint32_t>{0, 1, 3, 5, 6, 8, 10}));
+}
+
+TEST(FragmentTest, ALaterCutNeverTakesABoundaryAnEarlierOneNeeds) {
+  // Boundaries at chunks 1, 2 and 9 of 10, three cuts (4 fragments): the
+  // first cut alone would take 2 (nearest to 2.5), leaving one boundary for
+  // two cuts; each cut leaves one boundary for each later cut instead.
+  const ChunkLayout layout(100, 10, {0, 10, 20, 90});
+  EXPECT_EQ(FragmentCuts(layout, 4), (std::vector<uint32_t>{0, 1, 2, 9, 10}));
+}
+
+TEST(FragmentTest, BlocksTravelWithTheShardMapAndBadOnesAreRefused) {
+  ShardMap m = PlaceChunks(ChunkLayout(100, 10, {0, 14, 38}), 2);
+  auto back = ShardMap::FromWire(m.ToWire(), 2);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->layout.blocks(), (std::vector<uint64_t>{0, 14, 38}));
+  EXPECT_EQ(FragmentCuts(back->layout, 2), FragmentCuts(m.layout, 2));
+  for (const std::vector<uint64_t>& bad : {std::vector<uint64_t>{5, 14}, {0, 14, 14}, {0, 38, 14}, {0, 100}}) {
+    wire::ShardMap w = m.ToWire();
+    w.clear_block_starts();
+    for (uint64_t b : bad) w.add_block_starts(b);
+    auto refused = ShardMap::FromWire(w, 2);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().ToString().find("block"), std::string::npos) << refused.status();
+  }
+}
+
 TEST(BatchChunksTest, FillsEachBatchUpToTheLimitAndSendsAnOversizedChunkAlone) {
   ChunkLayout layout(10, 4);  // chunks of 16, 16 and 8 bytes
   using Batches = std::vector<std::vector<uint32_t>>;

@@ -284,7 +284,7 @@ TEST(TrainingTest, FragmentsMatchStreamingLocalSgdByHand) {
     // Fragment f's values; the last clock takes all of them.
     auto span = [&](int64_t clock) -> std::pair<int64_t, int64_t> {
       if (clock == 2) return {0, n};
-      cluster::ChunkRange r = cluster::FragmentChunks(layout.num_chunks(), 2, static_cast<int>(clock));
+      cluster::ChunkRange r = cluster::FragmentChunks(layout, 2, static_cast<int>(clock));
       const int64_t b = static_cast<int64_t>(layout.Begin(r.begin));
       return {b, static_cast<int64_t>(layout.Begin(r.end - 1) + layout.Size(r.end - 1)) - b};
     };

@@ -769,7 +769,9 @@ TEST(LinkEmulatorTest, TheIoThreadRunsAtItsNiceValueWhereAllowed) {
   ASSERT_NE(thread_nice, 99) << "no thread named gd-link-emu";
   EXPECT_EQ(emu.Load().nice, thread_nice);
   EXPECT_LE(thread_nice, own);
-  if (root) EXPECT_EQ(thread_nice, std::min(own, -3));
+  if (root) {
+    EXPECT_EQ(thread_nice, std::min(own, -3));
+  }
 }
 
 TEST(LinkEmulatorTest, ProbeErrorsNameTheEndpoint) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cluster/chunking.h"
 #include "tests/test_paths.h"
 #include "worker/model.h"
 
@@ -242,6 +243,14 @@ TEST_F(TorchScriptTest, GptTrainsOnItsOwnLoss) {
   EXPECT_EQ(m->num_params(), 136960);
   EXPECT_EQ(m->num_buffer_values(), 0);
   EXPECT_FALSE(m->objective().classifies());
+  // Its blocks: tok (256 x 64), pos (64 x 64), blocks.0 and blocks.1 (49,984
+  // each), ln and head; streaming fragments follow them.
+  const wire::ModelSignature sig = m->signature();
+  EXPECT_EQ(std::vector<uint64_t>(sig.block_starts().begin(), sig.block_starts().end()),
+            (std::vector<uint64_t>{0, 16384, 20480, 70464, 120448, 120576}));
+  // In 9 chunks of 64 KiB, three fragments: tok, pos and blocks.0; blocks.1; ln and head.
+  const cluster::ChunkLayout layout(136960, 16384, {sig.block_starts().begin(), sig.block_starts().end()});
+  EXPECT_EQ(cluster::FragmentCuts(layout, 3), (std::vector<uint32_t>{0, 4, 7, 9}));
   torch::manual_seed(1);
   const torch::Tensor x = torch::randint(0, 256, {4, 64}, torch::kInt64), y = torch::randint(0, 256, {4, 64});
   torch::Tensor g = m->NewGradBuffer();
