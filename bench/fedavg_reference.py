@@ -4,9 +4,13 @@
 It replays one Geodesic federated run (a finished `geodesic launch` run
 directory) in a single PyTorch process, with nothing shared but inputs:
 
-- the same CNN (conv 1->32 5x5, ReLU, maxpool 2, conv 32->64 5x5, ReLU,
-  maxpool 2, linear 1024->128, ReLU, linear 128->10), started from the
-  run's round-0 snapshot (snapshots/snap-0000000000.bin);
+- the same model, started from the run's round-0 snapshot
+  (snapshots/snap-0000000000.bin): the CNN (conv 1->32 5x5, ReLU, maxpool
+  2, conv 32->64 5x5, ReLU, maxpool 2, linear 1024->128, ReLU, linear
+  128->10) on Fashion-MNIST, or, for token data (data.dataset tokens), the
+  job's TorchScript module (model.path, torch.jit.load) with its own
+  loss(x, y) on the same windows of train.bin (window i: tokens
+  [i * context, (i + 1) * context] and their next tokens);
 - the same split: `geodesic partition JOB --out DIR`'s indices.txt, one
   client a line;
 - the same clients each round: the run's summary.json federated.rounds[r]
@@ -22,8 +26,10 @@ directory) in a single PyTorch process, with nothing shared but inputs:
   samples client i trained on.
 
 Each round's training is timed (evaluation excluded), then the model is
-evaluated on the whole 10k test set. Writes --out (JSON) with the per-round
-accuracy and seconds. A job this reference does not implement (another
+evaluated: images on the whole 10k test set (test_accuracy), token data on
+the first eval.test_samples windows of val.bin as Geodesic's evaluator
+takes them (test_loss, the mean over windows). Writes --out (JSON) with the
+per-round score and seconds. A job this reference does not implement (another
 model, strategy or server step, local momentum, FedProx, DP) is refused.
 Needs Debian's python3-torch and python3-yaml.
 """
@@ -152,29 +158,64 @@ def set_flat(model, flat):
             p.copy_(flat[off:off + p.numel()].view_as(p))
             off += p.numel()
     if off != flat.numel():
-        raise SystemExit("snapshot has %d values, the CNN %d" % (flat.numel(), off))
+        raise SystemExit("snapshot has %d values, the model %d" % (flat.numel(), off))
 
 
-def train_client(model, x, images, labels, batches, lr):
+class Images:
+    """Fashion-MNIST and the CNN: cross entropy, scored by test accuracy."""
+    metric = "test_accuracy"
+
+    def __init__(self, job):
+        self.x, self.y = load(job["data"]["path"], "train")
+        self.test_x, self.test_y = load(job["data"]["path"], "test")
+        self.model = cnn()
+
+    def loss(self, x, y):
+        return F.cross_entropy(self.model(x), y)
+
+    def score(self):
+        self.model.eval()
+        correct = 0
+        with torch.no_grad():
+            for i in range(0, len(self.test_y), 1000):
+                correct += (self.model(self.test_x[i:i + 1000]).argmax(1) == self.test_y[i:i + 1000]).sum().item()
+        self.model.train()
+        return correct / len(self.test_y)
+
+
+class Tokens:
+    """Token windows and the job's TorchScript module: its own loss, scored by validation loss."""
+    metric = "test_loss"
+
+    def __init__(self, job):
+        from lm_reference import validation_loss, windows  # bench/lm_reference.py
+        d = job["data"]
+        self.x, self.y = windows(os.path.join(d["path"], "train.bin"), d["token_bytes"], d["context"])
+        self.test_x, self.test_y = windows(os.path.join(d["path"], "val.bin"), d["token_bytes"], d["context"],
+                                           limit=job["eval"].get("test_samples", 0))
+        self.batch = job["eval"].get("batch", 128)
+        self.validation_loss = validation_loss
+        self.model = torch.jit.load(job["model"]["path"])
+        self.model.train()
+
+    def loss(self, x, y):
+        return self.model.loss(x, y)
+
+    def score(self):
+        return self.validation_loss(self.model, self.test_x, self.test_y, self.batch)
+
+
+def train_client(data, x, batches, lr):
+    model = data.model
     set_flat(model, x)
     for b in batches:
         sel = torch.tensor(b)
         model.zero_grad(set_to_none=False)
-        F.cross_entropy(model(images[sel]), labels[sel]).backward()
+        data.loss(data.x[sel], data.y[sel]).backward()
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(p.grad, alpha=-lr)
     return get_flat(model)
-
-
-def evaluate(model, images, labels):
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for i in range(0, len(labels), 1000):
-            correct += (model(images[i:i + 1000]).argmax(1) == labels[i:i + 1000]).sum().item()
-    model.train()
-    return correct / len(labels)
 
 
 def read_job(run_dir):
@@ -182,8 +223,9 @@ def read_job(run_dir):
     with open(os.path.join(run_dir, "job.yaml")) as f:
         job = yaml.safe_load(f)
     fed, train = job["federated"], job["training"]
+    tokens = job["data"].get("dataset") == "tokens"
     plain = {
-        "model.name": (job["model"]["name"], "cnn"),
+        "model.name": (job["model"]["name"], "torchscript" if tokens else "cnn"),
         "federated.strategy": (fed.get("strategy", "fedavg"), "fedavg"),
         "federated.local_momentum": (fed["local_momentum"], 0),
         "federated.prox_mu": (fed["prox_mu"], 0),
@@ -204,13 +246,13 @@ def client_steps(job, size):
     return max(1, int(fed["local_epochs"] * (size // batch)))
 
 
-def run_round(model, x, r, clients, parts, images, labels, job):
+def run_round(data, x, r, clients, parts, job):
     total, acc = 0.0, torch.zeros_like(x, dtype=torch.float64)
     batch = job["data"]["batch_size"]
     for c in clients:
         steps = client_steps(job, len(parts[c]))
         batches = batch_order(parts[c], batch, steps, draw_key([job["seed"], BATCH_STREAM, c, r]))
-        y = train_client(model, x, images, labels, batches, job["federated"]["local_lr"])
+        y = train_client(data, x, batches, job["federated"]["local_lr"])
         w = float(steps * batch)
         acc += w * (y - x).double()
         total += w
@@ -233,19 +275,17 @@ def main():
         rounds = json.load(f)["federated"]["rounds"]
     if a.rounds:
         rounds = rounds[:a.rounds]
-    images, labels = load(job["data"]["path"], "train")
-    test_images, test_labels = load(job["data"]["path"], "test")
-    model = cnn()
+    data = Tokens(job) if job["data"].get("dataset") == "tokens" else Images(job)
     x = read_snapshot(os.path.join(a.run, "snapshots", "snap-0000000000.bin"))
-    out = {"rounds": []}
+    out = {"metric": data.metric, "rounds": []}
     for row in rounds:
         t0 = time.perf_counter()
-        x = run_round(model, x, row["round"] - 1, row["clients"], parts, images, labels, job)
+        x = run_round(data, x, row["round"] - 1, row["clients"], parts, job)
         seconds = time.perf_counter() - t0
-        set_flat(model, x)
-        acc = evaluate(model, test_images, test_labels)
-        out["rounds"].append({"round": row["round"], "test_accuracy": acc, "train_seconds": seconds})
-        print("round %d: test accuracy %.4f, %.2f s" % (row["round"], acc, seconds), flush=True)
+        set_flat(data.model, x)
+        score = data.score()
+        out["rounds"].append({"round": row["round"], data.metric: score, "train_seconds": seconds})
+        print("round %d: %s %.6f, %.2f s" % (row["round"], data.metric, score, seconds), flush=True)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
 

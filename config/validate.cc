@@ -194,7 +194,6 @@ void ValidateTokens(const JobSpec& job, Errors* errors) {
   Check(job.data.augment.crop == 0 && !job.data.augment.flip, errors, "data.augment", "is for images, not tokens");
   Check(job.data.mean.empty(), errors, "data.mean", "is for images, not tokens");
   Check(!job.membership.elastic, errors, "membership.elastic", "does not take token data yet");
-  Check(!job.federated.enabled(), errors, "federated.clients", "federated jobs do not take token data yet");
 }
 
 // Data of another shape than Fashion-MNIST's needs a model that takes it,

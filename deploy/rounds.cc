@@ -13,6 +13,7 @@ using json = nlohmann::json;
 
 const char* const kColumns[] = {"round",
                                 "test_accuracy",
+                                "test_loss",
                                 "selected",
                                 "participants",
                                 "dropped",
@@ -42,8 +43,11 @@ double P10(std::vector<float> v) {
   return v[std::max<size_t>(rank, 1) - 1];
 }
 
-json TestAccuracy(const json& curve, int64_t round, int64_t last_round, std::optional<double> final_accuracy) {
-  if (round == last_round && final_accuracy) return *final_accuracy;
+// `curve`'s point at step `round` ([seconds, step, value]), or `last` for
+// the job's last round; null if neither.
+json AtRound(const json& curve, const json& last, int64_t round, int64_t last_round) {
+  if (round == last_round && last.is_number()) return last;
+  if (!curve.is_array()) return nullptr;
   for (const auto& p : curve)
     if (p.size() == 3 && p[1].get<int64_t>() == round) return p[2];
   return nullptr;
@@ -96,15 +100,16 @@ json Row(int64_t round, const std::vector<const stats::RoundStats*>& recs) {
 
 }  // namespace
 
-json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors, const json& accuracy_curve,
-                std::optional<double> final_accuracy, int64_t last_round) {
+json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors, const json& scores, int64_t last_round) {
+  auto get = [&](const char* key) { return scores.is_object() && scores.contains(key) ? scores[key] : json(); };
   std::map<int64_t, std::vector<const stats::RoundStats*>> by_round;
   for (const auto& records : executors)
     for (const stats::RoundStats& r : records) by_round[int64_t{r.round()} + 1].push_back(&r);
   json table = json::array();
   for (const auto& [round, recs] : by_round) {
     json row = Row(round, recs);
-    row["test_accuracy"] = TestAccuracy(accuracy_curve, round, last_round, final_accuracy);
+    row["test_accuracy"] = AtRound(get("accuracy_curve"), get("test_accuracy"), round, last_round);
+    row["test_loss"] = AtRound(get("loss_curve"), get("test_loss"), round, last_round);
     table.push_back(std::move(row));
   }
   return table;

@@ -17,10 +17,11 @@ namespace geodesic::deploy {
 // One row per round that any executor recorded, in order; `round` counts
 // from 1. Per round:
 //   test_accuracy    the global model after the round on the test set:
-//                    worker 0's snapshot at step `round` (accuracy_curve
-//                    points are [seconds, step, accuracy]), or
-//                    `final_accuracy` for the job's last round; null if
-//                    neither;
+//   test_loss        worker 0's snapshot at step `round` (accuracy_curve
+//                    and loss_curve points are [seconds, step, value]), or
+//                    the job's test_accuracy and test_loss for its last
+//                    round; null if neither (a language model has no
+//                    accuracy);
 //   selected, participants (usable updates), dropped, unusable, clipped,
 //   samples          summed over the executors (FedBuff: selected are the
 //                    clients started during the step);
@@ -45,8 +46,9 @@ namespace geodesic::deploy {
 //                    encoded them (federated.uplink_codec), before the
 //                    executors summed them;
 //   clients          the participants' ids, ascending (not in the CSV).
-nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors,
-                          const nlohmann::json& accuracy_curve, std::optional<double> final_accuracy,
+// `scores` is the evaluator's (or the summary's) accuracy_curve, loss_curve,
+// test_accuracy and test_loss; any may be missing.
+nlohmann::json RoundTable(const std::vector<std::vector<stats::RoundStats>>& executors, const nlohmann::json& scores,
                           int64_t last_round);
 
 // The whole-job view of a RoundTable: rounds, mean wall time, each part's

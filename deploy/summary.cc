@@ -433,9 +433,7 @@ json JobOutcome(const RunRecord& run, const std::optional<stats::CoordinatorStat
 // Federated: the per-round table (deploy/rounds.h); WriteSummary also
 // writes it as rounds.csv.
 void AddRounds(const RunRecord& run, const Totals& t, json& summary) {
-  std::optional<double> final_accuracy;
-  if (summary["test_accuracy"].is_number()) final_accuracy = summary["test_accuracy"].get<double>();
-  json table = RoundTable(t.round_records, summary["accuracy_curve"], final_accuracy, run.job.federated.rounds);
+  json table = RoundTable(t.round_records, summary, run.job.federated.rounds);
   summary["federated"]["round_totals"] = RoundTotals(table);
   summary["federated"]["rounds_csv"] = run.dir.rounds_csv();
   summary["federated"]["rounds"] = std::move(table);

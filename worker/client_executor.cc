@@ -9,13 +9,16 @@
 #include "common/draws.h"
 #include "compression/codec.h"
 #include "worker/batcher.h"
+#include "worker/examples.h"
 #include "worker/model.h"
+#include "worker/objective.h"
 
 namespace geodesic::worker {
 
 struct ClientExecutor::Impl {
   std::unique_ptr<FlatModel> model;
-  torch::Tensor grad, images, labels;
+  torch::Tensor grad;
+  Examples train;
   std::vector<float> momentum;
   uint64_t seed = 0;
   int batch_size = 0;
@@ -32,12 +35,12 @@ struct ClientExecutor::Impl {
     grad.zero_();
     torch::Tensor sel =
         torch::from_blob(const_cast<int64_t*>(batch.data()), {static_cast<int64_t>(batch.size())}, torch::kInt64);
-    torch::Tensor x = images.index_select(0, sel);
-    Augment(x, augment, augment_seed);
-    BatchScore s = model->Score(x, labels.index_select(0, sel));
+    Examples b = train.Rows(sel);
+    if (!b.tokens()) Augment(b.x, augment, augment_seed);
+    BatchScore s = model->Score(b.x, b.y);
     s.loss.backward();
     *loss = s.loss.item<double>();
-    *accuracy = s.accuracy.value_or(0.0);
+    *accuracy = s.accuracy.value_or(-1.0);
     return std::isfinite(*loss) && compression::CountNonFinite(grad.data_ptr<float>(), grad.numel()) == 0;
   }
 
@@ -45,7 +48,8 @@ struct ClientExecutor::Impl {
   double Accuracy(const std::vector<int64_t>& indices, int64_t count) {
     count = std::min<int64_t>(count, static_cast<int64_t>(indices.size()));
     torch::Tensor sel = torch::from_blob(const_cast<int64_t*>(indices.data()), {count}, torch::kInt64);
-    return Evaluate(*model, images.index_select(0, sel), labels.index_select(0, sel));
+    const Examples e = train.Rows(sel);
+    return ScoreOn(*model, e.x, e.y).accuracy.value_or(-1.0);
   }
 };
 
@@ -53,18 +57,17 @@ ClientExecutor::ClientExecutor(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 ClientExecutor::~ClientExecutor() = default;
 
 StatusOr<std::unique_ptr<ClientExecutor>> ClientExecutor::Create(const ModelSpec& model, uint64_t seed,
-                                                                 const ImageSet& train, int batch_size,
-                                                                 const LocalOptimizerSpec& local,
+                                                                 const Examples& train, const SampleShape& shape,
+                                                                 int batch_size, const LocalOptimizerSpec& local,
                                                                  const AugmentSpec& augment) {
   if (batch_size < 1) return InvalidArgument("batch size must be at least 1");
   auto impl = std::make_unique<Impl>();
-  GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed, torch::kCPU, ShapeOf(train)));
+  GD_ASSIGN_OR_RETURN(impl->model, FlatModel::Create(model, seed, torch::kCPU, shape));
   if (!impl->model->has_network()) return InvalidArgument("federated clients need a model with a network");
   impl->grad = impl->model->NewGradBuffer();
-  impl->images = ImagesTensor(train);
-  impl->labels = LabelsTensor(train);
+  impl->train = train;
   // Its buffers, if any, follow its own data (docs/models.md).
-  impl->model->SetBufferImages(impl->images.narrow(0, 0, std::min(impl->images.size(0), EvalSpec{}.buffer_samples)));
+  if (!train.tokens()) impl->model->SetBufferImages(train.Head(EvalSpec{}.buffer_samples).x);
   impl->seed = seed;
   impl->batch_size = batch_size;
   impl->local = local;
@@ -84,7 +87,7 @@ StatusOr<ClientOutcome> ClientExecutor::Train(const float* global, const ClientR
   std::memcpy(y, global, n * sizeof(float));
   std::fill(m.momentum.begin(), m.momentum.end(), 0.0f);
   ClientOutcome out;
-  if (r.eval_samples > 0) {
+  if (r.eval_samples > 0 && m.model->objective().classifies()) {
     const auto e0 = std::chrono::steady_clock::now();
     out.eval_accuracy = m.Accuracy(*r.indices, r.eval_samples);
     out.eval_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - e0).count();

@@ -1,6 +1,7 @@
 // ClientExecutor: trains federated clients one after another in one process.
-// A client is only its indices into the shared training set (from the
-// partition) and, for SCAFFOLD, its control variate, both kept by the
+// A client is only its indices into the shared training examples (images
+// or token windows, from the partition: worker/examples.h) and, for
+// SCAFFOLD, its control variate, both kept by the
 // caller; the model, gradient buffer and momentum buffer belong to the
 // executor and are reused for every client, so the memory of an idle client
 // is its indices. Each client starts from the round's global model, runs
@@ -20,6 +21,9 @@
 
 namespace geodesic::worker {
 
+struct Examples;     // worker/examples.h (LibTorch)
+struct SampleShape;  // worker/model.h
+
 struct ClientRound {
   int64_t client = 0;
   int64_t round = 0;
@@ -29,6 +33,7 @@ struct ClientRound {
   const float* correction = nullptr;              // SCAFFOLD: c - c_i (n values), else null
   const float* server_control = nullptr;          // SCAFFOLD: c, for the client's new control
   int64_t eval_samples = 0;                       // > 0: first evaluate `global` on this many of the client's samples
+                                                  // (classifiers only: a module's own loss has no accuracy)
 };
 
 struct ClientOutcome {
@@ -42,16 +47,19 @@ struct ClientOutcome {
   bool finite = true;
   std::vector<float> control_delta;  // SCAFFOLD: c_i+ - c_i
   double eval_accuracy = -1;         // `global` on the client's first eval_samples samples; -1: not asked
+                                     // (classifiers only)
   double eval_seconds = 0;           // the time that took
 };
 
 class ClientExecutor {
  public:
-  // `train` is shared by every client this executor runs; the executor
-  // keeps its own tensor copy of it. `augment` changes each training batch
-  // as a worker's (data.augment), drawn from (seed, client, round, step).
-  static StatusOr<std::unique_ptr<ClientExecutor>> Create(const ModelSpec& model, uint64_t seed, const ImageSet& train,
-                                                          int batch_size, const LocalOptimizerSpec& local,
+  // `train` (of samples shaped `shape`) is shared by every client this
+  // executor runs. `augment` changes each batch of images as a worker's
+  // (data.augment), drawn from (seed, client, round, step). Each step's
+  // loss is the model's objective (worker/objective.h).
+  static StatusOr<std::unique_ptr<ClientExecutor>> Create(const ModelSpec& model, uint64_t seed, const Examples& train,
+                                                          const SampleShape& shape, int batch_size,
+                                                          const LocalOptimizerSpec& local,
                                                           const AugmentSpec& augment = {});
   ~ClientExecutor();
 

@@ -1,5 +1,7 @@
 #include "worker/examples.h"
 
+#include "worker/partition.h"
+
 namespace geodesic::worker {
 
 Examples Examples::Rows(const std::vector<int64_t>& rows) const {
@@ -52,6 +54,54 @@ StatusOr<SplitExamples> LoadExamples(const DataSpec& data, const std::string& sp
   }
   if (max_samples > 0) out.examples = out.examples.Head(max_samples);
   return out;
+}
+
+namespace {
+
+// Keeps client `only`'s rows alone (see LoadClientSplit).
+void KeepOnly(int64_t only, ClientSplit& s) {
+  if (only < 0) return;
+  std::vector<int64_t>& mine = s.clients[static_cast<size_t>(only)];
+  for (size_t c = 0; c < s.clients.size(); ++c)
+    if (static_cast<int64_t>(c) != only) s.clients[c].clear();
+  for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<int64_t>(i);
+}
+
+}  // namespace
+
+StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const ImageSet& train, int64_t only) {
+  auto split = PartitionSamples(train.labels, train.classes, static_cast<int>(job.federated.clients),
+                                job.data.partition, job.seed, job.data.batch_size);
+  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
+  ClientSplit s;
+  s.clients = std::move(*split);
+  s.shape = ShapeOf(train);
+  s.examples = ImageExamples(train, only >= 0 ? &s.clients[static_cast<size_t>(only)] : nullptr);
+  s.digest = PartitionDigest(s.clients);
+  KeepOnly(only, s);
+  return s;
+}
+
+StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const TokenSet& train, int64_t only) {
+  auto split = PartitionWindows(train, static_cast<int>(job.federated.clients), job.data.partition, job.seed,
+                                job.data.batch_size);
+  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
+  ClientSplit s;
+  s.clients = std::move(*split);
+  s.shape = ShapeOf(train, job.data);
+  s.examples = TokenExamples(train, only >= 0 ? &s.clients[static_cast<size_t>(only)] : nullptr);
+  s.digest = PartitionDigest(s.clients);
+  KeepOnly(only, s);
+  return s;
+}
+
+StatusOr<ClientSplit> LoadClientSplit(const JobSpec& job, int64_t only) {
+  if (job.data.dataset == DatasetKind::kTokens) {
+    GD_ASSIGN_OR_RETURN(TokenSet train, LoadTokens(job.data, "train"));
+    return ClientSplitOf(job, train, only);
+  }
+  GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
+  return ClientSplitOf(job, train, only);
 }
 
 }  // namespace geodesic::worker

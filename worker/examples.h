@@ -48,4 +48,21 @@ struct SplitExamples {
 };
 StatusOr<SplitExamples> LoadExamples(const DataSpec& data, const std::string& split, int64_t max_samples = 0);
 
+// The training split dealt to federated.clients clients (data.partition:
+// images by label, token windows by window, document or group), each given
+// at least one batch: every client's rows of `examples`. With `only` >= 0
+// (a real client), `examples` holds that client's rows alone, numbered
+// 0..k-1 in clients[only], and the other clients' lists are empty. The
+// digest is of the whole partition either way.
+struct ClientSplit {
+  Examples examples;
+  SampleShape shape;
+  std::vector<std::vector<int64_t>> clients;
+  std::string digest;
+};
+StatusOr<ClientSplit> LoadClientSplit(const JobSpec& job, int64_t only = -1);
+// The same for a split already loaded.
+StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const ImageSet& train, int64_t only = -1);
+StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const TokenSet& train, int64_t only = -1);
+
 }  // namespace geodesic::worker

@@ -7,6 +7,7 @@
 
 #include "common/draws.h"
 #include "common/log.h"
+#include "worker/examples.h"
 #include "worker/federated/population.h"
 #include "worker/federated/privacy.h"
 
@@ -67,24 +68,24 @@ void Average(RoundReport& report) {
 }  // namespace
 
 StatusOr<std::unique_ptr<FederatedRounds>> FederatedRounds::Create(const JobSpec& job, int executor,
-                                                                   const ImageSet& train) {
+                                                                   const ClientSplit& data) {
   std::unique_ptr<FederatedRounds> r(new FederatedRounds());
   r->job_ = &job;
   r->executor_ = executor;
   r->executors_ = std::max(1, job.NumWorkers());
   const FederatedSpec& f = job.federated;
-  auto split = PartitionSamples(train.labels, train.classes, static_cast<int>(f.clients), job.data.partition, job.seed,
-                                job.data.batch_size);
-  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
-  r->clients_ = std::move(*split);
-  r->digest_ = PartitionDigest(r->clients_);
+  if (static_cast<int64_t>(data.clients.size()) != f.clients)
+    return InvalidArgument("the training split is dealt to " + std::to_string(data.clients.size()) +
+                           " clients, not federated.clients " + std::to_string(f.clients));
+  r->clients_ = data.clients;
+  r->digest_ = data.digest;
   for (const auto& c : r->clients_) {
     r->sizes_.push_back(static_cast<int64_t>(c.size()));
     r->steps_.push_back(LocalStepsFor(r->sizes_.back(), job.data.batch_size, f.local_epochs, f.local_steps));
   }
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
-  GD_ASSIGN_OR_RETURN(r->exec_,
-                      ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, local, job.data.augment));
+  GD_ASSIGN_OR_RETURN(r->exec_, ClientExecutor::Create(job.model, job.seed, data.examples, data.shape,
+                                                       job.data.batch_size, local, job.data.augment));
   GD_RETURN_IF_ERROR(r->SetUpUplinks());
   // What keeps every push within the shards' limit (docs/federated.md "Bounds
   // on updates"): a model value at most MaxUpdateValue(E); SCAFFOLD's control

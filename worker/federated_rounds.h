@@ -84,6 +84,8 @@
 
 namespace geodesic::worker {
 
+struct ClientSplit;  // worker/examples.h (LibTorch)
+
 struct RoundReport {
   int64_t selected = 0;                // the round's selection, all executors
   int64_t trained = 0;                 // this executor's clients that sent a usable update
@@ -107,7 +109,7 @@ struct RoundReport {
 
 class FederatedRounds {
  public:
-  static StatusOr<std::unique_ptr<FederatedRounds>> Create(const JobSpec& job, int executor, const ImageSet& train);
+  static StatusOr<std::unique_ptr<FederatedRounds>> Create(const JobSpec& job, int executor, const ClientSplit& data);
 
   // Round `round` from `global` (shard_values() values: the model, and
   // under SCAFFOLD c after it); writes this executor's push to `push`

@@ -16,6 +16,7 @@
 #include "transport/message.h"
 #include "worker/client_executor.h"
 #include "worker/dataset.h"
+#include "worker/examples.h"
 #include "worker/partition.h"
 
 namespace geodesic::worker {
@@ -52,18 +53,15 @@ StatusOr<ClientData> LoadClient(const RealClientOptions& o) {
                            std::to_string(f.clients) + " clients");
   at::set_num_threads(job.training.threads);  // the executors' threads: the same arithmetic
   SingleThreadedBlas();
-  GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
-  GD_ASSIGN_OR_RETURN(Partition split, PartitionSamples(train.labels, train.classes, static_cast<int>(f.clients),
-                                                        job.data.partition, job.seed, job.data.batch_size));
+  GD_ASSIGN_OR_RETURN(ClientSplit own, LoadClientSplit(job, o.client));
   ClientData d;
-  d.digest = PartitionDigest(split);
-  const std::vector<int64_t>& mine = split[static_cast<size_t>(o.client)];
-  const ImageSet own = Subset(train, mine);
-  for (size_t i = 0; i < mine.size(); ++i) d.indices.push_back(static_cast<int64_t>(i));
+  d.digest = own.digest;
+  d.indices = std::move(own.clients[static_cast<size_t>(o.client)]);
   const LocalOptimizerSpec local{.lr = f.local_lr, .momentum = f.local_momentum, .prox_mu = f.prox_mu};
-  GD_ASSIGN_OR_RETURN(d.exec,
-                      ClientExecutor::Create(job.model, job.seed, own, job.data.batch_size, local, job.data.augment));
-  GD_LOG(INFO) << "client " << o.client << ": " << mine.size() << " samples (partition digest " << d.digest << ")";
+  GD_ASSIGN_OR_RETURN(d.exec, ClientExecutor::Create(job.model, job.seed, own.examples, own.shape, job.data.batch_size,
+                                                     local, job.data.augment));
+  GD_LOG(INFO) << "client " << o.client << ": " << d.indices.size() << " "
+               << (own.examples.tokens() ? "windows" : "samples") << " (partition digest " << d.digest << ")";
   return d;
 }
 

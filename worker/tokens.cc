@@ -132,7 +132,7 @@ Status CheckTokenEpochs(const JobSpec& job, const TokenSet& train) {
 }
 
 StatusOr<std::vector<std::vector<int64_t>>> PartitionWindows(const TokenSet& set, int parts, const PartitionSpec& spec,
-                                                             uint64_t seed) {
+                                                             uint64_t seed, int64_t min_windows) {
   const int64_t n = set.windows();
   std::vector<std::vector<int64_t>> out(parts);
   if (spec.kind == DataPartition::kIid) {
@@ -156,9 +156,11 @@ StatusOr<std::vector<std::vector<int64_t>>> PartitionWindows(const TokenSet& set
     for (int64_t w = 0; w < n; ++w) out[owner[unit_of[set.DocumentOf(w)]]].push_back(w);
   }
   for (int p = 0; p < parts; ++p)
-    if (out[p].empty())
+    if (static_cast<int64_t>(out[p].size()) < std::max<int64_t>(1, min_windows))
       return InvalidArgument("data.partition " + ToString(spec) + ": part " + std::to_string(p) + " of " +
-                             std::to_string(parts) + " gets no window of " + set.file);
+                             std::to_string(parts) + " gets " +
+                             (out[p].empty() ? "no window" : std::to_string(out[p].size()) + " windows") + " of " +
+                             set.file + (min_windows > 1 ? ", fewer than " + std::to_string(min_windows) : ""));
   return out;
 }
 

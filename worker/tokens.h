@@ -61,7 +61,8 @@ Status CheckTokenEpochs(const JobSpec& job, const TokenSet& train);
 // of a part are in increasing order except for iid. InvalidArgument naming
 // data.partition when the side file it needs is missing or a part gets no
 // window.
+// A part with fewer than `min_windows` windows is an error.
 StatusOr<std::vector<std::vector<int64_t>>> PartitionWindows(const TokenSet& set, int parts, const PartitionSpec& spec,
-                                                             uint64_t seed);
+                                                             uint64_t seed, int64_t min_windows = 1);
 
 }  // namespace geodesic::worker

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 
 #include "tests/integration/harness.h"
 #include "tests/test_paths.h"
@@ -152,6 +153,83 @@ TEST_F(LanguageModelTest, TrainsTheGptAndReportsLossPerplexityAndTimeToTarget) {
       break;
     }
   EXPECT_EQ(s["samples"], 150 * 16);
+}
+
+// Federated language models: six clients, each a set of whole documents
+// of the text (data.partition documents over train.docs), three a round.
+// FedAvg and FedAdam both learn, and rounds.csv carries the validation loss
+// of every round and no accuracy. Two real `geodesic client` processes
+// each train one task of their client in place of the executors (and
+// leave), and the job ends with the same model, bit for bit, as the job
+// without them.
+const char* kFederatedLmJob = R"(
+name: fedlm
+seed: 1
+regions:
+  a: {servers: 1, workers: 1}
+  b: {servers: 1, workers: 1}
+model: {name: torchscript, path: MODEL}
+data: {dataset: tokens, path: DATA, context: 32, batch_size: 8, partition: documents}
+training: {staleness_bound: 0}
+federated: {clients: 6, per_round: 3, rounds: 30, local_steps: 5, local_lr: 0.5, gateway: true, gateway_timeout_s: 60}
+eval: {snapshot_every_s: 1, test_samples: 128}
+membership: {heartbeat_ms: 100, lease_ms: 2000}
+)";
+
+TEST_F(LanguageModelTest, FederatedClientsOfDocumentsTrainWithFedAvgFedAdamAndRealClients) {
+  // 30 documents of 100 lines each.
+  const std::vector<uint16_t> text = Text(3000, 1);
+  {
+    std::ofstream docs(dir_ / "data/train.docs", std::ios::binary);
+    uint64_t lines = 0;
+    for (uint64_t i = 0; i < text.size(); ++i)
+      if (i == 0 || (text[i - 1] == '\n' && ++lines % 100 == 0)) docs.write(reinterpret_cast<const char*>(&i), 8);
+  }
+  std::string job = kFederatedLmJob;
+  job.replace(job.find("MODEL"), 5, dir_ / "gpt.pt");
+  job.replace(job.find("DATA"), 4, dir_ / "data");
+  testing::WriteText(dir_ / "job.yaml", job);
+  auto launch = [&](const std::string& run, const std::vector<std::string>& sets) {
+    std::vector<std::string> args = {"launch", dir_ / "job.yaml", "--run-dir", dir_ / run, "--quiet"};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    return testing::RunGeodesic(args, 300);
+  };
+  for (const std::string strategy : {"fedavg", "fedadam"}) {
+    std::vector<std::string> sets = {"federated.strategy=" + strategy};
+    if (strategy == "fedadam") sets.push_back("training.outer_lr=0.01");
+    auto r = launch(strategy, sets);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json s = testing::ReadJson(dir_ / (strategy + "/summary.json"));
+    EXPECT_LT(s["test_loss"].get<double>(), 4.0) << strategy << ": " << s.dump(2);  // from 5.55
+    EXPECT_TRUE(s["test_accuracy"].is_null());
+    EXPECT_EQ(s["federated"]["clients_trained"], 90);
+    const std::string csv = testing::ReadText(dir_ / (strategy + "/rounds.csv"));
+    ASSERT_EQ(csv.substr(0, 33), "round,test_accuracy,test_loss,sel") << csv;
+    const nlohmann::json& rows = s["federated"]["rounds"];
+    ASSERT_EQ(rows.size(), 30u) << s.dump(2);
+    for (const auto& row : rows) EXPECT_TRUE(row["test_loss"].is_number()) << row.dump();
+    EXPECT_LT(rows.back()["test_loss"].get<double>(), rows.front()["test_loss"].get<double>()) << csv;
+  }
+  // Real clients 1 and 4 take their clients' tasks (plaintext launch).
+  std::vector<std::string> args = {"launch", dir_ / "job.yaml", "--run-dir", dir_ / "real", "--quiet"};
+  testing::Process run(args, dir_ / "real-launch.log");
+  ASSERT_TRUE(testing::WaitForFile(dir_ / "real/coordinator.endpoint", 60))
+      << testing::ReadText(dir_ / "real-launch.log");
+  const std::string endpoint = testing::ReadText(dir_ / "real/coordinator.endpoint");
+  std::vector<std::unique_ptr<testing::Process>> clients;
+  for (int id : {1, 4})
+    clients.push_back(std::make_unique<testing::Process>(
+        std::vector<std::string>{"client", "--job", dir_ / "job.yaml", "--id", std::to_string(id), "--coordinator",
+                                 endpoint, "--join-timeout", "60", "--max-tasks", "1"},
+        dir_ / ("client-" + std::to_string(id) + ".log")));
+  ASSERT_EQ(run.Wait(300), 0) << testing::ReadText(dir_ / "real-launch.log");
+  for (int i = 0; i < 2; ++i)
+    EXPECT_EQ(clients[i]->Wait(30), 0) << testing::ReadText(dir_ / (i ? "client-4.log" : "client-1.log"));
+  const nlohmann::json s = testing::ReadJson(dir_ / "real/summary.json");
+  EXPECT_EQ(s["federated"]["real_client_updates"], 2) << s["federated"].dump(2);
+  EXPECT_EQ(s["federated"]["client_updates_refused"], 0);
+  EXPECT_NE(testing::ReadText(dir_ / "client-1.log").find("windows"), std::string::npos);
+  EXPECT_EQ(testing::ReadText(dir_ / "real/final_params.bin"), testing::ReadText(dir_ / "fedavg/final_params.bin"));
 }
 
 // The shipped examples as they are, on what scripts/prepare_lm.sh makes from

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "tests/worker/band_images.h"
+#include "worker/examples.h"
 
 namespace geodesic::worker {
 namespace {
@@ -28,7 +29,7 @@ struct Fixture {
   std::vector<float> global;
   explicit Fixture(LocalOptimizerSpec local = {.lr = 0.05, .momentum = 0.9}, AugmentSpec augment = {}) {
     std::iota(mine.begin(), mine.end(), 0);
-    exec = std::move(ClientExecutor::Create(kMlp, 1, train, 32, local, augment)).value();
+    exec = std::move(ClientExecutor::Create(kMlp, 1, ImageExamples(train), ShapeOf(train), 32, local, augment)).value();
     global.assign(exec->num_params(), 0.0f);
     std::mt19937 rng(5);
     std::normal_distribution<float> normal(0, 0.05f);

@@ -13,6 +13,7 @@
 #include "common/wire_limits.h"
 #include "server/strategy.h"
 #include "tests/worker/band_images.h"
+#include "worker/examples.h"
 #include "worker/federated/buffered.h"
 #include "worker/federated/privacy.h"
 
@@ -46,9 +47,9 @@ Expected TrainDirectly(const JobSpec& job, const ImageSet& train, const Partitio
                        const std::vector<int64_t>& clients, int64_t round, const std::vector<float>& state,
                        std::vector<std::vector<float>>& controls) {
   const size_t n = state.size() / 2;
-  auto exec =
-      std::move(ClientExecutor::Create(job.model, job.seed, train, job.data.batch_size, {.lr = job.federated.local_lr}))
-          .value();
+  auto exec = std::move(ClientExecutor::Create(job.model, job.seed, ImageExamples(train), ShapeOf(train),
+                                               job.data.batch_size, {.lr = job.federated.local_lr}))
+                  .value();
   Expected e{std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
   for (int64_t k : clients) {
     std::vector<float>& ci = controls[k];
@@ -79,7 +80,7 @@ Expected TrainDirectly(const JobSpec& job, const ImageSet& train, const Partitio
 TEST(FederatedRoundsTest, ScaffoldStepsTheModelAndTheControlVariateByHand) {
   const JobSpec job = ScaffoldJob();
   const ImageSet train = Bands();
-  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto rounds = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   const int64_t n = rounds->num_params();
   ASSERT_EQ(rounds->shard_values(), 2 * n);
   const Partition parts = std::move(PartitionSamples(train.labels, 10, 4, job.data.partition, job.seed, 32)).value();
@@ -124,7 +125,7 @@ TEST(FederatedRoundsTest, ScaffoldClientsTrainWhereTheirControlIs) {
   job.federated.per_round = 4;
   const ImageSet train = Bands();
   for (int executor = 0; executor < 2; ++executor) {
-    auto rounds = std::move(FederatedRounds::Create(job, executor, train)).value();
+    auto rounds = std::move(FederatedRounds::Create(job, executor, ClientSplitOf(job, train).value())).value();
     std::vector<float> state(rounds->shard_values(), 0.01f), push(rounds->shard_values());
     RoundReport report = std::move(rounds->Run(0, state.data(), push.data())).value();
     EXPECT_EQ(report.clients, (executor == 0 ? std::vector<int64_t>{0, 2} : std::vector<int64_t>{1, 3}));
@@ -144,7 +145,7 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
   job.federated.device_slow_fraction = 0.3;
   job.federated.device_compute_sigma = 0.5;
   const ImageSet train = Bands();
-  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto rounds = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   const int64_t n = rounds->num_params();
   ASSERT_EQ(rounds->shard_values(), n);
   const Partition parts = std::move(PartitionSamples(train.labels, 10, 8, job.data.partition, job.seed, 32)).value();
@@ -158,8 +159,9 @@ TEST(FederatedRoundsTest, FedBuffTrainsEachUpdateFromItsVersionAndWeighsItsStale
     seconds.push_back(federated::ClientSeconds(federated::DrawProfile(profiles, c, job.seed), 3, 4.0 * n, 4.0 * n));
   federated::BufferedSchedule schedule({.concurrency = 4, .buffer = 2, .max_staleness = 3}, profiles, seconds,
                                        job.seed);
-  auto direct =
-      std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
+  auto direct = std::move(ClientExecutor::Create(job.model, job.seed, ImageExamples(train), ShapeOf(train), 32,
+                                                 {.lr = job.federated.local_lr}))
+                    .value();
 
   std::vector<std::vector<float>> versions;
   std::vector<float> x(n);
@@ -203,11 +205,11 @@ TEST(FederatedRoundsTest, UplinkCodecsPerClientShrinkTheBytesAndKeepResiduals) {
   job.federated.per_round = 4;
   job.federated.device_uplink_sigma = 1.0;
   const ImageSet train = Bands();
-  auto plain = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto plain = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   job.federated.uplink_codec = "int8";
   job.federated.slow_uplink_codec = "topk:0.25";
   job.federated.slow_uplink_mbit = 20;  // the median: about half the clients
-  auto coded = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto coded = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   const int64_t n = coded->num_params();
   int slow = 0;
   for (int64_t c = 0; c < 4; ++c) {
@@ -239,8 +241,9 @@ TEST(FederatedRoundsTest, UpdatesOverTheNormBoundAreRefusedAndCounted) {
   job.federated.per_round = 4;
   const ImageSet train = Bands();
   const Partition parts = std::move(PartitionSamples(train.labels, 10, 4, job.data.partition, job.seed, 32)).value();
-  auto direct =
-      std::move(ClientExecutor::Create(job.model, job.seed, train, 32, {.lr = job.federated.local_lr})).value();
+  auto direct = std::move(ClientExecutor::Create(job.model, job.seed, ImageExamples(train), ShapeOf(train), 32,
+                                                 {.lr = job.federated.local_lr}))
+                    .value();
   const int64_t n = direct->num_params();
   std::vector<float> global(n, 0.01f);
   std::vector<ClientOutcome> outcomes;
@@ -254,7 +257,7 @@ TEST(FederatedRoundsTest, UpdatesOverTheNormBoundAreRefusedAndCounted) {
   std::vector<double> sorted = norms;
   std::sort(sorted.begin(), sorted.end());
   job.federated.max_update_norm = (sorted[1] + sorted[2]) / 2;  // two pass, two are refused
-  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto rounds = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   std::vector<float> push(n);
   RoundReport report = std::move(rounds->Run(0, global.data(), push.data())).value();
   EXPECT_EQ(report.refused, 2);
@@ -280,7 +283,7 @@ TEST(FederatedRoundsTest, DivergedButFiniteVirtualUpdatesAreRefusedSoThePushStay
   job.federated.local_steps = 1;
   job.federated.local_lr = 1e25;
   const ImageSet train = Bands();
-  auto rounds = std::move(FederatedRounds::Create(job, 0, train)).value();
+  auto rounds = std::move(FederatedRounds::Create(job, 0, ClientSplitOf(job, train).value())).value();
   const int64_t n = rounds->num_params();
   std::vector<float> global(n, 0.01f), push(n);
   RoundReport report = std::move(rounds->Run(0, global.data(), push.data())).value();

@@ -9,7 +9,10 @@
 
 #include "cluster/chunking.h"
 #include "tests/test_paths.h"
+#include "worker/examples.h"
+#include "worker/federated_rounds.h"
 #include "worker/model.h"
+#include "worker/objective.h"
 
 namespace geodesic::worker {
 namespace {
@@ -269,6 +272,64 @@ TEST_F(TorchScriptTest, GptTrainsOnItsOwnLoss) {
   EvalScore e = ScoreOn(*m, x, y, 3);
   EXPECT_FALSE(e.accuracy.has_value());
   EXPECT_NEAR(e.loss, m->Score(x, y).loss.item<double>(), 1e-5);
+}
+
+// Federated clients of a language model: each client is a set of whole
+// documents (data.partition documents), trains the module's own loss on
+// its windows, and the round's FedAvg step lowers the loss on the clients'
+// data. No client accuracy is asked of a model that has none.
+TEST_F(TorchScriptTest, FederatedClientsTrainTheGptOnTheirOwnDocuments) {
+  TokenSet set;
+  set.context = 16;
+  set.file = "train.bin";
+  for (int d = 0; d < 8; ++d) {  // eight documents of 200 to 550 tokens, each a repeated phrase
+    set.doc_starts.push_back(set.tokens.size());
+    for (int i = 0; i < 200 + 50 * d; ++i) set.tokens.push_back(static_cast<uint32_t>(97 + (i * (d + 1)) % 7));
+  }
+  set.max_token = 103;
+  JobSpec job;
+  job.seed = 3;
+  job.model = Spec(Export("gpt", "--size tiny"));
+  job.data.dataset = DatasetKind::kTokens;
+  job.data.context = 16;
+  job.data.batch_size = 4;
+  job.data.partition.kind = DataPartition::kDocuments;
+  job.federated.clients = 4;
+  job.federated.per_round = 4;
+  job.federated.local_steps = 3;
+  job.federated.local_lr = 0.1;
+  ASSERT_GT(job.federated.client_eval_samples, 0);  // asked, and skipped: no accuracy
+
+  ClientSplit split = std::move(ClientSplitOf(job, set)).value();
+  ASSERT_EQ(split.clients.size(), 4u);
+  std::vector<int> owner(8, -1);
+  for (int c = 0; c < 4; ++c)
+    for (int64_t w : split.clients[c]) {
+      int& o = owner[set.DocumentOf(w)];
+      EXPECT_TRUE(o == -1 || o == c) << "document " << set.DocumentOf(w) << " is split between clients";
+      o = c;
+    }
+  // A real client holds its own windows alone, numbered from 0.
+  ClientSplit own = std::move(ClientSplitOf(job, set, 2)).value();
+  EXPECT_EQ(own.digest, split.digest);
+  ASSERT_EQ(own.examples.size(), static_cast<int64_t>(split.clients[2].size()));
+  EXPECT_TRUE(own.clients[0].empty());
+  EXPECT_EQ(own.clients[2].front(), 0);
+  EXPECT_TRUE(torch::equal(own.examples.x, split.examples.Rows(split.clients[2]).x));
+
+  auto rounds = std::move(FederatedRounds::Create(job, 0, split)).value();
+  auto model = std::move(FlatModel::Create(job.model, job.seed, torch::kCPU, split.shape)).value();
+  auto loss = [&] { return ScoreOn(*model, split.examples.x, split.examples.y).loss; };
+  const double before = loss();
+  std::vector<float> x(model->params().data_ptr<float>(), model->params().data_ptr<float>() + model->num_params());
+  std::vector<float> push(x.size());
+  RoundReport r = std::move(rounds->Run(0, x.data(), push.data())).value();
+  EXPECT_EQ(r.trained, 4);
+  EXPECT_EQ(r.mean_accuracy, -1.0);
+  EXPECT_TRUE(r.client_accuracy.empty());
+  EXPECT_TRUE(std::isfinite(r.mean_loss));
+  for (size_t j = 0; j < x.size(); ++j) model->params().data_ptr<float>()[j] = x[j] - push[j];  // FedAvg, outer lr 1
+  EXPECT_LT(loss(), before - 0.1);
 }
 
 TEST_F(TorchScriptTest, TokenDataThatTheModuleCannotTakeIsRefused) {

@@ -134,7 +134,7 @@ void FederatedStep::Count(int64_t clock, const RoundReport& r) {
   n.samples += r.samples;
   if (r.trained > 0) {
     n.loss_ema = n.loss_ema < 0 ? r.mean_loss : 0.8 * n.loss_ema + 0.2 * r.mean_loss;
-    n.acc_ema = n.acc_ema < 0 ? r.mean_accuracy : 0.8 * n.acc_ema + 0.2 * r.mean_accuracy;
+    if (r.mean_accuracy >= 0) n.acc_ema = n.acc_ema < 0 ? r.mean_accuracy : 0.8 * n.acc_ema + 0.2 * r.mean_accuracy;
   }
   if (r.unusable > 0)
     GD_LOG(WARNING) << "round " << clock << ": " << r.unusable << " client update(s) not finite; left out";

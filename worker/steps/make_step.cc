@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "worker/dataset.h"
+#include "worker/examples.h"
 #include "worker/federated_rounds.h"
 #include "worker/model.h"
 #include "worker/steps/elastic_units.h"
@@ -26,12 +27,13 @@ StatusOr<torch::Device> SetUpTorch(const JobSpec& job) {
 
 StatusOr<StepParts> MakeFederated(StepEnv& env, const StepPlace& place, torch::Device device) {
   const JobSpec& job = env.job;
-  GD_ASSIGN_OR_RETURN(ImageSet train, LoadDataset(job.data, "train"));
+  GD_ASSIGN_OR_RETURN(ClientSplit train, LoadClientSplit(job));
+  const SampleShape shape = train.shape;
   GD_ASSIGN_OR_RETURN(std::unique_ptr<FederatedRounds> rounds, FederatedRounds::Create(job, env.id, train));
   GD_LOG(INFO) << "federated: executor " << env.id << " of " << job.NumWorkers() << " for " << job.federated.clients
                << " clients (" << ToString(job.data.partition) << ", digest " << rounds->digest() << "), "
                << job.federated.per_round << " a round";
-  GD_ASSIGN_OR_RETURN(std::unique_ptr<FlatModel> model, FlatModel::Create(job.model, job.seed, device, ShapeOf(train)));
+  GD_ASSIGN_OR_RETURN(std::unique_ptr<FlatModel> model, FlatModel::Create(job.model, job.seed, device, shape));
   StepParts parts;
   parts.step = std::make_unique<FederatedStep>(
       env, std::move(model), std::move(rounds),
