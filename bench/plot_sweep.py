@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""Plots of a `geodesic sweep` output folder: test accuracy against training
-time and against the bytes the workers exchanged, one line per run.
+"""Plots of a `geodesic sweep` output folder: test accuracy (validation loss
+for language models) against training time and against the bytes the
+workers exchanged, one line per run.
 
     /usr/bin/python3 bench/plot_sweep.py OUT
 
 Reads OUT/results.json and OUT/curves.csv; writes OUT/accuracy_vs_time.png
-and OUT/accuracy_vs_bytes.png. Runs that differ only in a seed axis share a
+and OUT/accuracy_vs_bytes.png (loss_vs_time.png and loss_vs_bytes.png for
+runs without accuracy). Runs that differ only in a seed axis share a
 colour (line styles tell the seeds apart); the legend names only the axes
 whose values differ between runs. Needs python3-matplotlib."""
 import csv
@@ -51,7 +53,7 @@ def labels(rows):
     return out
 
 
-def plot(rows, curves, x_of, xlabel, path, target, logx=False):
+def plot(rows, curves, x_of, xlabel, path, target, logx=False, ylabel="test accuracy"):
     names = labels(rows)
     configs = list(dict.fromkeys(names[r["index"]][0] for r in rows))
     seeds = list(dict.fromkeys(names[r["index"]][1] for r in rows))
@@ -71,8 +73,9 @@ def plot(rows, curves, x_of, xlabel, path, target, logx=False):
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("test accuracy")
-    ax.set_ylim(bottom=max(0.0, min((p[2] for c in curves.values() for p in c), default=0) - 0.02))
+    ax.set_ylabel(ylabel)
+    if ylabel == "test accuracy":
+        ax.set_ylim(bottom=max(0.0, min((p[2] for c in curves.values() for p in c), default=0) - 0.02))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -85,11 +88,15 @@ def main():
         sys.exit("usage: plot_sweep.py OUT")
     out = sys.argv[1]
     rows, curves = load(out)
-    target = next((r["target_accuracy"] for r in rows if r.get("target_accuracy")), None)
-    plot(rows, curves, lambda p: p[0], "training time (s)", out + "/accuracy_vs_time.png", target)
+    # Curves hold accuracy, or validation loss for models without accuracy.
+    loss = all(r.get("test_accuracy") is None and r.get("test_loss") is not None for r in rows)
+    what, ylabel = ("loss", "validation loss (nats per token)") if loss else ("accuracy", "test accuracy")
+    target = next((r["target_loss" if loss else "target_accuracy"] for r in rows
+                   if r.get("target_loss" if loss else "target_accuracy")), None)
+    plot(rows, curves, lambda p: p[0], "training time (s)", f"{out}/{what}_vs_time.png", target, ylabel=ylabel)
     plot(rows, curves, lambda p: p[1] if p[1] else None, "bytes exchanged by the workers (push + pull)",
-         out + "/accuracy_vs_bytes.png", target, logx=True)
-    print(f"wrote {out}/accuracy_vs_time.png and {out}/accuracy_vs_bytes.png")
+         f"{out}/{what}_vs_bytes.png", target, logx=True, ylabel=ylabel)
+    print(f"wrote {out}/{what}_vs_time.png and {out}/{what}_vs_bytes.png")
 
 
 if __name__ == "__main__":

@@ -195,12 +195,19 @@ class SweepRunner {
       std::snprintf(b, sizeof(b), fmt, v.get<double>());
       return std::string(b);
     };
-    std::cout << "sweep: [" << p.index + 1 << "/" << points_.size() << "] " << r["status"].get<std::string>()
-              << ": test accuracy " << num(r["test_accuracy"], "%.4f") << ", target "
+    // Token runs: validation loss, tokens/s and bytes per token.
+    const bool tokens = r["bytes_per_token_total"].is_number();
+    std::cout << "sweep: [" << p.index + 1 << "/" << points_.size() << "] " << r["status"].get<std::string>() << ": "
+              << (tokens ? "validation loss " + num(r["test_loss"], "%.4f")
+                         : "test accuracy " + num(r["test_accuracy"], "%.4f"))
+              << ", target "
               << (r["seconds_to_target"].is_number() ? "after " + num(r["seconds_to_target"], "%.1f") + " s"
                                                      : std::string("not reached"))
-              << ", " << num(r["samples_per_second"], "%.0f") << " samples/s, " << num(r["bytes_per_sample"], "%.0f")
-              << " bytes/sample";
+              << ", "
+              << (tokens ? num(r["tokens_per_second"], "%.0f") + " tokens/s, " +
+                               num(r["bytes_per_token_total"], "%.2f") + " bytes/token"
+                         : num(r["samples_per_second"], "%.0f") + " samples/s, " + num(r["bytes_per_sample"], "%.0f") +
+                               " bytes/sample");
     if (!r["failure"].get<std::string>().empty()) std::cout << " (" << r["failure"].get<std::string>() << ")";
     if (left > 0)
       std::cout << "; " << left << " runs left, about " << static_cast<int>(elapsed / ran * left / 60 + 1) << " min";

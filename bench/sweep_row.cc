@@ -93,6 +93,10 @@ const char* kColumns[] = {"status",
                           "samples",
                           "samples_per_second",
                           "bytes_per_sample",
+                          "bytes_per_token_push",
+                          "bytes_per_token_pull",
+                          "bytes_per_token_total",
+                          "tokens_per_second",
                           "push_bytes_per_step",
                           "pull_bytes_per_step",
                           "staleness_mean",
@@ -124,23 +128,38 @@ std::string Csv(const SweepSpec& spec, const std::vector<json>& rows) {
   return csv.str();
 }
 
+// Token runs show validation loss (perplexity), tokens/s and bytes per
+// token each way; the others test accuracy, samples/s and bytes per sample.
+bool TokenRows(const std::vector<json>& rows) {
+  for (const json& r : rows)
+    if (!r.is_null() && r["bytes_per_token_total"].is_number()) return true;
+  return false;
+}
+
 std::string MarkdownRuns(const SweepSpec& spec, const std::vector<json>& rows) {
+  const bool tokens = TokenRows(rows);
   std::ostringstream md;
   md << "| run |";
   for (const SweepAxis& a : spec.axes) md << " " << a.key << " |";
-  md << " status | test accuracy | s to target | samples/s | bytes/sample | staleness mean / max | compute share "
-        "| compute utilization |\n|---|";
+  md << (tokens ? " status | validation loss (perplexity) | s to target | tokens/s | bytes/token push / pull |"
+                : " status | test accuracy | s to target | samples/s | bytes/sample |")
+     << " staleness mean / max | compute share | compute utilization |\n|---|";
   for (size_t i = 0; i < spec.axes.size(); ++i) md << "---|";
   md << "---|---|---|---|---|---|---|---|\n";
   for (const json& r : rows) {
     if (r.is_null()) continue;
     md << "| " << r["index"].get<int>() << " |";
     for (const SweepAxis& a : spec.axes) md << " " << r["axes"].value(a.key, std::string()) << " |";
-    md << " " << r["status"].get<std::string>() << " | " << NumberCell(r["test_accuracy"], "%.4f") << " | "
-       << NumberCell(r["seconds_to_target"], "%.1f") << " | " << NumberCell(r["samples_per_second"], "%.0f") << " | "
-       << NumberCell(r["bytes_per_sample"], "%.0f") << " | " << NumberCell(r["staleness_mean"], "%.2f") << " / "
-       << NumberCell(r["staleness_max"], "%.0f") << " | " << NumberCell(r["compute_share"], "%.2f") << " | "
-       << NumberCell(r["compute_utilization"], "%.2f") << " |\n";
+    md << " " << r["status"].get<std::string>() << " | ";
+    if (tokens)
+      md << NumberCell(r["test_loss"], "%.4f") << " (" << NumberCell(r["test_perplexity"], "%.2f") << ") | "
+         << NumberCell(r["seconds_to_target"], "%.1f") << " | " << NumberCell(r["tokens_per_second"], "%.0f") << " | "
+         << NumberCell(r["bytes_per_token_push"], "%.2f") << " / " << NumberCell(r["bytes_per_token_pull"], "%.2f");
+    else
+      md << NumberCell(r["test_accuracy"], "%.4f") << " | " << NumberCell(r["seconds_to_target"], "%.1f") << " | "
+         << NumberCell(r["samples_per_second"], "%.0f") << " | " << NumberCell(r["bytes_per_sample"], "%.0f");
+    md << " | " << NumberCell(r["staleness_mean"], "%.2f") << " / " << NumberCell(r["staleness_max"], "%.0f") << " | "
+       << NumberCell(r["compute_share"], "%.2f") << " | " << NumberCell(r["compute_utilization"], "%.2f") << " |\n";
   }
   return md.str();
 }
@@ -210,6 +229,10 @@ void AddSummary(const json& summary, json& row) {
   row["pull_bytes_per_step"] = per_step.is_object() ? per_step.value("pull", json()) : json();
   const json exchanged = Get(summary, "bytes_exchanged");
   row["bytes_exchanged"] = exchanged.is_object() ? exchanged.value("total", json()) : json();
+  const json per_token = Get(summary, "bytes_per_token");  // token data
+  for (const char* way : {"push", "pull", "total"})
+    row[std::string("bytes_per_token_") + way] = per_token.is_object() ? per_token.value(way, json()) : json();
+  row["tokens_per_second"] = Get(summary, "tokens_per_second");
   AddShares(summary, row);
   row["links"] = Links(summary);
   row["curve"] = curve;

@@ -203,9 +203,10 @@ void ValidateData(const JobSpec& job, Errors* errors) {
   Check(fashion || job.model.name != ModelKind::kCnn, errors, "model.name",
         "cnn takes Fashion-MNIST's 1x28x28 images; use mlp or torchscript for data.dataset " +
             ToString(job.data.dataset));
-  Check(job.TrainSamples() > 0 || job.training.steps > 0 || job.federated.enabled(), errors, "data.train_samples",
-        "needed to count training.epochs over a " + ToString(job.data.dataset) +
-            " dataset (or set training.steps); for tokens, the windows of train.bin: `geodesic check` says how many");
+  Check(
+      job.TrainSamples() > 0 || job.training.steps > 0 || job.federated.enabled(), errors, "data.train_samples",
+      "needed to count training.epochs over a " + ToString(job.data.dataset) +
+          " dataset (or set training.steps); for tokens, the windows of train.bin, which `geodesic partition` prints");
   ValidateTokens(job, errors);
 }
 

@@ -539,6 +539,15 @@ json BuildSummary(const RunRecord& run) {
   const std::set<int> promoted = PromotedShards(run);
   const Totals t = AddUpProcesses(run, promoted);
   AddTraffic(t, wall, summary);
+  if (run.job.data.dataset == DatasetKind::kTokens && t.samples > 0) {
+    // A sample is a window of data.context predicted tokens.
+    const double tokens = static_cast<double>(t.samples) * run.job.data.context;
+    summary["tokens"] = tokens;
+    summary["tokens_per_second"] = wall > 0 ? tokens / wall : 0.0;
+    summary["bytes_per_token"] = {{"push", static_cast<double>(t.push_bytes) / tokens},
+                                  {"pull", static_cast<double>(t.pull_bytes) / tokens},
+                                  {"total", static_cast<double>(t.push_bytes + t.pull_bytes) / tokens}};
+  }
   summary["partition"] = t.partition;
   summary["federated"] = t.federated;
   if (run.job.federated.dp() && t.federated.is_object())

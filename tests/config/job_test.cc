@@ -248,7 +248,8 @@ TEST(JobTest, TokenDataKeysAndWhatTheyRefuse) {
   error({"model.name=cnn", "model.path="}, "model.name: token data needs a torchscript module with a loss");
   error({"data.partition=dirichlet:0.3"}, "token data is split iid (windows), by documents or by groups");
   error({"data.augment.flip=true"}, "data.augment: is for images, not tokens");
-  error({"federated.clients=10"}, "federated jobs do not take token data yet");
+  auto federated = with({"federated.clients=10", "data.partition=documents", "training.staleness_bound=0"});
+  ASSERT_TRUE(federated.ok()) << federated.status();  // clients of documents
   error({"training.steps=0"}, "data.train_samples: needed to count training.epochs over a tokens dataset");
   auto images = ParseJob(kMinimal, "t", {"data.partition=documents"});
   ASSERT_FALSE(images.ok());
@@ -308,6 +309,10 @@ TEST(JobTest, ShippedExampleParses) {
   ASSERT_TRUE(lm3.ok()) << lm3.status();
   EXPECT_EQ(lm3->training.local_steps, 16);
   EXPECT_TRUE(lm3->ShardOptimizer().nesterov);
+  auto fed = LoadJobFile(::geodesic::testing::SourcePath("examples/federated_lm.yaml"));
+  ASSERT_TRUE(fed.ok()) << fed.status();
+  EXPECT_EQ(fed->data.partition.kind, DataPartition::kGroups);
+  EXPECT_EQ(fed->federated.clients, 40);
 }
 
 TEST(JobTest, WanLinksBothWaysOrOneWay) {

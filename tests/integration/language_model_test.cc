@@ -153,6 +153,11 @@ TEST_F(LanguageModelTest, TrainsTheGptAndReportsLossPerplexityAndTimeToTarget) {
       break;
     }
   EXPECT_EQ(s["samples"], 150 * 16);
+  // Traffic per predicted token: a sample is a window of 32.
+  EXPECT_EQ(s["tokens"], 150 * 16 * 32);
+  EXPECT_NEAR(s["bytes_per_token"]["total"].get<double>(),
+              s["bytes_exchanged"]["total"].get<double>() / (150 * 16 * 32), 1e-9);
+  EXPECT_GT(s["bytes_per_token"]["push"].get<double>(), 0.0);
 }
 
 // Federated language models: six clients, each a set of whole documents
