@@ -24,16 +24,15 @@ TEST(SweepRowTest, TokenRunsCarryLossPerplexityAndBytesPerToken) {
   spec.axes.push_back(config);
   SweepPoint point;
   point.values = {{"config", "wan-diloco"}};
-  const json summary = {
-      {"test_loss", 2.25},
-      {"test_perplexity", 9.4877},
-      {"test_accuracy", nullptr},
-      {"target_loss", 2.3},
-      {"seconds_to_target", 120.5},
-      {"loss_curve", {{0.0, 0, 5.5}, {60.0, 50, 2.9}, {120.5, 100, 2.25}}},
-      {"bytes_exchanged", {{"push", 600}, {"pull", 400}, {"total", 1000}}},
-      {"bytes_per_token", {{"push", 6.0}, {"pull", 4.0}, {"total", 10.0}}},
-      {"tokens_per_second", 9000.0}};
+  const json summary = {{"test_loss", 2.25},
+                        {"test_perplexity", 9.4877},
+                        {"test_accuracy", nullptr},
+                        {"target_loss", 2.3},
+                        {"seconds_to_target", 120.5},
+                        {"loss_curve", {{0.0, 0, 5.5}, {60.0, 50, 2.9}, {120.5, 100, 2.25}}},
+                        {"bytes_exchanged", {{"push", 600}, {"pull", 400}, {"total", 1000}}},
+                        {"bytes_per_token", {{"push", 6.0}, {"pull", 4.0}, {"total", 10.0}}},
+                        {"tokens_per_second", 9000.0}};
   const json row = SweepRow(spec, point, "/tmp/run", "finished", "", summary, "");
   EXPECT_EQ(row["test_loss"], 2.25);
   EXPECT_EQ(row["test_perplexity"], 9.4877);
