@@ -83,6 +83,8 @@ TEST(FederatedTest, DropoutsAreCountedAndRoundsGoOn) {
     EXPECT_EQ(r["clients"].size(), r["participants"].get<size_t>());
     ASSERT_TRUE(r["test_accuracy"].is_number());
     EXPECT_GT(r["test_accuracy"].get<double>(), 0.2);  // better than chance from round 1 on
+    ASSERT_TRUE(r["test_loss"].is_number());           // a classifier's loss is reported too
+    EXPECT_LT(r["test_loss"].get<double>(), 2.3);      // below chance's ln 10
     EXPECT_GT(r["wall_s"].get<double>(), 0);
     EXPECT_GT(r["compute_s"].get<double>(), 0);
     EXPECT_GE(r["straggler_wait_s"].get<double>(), 0);
@@ -100,7 +102,7 @@ TEST(FederatedTest, DropoutsAreCountedAndRoundsGoOn) {
                   share["straggler_wait"].get<double>() + share["comm"].get<double>(),
               1.0, 1e-9);
   const std::string csv = testing::ReadText(dir / "run/rounds.csv");
-  EXPECT_EQ(csv.rfind("round,test_accuracy,selected,participants,dropped,", 0), 0u) << csv;
+  EXPECT_EQ(csv.rfind("round,test_accuracy,test_loss,selected,participants,dropped,", 0), 0u) << csv;
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7) << csv;
 }
 
