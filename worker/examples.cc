@@ -58,41 +58,40 @@ StatusOr<SplitExamples> LoadExamples(const DataSpec& data, const std::string& sp
 
 namespace {
 
-// Keeps client `only`'s rows alone (see LoadClientSplit).
-void KeepOnly(int64_t only, ClientSplit& s) {
-  if (only < 0) return;
+// The split of `train` dealt by `split` (its rows per client), with client
+// `only`'s rows alone when only >= 0 (see LoadClientSplit).
+template <typename Set, typename ExamplesOf>
+StatusOr<ClientSplit> Deal(StatusOr<std::vector<std::vector<int64_t>>> split, const Set& train, SampleShape shape,
+                           ExamplesOf examples_of, int64_t only) {
+  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
+  ClientSplit s;
+  s.clients = std::move(*split);
+  s.shape = std::move(shape);
+  s.digest = PartitionDigest(s.clients);
+  if (only < 0) {
+    s.examples = examples_of(train, nullptr);
+    return s;
+  }
   std::vector<int64_t>& mine = s.clients[static_cast<size_t>(only)];
+  s.examples = examples_of(train, &mine);
   for (size_t c = 0; c < s.clients.size(); ++c)
     if (static_cast<int64_t>(c) != only) s.clients[c].clear();
   for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<int64_t>(i);
+  return s;
 }
 
 }  // namespace
 
 StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const ImageSet& train, int64_t only) {
-  auto split = PartitionSamples(train.labels, train.classes, static_cast<int>(job.federated.clients),
-                                job.data.partition, job.seed, job.data.batch_size);
-  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
-  ClientSplit s;
-  s.clients = std::move(*split);
-  s.shape = ShapeOf(train);
-  s.examples = ImageExamples(train, only >= 0 ? &s.clients[static_cast<size_t>(only)] : nullptr);
-  s.digest = PartitionDigest(s.clients);
-  KeepOnly(only, s);
-  return s;
+  return Deal(PartitionSamples(train.labels, train.classes, static_cast<int>(job.federated.clients), job.data.partition,
+                               job.seed, job.data.batch_size),
+              train, ShapeOf(train), ImageExamples, only);
 }
 
 StatusOr<ClientSplit> ClientSplitOf(const JobSpec& job, const TokenSet& train, int64_t only) {
-  auto split = PartitionWindows(train, static_cast<int>(job.federated.clients), job.data.partition, job.seed,
-                                job.data.batch_size);
-  if (!split.ok()) return InvalidArgument("data.partition over federated.clients: " + split.status().message());
-  ClientSplit s;
-  s.clients = std::move(*split);
-  s.shape = ShapeOf(train, job.data);
-  s.examples = TokenExamples(train, only >= 0 ? &s.clients[static_cast<size_t>(only)] : nullptr);
-  s.digest = PartitionDigest(s.clients);
-  KeepOnly(only, s);
-  return s;
+  return Deal(PartitionWindows(train, static_cast<int>(job.federated.clients), job.data.partition, job.seed,
+                               job.data.batch_size),
+              train, ShapeOf(train, job.data), TokenExamples, only);
 }
 
 StatusOr<ClientSplit> LoadClientSplit(const JobSpec& job, int64_t only) {
