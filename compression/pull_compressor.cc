@@ -16,6 +16,23 @@ SharedBytes Owned(std::shared_ptr<std::vector<uint8_t>> out) {
 
 }  // namespace
 
+PullCompressor::WorkerState& PullCompressor::StateOf(int worker, const CodecSpec& codec) {
+  WorkerState& w = copies_[worker];
+  if (!w.encoder || w.codec_name != codec.Name()) {
+    w.encoder = std::make_unique<Encoder>(codec, seed_ * 1000003 + static_cast<uint64_t>(worker));
+    w.codec_name = codec.Name();
+  }
+  return w;
+}
+
+void PullCompressor::Assume(int worker, const CodecSpec& codec, uint32_t chunk, const ChunkValues& values) {
+  if (!codec.lossy()) return;
+  Copy& copy = StateOf(worker, codec).chunks[chunk];
+  copy.valid = true;
+  copy.seq = 0;
+  copy.values.assign(values.data.get(), values.data.get() + values.n);
+}
+
 StatusOr<SharedBytes> PullCompressor::Encode(int worker, const CodecSpec& codec, uint32_t chunk,
                                              const ChunkValues& values, bool full, wire::ChunkData* d) {
   const uint64_t n = values.n;
@@ -33,11 +50,7 @@ StatusOr<SharedBytes> PullCompressor::Encode(int worker, const CodecSpec& codec,
     return Owned(std::move(out));
   }
 
-  WorkerState& w = copies_[worker];
-  if (!w.encoder || w.codec_name != codec.Name()) {
-    w.encoder = std::make_unique<Encoder>(codec, seed_ * 1000003 + static_cast<uint64_t>(worker));
-    w.codec_name = codec.Name();
-  }
+  WorkerState& w = StateOf(worker, codec);
   Copy& copy = w.chunks[chunk];
   auto send_values = [&]() {
     copy.valid = true;

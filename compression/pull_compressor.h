@@ -49,6 +49,11 @@ class PullCompressor {
   StatusOr<SharedBytes> Encode(int worker, const CodecSpec& codec, uint32_t chunk, const ChunkValues& values, bool full,
                                wire::ChunkData* d);
 
+  // `worker` holds `values` of `chunk` exactly, without a pull (its own
+  // initial values): under a lossy `codec` its copy starts from them, as
+  // after a pull of full values; lossless codecs keep no copy.
+  void Assume(int worker, const CodecSpec& codec, uint32_t chunk, const ChunkValues& values);
+
   // Drops every puller's copy of `chunk` (it moved to or from this shard):
   // the next pull of it gets full values and starts the copy over.
   void ForgetChunk(uint32_t chunk) {
@@ -67,6 +72,8 @@ class PullCompressor {
     std::string codec_name;
     std::map<uint32_t, Copy> chunks;
   };
+
+  WorkerState& StateOf(int worker, const CodecSpec& codec);
 
   uint64_t seed_;
   std::map<int, WorkerState> copies_;

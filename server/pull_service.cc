@@ -88,6 +88,12 @@ const compression::CodecSpec& PullService::CodecFor(int worker) const {
   return it == codecs_.end() ? fp32_ : it->second;
 }
 
+void PullService::AssumeHeld(int worker, uint32_t chunk) {
+  const ShardState::Snapshot snap = shard_->Read(chunk);
+  compressor_.Assume(worker, CodecFor(worker), chunk,
+                     compression::ChunkValues{snap.values, shard_->layout().Size(chunk)});
+}
+
 void PullService::Take(const transport::Message& m, std::vector<uint32_t> chunks) {
   const auto& req = m.header.pull_request();
   const wire::Role role = m.header.sender_role();

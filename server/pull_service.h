@@ -65,6 +65,9 @@ class PullService {
   // How long the loop may wait (at most `max_ms`) before an own-push hold
   // expires.
   int WaitMs(int max_ms) const;
+  // Worker `worker` holds `chunk`'s current values without having pulled
+  // them (InitAck.held_chunks): its pulls send changes from those.
+  void AssumeHeld(int worker, uint32_t chunk);
   // Every puller's copy of `chunk` starts over (it moved to or from here).
   void ForgetChunk(uint32_t chunk) {
     compressor_.ForgetChunk(chunk);

@@ -220,17 +220,43 @@ Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
   Handled h;
   h.status = CheckMember(ctx, m.header, &h.reason);
   if (!h.status.ok()) return h;
+  h.reply.set_request_id(m.header.request_id());
+  auto* ack = h.reply.mutable_init_ack();
+  if (req.offer()) return h;  // replicated for its order only (ApplyInitOffer answers it)
   std::vector<const float*> values;
   h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values);
   if (!h.status.ok()) return h;
-  h.reply.set_request_id(m.header.request_id());
-  auto* ack = h.reply.mutable_init_ack();
   for (int i = 0; i < req.chunks_size(); ++i) {
-    if (ctx.shard->Init(req.chunks(i).chunk_id(), values[i]))
+    const uint32_t c = req.chunks(i).chunk_id();
+    if (ctx.shard->Init(c, values[i]))
       ack->set_accepted_chunks(ack->accepted_chunks() + 1);
     else
       ack->set_ignored_chunks(ack->ignored_chunks() + 1);
+    if (ctx.shard->HoldsInitial(c, values[i])) ack->add_held_chunks(c);
   }
+  return h;
+}
+
+Handled ApplyInitOffer(const ShardContext& ctx, InitOffers& offers, const transport::Message& m, TimePoint now) {
+  const auto& req = m.header.init_request();
+  if (m.header.sender_role() != wire::WORKER)
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers offer initial values"));
+  Handled h;
+  h.status = CheckMember(ctx, m.header, &h.reason);
+  if (!h.status.ok()) return h;
+  if (!m.frames.empty())
+    return Refused(wire::REFUSAL_FRAME_COUNT,
+                   InvalidArgument("an init offer carries no payloads, this one " + std::to_string(m.frames.size())));
+  if (req.digests_size() != req.chunks_size())
+    return Refused(wire::REFUSAL_BAD_PAYLOAD,
+                   InvalidArgument("an init offer names " + std::to_string(req.chunks_size()) + " chunks and " +
+                                   std::to_string(req.digests_size()) + " digests"));
+  std::set<uint32_t> seen;
+  for (const wire::ChunkData& c : req.chunks())
+    if (Status s = CheckChunk(*ctx.shard, ctx.server_id, c, &seen, &h.reason); !s.ok())
+      return Refused(h.reason, s.Annotate("init offer of worker " + std::to_string(m.header.sender_id())));
+  h.reply.set_request_id(m.header.request_id());
+  offers.Answer(*ctx.shard, m.header.sender_id(), req, now, h.reply.mutable_init_ack());
   return h;
 }
 

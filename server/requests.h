@@ -16,6 +16,7 @@
 #include "common/wire_limits.h"
 #include "proto/geodesic.pb.h"
 #include "server/consistency.h"
+#include "server/init_offers.h"
 #include "server/shard.h"
 #include "transport/message.h"
 
@@ -111,6 +112,9 @@ struct Handled {
 };
 
 Handled ApplyInit(const ShardContext& ctx, const transport::Message& m);
+// An init offer (InitRequest.offer: digests, no payloads): which chunks the
+// worker should send, offer again, or already holds (server/init_offers.h).
+Handled ApplyInitOffer(const ShardContext& ctx, InitOffers& offers, const transport::Message& m, TimePoint now);
 Handled ApplyPush(const ShardContext& ctx, const transport::Message& m);
 
 // Replication (replication.backups 1, docs/reliability.md).

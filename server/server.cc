@@ -140,8 +140,11 @@ void Server::HandleTransfer(transport::Message& m) {
 }
 
 void Server::HandleInit(transport::Message& m) {
-  Handled h = ApplyInit(Context(), m);
+  Handled h = m.header.init_request().offer() ? ApplyInitOffer(Context(), init_offers_, m, clock_->Now())
+                                              : ApplyInit(Context(), m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
+  // The worker holds these as we do: our pulls to it start from them.
+  for (uint32_t c : h.reply.init_ack().held_chunks()) pulls_.AssumeHeld(m.header.sender_id(), c);
   if (h.reply.init_ack().accepted_chunks() && shard_->AllInitialized())
     GD_LOG(INFO) << "all " << shard_->owned().size() << " chunks initialized (by worker " << m.header.sender_id()
                  << ")";
@@ -356,7 +359,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   migration_.Start(shard_.get(), &pulls_, map.version);
   GD_LOG(INFO) << "owns " << shard_->owned().size() << " of " << map.layout.num_chunks() << " chunks ("
                << map.BytesPerServer(options_.job.NumServers())[options_.id] / 1024 << " KiB); optimizer "
-               << options_.job.optimizer.name << ", staleness bound " << options_.job.training.staleness_bound
+               << so.optimizer.name << ", staleness bound " << options_.job.training.staleness_bound
                << (shard_->pool() ? ", updates split over " + std::to_string(shard_->pool()->threads()) + " threads"
                                   : std::string());
   // Every worker starts at the clock the coordinator gave it (0 at job start).

@@ -29,6 +29,7 @@
 #include "common/thread_annotations.h"
 #include "config/job.h"
 #include "server/checkpointer.h"
+#include "server/init_offers.h"
 #include "server/migration.h"
 #include "server/pull_service.h"
 #include "server/replicator.h"
@@ -155,8 +156,9 @@ class Server {
   // pushing worker (their sum is the stats' updates_taken).
   std::map<int, uint64_t> taken_by_worker_;
   PullService pulls_;
-  Replicator replicator_;  // primary side
-  ReplicaBackup backup_;   // backup side
+  InitOffers init_offers_;  // who sends which chunk's initial values
+  Replicator replicator_;   // primary side
+  ReplicaBackup backup_;    // backup side
   Migration migration_;
   Checkpointer checkpoints_;
   mutable transport::ProcessMetrics metrics_;  // published by the loop, served by its own thread

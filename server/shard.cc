@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/bits.h"
+#include "common/digest.h"
 #include "common/log.h"
 
 namespace geodesic::server {
@@ -50,6 +51,16 @@ bool ShardState::Init(uint32_t id, const float* values) {
 }
 
 bool ShardState::IsInitialized(uint32_t id) const { return chunk(id).initialized; }
+
+bool ShardState::HoldsInitial(uint32_t id, const float* values) const {
+  const Chunk& c = chunk(id);
+  return c.initialized && c.version == 0 && std::memcmp(c.params.get(), values, c.size * sizeof(float)) == 0;
+}
+
+bool ShardState::HoldsInitial(uint32_t id, uint64_t digest) const {
+  const Chunk& c = chunk(id);
+  return c.initialized && c.version == 0 && ValuesDigest(c.params.get(), c.size) == digest;
+}
 
 void ShardState::Apply(Chunk& c, const float* grad, float grad_scale, float lr_scale, int per_clock) {
   float* in = c.params.get();

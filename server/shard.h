@@ -80,6 +80,10 @@ class ShardState {
   // Sets a chunk's initial values; only the first call per chunk has effect.
   bool Init(uint32_t chunk, const float* values);
   bool IsInitialized(uint32_t chunk) const;
+  // Whether `chunk` still holds its initial values (version 0) and they
+  // equal `values` (by bits), or their digest (common/digest.h) is `digest`.
+  bool HoldsInitial(uint32_t chunk, const float* values) const;
+  bool HoldsInitial(uint32_t chunk, uint64_t digest) const;
   bool AllInitialized() const { return uninitialized_ == 0; }
 
   struct PushOutcome {

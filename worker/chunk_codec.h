@@ -66,6 +66,12 @@ class ChunkCodec {
   static Status CheckBorrowable(const wire::ChunkData& d, const zmq::message_t& frame);
   // A chunk read in place: we hold its version now.
   void Borrowed(const wire::ChunkData& d) { versions_[d.chunk_id()] = d.version(); }
+  // We hold `chunk`'s initial values as its shard does (InitAck.held_chunks):
+  // version 0, and the shard's changes start from them.
+  void HoldInitial(uint32_t chunk) {
+    versions_[chunk] = 0;
+    copy_seq_[chunk] = 0;
+  }
   // Chunks that changed owner: their new owner keeps no copy of ours.
   void ForgetCopies(const std::vector<uint32_t>& chunks);
 

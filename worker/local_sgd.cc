@@ -32,6 +32,11 @@ LocalRounds::LocalRounds(const JobSpec& job, torch::Tensor& params, bool rounds)
 
 void LocalRounds::Restart() { Restart({0, params_.numel()}); }
 
+void LocalRounds::AdoptOwn() {
+  torch::NoGradGuard ng;
+  global_.narrow(0, 0, params_.numel()).copy_(params_);
+}
+
 void LocalRounds::Step(const torch::Tensor& grad, double lr_factor) {
   torch::NoGradGuard ng;
   for (auto& group : inner_->param_groups()) group.options().set_lr(lr_ * lr_factor);

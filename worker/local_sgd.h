@@ -46,6 +46,9 @@ class LocalRounds {
   torch::Tensor& global() { return global_; }
   // The model and the round's base become the global model.
   void Restart();
+  // The global model is the model's own values (the shards were set from
+  // them, PsClient::HoldsAllInitial); values past the model stay zero.
+  void AdoptOwn();
   // One step of the inner optimizer with gradient `grad` and learning rate
   // optimizer.lr * lr_factor.
   void Step(const torch::Tensor& grad, double lr_factor);

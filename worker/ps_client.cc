@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/digest.h"
 #include "common/log.h"
 #include "common/wait.h"
 #include "compression/codec.h"
@@ -157,7 +158,7 @@ void PsClient::OnMessage(int shard, transport::Message& m) {
       OnPushAck(shard, h);
       return;
     case wire::Header::kInitAck:
-      requests_.inits().Ack(h.request_id());
+      OnInitAck(shard, h);
       return;
     case wire::Header::kErrorReply:
       OnErrorReply(shard, h);
@@ -315,16 +316,71 @@ Status PsClient::SendTracked(transport::Outbox<uint64_t>& box, size_t si, wire::
 
 Status PsClient::Init(const float* params, const std::atomic<bool>* stop) {
   init_errors_.clear();
-  for (size_t si = 0; si < routes_.size(); ++si) {
-    for (const auto& batch : cluster::BatchChunks(routes_.layout(), routes_.chunks(si), options_.wire.message_bytes)) {
+  held_initial_.assign(routes_.layout().num_chunks(), false);
+  std::vector<std::vector<uint32_t>> offer(routes_.size());
+  for (size_t si = 0; si < routes_.size(); ++si) offer[si] = routes_.chunks(si);
+  const TimePoint deadline = clock_->Now() + std::chrono::seconds(options_.timing.rpc_timeout_s);
+  for (;;) {
+    init_send_.assign(routes_.size(), {});
+    init_wait_.assign(routes_.size(), {});
+    GD_RETURN_IF_ERROR(SendInits(offer, params, true, stop));
+    GD_RETURN_IF_ERROR(SendInits(init_send_, params, false, stop));
+    size_t waiting = 0;
+    for (const auto& w : init_wait_) waiting += w.size();
+    if (waiting == 0) return Status::Ok();
+    // Another worker holds these chunks' reservation and is sending them.
+    if (clock_->Now() > deadline)
+      return DeadlineExceeded(std::to_string(waiting) + " chunk(s) reserved by another worker were never set");
+    if (stop->load()) return Cancelled("stopped during init");
+    Poll(100);
+    offer = init_wait_;
+  }
+}
+
+Status PsClient::SendInits(const std::vector<std::vector<uint32_t>>& chunks, const float* params, bool offer,
+                           const std::atomic<bool>* stop) {
+  const cluster::ChunkLayout& layout = routes_.layout();
+  for (size_t si = 0; si < chunks.size(); ++si) {
+    if (chunks[si].empty()) continue;
+    for (const auto& batch : cluster::BatchChunks(layout, chunks[si], options_.wire.message_bytes)) {
       wire::Header h;
       std::vector<transport::Payload> payloads;
-      // Copied once, and kept for resends (a redirect, a lost answer).
-      codec_.AddValues(batch, params, nullptr, h.mutable_init_request()->mutable_chunks(), &payloads);
+      auto* req = h.mutable_init_request();
+      if (offer) {
+        req->set_offer(true);
+        for (uint32_t c : batch) {
+          auto* d = req->add_chunks();
+          d->set_chunk_id(c);
+          d->set_num_elems(layout.Size(c));
+          req->add_digests(ValuesDigest(params + layout.Begin(c), layout.Size(c)));
+        }
+      } else {
+        // Copied once, and kept for resends (a redirect, a lost answer).
+        codec_.AddValues(batch, params, nullptr, req->mutable_chunks(), &payloads);
+      }
       GD_RETURN_IF_ERROR(SendTracked(requests_.inits(), si, std::move(h), std::move(payloads)));
     }
   }
   return WaitInits(stop);
+}
+
+void PsClient::OnInitAck(int shard, const wire::Header& h) {
+  if (!requests_.inits().Ack(h.request_id())) return;  // a duplicate answer
+  const wire::InitAck& ack = h.init_ack();
+  const size_t si = static_cast<size_t>(shard);
+  for (uint32_t c : ack.held_chunks())
+    if (c < held_initial_.size()) {
+      held_initial_[c] = true;
+      codec_.HoldInitial(c);
+    }
+  if (si < init_send_.size()) {
+    init_send_[si].insert(init_send_[si].end(), ack.send_chunks().begin(), ack.send_chunks().end());
+    init_wait_[si].insert(init_wait_[si].end(), ack.wait_chunks().begin(), ack.wait_chunks().end());
+  }
+}
+
+bool PsClient::HoldsAllInitial() const {
+  return !held_initial_.empty() && std::all_of(held_initial_.begin(), held_initial_.end(), [](bool b) { return b; });
 }
 
 Status PsClient::WaitInits(const std::atomic<bool>* stop) {

@@ -159,8 +159,15 @@ class PsClient {
 
   // Offers initial parameter values to every shard and waits until each
   // acknowledged. Shards keep the first values they get, so every worker
-  // may call this and all start from the same model.
+  // may call this and all start from the same model. Chunks are offered by
+  // digest first, and values go only where a shard asks for them (the
+  // first worker to offer a chunk not yet set); docs/wire.md "Initial
+  // values".
   Status Init(const float* params, const std::atomic<bool>* stop);
+  // Whether, after Init, every chunk's initial values on the shards are
+  // ours (we set them, or offered the same): then the model at clock 0 is
+  // what we hold, and the first pull has nothing to bring.
+  bool HoldsAllInitial() const;
 
   // Asks every shard for its chunks as of clock `clock`; WaitPull(clock)
   // (a final pull: WaitPull(kFinalPull)) collects them. With after_own_push
@@ -224,6 +231,10 @@ class PsClient {
   // `clock`; no ids: none of its chunks does (a whole skipped step).
   Status PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids, int64_t unit = -1);
   Status WaitInits(const std::atomic<bool>* stop);
+  // Sends shard index si `chunks[si]` of `params`: offers (digests) or values.
+  Status SendInits(const std::vector<std::vector<uint32_t>>& chunks, const float* params, bool offer,
+                   const std::atomic<bool>* stop);
+  void OnInitAck(int shard, const wire::Header& h);
 
   // OnMessage by body.
   void OnPullReply(int shard, transport::Message& m);
@@ -266,8 +277,11 @@ class PsClient {
   LinkMonitor monitor_;
   PsClientStats stats_;  // counters and latencies; links, traffic and residual filled by Stats()
   std::vector<Status> init_errors_;
-  double compute_ema_ = 0;  // seconds per step, as the trainer reported
-  double rtt_ema_ = -1;     // request round trip without server holds; -1 until measured
+  std::vector<bool> held_initial_;                // per chunk: the shards' initial values are ours
+  std::vector<std::vector<uint32_t>> init_send_;  // per shard index: chunks the last offers were asked for
+  std::vector<std::vector<uint32_t>> init_wait_;  // per shard index: chunks another worker is sending
+  double compute_ema_ = 0;                        // seconds per step, as the trainer reported
+  double rtt_ema_ = -1;                           // request round trip without server holds; -1 until measured
 };
 
 }  // namespace geodesic::worker

@@ -25,6 +25,12 @@ StatusOr<double> StepEnv::PullFull(int64_t clock, float* dest) {
   return t.wait_seconds;
 }
 
+StatusOr<bool> StepEnv::PullStart(int64_t clock, float* dest) {
+  if (clock == 0 && ps->HoldsAllInitial()) return false;
+  GD_RETURN_IF_ERROR(PullFull(clock, dest).status());
+  return true;
+}
+
 Status CheckPushable(const float* v, int64_t n, int64_t clock) {
   int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < n; ++i)

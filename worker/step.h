@@ -100,6 +100,10 @@ struct StepEnv {
   // Pulls clock `clock` in full values (a start: we hold no copy) into
   // `dest` and waits for it.
   StatusOr<double> PullFull(int64_t clock, float* dest);
+  // A start at `clock`: PullFull, except at clock 0 when the shards' initial
+  // values are all ours (PsClient::HoldsAllInitial) and `dest` holds them
+  // already (returns false then, and the caller fills `dest` if it must).
+  StatusOr<bool> PullStart(int64_t clock, float* dest);
 };
 
 // A clock's update, as a strategy computed it.

@@ -78,6 +78,38 @@ TEST(PullCompressorTest, ChangesKeepTheWorkersCopyAndCatchUp) {
   EXPECT_GT(total_bytes, 0u);
 }
 
+// A worker whose own initial values set the chunk pulls no full values: its
+// first pull is a change from those, numbered 0; lossless codecs ignore it.
+TEST(PullCompressorTest, AnAssumedCopyStartsTheChangesWithoutFullValues) {
+  const uint64_t n = 512;
+  PullCompressor pc(3);
+  auto codec = ParseCodecSpec("int8");
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  std::vector<float> params(n);
+  for (uint64_t i = 0; i < n; ++i) params[i] = 0.01f * static_cast<float>(i % 97);
+  pc.Assume(2, *codec, 0, Snap(params));
+  WorkerCopy worker{params, 0};
+  for (auto& x : params) x += 0.5f;
+  wire::ChunkData d;
+  d.set_num_elems(n);
+  auto p = pc.Encode(2, *codec, 0, Snap(params), false, &d);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(d.delta());
+  EXPECT_EQ(d.base_seq(), 0u);
+  EXPECT_LT(p->size, n * 4 / 2);
+  ASSERT_TRUE(worker.Apply(d, *p).ok());
+  for (uint64_t i = 0; i < n; ++i) EXPECT_NEAR(worker.values[i], params[i], 1e-2) << i;
+  // Another worker, assumed nothing, still gets full values first.
+  wire::ChunkData f;
+  f.set_num_elems(n);
+  ASSERT_TRUE(pc.Encode(5, *codec, 0, Snap(params), false, &f).ok());
+  EXPECT_FALSE(f.delta());
+  // Lossless: nothing kept.
+  PullCompressor lossless(3);
+  lossless.Assume(2, CodecSpec{}, 0, Snap(params));
+  EXPECT_EQ(lossless.workers_tracked(), 0u);
+}
+
 TEST(PullCompressorTest, DuplicateChangeIsDetectedByTheSequence) {
   const uint64_t n = 64;
   PullCompressor pc(7);

@@ -266,6 +266,16 @@ TEST(LanguageModelExampleTest, LmYamlTrainsOnFortunes) {
   const nlohmann::json s = testing::ReadJson(dir / "run/summary.json");
   EXPECT_LT(s["test_loss"].get<double>(), 4.0) << s.dump(2);  // from 5.55 (uniform over bytes)
   EXPECT_EQ(s["samples"], 2 * 30 * 16);
+  // The model crossed the network once at the start (docs/wire.md "Initial
+  // values"): one worker sent it, neither pulled it back, so the two sent
+  // one model apart and each received the 29 pulls after its first clock.
+  const double model = 875264.0 * 4, sent0 = s["bytes_sent"]["worker-0"], sent1 = s["bytes_sent"]["worker-1"];
+  EXPECT_NEAR(std::abs(sent0 - sent1), model, 0.01 * model) << s["bytes_sent"].dump();
+  for (const char* w : {"worker-0", "worker-1"}) {
+    const double got = s["bytes_received"][w];
+    EXPECT_GT(got, 29 * model) << w;
+    EXPECT_LT(got, 29.2 * model) << w << ": the initial model was pulled too";
+  }
 }
 
 TEST(TrainingLanguageModelExampleTest, ThreeRegionsDiLoCoTrainsOnFortunes) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cluster/chunking.h"
+#include "common/digest.h"
 #include "tests/worker/fake_shard_links.h"
 #include "transport/message.h"
 #include "worker/zmq_shard_links.h"
@@ -373,25 +374,76 @@ TEST_F(PsClientSeamTest, APromotedBackupGetsWhatItsPrimaryDidNotAnswer) {
   EXPECT_EQ(links_->SentTo(1, wire::Header::kPushRequest).size(), 2u);
 }
 
-// Initial values wait for every shard's acknowledgement and are sent again
-// (copied once, the same bytes) to a shard that does not answer.
-TEST_F(PsClientSeamTest, InitialValuesAreSentAgainUntilAcknowledged) {
+// Initial values: offered by digest, sent where a shard asks for them, and
+// sent again (copied once, the same bytes) to a shard that does not answer.
+TEST_F(PsClientSeamTest, InitialValuesAreOfferedThenSentAgainUntilAcknowledged) {
   Start();
+  auto values_to = [&](size_t si) {
+    std::vector<FakeShardLinks::Sent> out;
+    for (auto& s : links_->SentTo(si, wire::Header::kInitRequest))
+      if (!s.header.init_request().offer()) out.push_back(s);
+    return out;
+  };
   links_->respond = [&](const FakeShardLinks::Sent& s) {
     if (!s.header.has_init_request()) return;
-    if (s.si == 0 || links_->SentTo(1, wire::Header::kInitRequest).size() == 2) {
-      wire::Header ack;
-      ack.set_request_id(s.header.request_id());
-      ack.mutable_init_ack();
+    const wire::InitRequest& r = s.header.init_request();
+    wire::Header ack;
+    ack.set_request_id(s.header.request_id());
+    auto* a = ack.mutable_init_ack();
+    if (r.offer()) {
+      for (const auto& c : r.chunks()) a->add_send_chunks(c.chunk_id());
+      links_->Reply(s.si, ack);
+    } else if (s.si == 0 || values_to(1).size() == 2) {
+      for (const auto& c : r.chunks()) a->add_held_chunks(c.chunk_id());
       links_->Reply(s.si, ack);
     }
   };
   std::vector<float> params(kParams, 1.5f);
   ASSERT_TRUE(client_->Init(params.data(), &stop_).ok());
-  auto inits = links_->SentTo(1, wire::Header::kInitRequest);
+  auto offers = links_->SentTo(1, wire::Header::kInitRequest);
+  ASSERT_GE(offers.size(), 1u);
+  const wire::InitRequest& offer = offers.at(0).header.init_request();
+  ASSERT_TRUE(offer.offer());
+  EXPECT_TRUE(offers.at(0).payloads.empty());
+  ASSERT_EQ(offer.digests_size(), 1);
+  const uint32_t chunk = offer.chunks(0).chunk_id();
+  EXPECT_EQ(offer.digests(0), ValuesDigest(params.data() + map_.layout.Begin(chunk), map_.layout.Size(chunk)));
+  auto inits = values_to(1);
   ASSERT_EQ(inits.size(), 2u);
   EXPECT_EQ(inits[0].payloads, inits[1].payloads);
   EXPECT_EQ(inits[1].payloads.at(0).size(), map_.layout.Size(1) * sizeof(float));
+  EXPECT_TRUE(client_->HoldsAllInitial());
+}
+
+// A chunk another worker is sending is offered again and never sent; one
+// set to other values is neither held nor sent (the worker pulls it).
+TEST_F(PsClientSeamTest, ChunksAnotherWorkerSetsAreOfferedAgainAndHeldOnlyIfTheSame) {
+  for (bool same : {true, false}) {
+    Start();
+    int offers_to_1 = 0;
+    links_->respond = [&](const FakeShardLinks::Sent& s) {
+      if (!s.header.has_init_request()) return;
+      const wire::InitRequest& r = s.header.init_request();
+      ASSERT_TRUE(r.offer()) << "no values should be sent";
+      wire::Header ack;
+      ack.set_request_id(s.header.request_id());
+      auto* a = ack.mutable_init_ack();
+      const bool first = s.si == 1 && offers_to_1++ == 0;
+      for (const auto& c : r.chunks()) {
+        if (first)
+          a->add_wait_chunks(c.chunk_id());
+        else if (same || s.si == 0)
+          a->add_held_chunks(c.chunk_id());
+        else
+          a->set_ignored_chunks(a->ignored_chunks() + 1);
+      }
+      links_->Reply(s.si, ack);
+    };
+    std::vector<float> params(kParams, 0.25f);
+    ASSERT_TRUE(client_->Init(params.data(), &stop_).ok());
+    EXPECT_EQ(offers_to_1, 2);
+    EXPECT_EQ(client_->HoldsAllInitial(), same);
+  }
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ Status LocalSgdStep::Start(int64_t clock) {
   // add into it); the model trains on its own values, and `base` is where
   // this round's progress started.
   rounds_ = std::make_unique<LocalRounds>(env_.job, model_->params());
-  GD_RETURN_IF_ERROR(env_.PullFull(clock, global()).status());
+  GD_ASSIGN_OR_RETURN(bool pulled, env_.PullStart(clock, global()));
+  if (!pulled) rounds_->AdoptOwn();  // the shards' initial model is ours
   rounds_->Restart();
   env_.pulled_through = clock;
   env_.pushed_through = clock - 1;

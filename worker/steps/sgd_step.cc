@@ -20,7 +20,7 @@ Status SgdStep::Start(int64_t clock) {
   // A worker that starts later than clock 0 (a resumed job, a rejoin) takes
   // up its data order where step c would have it, as an uninterrupted run.
   SkipClocks(0, clock);
-  GD_RETURN_IF_ERROR(env_.PullFull(clock, params()).status());
+  GD_RETURN_IF_ERROR(env_.PullStart(clock, params()).status());  // at clock 0 the model may be ours already
   env_.pulled_through = clock;
   env_.pushed_through = clock - 1;
   if (depth_ > 1) GD_RETURN_IF_ERROR(PullThrough(clock + depth_ - 1));
