@@ -153,14 +153,21 @@ def train(job, model, part, curve_steps, a):
     return curve, seconds
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--run", required=True, help="a finished geodesic run directory (one worker, BSP)")
-    ap.add_argument("--indices", required=True, help="indices.txt from geodesic partition --out")
+def reference_args(doc, run_help, indices_help):
+    """--run, --indices, --threads (set for torch here) and --out, the replays' common flags."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--run", required=True, help=run_help)
+    ap.add_argument("--indices", required=True, help=indices_help)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    return a
+
+
+def main():
+    a = reference_args(__doc__, "a finished geodesic run directory (one worker, BSP)",
+                       "indices.txt from geodesic partition --out")
     job = read_job(a.run)
     with open(a.indices) as f:
         part = [int(v) for v in f.readline().split()]

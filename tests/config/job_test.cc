@@ -308,6 +308,7 @@ TEST(JobTest, ShippedExampleParses) {
   auto lm3 = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_lm.yaml"));
   ASSERT_TRUE(lm3.ok()) << lm3.status();
   EXPECT_EQ(lm3->training.local_steps, 16);
+  EXPECT_EQ(lm3->training.overlap_steps, 2);  // each average folded in as it arrives, not a round late
   EXPECT_TRUE(lm3->ShardOptimizer().nesterov);
   auto fed = LoadJobFile(::geodesic::testing::SourcePath("examples/federated_lm.yaml"));
   ASSERT_TRUE(fed.ok()) << fed.status();
