@@ -368,15 +368,20 @@ void PsClient::OnInitAck(int shard, const wire::Header& h) {
   if (!requests_.inits().Ack(h.request_id())) return;  // a duplicate answer
   const wire::InitAck& ack = h.init_ack();
   const size_t si = static_cast<size_t>(shard);
+  if (si >= init_send_.size() || held_initial_.empty()) return;
+  // Only the shard's own chunks count: an answer naming others is ignored
+  // for them (they are then neither sent nor held, and pulled at clock 0).
+  const std::vector<uint32_t>& own = routes_.chunks(si);
+  auto owned = [&](uint32_t c) { return std::find(own.begin(), own.end(), c) != own.end(); };
   for (uint32_t c : ack.held_chunks())
-    if (c < held_initial_.size()) {
+    if (owned(c)) {
       held_initial_[c] = true;
       codec_.HoldInitial(c);
     }
-  if (si < init_send_.size()) {
-    init_send_[si].insert(init_send_[si].end(), ack.send_chunks().begin(), ack.send_chunks().end());
-    init_wait_[si].insert(init_wait_[si].end(), ack.wait_chunks().begin(), ack.wait_chunks().end());
-  }
+  for (uint32_t c : ack.send_chunks())
+    if (owned(c)) init_send_[si].push_back(c);
+  for (uint32_t c : ack.wait_chunks())
+    if (owned(c)) init_wait_[si].push_back(c);
 }
 
 bool PsClient::HoldsAllInitial() const {

@@ -311,6 +311,11 @@ void PullFlood(const TempDir& dir, const Timed& base) {
   const Timed attacked = Attacked(dir, "pulls", false, [&](zmq::context_t& ctx, testing::Process& launch) {
     auto status = WaitForTraining(ctx, dir / "pulls");
     ASSERT_TRUE(status && status->servers_size() == 2) << testing::ReadText(dir / "pulls.log");
+    // Pulls that arrive before the shard holds values wait, and a peer's
+    // waiting pulls of one clock are one pull: flood once it has them (its
+    // initial checkpoint is written then), so that every pull is answered.
+    ASSERT_TRUE(testing::WaitForFile(dir / "pulls/checkpoints/server-0/ckpt-000000000000.bin", 60))
+        << testing::ReadText(dir / "pulls.log");
     zmq::socket_t attacker(ctx, zmq::socket_type::dealer);
     attacker.set(zmq::sockopt::linger, 0);
     attacker.set(zmq::sockopt::sndtimeo, 2000);

@@ -415,6 +415,31 @@ TEST_F(PsClientSeamTest, InitialValuesAreOfferedThenSentAgainUntilAcknowledged) 
   EXPECT_TRUE(client_->HoldsAllInitial());
 }
 
+// A shard's answer naming chunks it does not own (another shard's, or none
+// of the model's) is ignored for them: nothing is sent, held or read out
+// of range, and those chunks are pulled at clock 0.
+TEST_F(PsClientSeamTest, AnInitAnswerNamingOtherChunksIsIgnoredForThem) {
+  Start();
+  const uint32_t theirs = Owner(0) == 0 ? 1 : 0;  // a chunk shard index 0 does not own
+  links_->respond = [&](const FakeShardLinks::Sent& s) {
+    if (!s.header.has_init_request()) return;
+    ASSERT_TRUE(s.header.init_request().offer()) << "no values should be sent";
+    wire::Header ack;
+    ack.set_request_id(s.header.request_id());
+    auto* a = ack.mutable_init_ack();
+    if (s.si == 0) {
+      for (uint32_t c : {theirs, 999u}) a->add_send_chunks(c), a->add_wait_chunks(c), a->add_held_chunks(c);
+    } else {
+      for (const auto& c : s.header.init_request().chunks()) a->add_held_chunks(c.chunk_id());
+    }
+    links_->Reply(s.si, ack);
+  };
+  std::vector<float> params(kParams, 0.75f);
+  ASSERT_TRUE(client_->Init(params.data(), &stop_).ok());
+  EXPECT_EQ(links_->SentTo(0, wire::Header::kInitRequest).size(), 1u);
+  EXPECT_FALSE(client_->HoldsAllInitial());
+}
+
 // A chunk another worker is sending is offered again and never sent; one
 // set to other values is neither held nor sent (the worker pulls it).
 TEST_F(PsClientSeamTest, ChunksAnotherWorkerSetsAreOfferedAgainAndHeldOnlyIfTheSame) {
