@@ -68,19 +68,18 @@ def lr_factor(opt, step, steps):
     return 1.0
 
 
-def read_job(run_dir):
-    """The run's resolved job, checked to be one this reference implements."""
+def read_run_job(run_dir, extra):
+    """The run's resolved job, refused unless it is what a replay implements: token data, BSP, fp32 both
+    ways, a fixed number of steps, and the keys `extra(job)` gives as {key: (got, want)}."""
     with open(os.path.join(run_dir, "job.yaml")) as f:
         job = yaml.safe_load(f)
-    workers = sum(r.get("workers", 0) for r in job["regions"].values())
     train, comp = job["training"], job.get("compression", {})
     plain = {
-        "workers": (workers, 1),
         "data.dataset": (job["data"]["dataset"], "tokens"),
         "training.staleness_bound": (train["staleness_bound"], 0),
-        "training.local_steps": (train.get("local_steps", 1), 1),
         "compression.push": (comp.get("push", "fp32"), "fp32"),
         "compression.pull": (comp.get("pull", "fp32"), "fp32"),
+        **extra(job),
     }
     for key, (got, want) in plain.items():
         if got != want:
@@ -88,6 +87,14 @@ def read_job(run_dir):
     if train.get("steps", 0) <= 0:
         raise SystemExit("training.steps must be set (the reference replays a fixed number of steps)")
     return job
+
+
+def read_job(run_dir):
+    """The run's resolved job, checked to be one worker in data parallel."""
+    return read_run_job(run_dir, lambda job: {
+        "workers": (sum(r.get("workers", 0) for r in job["regions"].values()), 1),
+        "training.local_steps": (job["training"].get("local_steps", 1), 1),
+    })
 
 
 def windows(path, width, context, ids=None, limit=0):

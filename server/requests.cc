@@ -213,12 +213,22 @@ Status CheckPushWindow(const ShardContext& ctx, int worker, int64_t clock, wire:
       ", at most " + std::to_string(kPushWindow) + " clocks ahead)");
 }
 
-Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
-  const auto& req = m.header.init_request();
+namespace {
+
+// An init or init offer passes this first: from a worker of the job.
+Handled InitSender(const ShardContext& ctx, const transport::Message& m, const char* what) {
   if (m.header.sender_role() != wire::WORKER)
-    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers send initial values"));
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument(std::string("only workers ") + what));
   Handled h;
   h.status = CheckMember(ctx, m.header, &h.reason);
+  return h;
+}
+
+}  // namespace
+
+Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
+  const auto& req = m.header.init_request();
+  Handled h = InitSender(ctx, m, "send initial values");
   if (!h.status.ok()) return h;
   h.reply.set_request_id(m.header.request_id());
   auto* ack = h.reply.mutable_init_ack();
@@ -239,10 +249,7 @@ Handled ApplyInit(const ShardContext& ctx, const transport::Message& m) {
 
 Handled ApplyInitOffer(const ShardContext& ctx, InitOffers& offers, const transport::Message& m, TimePoint now) {
   const auto& req = m.header.init_request();
-  if (m.header.sender_role() != wire::WORKER)
-    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers offer initial values"));
-  Handled h;
-  h.status = CheckMember(ctx, m.header, &h.reason);
+  Handled h = InitSender(ctx, m, "offer initial values");
   if (!h.status.ok()) return h;
   if (!m.frames.empty())
     return Refused(wire::REFUSAL_FRAME_COUNT,
