@@ -573,9 +573,12 @@ TEST(MetricsAuthTest, ASecuredJobsMetricsAnswerOnlyWithItsToken) {
   EXPECT_EQ(std::filesystem::status(file).permissions(),
             std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   const std::string token = testing::ReadText(file).substr(0, 64);
+  ASSERT_EQ(token.size(), 64u);
+  // One digit off: the last one changed to another hex digit (never to itself).
+  const std::string wrong = token.substr(0, 63) + (token.back() == '0' ? "1" : "0");
   for (const auto& [p, address] : at) {
     EXPECT_EQ(transport::HttpGet(address, "/metrics")->status, 401) << p;
-    EXPECT_EQ(transport::HttpGet(address, "/metrics", 5, token.substr(0, 63) + "0")->status, 401) << p;
+    EXPECT_EQ(transport::HttpGet(address, "/metrics", 5, wrong)->status, 401) << p;
     auto ok = transport::HttpGet(address, "/metrics", 5, token);
     ASSERT_TRUE(ok.ok()) << p << ": " << ok.status();
     EXPECT_EQ(ok->status, 200) << p;
