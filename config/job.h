@@ -574,5 +574,9 @@ StatusOr<JobSpec> LoadJobFile(const std::string& path, const std::vector<std::st
 StatusOr<std::set<std::string>> JobFileKeys(const std::string& yaml_text);
 // Writes a spec back as YAML that ParseJob reads to the same spec.
 std::string JobToYaml(const JobSpec& job);
+// Settings that are valid but cost what their author probably did not mean,
+// one sentence each naming the keys and the way out; the launcher prints
+// them before anything starts. Empty for most jobs.
+std::vector<std::string> JobNotes(const JobSpec& job);
 
 }  // namespace geodesic

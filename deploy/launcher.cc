@@ -145,6 +145,7 @@ void Announce(const JobSpec& job, const RunDir& dir, const std::optional<server:
                (job.training.staleness_bound >= kUnboundedStaleness ? std::string("inf")
                                                                     : std::to_string(job.training.staleness_bound)) +
                "; logs in " + dir.logs());
+  for (const std::string& note : JobNotes(job)) progress.Say("geodesic: note: " + note);
   if (!resume) return;
   std::string clocks;
   for (size_t i = 0; i < resume->clocks.size(); ++i)

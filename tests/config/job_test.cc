@@ -425,6 +425,32 @@ TEST(JobTest, ShardThreadsParseRoundTripAndAreBounded) {
   }
 }
 
+// A valid job whose outer momentum meets rounds folded in a round late gets
+// one note naming the keys and the way out; the same job with the rounds in
+// turn, the average folded in early or no momentum gets none.
+TEST(JobTest, OuterMomentumOnLateRoundsGetsANote) {
+  const std::vector<std::string> late = {"training.staleness_bound=0", "training.local_steps=8",
+                                         "training.outer_momentum=0.9", "training.outer_nesterov=true"};
+  auto job = ParseJob(kMinimal, "t", late);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(JobNotes(*job).size(), 1u);
+  EXPECT_NE(JobNotes(*job)[0].find("training.overlap_steps"), std::string::npos) << JobNotes(*job)[0];
+  EXPECT_NE(JobNotes(*job)[0].find("outer momentum 0.9"), std::string::npos) << JobNotes(*job)[0];
+  for (const std::string& fix : {"training.overlap_steps=2", "training.overlap_rounds=false"}) {
+    std::vector<std::string> sets = late;
+    sets.push_back(fix);
+    auto fixed = ParseJob(kMinimal, "t", sets);
+    ASSERT_TRUE(fixed.ok()) << fixed.status();
+    EXPECT_TRUE(JobNotes(*fixed).empty()) << fix;
+  }
+  auto plain = ParseJob(kMinimal, "t", {"training.staleness_bound=0", "training.local_steps=8"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(JobNotes(*plain).empty());
+  auto lm3 = LoadJobFile(::geodesic::testing::SourcePath("examples/three_regions_lm.yaml"));
+  ASSERT_TRUE(lm3.ok()) << lm3.status();
+  EXPECT_TRUE(JobNotes(*lm3).empty());
+}
+
 TEST(JobTest, DilocoRecipeParsesRoundTripsAndRunsNesterovOnTheShards) {
   auto job = ParseJob(
       kMinimal, "t",
