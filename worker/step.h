@@ -125,6 +125,9 @@ struct SnapshotView {
   const float* values = nullptr;  // the model's values, `count` of them
   int64_t count = 0;
   int64_t step = 0;  // the minibatch step it stands for
+  // When the values were there (unset: now): a local-SGD worker takes the
+  // shards' model in when it merges, which may be before the snapshot.
+  std::optional<TimePoint> at;
 };
 
 class StepStrategy {

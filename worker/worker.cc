@@ -208,7 +208,9 @@ void Worker::SaveSnapshot(bool last) {
   if (options_.id != 0 || options_.snapshot_dir.empty()) return;
   const std::optional<SnapshotView> v = step_->Snapshot(c_, last);
   if (!v) return;
-  Status s = WriteSnapshot(options_.snapshot_dir, v->step, Seconds(clock_->Now() - start_), v->values, v->count);
+  // Values taken in before training began (the start's pull) count from its start.
+  const TimePoint at = std::max(v->at.value_or(clock_->Now()), start_);
+  Status s = WriteSnapshot(options_.snapshot_dir, v->step, Seconds(at - start_), v->values, v->count);
   if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
 }
 

@@ -179,6 +179,33 @@ void ExpectFinalParams(const std::filesystem::path& run, const JobSpec& job, con
   EXPECT_GT((expect - init->params()).abs().max().item<double>(), 1e-3);
 }
 
+// Worker 0's snapshots (the accuracy curve) of a local-SGD run: each named
+// by the rounds its values hold (step = rounds * local_steps), whenever the
+// worker took that model in, with overlapped rounds too; one per round.
+void ExpectSnapshotsHoldTheirRounds(const std::filesystem::path& run, const std::vector<torch::Tensor>& after_rounds,
+                                    int local_steps) {
+  const std::vector<worker::SnapshotInfo> snaps = worker::ListSnapshots(run / "snapshots");
+  std::vector<int64_t> steps;
+  double last_s = 0;
+  for (const worker::SnapshotInfo& snap : snaps) {
+    steps.push_back(snap.step);
+    EXPECT_GE(snap.seconds, last_s) << snap.path;
+    last_s = snap.seconds;
+    const size_t rounds = static_cast<size_t>(snap.step / local_steps);
+    ASSERT_LT(rounds, after_rounds.size()) << snap.path;
+    std::vector<float> values;
+    ASSERT_TRUE(worker::ReadSnapshot(snap.path, after_rounds[rounds].numel(), &values).ok()) << snap.path;
+    const double diff = (torch::from_blob(values.data(), {after_rounds[rounds].numel()}) - after_rounds[rounds])
+                            .abs()
+                            .max()
+                            .item<double>();
+    EXPECT_LT(diff, 1e-5) << snap.path << " does not hold the model after " << rounds << " rounds";
+  }
+  std::vector<int64_t> want;
+  for (size_t r = 0; r + 1 < after_rounds.size(); ++r) want.push_back(static_cast<int64_t>(r) * local_steps);
+  EXPECT_EQ(steps, want) << "one snapshot per model pulled, the last round's average being the final model";
+}
+
 TEST(TrainingTest, BspMatchesSynchronousSgd) {
   TempDir dir;
   JobSpec job = LaunchExact(dir / "run", {"training.staleness_bound=0"});
@@ -215,13 +242,15 @@ TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
     const std::filesystem::path run = dir / name[mode];
     JobSpec job = LaunchExact(run, {"training.staleness_bound=0", "training.local_steps=5",
                                     std::string("training.overlap_rounds=") + (mode == kPlain ? "false" : "true"),
-                                    std::string("training.overlap_steps=") + (mode == kOverlapOneStep ? "1" : "0")});
+                                    std::string("training.overlap_steps=") + (mode == kOverlapOneStep ? "1" : "0"),
+                                    "eval.snapshot_every_s=0.000001"});  // a snapshot every clock
     ASSERT_EQ(job.NumWorkers(), 3);
     ASSERT_EQ(job.ClocksPerWorker(), 3);
     Workers workers(job);
     const double lr = job.optimizer.lr, mu = job.optimizer.momentum;
     ASSERT_GT(mu, 0);
     torch::Tensor global = workers.model->params().detach().clone();
+    std::vector<torch::Tensor> after_rounds = {global.clone()};  // the shards' model after 0, 1, ... rounds
     std::vector<torch::Tensor> model(3), base(3), velocity(3);
     for (int w = 0; w < 3; ++w) {
       model[w] = global.clone();
@@ -245,10 +274,12 @@ TEST(TrainingTest, LocalStepsMatchLocalSgdByHand) {
         mean += progress / 3.0;
       }
       global = global + mean;
+      after_rounds.push_back(global.clone());
       if (mode == kPlain)
         for (int w = 0; w < 3; ++w) model[w] = base[w] = global.clone();
     }
     ExpectFinalParams(run, job, global);
+    ExpectSnapshotsHoldTheirRounds(run, after_rounds, 5);
     if (mode == kOverlapOneStep) {
       // Every round after the first folded its average in mid-round.
       for (int w = 0; w < 3; ++w) {

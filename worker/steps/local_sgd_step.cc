@@ -34,6 +34,7 @@ Status LocalSgdStep::Start(int64_t clock) {
   rounds_ = std::make_unique<LocalRounds>(env_.job, model_->params());
   GD_ASSIGN_OR_RETURN(bool pulled, env_.PullStart(clock, global()));
   if (!pulled) rounds_->AdoptOwn();  // the shards' initial model is ours
+  TookGlobal(clock);
   rounds_->Restart();
   env_.pulled_through = clock;
   env_.pushed_through = clock - 1;
@@ -44,6 +45,7 @@ StatusOr<double> LocalSgdStep::Jump(int64_t from, int64_t to) {
   pending_pull_ = -1;
   SkipClocks(from, to);
   GD_ASSIGN_OR_RETURN(double waited, env_.PullFull(to, global()));
+  TookGlobal(to);
   rounds_->Restart();
   env_.pulled_through = std::min<int64_t>(to, env_.clocks - 1);
   return waited;
@@ -97,6 +99,7 @@ void LocalSgdStep::MergeIfArrived(int64_t clock, int64_t taken) {
   merge_error_ = env_.WaitPull(clock, global());  // at once if it has arrived; counted as communication
   env_.n.merge_wait_s += Seconds(env_.clock->Now() - t0);
   if (!merge_error_.ok()) return;
+  TookGlobal(clock);
   if (fragments_ > 1)
     rounds_->MergeNow(SpanOf(pending_chunks_));
   else
@@ -111,6 +114,7 @@ Status LocalSgdStep::FinishRound(int64_t clock, torch::Tensor& grad, bool* usabl
   const bool merge = pending_pull_ == clock;
   if (merge) {
     GD_RETURN_IF_ERROR(env_.WaitPull(clock, global()));  // counted as communication there
+    TookGlobal(clock);
     pending_pull_ = -1;
     u->resumed = env_.clock->Now();
   }
@@ -145,6 +149,7 @@ Status LocalSgdStep::AfterPush(int64_t clock, bool more) {
 Status LocalSgdStep::AwaitNext(int64_t clock) {
   if (pending_pull_ >= 0) return Status::Ok();
   GD_RETURN_IF_ERROR(env_.WaitPull(clock + 1, global()));
+  TookGlobal(clock + 1);
   if (fragments_ > 1)
     rounds_->Restart(SpanOf(FragmentOf(clock)));
   else
@@ -167,12 +172,20 @@ LocalRounds::Span LocalSgdStep::SpanOf(const std::optional<cluster::ChunkRange>&
   return {begin, end - begin};
 }
 
-// The last snapshot is of the last round's start: the shards' final model
-// is the evaluator's test_accuracy.
-std::optional<SnapshotView> LocalSgdStep::Snapshot(int64_t clock, bool last) const {
-  if (!model_->has_network()) return std::nullopt;
-  if (last) clock = std::max<int64_t>(clock - 1, 0);
-  return SnapshotView{.values = global(), .count = model_->num_params(), .step = clock * local_steps_};
+void LocalSgdStep::TookGlobal(int64_t clock) {
+  global_clock_ = clock;
+  global_at_ = env_.clock->Now();
+}
+
+// The last snapshot is of the last round's start (the last model pulled):
+// the shards' final model is the evaluator's test_accuracy. With fragments
+// a snapshot mixes fragments of the last few clocks; it is named by the
+// latest.
+std::optional<SnapshotView> LocalSgdStep::Snapshot(int64_t, bool) const {
+  if (!model_->has_network() || global_clock_ == snapshot_clock_) return std::nullopt;
+  snapshot_clock_ = global_clock_;
+  return SnapshotView{
+      .values = global(), .count = model_->num_params(), .step = global_clock_ * local_steps_, .at = global_at_};
 }
 
 void LocalSgdStep::AddStats(stats::WorkerStats* s) const {

@@ -32,7 +32,10 @@ class LocalSgdStep final : public ModelStep {
   Status AwaitNext(int64_t clock) override;
   int64_t Steps(int64_t) const override { return env_.n.batches; }
   // The shards' model as last pulled (the average), not this worker's own
-  // progress since; steps count minibatches.
+  // progress since, named by the rounds it holds and dated when it was
+  // taken in: with overlapped rounds that is up to a round after the clock
+  // that pulled it began. Steps count minibatches; a model already
+  // recorded is not recorded again.
   std::optional<SnapshotView> Snapshot(int64_t clock, bool last) const override;
   void AddStats(stats::WorkerStats* s) const override;
 
@@ -53,6 +56,9 @@ class LocalSgdStep final : public ModelStep {
   // all of them, as without fragments and at the job's last clock).
   std::optional<cluster::ChunkRange> FragmentOf(int64_t clock) const;
   LocalRounds::Span SpanOf(const std::optional<cluster::ChunkRange>& chunks) const;
+  // global() now holds the shards' model of clock `clock` (its rounds
+  // before that clock), taken in now.
+  void TookGlobal(int64_t clock);
 
   std::shared_ptr<Minibatches> batches_;
   const int local_steps_;
@@ -61,6 +67,9 @@ class LocalSgdStep final : public ModelStep {
   int64_t pending_pull_ = -1;                          // overlap_rounds: the round whose average is in flight
   std::optional<cluster::ChunkRange> pending_chunks_;  // with fragments: the chunks that average covers
   Status merge_error_;
+  int64_t global_clock_ = 0;             // global() holds the shards' model of this clock
+  TimePoint global_at_{};                // since this time
+  mutable int64_t snapshot_clock_ = -1;  // the global clock of the last snapshot
 };
 
 }  // namespace geodesic::worker
