@@ -141,6 +141,23 @@ def accuracy(module, x, y, batch=1000):
     return correct / x.shape[0] if x.shape[0] else 0.0
 
 
+def set_parameters(module, params_file):
+    """Copies a flat float32 file into the module's trainable parameters; returns their count."""
+    trainable = [t for t in module.parameters() if t.requires_grad]
+    flat = np.fromfile(params_file, dtype="<f4")
+    want = sum(t.numel() for t in trainable)
+    if flat.size != want:
+        sys.exit(f"{params_file}: {flat.size} values, the module has {want} trainable parameters")
+    if not np.isfinite(flat).all():
+        sys.exit(f"{params_file}: holds values that are not finite")
+    with torch.no_grad():
+        off = 0
+        for t in trainable:
+            t.copy_(torch.from_numpy(flat[off:off + t.numel()].copy()).view_as(t))
+            off += t.numel()
+    return want
+
+
 def job_settings(run_dir):
     import yaml
     with open(os.path.join(run_dir, "job.yaml")) as f:
@@ -172,16 +189,7 @@ def main():
         sys.exit("give RUN_DIR, or --module and --params")
     torch.set_num_threads(os.cpu_count() or 1)
     module = torch.jit.load(s["module"])
-    trainable = [t for t in module.parameters() if t.requires_grad]
-    flat = np.fromfile(s["params"], dtype="<f4")
-    want = sum(t.numel() for t in trainable)
-    if flat.size != want:
-        sys.exit(f"{s['params']}: {flat.size} values, the module has {want} trainable parameters")
-    with torch.no_grad():
-        off = 0
-        for t in trainable:
-            t.copy_(torch.from_numpy(flat[off:off + t.numel()].copy()).view_as(t))
-            off += t.numel()
+    want = set_parameters(module, s["params"])
     recompute_buffers(module, load(s["data"], "train")[0], s["buffer_samples"])
     x, y = load(s["data"], "test")
     if 0 < s["test_samples"] < x.shape[0]:

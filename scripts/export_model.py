@@ -29,12 +29,21 @@ jobs need.
                                        (module.attr("context").toInt())
             Parameters are ordered embeddings, blocks 0..L-1, final norm,
             head.
+  trained   the module a finished run trained: RUN_DIR/job.yaml's module
+            with RUN_DIR/final_params.bin's values (--run RUN_DIR), so that
+            another job can start where that one ended (a pretrained start,
+            docs/language-models.md). Buffers that a train-mode forward
+            keeps as running averages (BatchNorm) are recomputed as the
+            evaluator does (scripts/evaluate_params.py); a token-data module
+            with such buffers is refused.
 
 Usage: scripts/export_model.py MODEL OUT.pt [--seed N] [--channels C]
            [--size S] [--vocab V] [--context T] [--layers L] [--dim D] [--heads H]
+       scripts/export_model.py trained OUT.pt --run RUN_DIR
 """
 import argparse
 import math
+import os
 import sys
 
 import torch
@@ -169,9 +178,28 @@ def export_gpt(a):
                     f" dim {size['dim']}, {size['heads']} heads")
 
 
+def export_trained(a):
+    """The run's module with its final parameters (and recomputed buffers)."""
+    if not a.run:
+        sys.exit("trained: give --run RUN_DIR (a finished run's directory)")
+    import evaluate_params
+    s = evaluate_params.job_settings(a.run)
+    for key in ("module", "params"):
+        if not os.path.isfile(s[key]):
+            sys.exit(f"trained: {s[key]}: no such file (is {a.run} a finished run?)")
+    module = torch.jit.load(s["module"])
+    evaluate_params.set_parameters(module, s["params"])
+    if any(b.is_floating_point() for b in module.buffers()):
+        if s["data"]["dataset"] == "tokens":
+            sys.exit(f"trained: {s['module']} has floating buffers; they are recomputed from image data only")
+        evaluate_params.recompute_buffers(module, evaluate_params.load(s["data"], "train")[0],
+                                          s["buffer_samples"])
+    return module, f" from {s['params']} ({s['module']})"
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=sorted(IMAGE_MODELS) + ["gpt"])
+    p.add_argument("model", choices=sorted(IMAGE_MODELS) + ["gpt", "trained"])
     p.add_argument("out")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--channels", type=int, default=1, help="image models")
@@ -179,9 +207,11 @@ def main():
     p.add_argument("--vocab", type=int, default=256, help="gpt")
     for name in ("context", "layers", "dim", "heads"):
         p.add_argument(f"--{name}", type=int, help="gpt: overrides the size's")
+    p.add_argument("--run", help="trained: the finished run's directory")
     a = p.parse_args()
     torch.manual_seed(a.seed)
-    module, detail = export_gpt(a) if a.model == "gpt" else export_image(a)
+    exporters = {"gpt": export_gpt, "trained": export_trained}
+    module, detail = exporters.get(a.model, export_image)(a)
     module.train()
     torch.jit.save(module, a.out)
     params = sum(t.numel() for t in module.parameters() if t.requires_grad)

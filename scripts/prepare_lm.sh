@@ -7,10 +7,23 @@
 #   runs/models/gpt-small.pt  the small GPT (scripts/export_model.py gpt, 0.9M
 #                           parameters, context 128), seed 1
 #
+# With --pretrained, also (for examples/sweep_lm_pretrained.yaml):
+#
+#   runs/lm/                  a run of examples/lm.yaml (data parallel, one
+#                             epoch), with build/cli/geodesic (scripts/build.sh)
+#   runs/models/gpt-small-lm.pt  the GPT with that run's final values
+#                             (scripts/export_model.py trained)
+#
 # Installs what is missing first (scripts/setup.sh lm). Idempotent: files that
 # exist are kept. Then:  geodesic launch examples/lm.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."
+pretrained=0
+case "${1:-}" in
+  "") ;;
+  --pretrained) pretrained=1 ;;
+  *) echo "usage: scripts/prepare_lm.sh [--pretrained]" >&2; exit 2 ;;
+esac
 scripts/setup.sh lm
 
 FORTUNES=/usr/share/games/fortunes
@@ -30,3 +43,15 @@ if [[ ! -f runs/models/gpt-small.pt ]]; then
   mv -f "runs/models/gpt-small.pt.tmp.$$" runs/models/gpt-small.pt
 fi
 echo "prepare_lm: $data and runs/models/gpt-small.pt are ready"
+[[ $pretrained == 1 ]] || exit 0
+if [[ ! -f runs/models/gpt-small-lm.pt ]]; then
+  geodesic=build/cli/geodesic
+  [[ -x $geodesic ]] || { echo "prepare_lm: $geodesic is missing: run scripts/build.sh first" >&2; exit 1; }
+  if [[ ! -f runs/lm/final_params.bin ]]; then
+    rm -rf runs/lm
+    "$geodesic" launch examples/lm.yaml --run-dir runs/lm
+  fi
+  /usr/bin/python3 scripts/export_model.py trained "runs/models/gpt-small-lm.pt.tmp.$$" --run runs/lm
+  mv -f "runs/models/gpt-small-lm.pt.tmp.$$" runs/models/gpt-small-lm.pt
+fi
+echo "prepare_lm: runs/models/gpt-small-lm.pt (the GPT after runs/lm) is ready"

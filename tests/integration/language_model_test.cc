@@ -158,6 +158,26 @@ TEST_F(LanguageModelTest, TrainsTheGptAndReportsLossPerplexityAndTimeToTarget) {
   EXPECT_NEAR(s["bytes_per_token"]["total"].get<double>(),
               s["bytes_exchanged"]["total"].get<double>() / (150 * 16 * 32), 1e-9);
   EXPECT_GT(s["bytes_per_token"]["push"].get<double>(), 0.0);
+
+  // A pretrained start: `export_model.py trained` writes the module with the
+  // run's final values, and a job from it starts where the run ended (its
+  // first snapshot, the initial model, scores the run's final loss).
+  const std::string exporter = "/usr/bin/python3 " + SourcePath("scripts/export_model.py") + " trained ";
+  const std::string trained = dir_ / "trained.pt";
+  const std::string cmd = exporter + trained + " --run " + (dir_ / "run") + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string missing = exporter + (dir_ / "x.pt") + " --run " + (dir_ / "nowhere") + " 2> " + (dir_ / "err");
+  EXPECT_NE(std::system(missing.c_str()), 0);
+  EXPECT_NE(testing::ReadText(dir_ / "err").find("nowhere"), std::string::npos) << testing::ReadText(dir_ / "err");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "x.pt"));
+  auto again =
+      RunGeodesic({"launch", dir_ / "job.yaml", "--run-dir", dir_ / "again", "--quiet", "--set",
+                   "data.path=" + (dir_ / "data"), "--set", "model.path=" + trained, "--set", "training.steps=2"},
+                  120);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  const nlohmann::json a = testing::ReadJson(dir_ / "again/summary.json");
+  ASSERT_GE(a["loss_curve"].size(), 1u) << a.dump(2);
+  EXPECT_NEAR(a["loss_curve"][0][2].get<double>(), loss, 1e-6 * loss) << a.dump(2);
 }
 
 // Federated language models: six clients, each a set of whole documents
