@@ -1,6 +1,7 @@
 #include "worker/snapshot.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +26,8 @@ Status ReadHeader(std::ifstream& in, const std::string& path, SnapshotInfo* info
 
 }  // namespace
 
-Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const float* values, int64_t n) {
+Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const float* values, int64_t n,
+                     double age_s) {
   std::string data(kHeader + static_cast<size_t>(n) * sizeof(float), '\0');
   char* p = data.data();
   std::memcpy(p, kMagic, 8);
@@ -36,7 +38,14 @@ Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const
   char name[64];
   std::snprintf(name, sizeof(name), "/snap-%010lld.bin", static_cast<long long>(step));
   // Snapshots feed the accuracy curve, not recovery: no fsync on the training path.
-  return WriteFileAtomic(dir + name, data, /*durable=*/false);
+  GD_RETURN_IF_ERROR(WriteFileAtomic(dir + name, data, /*durable=*/false));
+  if (age_s <= 0) return Status::Ok();
+  std::error_code ec;
+  const auto age =
+      std::chrono::duration_cast<std::filesystem::file_time_type::duration>(std::chrono::duration<double>(age_s));
+  std::filesystem::last_write_time(dir + name, std::filesystem::file_time_type::clock::now() - age, ec);
+  if (ec) return Internal(dir + name + ": cannot date the snapshot: " + ec.message());
+  return Status::Ok();
 }
 
 std::vector<SnapshotInfo> ListSnapshots(const std::string& dir) {

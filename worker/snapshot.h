@@ -22,7 +22,11 @@ struct SnapshotInfo {
   double seconds = 0;
 };
 
-Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const float* values, int64_t n);
+// `age_s` > 0: the values were there that long before now (a local-SGD
+// worker's pulled model); the file's modification time, which the evaluator
+// dates the curve by, is set back as far.
+Status WriteSnapshot(const std::string& dir, int64_t step, double seconds, const float* values, int64_t n,
+                     double age_s = 0);
 // Snapshots in `dir`, by step. Unreadable files are skipped with a warning.
 std::vector<SnapshotInfo> ListSnapshots(const std::string& dir);
 // Reads one snapshot's values; DataLoss if it is truncated or not `n` values.

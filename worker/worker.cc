@@ -209,8 +209,9 @@ void Worker::SaveSnapshot(bool last) {
   const std::optional<SnapshotView> v = step_->Snapshot(c_, last);
   if (!v) return;
   // Values taken in before training began (the start's pull) count from its start.
-  const TimePoint at = std::max(v->at.value_or(clock_->Now()), start_);
-  Status s = WriteSnapshot(options_.snapshot_dir, v->step, Seconds(at - start_), v->values, v->count);
+  const TimePoint now = clock_->Now(), at = std::max(v->at.value_or(now), start_);
+  Status s =
+      WriteSnapshot(options_.snapshot_dir, v->step, Seconds(at - start_), v->values, v->count, Seconds(now - at));
   if (!s.ok()) GD_LOG(WARNING) << "snapshot: " << s;
 }
 

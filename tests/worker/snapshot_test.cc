@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <set>
 
@@ -25,6 +26,26 @@ TEST(SnapshotTest, RoundTripSortedByStepAndTruncationRefused) {
   EXPECT_EQ(ReadSnapshot(list[1].path, 4, &back).code(), Code::kDataLoss);
   std::filesystem::resize_file(list[0].path, 40);
   EXPECT_EQ(ReadSnapshot(list[0].path, 3, &back).code(), Code::kDataLoss);
+  std::filesystem::remove_all(dir);
+}
+
+// A snapshot of values that were there some time ago (a local-SGD worker's
+// pulled model) is dated then: the evaluator times the curve by the file's
+// modification time.
+TEST(SnapshotTest, AnAgedSnapshotIsDatedWhenItsValuesWereThere) {
+  std::string dir = std::filesystem::temp_directory_path() / ("gd-snap-age-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::vector<float> v = {1, 2, 3};
+  ASSERT_TRUE(WriteSnapshot(dir, 5, 1.0, v.data(), 3, /*age_s=*/30).ok());
+  ASSERT_TRUE(WriteSnapshot(dir, 6, 2.0, v.data(), 3).ok());
+  auto list = ListSnapshots(dir);
+  ASSERT_EQ(list.size(), 2u);
+  const auto now = std::filesystem::file_time_type::clock::now();
+  const double aged = std::chrono::duration<double>(now - std::filesystem::last_write_time(list[0].path)).count();
+  const double fresh = std::chrono::duration<double>(now - std::filesystem::last_write_time(list[1].path)).count();
+  EXPECT_NEAR(aged, 30, 5);
+  EXPECT_NEAR(fresh, 0, 5);
+  EXPECT_DOUBLE_EQ(list[0].seconds, 1.0);
   std::filesystem::remove_all(dir);
 }
 
