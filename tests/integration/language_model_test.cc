@@ -170,6 +170,22 @@ TEST_F(LanguageModelTest, TrainsTheGptAndReportsLossPerplexityAndTimeToTarget) {
   EXPECT_NE(std::system(missing.c_str()), 0);
   EXPECT_NE(testing::ReadText(dir_ / "err").find("nowhere"), std::string::npos) << testing::ReadText(dir_ / "err");
   EXPECT_FALSE(std::filesystem::exists(dir_ / "x.pt"));
+  // A run whose final values are short or not finite: one error naming the file, nothing written.
+  std::filesystem::create_directories(dir_ / "bad");
+  std::filesystem::copy_file(dir_ / "run/job.yaml", dir_ / "bad/job.yaml");
+  const int64_t n = std::filesystem::file_size(dir_ / "run/final_params.bin") / 4;
+  for (const auto& [values, says] :
+       std::vector<std::pair<std::vector<float>, std::string>>{{std::vector<float>(3, 0.f), "trainable parameters"},
+                                                               {std::vector<float>(n, std::nanf("")), "not finite"}}) {
+    std::ofstream(dir_ / "bad/final_params.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+    const std::string bad = exporter + (dir_ / "x.pt") + " --run " + (dir_ / "bad") + " 2> " + (dir_ / "err");
+    EXPECT_NE(std::system(bad.c_str()), 0) << says;
+    const std::string err = testing::ReadText(dir_ / "err");
+    EXPECT_NE(err.find("final_params.bin"), std::string::npos) << err;
+    EXPECT_NE(err.find(says), std::string::npos) << err;
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "x.pt"));
+  }
   auto again =
       RunGeodesic({"launch", dir_ / "job.yaml", "--run-dir", dir_ / "again", "--quiet", "--set",
                    "data.path=" + (dir_ / "data"), "--set", "model.path=" + trained, "--set", "training.steps=2"},
