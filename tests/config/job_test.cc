@@ -436,7 +436,7 @@ TEST(JobTest, OuterMomentumOnLateRoundsGetsANote) {
   ASSERT_EQ(JobNotes(*job).size(), 1u);
   EXPECT_NE(JobNotes(*job)[0].find("training.overlap_steps"), std::string::npos) << JobNotes(*job)[0];
   EXPECT_NE(JobNotes(*job)[0].find("outer momentum 0.9"), std::string::npos) << JobNotes(*job)[0];
-  for (const std::string& fix : {"training.overlap_steps=2", "training.overlap_rounds=false"}) {
+  for (const char* fix : {"training.overlap_steps=2", "training.overlap_rounds=false"}) {
     std::vector<std::string> sets = late;
     sets.push_back(fix);
     auto fixed = ParseJob(kMinimal, "t", sets);
