@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,8 +23,13 @@ pid_t Spawn(const std::vector<std::string>& args, int out_fd, bool program = fal
   std::vector<char*> cargs;
   for (auto& a : argv) cargs.push_back(a.data());
   cargs.push_back(nullptr);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
+    // Dies with the test (a ctest timeout kills the test, not its process
+    // groups); a launcher's children follow it (deploy/process.cc).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     setpgid(0, 0);
     dup2(out_fd, 1);
     dup2(out_fd, 2);

@@ -27,7 +27,9 @@ RunResult RunGeodesic(const std::vector<std::string>& args, double timeout_s);
 
 // A background `geodesic` process (or, with `program`, the program named by
 // args[0]) in a process group of its own, killed (SIGKILL, the whole group)
-// on destruction if still running.
+// on destruction if still running, and (SIGKILL) when the test process dies
+// without destroying it; start it from the test's main thread, whose end
+// counts as the test's.
 class Process {
  public:
   Process(const std::vector<std::string>& args, const std::string& log_file, bool program = false);

@@ -1,9 +1,15 @@
 // `geodesic launch` and the role subcommands, end to end, on jobs that take
 // seconds: clear errors for bad input, a complete summary, clean Ctrl-C.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tests/integration/harness.h"
 #include "tests/test_paths.h"
@@ -24,6 +30,40 @@ training: {steps: 40, staleness_bound: 1}
 wire: {chunk_bytes: 65536}
 membership: {heartbeat_ms: 100, lease_ms: 1000}
 )";
+
+// A test killed (a ctest timeout kills the test process, not the process
+// groups it made) takes what it started with it: nothing is left running.
+TEST(HarnessTest, AProcessDiesWithTheTestThatStartedIt) {
+  TempDir dir;
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t test = ::fork();
+  ASSERT_GE(test, 0);
+  if (test == 0) {  // stands in for the test process: starts one and hangs
+    ::close(fds[0]);
+    testing::Process sleeper({"/bin/sleep", "30"}, dir / "sleep.log", /*program=*/true);
+    const pid_t pid = sleeper.pid();
+    if (::write(fds[1], &pid, sizeof(pid)) != sizeof(pid)) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  pid_t sleeper = -1;
+  ASSERT_EQ(::read(fds[0], &sleeper, sizeof(sleeper)), static_cast<ssize_t>(sizeof(sleeper)));
+  ::close(fds[0]);
+  ::kill(test, SIGKILL);
+  ::waitpid(test, nullptr, 0);
+  // Gone, or a zombie for whoever adopted it to reap; 5 s at most.
+  auto running = [&] {
+    std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
+    std::string pid, comm, state;
+    return static_cast<bool>(stat >> pid >> comm >> state) && state != "Z" && state != "X";
+  };
+  for (int i = 0; i < 500 && running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool left = running();
+  if (left) ::kill(sleeper, SIGKILL);
+  EXPECT_FALSE(left) << "pid " << sleeper << " outlived the test that started it";
+}
 
 TEST(CliTest, HelpForEverySubcommand) {
   for (std::vector<std::string> args : {std::vector<std::string>{"--help"},
