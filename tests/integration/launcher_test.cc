@@ -49,10 +49,11 @@ TEST(HarnessTest, AProcessDiesWithTheTestThatStartedIt) {
   }
   ::close(fds[1]);
   pid_t sleeper = -1;
-  ASSERT_EQ(::read(fds[0], &sleeper, sizeof(sleeper)), static_cast<ssize_t>(sizeof(sleeper)));
+  const ssize_t got = ::read(fds[0], &sleeper, sizeof(sleeper));
   ::close(fds[0]);
-  ::kill(test, SIGKILL);
+  ::kill(test, SIGKILL);  // before any assertion, so that the stand-in never outlives this test
   ::waitpid(test, nullptr, 0);
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof(sleeper)));
   // Gone, or a zombie for whoever adopted it to reap; 5 s at most.
   auto running = [&] {
     std::ifstream stat("/proc/" + std::to_string(sleeper) + "/stat");
