@@ -66,7 +66,7 @@ StatusOr<transport::HttpResponse> WaitForHealthz(const std::string& at) {
 // Everything the two hosts printed: each script's output and the last
 // lines of every process log under both run directories, for a failure
 // message (which process stalled is in its own log, not the script's).
-std::string HostsOutput(const std::filesystem::path& dir) {
+std::string HostsOutput(const TempDir& dir) {
   std::string out;
   for (const char* script : {"us.log", "eu.log"})
     out += std::string("== ") + script + "\n" + testing::ReadText(dir / script);
