@@ -1,9 +1,11 @@
 #include "deploy/emulated_wan.h"
 
 #include <arpa/inet.h>
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include "common/log.h"
 #include "wan/probe.h"
@@ -59,6 +61,14 @@ json LinkTraffic(const std::map<std::pair<std::string, std::string>, int>& links
       out.push_back({{"from", pair.second}, {"to", pair.first}, {"bytes", c.bytes_back}, {"cut", c.cut}});
   }
   return out;
+}
+
+json TrafficSince(json now, const json& base) {
+  for (auto& t : now)
+    for (const auto& b : base)
+      if (b["from"] == t["from"] && b["to"] == t["to"])
+        t["bytes"] = t["bytes"].get<uint64_t>() - std::min(t["bytes"].get<uint64_t>(), b["bytes"].get<uint64_t>());
+  return now;
 }
 
 json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::EmulatorLoad& now, double seconds) {
@@ -177,6 +187,7 @@ StatusOr<json> EmulatedWan::Probe() {
     out.push_back(LinkProbeRecord(job_, l, wan::ProbeLink(from->host, port, LinkProbeOptions(l))));
   }
   after_probes_ = emulator_->Load();
+  probe_traffic_ = LinkTraffic(links_, *emulator_);
   after_probes_at_ = std::chrono::steady_clock::now();
   return out;
 }
@@ -224,7 +235,7 @@ Status EmulatedWan::Heal(const std::string& a, const std::string& b) {
   return Status::Ok();
 }
 
-json EmulatedWan::Traffic() const { return LinkTraffic(links_, *emulator_); }
+json EmulatedWan::Traffic() const { return TrafficSince(LinkTraffic(links_, *emulator_), probe_traffic_); }
 
 json EmulatedWan::Cost() const {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - after_probes_at_).count();

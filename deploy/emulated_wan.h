@@ -47,6 +47,10 @@ nlohmann::json EmulatorCostRecord(const wan::EmulatorLoad& at, const wan::Emulat
 // order -> the emulator's link id).
 nlohmann::json LinkTraffic(const std::map<std::pair<std::string, std::string>, int>& links,
                            const wan::LinkEmulator& emulator);
+// `now` less `base` per (from, to) (both as LinkTraffic): what each link
+// direction carried since `base` was read, e.g. the job's own bytes since
+// the start-up probes.
+nlohmann::json TrafficSince(nlohmann::json now, const nlohmann::json& base);
 
 // A TCP port on `host` held for a process that binds it later: bound
 // exclusively (the kernel picks a port nobody holds), then marked
@@ -100,7 +104,8 @@ class EmulatedWan {
   Status Cut(const std::string& a, const std::string& b);
   Status Heal(const std::string& a, const std::string& b);
 
-  // Bytes each direction of each link delivered so far: {from, to, bytes}.
+  // Bytes each direction of each link delivered since the start-up probes
+  // (the job's own): {from, to, bytes}.
   nlohmann::json Traffic() const;
 
   // What the emulator has cost since the probes (EmulatorCostRecord).
@@ -118,7 +123,8 @@ class EmulatedWan {
   JobSpec job_;
   std::vector<PortHold> held_;  // the fixed ports, held for the job's life
   std::unique_ptr<wan::LinkEmulator> emulator_;
-  wan::EmulatorLoad after_probes_;  // the emulator's load when Probe() ended...
+  wan::EmulatorLoad after_probes_;                          // the emulator's load when Probe() ended...
+  nlohmann::json probe_traffic_ = nlohmann::json::array();  // ... the bytes per link then ...
   std::chrono::steady_clock::time_point after_probes_at_ = std::chrono::steady_clock::now();  // ... and when
   std::string coordinator_endpoint_;
   std::vector<std::string> server_endpoints_, backup_endpoints_;

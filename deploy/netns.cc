@@ -220,14 +220,17 @@ StatusOr<nlohmann::json> NetnsWan::Probe() {
     out.push_back(LinkProbeRecord(job_, l, m));
   }
   if (auto cpu = ProcessCpuSeconds(options_.state_dir + "/delay.pid"); cpu.ok()) probes_cpu_seconds_ = *cpu;
-  if (auto traffic = Traffic(); traffic.ok()) probes_mb_ = TrafficMb(*traffic);
+  if (auto traffic = KernelTraffic(); traffic.ok()) {
+    probe_traffic_ = *traffic;
+    probes_mb_ = TrafficMb(*traffic);
+  }
   probes_at_ = std::chrono::steady_clock::now();
   return out;
 }
 
 StatusOr<nlohmann::json> NetnsWan::Cost() const {
   GD_ASSIGN_OR_RETURN(nlohmann::json traffic, Traffic());
-  const double mb = TrafficMb(traffic) - probes_mb_;
+  const double mb = TrafficMb(traffic);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - probes_at_).count();
   nlohmann::json cost = {{"kind", "netns"},
                          {"seconds", seconds},
@@ -247,6 +250,11 @@ StatusOr<nlohmann::json> NetnsWan::Cost() const {
 }
 
 StatusOr<nlohmann::json> NetnsWan::Traffic() const {
+  GD_ASSIGN_OR_RETURN(nlohmann::json now, KernelTraffic());
+  return TrafficSince(std::move(now), probe_traffic_);
+}
+
+StatusOr<nlohmann::json> NetnsWan::KernelTraffic() const {
   if (!up_) return FailedPrecondition("the namespaces are down");
   GD_RETURN_IF_ERROR(Script({"counters"}));
   std::ifstream in(run_dir_.log("netns-counters"));

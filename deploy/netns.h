@@ -66,8 +66,9 @@ class NetnsWan {
   // Also notes the delayer's CPU and the bytes forwarded so far, for Cost().
   StatusOr<nlohmann::json> Probe();
 
-  // Bytes the router forwarded per declared link direction since Up (after
-  // loss), as EmulatedWan::Traffic: [{from, to, bytes}, ...].
+  // Bytes the router forwarded per declared link direction since the
+  // start-up probes (after loss), as EmulatedWan::Traffic: [{from, to,
+  // bytes}, ...].
   StatusOr<nlohmann::json> Traffic() const;
 
   // The summary's `emulator` record since the probes: {kind: "netns",
@@ -85,6 +86,8 @@ class NetnsWan {
   NetnsWan(JobSpec job, NetnsOptions options, std::string ip, RunDir run_dir)
       : job_(std::move(job)), options_(std::move(options)), ip_(std::move(ip)), run_dir_(std::move(run_dir)) {}
   Status Script(const std::vector<std::string>& args) const;
+  // The router's counters since Up.
+  StatusOr<nlohmann::json> KernelTraffic() const;
 
   JobSpec job_;
   NetnsOptions options_;
@@ -92,6 +95,7 @@ class NetnsWan {
   RunDir run_dir_;  // netns.sh's logs go to its logs/
   bool up_ = false;
   double probes_cpu_seconds_ = 0, probes_mb_ = 0;  // the delayer's CPU and bytes forwarded when Probe() ended...
+  nlohmann::json probe_traffic_ = nlohmann::json::array();  // ... the bytes per link then ...
   std::chrono::steady_clock::time_point probes_at_ = std::chrono::steady_clock::now();  // ... and when
 };
 
