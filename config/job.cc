@@ -20,6 +20,25 @@ int JobSpec::NumWorkers() const {
   return n;
 }
 
+std::vector<int32_t> JobSpec::WorkerRegions() const {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < regions.size(); ++i)
+    out.insert(out.end(), std::max(regions[i].workers, regions[i].max_workers), static_cast<int32_t>(i));
+  return out;
+}
+
+bool JobSpec::HasAggregators() const {
+  for (const auto& r : regions)
+    if (r.aggregator) return true;
+  return false;
+}
+
+int JobSpec::RegionIndex(const std::string& name) const {
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (regions[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
 int JobSpec::InitialWorkers() const {
   int n = 0;
   for (const auto& r : regions) n += r.workers;

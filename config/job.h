@@ -108,6 +108,10 @@ struct RegionSpec {
   // workers that join later (at least `workers`; the first `workers` of
   // them start with the job). Equal to `workers` otherwise.
   int max_workers = 0;
+  // A regional aggregator (docs/wan.md "Regional aggregation"): the
+  // region's workers push to it and pull from it, and it sends the shards
+  // one combined push and one pull per clock.
+  bool aggregator = false;
 };
 
 struct ModelSpec {
@@ -515,6 +519,12 @@ struct JobSpec {
   bool IsInitialWorker(int id) const;
   // The first worker id of region `index` (file order).
   int FirstWorkerOfRegion(size_t index) const;
+  // Each worker id's region index (file order), for NumWorkers() ids.
+  std::vector<int32_t> WorkerRegions() const;
+  // Whether some region has an aggregator.
+  bool HasAggregators() const;
+  // The index of the region named `name` in file order, or -1.
+  int RegionIndex(const std::string& name) const;
   // Elastic jobs: samples in one data unit (batch_size x local_steps), units
   // per epoch (the permutation's full units) and units in the job.
   int64_t UnitSamples() const;

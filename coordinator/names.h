@@ -35,6 +35,8 @@ inline const char* RoleName(wire::Role role) {
       return "client";
     case wire::BACKUP:
       return "backup of server";
+    case wire::AGGREGATOR:
+      return "aggregator";
     default:
       return "member";
   }

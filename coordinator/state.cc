@@ -30,6 +30,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   o.max_message_bytes = job.wire.max_message_bytes;
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
+  o.num_regions = static_cast<int>(job.regions.size());
   o.backups = job.replication.backups;
   o.client_gateway = job.federated.enabled() && job.federated.gateway;
   if (job.wan.replan) {
@@ -87,6 +88,7 @@ CoordinatorState::CoordinatorState(CoordinatorOptions options, const Clock* cloc
     : options_(std::move(options)), clock_(clock), created_(clock->Now()), units_(options_.total_units) {
   servers_.resize(options_.num_servers);
   workers_.resize(options_.num_workers);
+  aggregators_.resize(std::max(options_.num_regions, 1));
   for (int i = 0; i < options_.num_servers; ++i)
     if (i < static_cast<int>(options_.server_regions.size())) servers_[i].region = options_.server_regions[i];
   for (int i = 0; i < options_.num_workers; ++i)
@@ -113,6 +115,8 @@ const CoordinatorState::Member* CoordinatorState::Find(wire::Role role, int id) 
       return id >= 0 && id < static_cast<int>(workers_.size()) ? &workers_[id] : nullptr;
     case wire::EVALUATOR:
       return id == 0 ? &evaluator_ : nullptr;
+    case wire::AGGREGATOR:
+      return id >= 0 && id < static_cast<int>(aggregators_.size()) ? &aggregators_[id] : nullptr;
     case wire::BACKUP:
       if (id < 0 || id >= static_cast<int>(backups_.size())) return nullptr;
       return promoted_[id] ? &servers_[id] : &backups_[id];
@@ -364,7 +368,8 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     }
     r.set_promoted(role == wire::BACKUP && promoted_[id]);
   }
-  if (replicated() && (role == wire::WORKER || role == wire::EVALUATOR) && hb.servers_epoch() < servers_epoch_) {
+  if (replicated() && (role == wire::WORKER || role == wire::EVALUATOR || role == wire::AGGREGATOR) &&
+      hb.servers_epoch() < servers_epoch_) {
     r.set_servers_epoch(servers_epoch_);
     AddServers(r.mutable_servers());
   }
@@ -438,6 +443,7 @@ std::vector<std::string> CoordinatorState::ExpireLeases() {
   }
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) expire(workers_[i], wire::WORKER, i);
   expire(evaluator_, wire::EVALUATOR, 0);
+  for (int i = 0; i < static_cast<int>(aggregators_.size()); ++i) expire(aggregators_[i], wire::AGGREGATOR, i);
   NoteWorkersEnd();
   return deaths;
 }

@@ -92,6 +92,10 @@ struct CoordinatorOptions {
   int backups = 0;
   std::vector<std::string> backup_regions;  // per server id (may be empty)
   std::vector<std::string> worker_regions;  // per worker id (may be empty)
+  // Regional aggregators (regions.NAME.aggregator): region i's registers
+  // as (AGGREGATOR, i), gets the shard map like a worker and keeps a lease;
+  // the rendezvous does not wait for it (its region's workers do).
+  int num_regions = 1;
   // Places the chunks once the model is known; unset: cluster::PlaceChunks (bytes-
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
@@ -298,6 +302,7 @@ class CoordinatorState {
   int promotions_ = 0;
   Member evaluator_;
   bool evaluator_seen_ = false;
+  std::vector<Member> aggregators_;  // by region index
   std::optional<wire::ModelSignature> model_;
   std::optional<cluster::ShardMap> shard_map_;
   std::string plan_note_;       // the planner's report, if it placed the chunks

@@ -31,6 +31,8 @@ class UnreadShare {
 };
 
 constexpr size_t kPeersTracked = 1024;  // past this, peers with nothing unwritten are forgotten
+// The pull compressor's key for aggregator i: below any evaluator's or tool's (-1 - id).
+constexpr int kAggregatorKeys = -(1 << 20);
 
 }  // namespace
 
@@ -146,9 +148,13 @@ bool PullService::FillReply(const HeldPull& p, const std::vector<uint32_t>& batc
     d->set_num_elems(shard_->layout().Size(c));
     d->set_version(snap.version);
     // Workers get their link's pull codec; the evaluator and tools exact values.
+    // An aggregator's copies are kept apart from the evaluator's and tools'.
     const bool worker = p.role == wire::WORKER;
-    auto payload = compressor_.Encode(worker ? p.sender_id : -1 - p.sender_id, worker ? CodecFor(p.sender_id) : fp32_,
-                                      c, compression::ChunkValues{snap.values, shard_->layout().Size(c)}, p.full, d);
+    const int key = worker                       ? p.sender_id
+                    : p.role == wire::AGGREGATOR ? kAggregatorKeys - p.sender_id
+                                                 : -1 - p.sender_id;
+    auto payload = compressor_.Encode(key, worker ? CodecFor(p.sender_id) : fp32_, c,
+                                      compression::ChunkValues{snap.values, shard_->layout().Size(c)}, p.full, d);
     if (!payload.ok()) {
       GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();
       return false;

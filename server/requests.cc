@@ -175,6 +175,10 @@ Status CheckMember(const ShardContext& ctx, const wire::Header& h, wire::Refusal
       if (id == kEvaluatorId) break;
       return PermissionDenied("evaluator " + std::to_string(id) + " is not in this job (its evaluator is " +
                               std::to_string(kEvaluatorId) + ")");
+    case wire::AGGREGATOR:
+      if (id >= 0 && id < ctx.num_regions) break;
+      return PermissionDenied("aggregator " + std::to_string(id) + " is not in this job (regions 0.." +
+                              std::to_string(ctx.num_regions - 1) + ")");
     default:
       break;  // the body's own check says which roles may send it
   }
@@ -269,6 +273,26 @@ Handled ApplyInitOffer(const ShardContext& ctx, InitOffers& offers, const transp
 
 namespace {
 
+void CountChunk(wire::PushResult result, wire::PushAck* ack) {
+  switch (result) {
+    case wire::APPLIED:
+      ack->set_applied_chunks(ack->applied_chunks() + 1);
+      break;
+    case wire::DUPLICATE:
+      ack->set_duplicate_chunks(ack->duplicate_chunks() + 1);
+      break;
+    default:
+      ack->set_dropped_chunks(ack->dropped_chunks() + 1);
+      break;
+  }
+}
+
+void SetResult(wire::PushAck* ack) {
+  ack->set_result(ack->applied_chunks()     ? wire::APPLIED
+                  : ack->duplicate_chunks() ? wire::DUPLICATE
+                                            : wire::STALE_DROPPED);
+}
+
 // The chunks a skipped push names: each in the layout, owned here, named
 // once, with the layout's size, and no payload frames.
 Status SkippedChunks(const ShardState& shard, int server_id, const transport::Message& m,
@@ -286,13 +310,90 @@ Status SkippedChunks(const ShardState& shard, int server_id, const transport::Me
   return Status::Ok();
 }
 
+// The checks of a combined push before its chunks: see ApplyPush.
+Status CheckCombined(const ShardContext& ctx, const transport::Message& m, wire::Refusal* reason) {
+  const auto& req = m.header.push_request();
+  const int region = m.header.sender_id();
+  *reason = wire::REFUSAL_BAD_SENDER;
+  if (region < 0 || region >= ctx.num_regions)
+    return PermissionDenied("aggregator " + std::to_string(region) + " is not in this job (regions 0.." +
+                            std::to_string(ctx.num_regions - 1) + ")");
+  if (!ctx.shard->HoldsPushes())
+    return InvalidArgument("a combined push in a job with a staleness bound (combined pushes are BSP's)");
+  if (req.covers().empty()) return InvalidArgument("a combined push covers no workers");
+  if (req.skipped() || req.has_unit()) return InvalidArgument("a combined push is neither skipped nor of a data unit");
+  GD_RETURN_IF_ERROR(CheckClock(ctx, req.clock(), /*inclusive=*/false, reason));
+  *reason = wire::REFUSAL_BAD_SENDER;
+  for (int i = 0; i < req.covers_size(); ++i) {
+    const int w = req.covers(i);
+    if (w < 0 || w >= ctx.num_workers || (i > 0 && w <= req.covers(i - 1)))
+      return InvalidArgument("a combined push covers workers in increasing order, each in the job; worker " +
+                             std::to_string(w) + " is not");
+    if (ctx.shard->RegionOf(w) != region)
+      return PermissionDenied("aggregator " + std::to_string(region) + " pushed for worker " + std::to_string(w) +
+                              " of region " + std::to_string(ctx.shard->RegionOf(w)));
+    GD_RETURN_IF_ERROR(CheckPushWindow(ctx, w, req.clock(), reason));
+  }
+  *reason = wire::REFUSAL_UNSPECIFIED;
+  return Status::Ok();
+}
+
+Handled ApplyCombinedPush(const ShardContext& ctx, const transport::Message& m) {
+  const auto& req = m.header.push_request();
+  Handled h;
+  h.status = CheckCombined(ctx, m, &h.reason);
+  const std::string what = "combined push of aggregator " + std::to_string(m.header.sender_id()) + " at clock " +
+                           std::to_string(req.clock());
+  if (!h.status.ok()) return Refused(h.reason, h.status.Annotate(what));
+  std::vector<const float*> values;
+  h.status = ctx.decoder->ValidateChunks(*ctx.shard, ctx.server_id, m, req.chunks(), &h.reason, &values, true);
+  if (!h.status.ok()) return Refused(h.reason, h.status.Annotate(what));
+  const std::vector<int> workers(req.covers().begin(), req.covers().end());
+  for (const auto& c : req.chunks()) {
+    if (!ctx.shard->IsInitialized(c.chunk_id()))
+      return Refused(wire::REFUSAL_NOT_INITIALIZED,
+                     FailedPrecondition("chunk " + std::to_string(c.chunk_id()) + " has no initial value yet"));
+    const size_t taken = ctx.shard->TakenBy(workers, req.clock(), c.chunk_id());
+    if (taken > 0 && taken < workers.size())
+      return Refused(
+          wire::REFUSAL_PARTLY_TAKEN,
+          FailedPrecondition(what + ": chunk " + std::to_string(c.chunk_id()) + " took " + std::to_string(taken) +
+                             " of its " + std::to_string(workers.size()) + " workers' clocks already"));
+  }
+  h.reply.set_request_id(m.header.request_id());
+  auto* ack = h.reply.mutable_push_ack();
+  ack->set_clock(req.clock());
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    const auto& c = req.chunks(i);
+    auto out = ctx.shard->PushCombined(workers, req.clock(), c.chunk_id(), c.version(), ctx.decoder->TakeKept(i));
+    CountChunk(out.result, ack);
+  }
+  SetResult(ack);
+  for (int w : workers)
+    if (ctx.shard->CompletedClock(w) >= req.clock()) {
+      ctx.clocks->Finished(w, req.clock());
+      h.completed = true;
+    }
+  if (h.completed) ctx.shard->CloseRounds(*ctx.clocks);
+  return h;
+}
+
 }  // namespace
+
+std::vector<int> PushedBy(const wire::Header& h) {
+  const auto& covers = h.push_request().covers();
+  if (covers.empty()) return {h.sender_id()};
+  return {covers.begin(), covers.end()};
+}
 
 Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
   const auto& req = m.header.push_request();
   const int worker = m.header.sender_id();
+  if (m.header.sender_role() == wire::AGGREGATOR) return ApplyCombinedPush(ctx, m);
   if (m.header.sender_role() != wire::WORKER)
-    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers push"));
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("only workers and aggregators push"));
+  if (!req.covers().empty())
+    return Refused(wire::REFUSAL_BAD_SENDER, InvalidArgument("a worker's push covers no other workers"));
   Handled h;
   h.status = CheckMember(ctx, m.header, &h.reason);
   if (h.status.ok()) h.status = CheckClock(ctx, req.clock(), /*inclusive=*/false, &h.reason);
@@ -341,23 +442,11 @@ Handled ApplyPush(const ShardContext& ctx, const transport::Message& m) {
       auto out =
           keep ? ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), ctx.decoder->TakeKept(i), live, unit)
                : ctx.shard->Push(worker, req.clock(), c.chunk_id(), c.version(), values[i], live, unit);
-      switch (out.result) {
-        case wire::APPLIED:
-          ack->set_applied_chunks(ack->applied_chunks() + 1);
-          break;
-        case wire::DUPLICATE:
-          ack->set_duplicate_chunks(ack->duplicate_chunks() + 1);
-          break;
-        default:
-          ack->set_dropped_chunks(ack->dropped_chunks() + 1);
-          break;
-      }
+      CountChunk(out.result, ack);
       if (out.staleness >= 0) ack->add_staleness(out.staleness);
       h.completed |= out.clock_completed;
     }
-    ack->set_result(ack->applied_chunks()     ? wire::APPLIED
-                    : ack->duplicate_chunks() ? wire::DUPLICATE
-                                              : wire::STALE_DROPPED);
+    SetResult(ack);
   }
   if (h.completed) {
     ctx.clocks->Finished(worker, req.clock());
@@ -424,7 +513,7 @@ Handled ApplyReplicate(const ShardContext& ctx, uint64_t* applied_seq, transport
       inner.peer = m.peer;
       inner.header.set_protocol(m.header.protocol());
       inner.header.set_job(m.header.job());
-      inner.header.set_sender_role(wire::WORKER);
+      inner.header.set_sender_role(req.has_push() && !req.push().covers().empty() ? wire::AGGREGATOR : wire::WORKER);
       inner.header.set_sender_id(req.worker());
       inner.header.set_request_id(req.request_id());
       inner.header.set_payload_frames(m.header.payload_frames());
@@ -478,9 +567,10 @@ Status ValidatePull(const ShardContext& ctx, const transport::Message& m, wire::
   const wire::Role role = m.header.sender_role();
   chunks->clear();
   *reason = wire::REFUSAL_BAD_SENDER;
-  if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT)
-    return InvalidArgument("pulls come from workers, the evaluator or tools");
-  if (req.final() && role == wire::WORKER) return InvalidArgument("workers may not skip the staleness bound");
+  if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::CLIENT && role != wire::AGGREGATOR)
+    return InvalidArgument("pulls come from workers, aggregators, the evaluator or tools");
+  if (req.final() && (role == wire::WORKER || role == wire::AGGREGATOR))
+    return InvalidArgument("workers and aggregators may not skip the staleness bound");
   GD_RETURN_IF_ERROR(CheckMember(ctx, m.header, reason));
   if (!req.final()) GD_RETURN_IF_ERROR(CheckClock(ctx, req.clock(), /*inclusive=*/true, reason));
   *reason = wire::REFUSAL_FRAME_COUNT;

@@ -85,6 +85,8 @@ struct ShardContext {
   // Elastic jobs: the data units (JobSpec::TotalUnits); a push names one
   // below it. 0: not elastic, pushes name none.
   int64_t total_units = 0;
+  // The job's regions: an aggregator's id is below it.
+  int num_regions = 1;
 };
 
 // Membership and clock checks every request of a worker passes first
@@ -115,7 +117,14 @@ Handled ApplyInit(const ShardContext& ctx, const transport::Message& m);
 // An init offer (InitRequest.offer: digests, no payloads): which chunks the
 // worker should send, offer again, or already holds (server/init_offers.h).
 Handled ApplyInitOffer(const ShardContext& ctx, InitOffers& offers, const transport::Message& m, TimePoint now);
+// A worker's push, or a regional aggregator's combined push
+// (PushRequest.covers, BSP jobs): each covered worker in the job, of the
+// aggregator's region and within the live window, chunks as a worker's;
+// REFUSAL_PARTLY_TAKEN when a chunk took the clock from some but not all
+// of them. Nothing of a refused push is applied.
 Handled ApplyPush(const ShardContext& ctx, const transport::Message& m);
+// The workers a push counts for: its covers, or its sender.
+std::vector<int> PushedBy(const wire::Header& h);
 
 // Replication (replication.backups 1, docs/reliability.md).
 //

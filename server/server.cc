@@ -74,7 +74,8 @@ ShardContext Server::Context() {
                       .num_workers = num_workers_,
                       .decoder = &decoder_,
                       .total_clocks = options_.job.ClockLimit(),
-                      .total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0};
+                      .total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0,
+                      .num_regions = static_cast<int>(options_.job.regions.size())};
 }
 
 void Server::Authorize(const wire::HeartbeatReply& r) {
@@ -163,7 +164,7 @@ void Server::HandlePush(transport::Message& m) {
   const auto& req = m.header.push_request();
   if (req.skipped() && req.chunks_size() == 0 && h.completed)
     GD_LOG(WARNING) << "worker " << m.header.sender_id() << " skipped clock " << req.clock() << " (no usable gradient)";
-  taken_by_worker_[m.header.sender_id()] += h.reply.push_ack().applied_chunks();
+  for (int w : PushedBy(m.header)) taken_by_worker_[w] += h.reply.push_ack().applied_chunks();
   // Acknowledge after the update took effect (applied, or held in its
   // round) here and, in a replicated job, on the backup.
   Acknowledge(m, std::move(h.reply));
@@ -181,7 +182,10 @@ void Server::HandlePull(transport::Message& m) {
 void Server::HandleReplicate(transport::Message& m) {
   Handled h = backup_.Apply(Context(), m);
   if (!h.status.ok()) return Refuse(m, h.reason, h.status);
-  if (m.header.replicate_request().has_push()) taken_by_worker_[m.header.replicate_request().worker()] += h.taken;
+  if (const auto& r = m.header.replicate_request(); r.has_push()) {
+    if (r.push().covers().empty()) taken_by_worker_[r.worker()] += h.taken;
+    for (int w : r.push().covers()) taken_by_worker_[w] += h.taken;
+  }
   (void)socket_.Send(std::move(h.reply), {}, m.peer);
 }
 
@@ -354,6 +358,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
   so.total_clocks = options_.job.ClocksPerWorker();
   so.total_units = options_.job.membership.elastic ? options_.job.TotalUnits() : 0;
   so.threads = options_.job.training.shard_threads;
+  so.worker_regions = options_.job.WorkerRegions();
   shard_ = std::make_unique<ShardState>(so, map.layout, map.ChunksOf(options_.id));
   pulls_.Start(shard_.get(), &clocks_, options_.job.seed * 7919 + static_cast<uint64_t>(options_.id));
   migration_.Start(shard_.get(), &pulls_, map.version);

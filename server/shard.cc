@@ -112,7 +112,8 @@ ShardState::PushOutcome ShardState::TakePush(int worker, int64_t clock, uint32_t
         kept.reset(new float[c.size]);
         std::memcpy(kept.get(), grad, c.size * sizeof(float));
       }
-      c.rounds[clock].contributions.push_back({worker, base_version, std::move(kept)});
+      c.rounds[clock].contributions.push_back(
+          {.worker = worker, .region = RegionOf(worker), .base_version = base_version, .grad = std::move(kept)});
     }
   } else {
     int64_t tau = c.version >= base_version ? static_cast<int64_t>(c.version - base_version) : 0;
@@ -126,6 +127,68 @@ ShardState::PushOutcome ShardState::TakePush(int worker, int64_t clock, uint32_t
 
   out.clock_completed = MarkReceived(worker, clock, id);
   return out;
+}
+
+ShardState::PushOutcome ShardState::PushCombined(const std::vector<int>& workers, int64_t clock, uint32_t id,
+                                                 uint64_t base_version, std::unique_ptr<float[]> sum) {
+  Chunk& c = chunk(id);
+  PushOutcome out;
+  const size_t taken = TakenBy(workers, clock, id);
+  if (taken == workers.size()) {
+    ++duplicates_;
+    out.result = wire::DUPLICATE;
+  } else if (taken > 0 || options_.staleness_bound != 0 || clock <= c.closed_through) {
+    ++dropped_;
+    out.result = wire::STALE_DROPPED;
+    if (taken > 0 || options_.staleness_bound != 0) return out;  // the caller refuses these first
+  } else {
+    c.rounds[clock].contributions.push_back({.worker = workers.front(),
+                                             .region = RegionOf(workers.front()),
+                                             .weight = static_cast<int>(workers.size()),
+                                             .base_version = base_version,
+                                             .grad = std::move(sum)});
+  }
+  for (int w : workers) {
+    if (c.last_clock.size() <= static_cast<size_t>(w)) c.last_clock.resize(w + 1, -1);
+    c.last_clock[w] = std::max(c.last_clock[w], clock);
+    out.clock_completed |= MarkReceived(w, clock, id);
+  }
+  return out;
+}
+
+size_t ShardState::TakenBy(const std::vector<int>& workers, int64_t clock, uint32_t id) const {
+  const Chunk& c = chunk(id);
+  size_t n = 0;
+  for (int w : workers) n += w >= 0 && static_cast<size_t>(w) < c.last_clock.size() && clock <= c.last_clock[w];
+  return n;
+}
+
+int ShardState::RegionOf(int worker) const {
+  const auto& r = options_.worker_regions;
+  return worker >= 0 && static_cast<size_t>(worker) < r.size() ? r[worker] : 0;
+}
+
+std::pair<float*, int> ShardState::SumRound(Chunk& c, std::vector<Contribution>& parts) {
+  std::sort(parts.begin(), parts.end(), [](const Contribution& a, const Contribution& b) {
+    return std::pair(a.region, a.worker) < std::pair(b.region, b.worker);
+  });
+  // Where each region's contributions start; a region's sum builds up in
+  // its first contribution's buffer, the round's in the first region's.
+  std::vector<size_t> starts;
+  int workers = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    if (k == 0 || parts[k].region != parts[k - 1].region) starts.push_back(k);
+    workers += parts[k].weight;
+  }
+  starts.push_back(parts.size());
+  ForRanges(pool_.get(), c.size, [&](int, size_t b, size_t e) {
+    for (size_t r = 0; r + 1 < starts.size(); ++r)
+      for (size_t k = starts[r] + 1; k < starts[r + 1]; ++k)
+        AddRange(parts[starts[r]].grad.get(), parts[k].grad.get(), b, e);  // worker order within the region
+    for (size_t r = 1; r + 1 < starts.size(); ++r)
+      AddRange(parts.front().grad.get(), parts[starts[r]].grad.get(), b, e);  // then region order
+  });
+  return {parts.front().grad.get(), workers};
 }
 
 bool ShardState::MarkReceived(int worker, int64_t clock, uint32_t id) {
@@ -187,16 +250,10 @@ int ShardState::CloseRounds(const ClockTable& clocks) {
       // A round closes once every live worker has finished its clock; with no
       // live worker left, whatever arrived is applied.
       if (min_clock != ClockTable::kNoWorkers && min_clock <= it->first) break;
-      std::vector<Contribution>& parts = it->second.contributions;
-      std::sort(parts.begin(), parts.end(),
-                [](const Contribution& a, const Contribution& b) { return a.worker < b.worker; });
-      float* sum = parts.front().grad.get();
-      ForRanges(pool_.get(), c.size, [&](int, size_t b, size_t e) {
-        for (size_t k = 1; k < parts.size(); ++k) AddRange(sum, parts[k].grad.get(), b, e);  // worker order
-      });
-      float scale = 1.0f / static_cast<float>(parts.size());
-      for (const Contribution& p : parts)
-        staleness_.Add(c.version >= p.base_version ? static_cast<int64_t>(c.version - p.base_version) : 0);
+      auto [sum, workers] = SumRound(c, it->second.contributions);
+      float scale = 1.0f / static_cast<float>(workers);
+      for (const Contribution& p : it->second.contributions)
+        staleness_.Add(c.version >= p.base_version ? static_cast<int64_t>(c.version - p.base_version) : 0, p.weight);
       float lr = static_cast<float>(LearningRateFactor(options_.optimizer, it->first, options_.total_clocks));
       Apply(c, sum, scale, lr, 0);
       c.closed_through = it->first;

@@ -14,10 +14,14 @@
 // counts toward completing its clock here, so that a worker resumed from a
 // checkpoint that holds part of its push completes that clock.
 //
-// Determinism. A BSP round keeps each worker's gradient and sums them in
-// worker order when it closes, so the result does not depend on the order
-// in which pushes arrived: a run is reproducible bit for bit from its seed,
-// which is what lets a resumed job match an uninterrupted one.
+// Determinism. A BSP round keeps each worker's gradient and, when it
+// closes, sums each region's gradients in worker order and then the
+// regions' sums in region order, so the result does not depend on the
+// order in which pushes arrived: a run is reproducible bit for bit from its
+// seed, which is what lets a resumed job match an uninterrupted one. A
+// regional aggregator's combined push (PushCombined) is its region's sum,
+// added in the same order, so a job with aggregators ends where the same
+// job without them does, to the bit.
 //
 // Checkpoints. ToCheckpoint() captures the chunks, optimizer state,
 // versions and clocks (server/checkpoint.h writes and reads the file);
@@ -35,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cluster/chunking.h"
@@ -64,6 +69,10 @@ struct ShardOptions {
   // Threads that check and apply one update together (training.shard_threads;
   // 0: one per core). Only chunks of at least 2 MiB are split.
   int threads = 1;
+  // The region (index in the job file) of each worker id, for the order of
+  // a BSP round's sum (see "Determinism"); ids beyond it, or all when it
+  // is empty, count as region 0.
+  std::vector<int32_t> worker_regions = {};
 };
 
 class ShardState {
@@ -108,6 +117,19 @@ class ShardState {
                    int live_workers = 1, int64_t unit = -1) {
     return TakePush(worker, clock, chunk, base_version, grad.get(), &grad, live_workers, unit);
   }
+  // A regional aggregator's combined push (BSP only): `sum` is the gradients
+  // of `workers` (increasing, one region) added in worker order, computed
+  // on parameters of `base_version`. The clock counts as pushed by each of
+  // them (MarkReceived, duplicates) and the round's mean divides by every
+  // one. DUPLICATE when all of them already took `clock` here; the caller
+  // refuses a push that some but not all of them took (TakenBy), which
+  // otherwise changes nothing and answers STALE_DROPPED.
+  PushOutcome PushCombined(const std::vector<int>& workers, int64_t clock, uint32_t chunk, uint64_t base_version,
+                           std::unique_ptr<float[]> sum);
+  // How many of `workers` this chunk already took `clock` from.
+  size_t TakenBy(const std::vector<int>& workers, int64_t clock, uint32_t chunk) const;
+  // The region index of `worker` (ShardOptions::worker_regions).
+  int RegionOf(int worker) const;
   // Whether pushes are held until their round closes (BSP): a caller that
   // copies a push anyway can hand its copy over.
   bool HoldsPushes() const { return options_.staleness_bound == 0; }
@@ -176,12 +198,14 @@ class ShardState {
 
  private:
   struct Contribution {
-    int worker = 0;
+    int worker = 0;  // a combined push: its first worker
+    int region = 0;
+    int weight = 1;  // workers whose gradients `grad` sums
     uint64_t base_version = 0;
     std::unique_ptr<float[]> grad;
   };
   struct Round {
-    std::vector<Contribution> contributions;  // summed in worker order on close
+    std::vector<Contribution> contributions;  // summed by region, in worker order, on close
   };
   struct Chunk {
     uint32_t id = 0;
@@ -201,6 +225,9 @@ class ShardState {
   StatusOr<ChunkOptimizer::State> CheckChunk(const wire::ChunkCheckpoint& in, uint64_t size,
                                              const std::string& where) const;
   void Reindex();
+  // Sums a round's contributions (see "Determinism") into the first one's
+  // buffer; returns it and the workers summed.
+  std::pair<float*, int> SumRound(Chunk& c, std::vector<Contribution>& parts);
   // Push's body; `owned` (may be null) holds `grad`'s values for a round to keep.
   PushOutcome TakePush(int worker, int64_t clock, uint32_t chunk, uint64_t base_version, const float* grad,
                        std::unique_ptr<float[]>* owned, int live_workers, int64_t unit);

@@ -10,6 +10,7 @@ CoordinatorOptions Options(int servers, int workers) {
   o.job_name = "t";
   o.num_servers = servers;
   o.num_workers = workers;
+  o.num_regions = 2;
   o.chunk_bytes = 40;  // 10 floats per chunk
   o.membership.heartbeat_ms = 100;
   o.membership.lease_ms = 1000;
@@ -100,6 +101,34 @@ TEST_F(CoordinatorTest, ExpiredLeaseLeavesTheLiveSet) {
   ASSERT_TRUE(again.ok());
   EXPECT_TRUE(again->ready());
   EXPECT_EQ(state_.Heartbeat(wire::WORKER, 0, hb).live_workers_size(), 2);
+}
+
+// A region's aggregator (AGGREGATOR, region index) is a member with a
+// lease that the rendezvous does not wait for: it gets the shard map once
+// the job started, sees the live workers, and its silence is reported.
+TEST_F(CoordinatorTest, AnAggregatorJoinsWithoutHoldingTheRendezvous) {
+  auto early = state_.Register(wire::AGGREGATOR, 1, ServerReq("tcp://agg:1"));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_FALSE(early->ready());
+  EXPECT_EQ(early->waiting_for(), "servers 0,1; workers 0,1") << "not waiting for the aggregator";
+  StartAll();
+  auto r = state_.Register(wire::AGGREGATOR, 1, ServerReq("tcp://agg:1"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ready());
+  EXPECT_EQ(r->shard_map().owner_size(), 10);
+  EXPECT_EQ(r->servers_size(), 2);
+  EXPECT_EQ(state_.Register(wire::AGGREGATOR, 2, ServerReq("tcp://agg:2")).status().code(), Code::kOutOfRange)
+      << "two regions: aggregators 0 and 1";
+  auto hb = state_.Heartbeat(wire::AGGREGATOR, 1, wire::Heartbeat());
+  EXPECT_TRUE(hb.known());
+  EXPECT_EQ(hb.live_workers_size(), 2);
+  clock_.Advance(Millis(1200));
+  for (int w = 0; w < 2; ++w) state_.Heartbeat(wire::WORKER, w, wire::Heartbeat());
+  for (int s = 0; s < 2; ++s) state_.Heartbeat(wire::SERVER, s, wire::Heartbeat());
+  auto deaths = state_.ExpireLeases();
+  ASSERT_EQ(deaths.size(), 1u);
+  EXPECT_NE(deaths[0].find("aggregator 1 lease expired"), std::string::npos) << deaths[0];
+  EXPECT_FALSE(state_.Heartbeat(wire::AGGREGATOR, 1, wire::Heartbeat()).known());
 }
 
 // A restarted coordinator continues from its saved state: same shard map,
