@@ -37,6 +37,7 @@ Command AddCoordinator(CLI::App& app);
 Command AddServer(CLI::App& app);
 Command AddWorker(CLI::App& app);
 Command AddEvaluator(CLI::App& app);
+Command AddAggregator(CLI::App& app);
 Command AddClient(CLI::App& app);
 Command AddToken(CLI::App& app);
 // Whole jobs and their run directories (cli/jobs.cc).

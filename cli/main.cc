@@ -42,9 +42,9 @@ int RunCli(int argc, char** argv) {
                        "geodesic 0.1 (wire protocol " + std::to_string(geodesic::transport::kProtocolVersion) + ")");
   // Declaration order is the order --help lists them in.
   const std::vector<Command> commands = {
-      AddCoordinator(app), AddServer(app),    AddWorker(app),    AddEvaluator(app),  AddClient(app), AddToken(app),
-      AddLaunch(app),      AddWan(app),       AddPlan(app),      AddCheckpoint(app), AddStatus(app), AddMetrics(app),
-      AddDeploy(app),      AddWanRouter(app), AddPartition(app), AddBench(app),      AddSweep(app),
+      AddCoordinator(app), AddServer(app), AddWorker(app),    AddEvaluator(app), AddAggregator(app), AddClient(app),
+      AddToken(app),       AddLaunch(app), AddWan(app),       AddPlan(app),      AddCheckpoint(app), AddStatus(app),
+      AddMetrics(app),     AddDeploy(app), AddWanRouter(app), AddPartition(app), AddBench(app),      AddSweep(app),
   };
   try {
     app.parse(argc, argv);

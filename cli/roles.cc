@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 
+#include "aggregator/aggregator.h"
 #include "cli/command.h"
 #include "common/files.h"
 #include "common/log.h"
@@ -238,6 +239,7 @@ int RunMember(MemberFlags<Options>& f, const std::string& log_prefix, Prepare pr
 }
 
 using ServerFlags = MemberFlags<server::ServerProcessOptions>;
+using AggregatorFlags = MemberFlags<aggregator::AggregatorOptions>;
 using WorkerFlags = MemberFlags<worker::WorkerProcessOptions>;
 using EvaluatorFlags = MemberFlags<worker::EvaluatorOptions>;
 
@@ -290,6 +292,19 @@ int RunClient(ClientFlags& f) {
                      << (r->job_finished ? "; the job has finished" : "; left");
         return Status::Ok();
       });
+}
+
+int RunAggregator(AggregatorFlags& f, const std::string& region) {
+  auto prepare = [&region](const JobSpec& job, aggregator::AggregatorOptions& o) {
+    o.region = job.RegionIndex(region);
+    if (o.region < 0) return InvalidArgument("--region " + region + " is not a region of job " + job.name);
+    if (!job.regions[o.region].aggregator)
+      return InvalidArgument("region " + region + " has no aggregator (set regions." + region + ".aggregator: true)");
+    return Status::Ok();
+  };
+  return RunMember(f, "aggregator " + region, prepare, [](const aggregator::AggregatorOptions& o, zmq::context_t& ctx) {
+    return aggregator::RunAggregator(o, ctx, &g_stop);
+  });
 }
 
 int RunEvaluator(EvaluatorFlags& f) {
@@ -423,6 +438,8 @@ Command AddWorker(CLI::App& app) {
   cmd->add_option("--snapshot-dir", f->options.snapshot_dir, "worker 0: save parameter snapshots here");
   cmd->add_option("--gateway-bind", f->options.gateway_bind,
                   "federated.gateway: where real clients connect (default: tcp://<region host>:*)");
+  cmd->add_option("--aggregator", f->options.aggregator,
+                  "its region's aggregator (regions.NAME.aggregator): push and pull through it");
   f->security.Add(cmd);
   return {cmd, [f] { return RunWorker(*f); }};
 }
@@ -455,6 +472,22 @@ Command AddEvaluator(CLI::App& app) {
   AddHttpFlags(cmd, f->options.http);
   f->security.Add(cmd);
   return {cmd, [f] { return RunEvaluator(*f); }};
+}
+
+Command AddAggregator(CLI::App& app) {
+  auto f = std::make_shared<AggregatorFlags>();
+  auto region = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("aggregator",
+                                 "run a region's aggregator: one combined push and one pull per clock for the region's "
+                                 "workers (regions.NAME.aggregator)");
+  f->job.Add(cmd);
+  cmd->add_option("--region", *region, "the region it serves (a name from the job file)")->required();
+  cmd->add_option("--coordinator", f->options.coordinator, "coordinator endpoint")->required();
+  cmd->add_option("--bind", f->options.bind, "where the region's workers connect (default: tcp://<region host>:*)");
+  cmd->add_option("--endpoint-file", f->options.endpoint_file, "write the bound endpoint here");
+  AddStatsFileFlag(cmd, &f->options.stats_file);
+  f->security.Add(cmd);
+  return {cmd, [f, region] { return RunAggregator(*f, *region); }};
 }
 
 Command AddToken(CLI::App& app) {

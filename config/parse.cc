@@ -105,6 +105,7 @@ void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) 
     r.Get("workers", &region.workers);
     region.max_workers = region.workers;
     r.Get("max_workers", &region.max_workers);
+    r.Get("aggregator", &region.aggregator);
     r.Finish();
     Check(region.servers >= 0 && region.servers <= 256, errors, where + ".servers", "must be in [0, 256]");
     Check(region.workers >= 0 && region.workers <= 4096, errors, where + ".workers", "must be in [0, 4096]");

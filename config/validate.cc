@@ -211,6 +211,26 @@ void ValidateData(const JobSpec& job, Errors* errors) {
   ValidateTokens(job, errors);
 }
 
+// What a regional aggregator combines today: BSP pushes of plain fp32
+// gradients, one whole model a clock (docs/wan.md "Regional aggregation").
+void ValidateAggregators(const JobSpec& job, Errors* errors) {
+  if (!job.HasAggregators()) return;
+  const char* key = "regions.*.aggregator";
+  const TrainingSpec& t = job.training;
+  Check(t.staleness_bound == 0, errors, key,
+        "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
+        "is BSP's round)");
+  Check(t.local_steps == 1 && !job.federated.enabled(), errors, key,
+        "combines the gradient pushes of training.local_steps: 1; local SGD, DiLoCo and federated rounds do not go "
+        "through aggregators in this version");
+  Check(job.compression.push == "fp32" && job.compression.pull == "fp32" && job.compression.links.empty(), errors, key,
+        "needs compression.push and pull fp32 with no per-link codecs (an aggregator sums plain values)");
+  Check(!job.membership.elastic, errors, key, "cannot be combined with membership.elastic");
+  Check(job.security.mode == SecurityMode::kNone, errors, key,
+        "cannot be combined with security.mode: curve in this version (an aggregator has no token role yet)");
+  Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan in this version");
+}
+
 void ValidateJob(JobSpec* job, Errors* errors) {
   ValidateData(*job, errors);
   ValidatePipeline(job->training, errors);
@@ -220,6 +240,7 @@ void ValidateJob(JobSpec* job, Errors* errors) {
   ValidateWanLinks(*job, errors);
   ValidateReplan(*job, errors);
   ValidateElastic(*job, errors);
+  ValidateAggregators(*job, errors);
   ValidateRoles(job, errors);
   Check(ValidName(job->name), errors, "name", "job names use letters, digits, '-' and '_' (1-63 chars)");
 }

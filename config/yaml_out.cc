@@ -32,6 +32,7 @@ void EmitRegions(YAML::Emitter& out, const std::vector<RegionSpec>& regions) {
     Put(out, "servers", r.servers);
     Put(out, "workers", r.workers);
     if (r.max_workers != r.workers) Put(out, "max_workers", r.max_workers);
+    if (r.aggregator) Put(out, "aggregator", true);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -193,6 +193,7 @@ struct Session {
   json link_probes = json::array();
   std::unique_ptr<Supervisor> children;
   std::string endpoint;                  // the coordinator's
+  std::vector<std::string> aggregators;  // by region index: its aggregator's endpoint, or empty
   std::unique_ptr<Dashboard> dashboard;  // none if off
 
   std::vector<std::string> Routes(const std::string& region) const {
@@ -323,12 +324,45 @@ Status StartServers(Session& s) {
   return Status::Ok();
 }
 
+// Waits for a child's endpoint file; Unavailable with its log if it exits
+// or stop is set first.
+StatusOr<std::string> AwaitEndpoint(Session& s, Child* child, const std::string& file, const std::atomic<bool>* stop) {
+  for (int i = 0; i < 3000; ++i) {
+    auto text = ReadFile(file);
+    if (text.ok() && !text->empty()) return *text;
+    if (child->Poll() || stop->load()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Unavailable(child->name() + " did not start; its log:\n" + child->LogTail(20));
+}
+
+// Each region's aggregator (regions.NAME.aggregator), before its workers,
+// which are told where it listens.
+Status StartAggregators(Session& s, const std::atomic<bool>* stop) {
+  s.aggregators.assign(s.job.regions.size(), "");
+  for (size_t r = 0; r < s.job.regions.size(); ++r) {
+    const RegionSpec& region = s.job.regions[r];
+    if (!region.aggregator) continue;
+    const ProcessId who = ProcessId::Aggregator(static_cast<int>(r));
+    const std::string name = who.Name(), file = s.dir.File(name + ".endpoint");
+    std::vector<std::string> args = {"aggregator", "--job",         s.dir.job_yaml(), "--region",
+                                     region.name,  "--coordinator", s.endpoint,       "--endpoint-file",
+                                     file,         "--stats-file",  s.dir.stats(name)};
+    GD_RETURN_IF_ERROR(s.children->Start(who, Append(args, s.Routes(region.name)), region.name));
+    GD_ASSIGN_OR_RETURN(s.aggregators[r], AwaitEndpoint(s, s.children->children().back().get(), file, stop));
+  }
+  return Status::Ok();
+}
+
 Status StartWorker(Session& s, int i) {
   const std::string name = ProcessId::Worker(i).Name();
   const std::string& region = s.job.RegionOfWorker(i).name;
   std::vector<std::string> args = {"worker",        "--job",    s.dir.job_yaml(), "--id",           std::to_string(i),
                                    "--coordinator", s.endpoint, "--stats-file",   s.dir.stats(name)};
   if (i == 0) args = Append(args, {"--snapshot-dir", s.dir.snapshots()});
+  const int r = s.job.RegionIndex(region);
+  if (r >= 0 && static_cast<size_t>(r) < s.aggregators.size() && !s.aggregators[r].empty())
+    args = Append(args, {"--aggregator", s.aggregators[r]});
   args = Append(args, s.Http(name, s.job.RegionOfWorker(i)));
   GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "worker", i));
   return s.children->Start(ProcessId::Worker(i), Append(Append(args, sec), s.Routes(region)), region);
@@ -736,6 +770,7 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const auto launch_start = std::chrono::steady_clock::now();
   GD_RETURN_IF_ERROR(StartCoordinator(s, stop));
   GD_RETURN_IF_ERROR(StartServers(s));
+  GD_RETURN_IF_ERROR(StartAggregators(s, stop));
   GD_RETURN_IF_ERROR(StartWorkersAndEvaluator(s));
   JobRun run(s, progress, std::move(kills), std::move(cuts), std::move(joins), stop);
   GD_RETURN_IF_ERROR(run.Start());

@@ -8,8 +8,10 @@ namespace geodesic::deploy {
 namespace {
 
 // Roles with an id, and the prefix of their names.
-constexpr std::array<std::pair<ProcessRole, const char*>, 3> kIndexed = {
-    {{ProcessRole::kServer, "server-"}, {ProcessRole::kBackup, "backup-"}, {ProcessRole::kWorker, "worker-"}}};
+constexpr std::array<std::pair<ProcessRole, const char*>, 4> kIndexed = {{{ProcessRole::kServer, "server-"},
+                                                                          {ProcessRole::kBackup, "backup-"},
+                                                                          {ProcessRole::kWorker, "worker-"},
+                                                                          {ProcessRole::kAggregator, "aggregator-"}}};
 
 }  // namespace
 

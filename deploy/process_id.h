@@ -11,17 +11,18 @@
 
 namespace geodesic::deploy {
 
-enum class ProcessRole { kCoordinator, kServer, kBackup, kWorker, kEvaluator };
+enum class ProcessRole { kCoordinator, kServer, kBackup, kWorker, kEvaluator, kAggregator };
 
 struct ProcessId {
   ProcessRole role = ProcessRole::kCoordinator;
-  int id = 0;  // servers, backups (their shard's) and workers: the index; 0 otherwise
+  int id = 0;  // servers, backups (their shard's) and workers: the index; aggregators: the region's; 0 otherwise
 
   static ProcessId Coordinator() { return {ProcessRole::kCoordinator, 0}; }
   static ProcessId Server(int i) { return {ProcessRole::kServer, i}; }
   static ProcessId Backup(int i) { return {ProcessRole::kBackup, i}; }
   static ProcessId Worker(int i) { return {ProcessRole::kWorker, i}; }
   static ProcessId Evaluator() { return {ProcessRole::kEvaluator, 0}; }
+  static ProcessId Aggregator(int region) { return {ProcessRole::kAggregator, region}; }
 
   std::string Name() const;
   // The process a name stands for; nullopt for a name no process has

@@ -3,7 +3,7 @@
 
 A folder may include only itself and lower layers:
   common < proto < config < compression < transport < cluster < wan
-         < {server, coordinator, worker} < deploy < bench < cli
+         < {server, coordinator, worker} < aggregator < deploy < bench < cli
 server, coordinator and worker are one layer of three siblings: none
 includes another (a shard, the coordinator and a worker share only what
 lies below them).
@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 ORDER = [["common"], ["proto"], ["config"], ["compression"], ["transport"], ["cluster"], ["wan"],
-         ["server", "coordinator", "worker"],
+         ["server", "coordinator", "worker"], ["aggregator"],
          ["deploy"], ["bench"], ["cli"]]
 LAYERS = [name for group in ORDER for name in group]
 RANK = {name: i for i, group in enumerate(ORDER) for name in group}

@@ -486,6 +486,12 @@ void PsClient::ResendStale() {
     }
 }
 
+Status PsClient::Tick() {
+  Poll(0);
+  ResendStale();
+  return stats_.push_error;
+}
+
 bool PsClient::PullArrived(int64_t clock) {
   Poll(0);
   const PendingPull* p = requests_.FindPull(clock);
@@ -589,13 +595,13 @@ Status PsClient::Push(int64_t clock, const PushData& data) {
     std::vector<uint32_t> pushed, skipped;
     for (uint32_t c : routes_.chunks(si)) (!data.only || data.only->Contains(c) ? pushed : skipped).push_back(c);
     if (!skipped.empty()) GD_RETURN_IF_ERROR(PushSkippedChunks(clock, si, skipped));
-    GD_RETURN_IF_ERROR(PushChunks(clock, si, pushed, values, owner, data.unit));
+    GD_RETURN_IF_ERROR(PushChunks(clock, si, pushed, values, owner, data));
   }
   return Status::Ok();
 }
 
 Status PsClient::PushChunks(int64_t clock, size_t si, const std::vector<uint32_t>& chunks, const float* values,
-                            const std::shared_ptr<const void>& owner, int64_t unit) {
+                            const std::shared_ptr<const void>& owner, const PushData& data) {
   const TimePoint now = clock_->Now();
   for (const auto& batch : cluster::BatchChunks(routes_.layout(), chunks, options_.wire.message_bytes)) {
     wire::Header h;
@@ -603,7 +609,8 @@ Status PsClient::PushChunks(int64_t clock, size_t si, const std::vector<uint32_t
     h.set_request_id(id);
     auto* req = h.mutable_push_request();
     req->set_clock(clock);
-    if (unit >= 0) req->set_unit(unit);
+    if (data.unit >= 0) req->set_unit(data.unit);
+    for (int w : data.covers) req->add_covers(w);
     std::vector<transport::Payload> payloads;
     GD_RETURN_IF_ERROR(codec_.AddPush(si, clock, batch, values, owner, req->mutable_chunks(), &payloads));
     // Counted before it can leave: a kill right after the send must not

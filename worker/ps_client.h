@@ -127,6 +127,9 @@ struct PushData {
   // Only these chunks are pushed, and every shard is told that the others
   // are skipped at this clock (training.fragments).
   std::optional<cluster::ChunkRange> only = std::nullopt;
+  // A regional aggregator's combined push (PushRequest.covers): the workers
+  // whose gradients `values` sums, increasing. Empty for a worker's own.
+  std::vector<int> covers = {};
 };
 
 // What the client counted so far.
@@ -182,6 +185,10 @@ class PsClient {
   // Reads whatever replies wait, without blocking; true once every chunk of
   // pull `clock` is in without error (WaitPull then returns at once).
   bool PullArrived(int64_t clock);
+  // Reads whatever replies wait and sends again what is unanswered past the
+  // retry interval, without blocking: for an owner with a loop of its own
+  // (the regional aggregator). The first push a shard refused for good, or OK.
+  Status Tick();
   // Forgets every pull in flight (their late replies are ignored): for a
   // worker that jumps ahead to the live clock after rejoining.
   void DropPulls() { requests_.DropPulls(); }
@@ -226,7 +233,7 @@ class PsClient {
   Status SendTracked(transport::Outbox<uint64_t>& box, size_t si, wire::Header h,
                      std::vector<transport::Payload> payloads);
   Status PushChunks(int64_t clock, size_t si, const std::vector<uint32_t>& chunks, const float* values,
-                    const std::shared_ptr<const void>& owner, int64_t unit);
+                    const std::shared_ptr<const void>& owner, const PushData& data);
   // Tells shard index `si` that chunks `ids` (its own) get no gradient at
   // `clock`; no ids: none of its chunks does (a whole skipped step).
   Status PushSkippedChunks(int64_t clock, size_t si, const std::vector<uint32_t>& ids, int64_t unit = -1);

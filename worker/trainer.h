@@ -35,6 +35,9 @@ struct WorkerProcessOptions {
   // (the coordinator tells them the bound endpoint). Empty: the worker's
   // region host, any port.
   std::string gateway_bind;
+  // Its region's aggregator (regions.NAME.aggregator): pushes and training
+  // pulls go there (worker/aggregator_links.h). Empty: straight to the shards.
+  std::string aggregator;
   transport::HttpOptions http;  // /metrics, /healthz, /readyz (ready: joined and training)
 };
 

@@ -79,7 +79,9 @@ Status Worker::JoinJob() {
     GD_ASSIGN_OR_RETURN(ledger_, PushLedger::Create(PushLedgerPath(options_.stats_file)));
     po.ledger = &*ledger_;
   }
-  ps_ = MakePsClient(ctx_, po, assignment, options_.credentials.keys, &counters_, clock_);
+  std::optional<ShardAddress> via;
+  if (!options_.aggregator.empty()) via = ShardAddress{.id = 0, .endpoint = options_.aggregator, .curve_key = {}};
+  ps_ = MakePsClient(ctx_, po, assignment, options_.credentials.keys, &counters_, clock_, via);
   env_.ps = ps_.get();
   GD_RETURN_IF_ERROR(ps_->Connect());
   const int64_t values = job_.ShardValues(step_->num_params());

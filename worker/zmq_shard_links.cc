@@ -1,6 +1,7 @@
 #include "worker/zmq_shard_links.h"
 
 #include "common/log.h"
+#include "worker/aggregator_links.h"
 
 namespace geodesic::worker {
 
@@ -46,13 +47,17 @@ void ZmqShardLinks::Poll(int timeout_ms, const std::function<void(size_t si, tra
 
 std::unique_ptr<PsClient> MakePsClient(zmq::context_t& ctx, PsClientOptions options,
                                        const wire::RegisterReply& assignment, const transport::CurveKeyPair& keys,
-                                       transport::TrafficCounters* counters, const Clock* clock) {
+                                       transport::TrafficCounters* counters, const Clock* clock,
+                                       const std::optional<ShardAddress>& aggregator) {
   transport::SocketOptions base{.job = options.job,
                                 .role = options.role,
                                 .id = options.id,
                                 .max_message_bytes = options.wire.max_message_bytes,
                                 .curve = {.keys = keys}};
-  auto links = std::make_unique<ZmqShardLinks>(ctx, std::move(base), counters);
+  std::unique_ptr<ShardLinks> links = std::make_unique<ZmqShardLinks>(ctx, base, counters);
+  if (aggregator)
+    links = std::make_unique<AggregatorLinks>(std::move(links), std::make_unique<ZmqShardLinks>(ctx, base, counters),
+                                              *aggregator);
   return std::make_unique<PsClient>(std::move(links), std::move(options), assignment, clock);
 }
 

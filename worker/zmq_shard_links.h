@@ -6,10 +6,12 @@
 // (traffic()), kept across reconnects; every link counts into `counters`
 // too. Not synchronized: the sockets belong to the PsClient's thread.
 //
-// MakePsClient builds the PsClient of a process over them.
+// MakePsClient builds the PsClient of a process over them (and, for a
+// worker whose region has an aggregator, over AggregatorLinks).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 #include <zmq.hpp>
 
@@ -47,9 +49,11 @@ class ZmqShardLinks final : public ShardLinks {
 // A PsClient over ZeroMQ links identified as `options` says (job, role,
 // id, wire.max_message_bytes), CURVE clients with `keys` in secured jobs
 // (empty: plaintext), counting into `counters`. `ctx` and `counters` must
-// outlive it.
+// outlive it. With `aggregator`, pushes and training pulls go there
+// (worker/aggregator_links.h).
 std::unique_ptr<PsClient> MakePsClient(zmq::context_t& ctx, PsClientOptions options,
                                        const wire::RegisterReply& assignment, const transport::CurveKeyPair& keys,
-                                       transport::TrafficCounters* counters, const Clock* clock);
+                                       transport::TrafficCounters* counters, const Clock* clock,
+                                       const std::optional<ShardAddress>& aggregator = std::nullopt);
 
 }  // namespace geodesic::worker

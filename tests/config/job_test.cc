@@ -114,6 +114,26 @@ TEST(JobTest, YamlRoundTrip) {
   EXPECT_EQ(again->training.steps, 7);
 }
 
+TEST(JobTest, AggregatorsParseRoundTripAndNameTheirRegionsAndWorkers) {
+  auto job = ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0"});
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->regions[0].aggregator);
+  EXPECT_TRUE(job->regions[1].aggregator);
+  EXPECT_TRUE(job->HasAggregators());
+  EXPECT_EQ(job->RegionIndex("eu"), 1);
+  EXPECT_EQ(job->RegionIndex("asia"), -1);
+  EXPECT_EQ(job->WorkerRegions(), (std::vector<int32_t>{0, 0, 1}));
+  auto again = ParseJob(JobToYaml(*job), "roundtrip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->regions[1].aggregator);
+  // What an aggregator does not combine is refused with the reason.
+  for (const char* set : {"membership.elastic=true", "security.mode=curve", "wan.replan=true"}) {
+    auto bad = ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0", set});
+    ASSERT_FALSE(bad.ok()) << set;
+    EXPECT_NE(bad.status().message().find("regions.*.aggregator"), std::string::npos) << bad.status();
+  }
+}
+
 TEST(JobTest, CurvePointsParseRoundTripAndAreBounded) {
   auto job = ParseJob(kMinimal, "t");
   ASSERT_TRUE(job.ok()) << job.status();

@@ -1,0 +1,357 @@
+#include "aggregator/aggregator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "common/files.h"
+#include "common/log.h"
+#include "common/wire_limits.h"
+#include "worker/process_options.h"
+#include "worker/zmq_shard_links.h"
+
+namespace geodesic::aggregator {
+namespace {
+
+// Pulls of this many recent clocks stay cached for late or resent requests.
+constexpr int64_t kPullsKept = 4;
+
+}  // namespace
+
+Aggregator::Aggregator(AggregatorOptions options, zmq::context_t& ctx, const Clock* clock)
+    : options_(std::move(options)), ctx_(ctx), clock_(clock) {
+  const JobSpec& job = options_.job;
+  first_worker_ = job.FirstWorkerOfRegion(static_cast<size_t>(options_.region));
+  num_workers_ = job.regions[static_cast<size_t>(options_.region)].workers;
+}
+
+Aggregator::~Aggregator() {
+  if (member_) member_->Stop();
+}
+
+Status Aggregator::Run(const std::atomic<bool>* stop) {
+  const JobSpec& job = options_.job;
+  const RegionSpec& region = job.regions[static_cast<size_t>(options_.region)];
+  transport::SocketOptions so{.job = job.name,
+                              .role = wire::AGGREGATOR,
+                              .id = options_.region,
+                              .max_message_bytes = job.wire.max_message_bytes,
+                              .send_timeout_ms = 0};
+  socket_ = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::router, so, &counters_);
+  GD_RETURN_IF_ERROR(socket_->Bind(options_.bind.empty() ? "tcp://" + region.host + ":*" : options_.bind));
+  if (!options_.endpoint_file.empty())
+    GD_RETURN_IF_ERROR(WriteFileAtomic(options_.endpoint_file, socket_->endpoint(), /*durable=*/false));
+  GD_LOG(INFO) << "aggregator of region " << region.name << " (workers " << first_worker_ << ".."
+               << first_worker_ + num_workers_ - 1 << ") listening on " << socket_->endpoint();
+  GD_RETURN_IF_ERROR(Join(stop));
+  auto last_stats = clock_->Now();
+  while (!stop->load()) {
+    if (socket_->WaitReadable(5))
+      for (int k = 0; k < 256; ++k) {
+        auto in = socket_->Receive();
+        if (!in) break;
+        if (!in->status.ok()) {
+          Refuse(in->message, wire::REFUSAL_MALFORMED, in->status);
+          continue;
+        }
+        Serve(in->message);
+      }
+    GD_RETURN_IF_ERROR(PollUpstream(stop));
+    GD_RETURN_IF_ERROR(ForwardReady());
+    AckForwarded();
+    if (Status e = member_->error(); !e.ok()) return e;
+    if (member_->view().job_finished) break;
+    if (clock_->Now() - last_stats > std::chrono::seconds(2)) {
+      WriteStats(false);
+      last_stats = clock_->Now();
+    }
+  }
+  WriteStats(true);
+  member_->Stop();
+  if (stop->load()) return Cancelled("stopped");
+  GD_LOG(INFO) << "the job finished: " << counts_.clocks_forwarded << " combined pushes, " << counts_.upstream_pulls
+               << " pulls for " << counts_.pulls_served << " worker pulls";
+  return Status::Ok();
+}
+
+Status Aggregator::Join(const std::atomic<bool>* stop) {
+  const JobSpec& job = options_.job;
+  cluster::MemberOptions mo =
+      worker::MemberOptionsFor(job, wire::AGGREGATOR, options_.region, options_.coordinator, {}, options_.credentials);
+  mo.region = job.regions[static_cast<size_t>(options_.region)].name;
+  mo.endpoint = socket_->endpoint();
+  member_ = std::make_unique<cluster::MemberClient>(ctx_, std::move(mo), &member_counters_, clock_);
+  GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
+  worker::PsClientOptions po = worker::PsOptionsFor(job, wire::AGGREGATOR, options_.region);
+  if (job.replication.backups > 0) po.servers_view = worker::ServersView(*member_);
+  ps_ = worker::MakePsClient(ctx_, po, assignment, options_.credentials.keys, &upstream_counters_, clock_);
+  GD_RETURN_IF_ERROR(ps_->Connect());
+  layout_ = ps_->shard_map().layout;
+  member_->Start([](wire::Heartbeat*) {});
+  return Status::Ok();
+}
+
+void Aggregator::Serve(transport::Message& m) {
+  if (m.header.has_push_request()) return OnPush(m);
+  if (m.header.has_pull_request()) return OnPull(m);
+  Refuse(m, wire::REFUSAL_UNSUPPORTED_TYPE,
+         InvalidArgument("an aggregator serves pushes and training pulls, not " + transport::BodyName(m.header) +
+                         " messages (those go to the shards)"));
+}
+
+void Aggregator::Refuse(const transport::Message& m, wire::Refusal reason, const Status& status) {
+  ++counts_.pushes_refused;
+  GD_LOG(WARNING) << "refused " << transport::BodyName(m.header) << " from " << transport::PeerName(m) << " ("
+                  << transport::RefusalName(reason) << "): " << status.message();
+  if (m.peer.empty()) return;
+  wire::Header reply;
+  reply.set_request_id(m.header.request_id());
+  reply.mutable_error_reply()->set_code(transport::ToWire(status.code()));
+  reply.mutable_error_reply()->set_message(status.message());
+  reply.mutable_error_reply()->set_reason(reason);
+  (void)socket_->Send(std::move(reply), {}, m.peer);
+}
+
+Status Aggregator::CheckPush(const transport::Message& m, wire::Refusal* reason) const {
+  const auto& req = m.header.push_request();
+  const int w = m.header.sender_id();
+  *reason = wire::REFUSAL_BAD_SENDER;
+  if (m.header.sender_role() != wire::WORKER || w < first_worker_ || w >= first_worker_ + num_workers_)
+    return PermissionDenied(transport::PeerName(m) + " is not a worker of this aggregator's region (workers " +
+                            std::to_string(first_worker_) + ".." + std::to_string(first_worker_ + num_workers_ - 1) +
+                            ")");
+  if (req.has_unit() || !req.covers().empty() || (req.skipped() && req.chunks_size() > 0))
+    return InvalidArgument(
+        "a worker's push to an aggregator names no data unit, covers no one, and skips whole clocks");
+  *reason = wire::REFUSAL_BAD_CLOCK;
+  if (req.clock() < 0 || req.clock() >= options_.job.ClocksPerWorker())
+    return OutOfRange("clock " + std::to_string(req.clock()) + " is not one of this job's " +
+                      std::to_string(options_.job.ClocksPerWorker()));
+  *reason = wire::REFUSAL_FRAME_COUNT;
+  if (req.chunks_size() != static_cast<int>(m.frames.size()))
+    return InvalidArgument(std::to_string(req.chunks_size()) + " chunks and " + std::to_string(m.frames.size()) +
+                           " payload frames");
+  std::set<uint32_t> seen;
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    const wire::ChunkData& d = req.chunks(i);
+    const std::string chunk = "chunk " + std::to_string(d.chunk_id());
+    *reason = d.chunk_id() >= layout_.num_chunks()                  ? wire::REFUSAL_CHUNK_OUT_OF_RANGE
+              : !seen.insert(d.chunk_id()).second                   ? wire::REFUSAL_DUPLICATE_CHUNK
+              : d.num_elems() != layout_.Size(d.chunk_id())         ? wire::REFUSAL_WRONG_SHAPE
+              : d.codec() != wire::FP32                             ? wire::REFUSAL_UNKNOWN_CODEC
+              : m.frames[i].size() != d.num_elems() * sizeof(float) ? wire::REFUSAL_BAD_PAYLOAD_SIZE
+                                                                    : wire::REFUSAL_UNSPECIFIED;
+    if (*reason != wire::REFUSAL_UNSPECIFIED)
+      return InvalidArgument(chunk + " is not one of the layout's, named once, as plain fp32 of its size (" +
+                             transport::RefusalName(*reason) + ")");
+    const float* v = static_cast<const float*>(m.frames[i].data());
+    for (uint64_t k = 0; k < d.num_elems(); ++k) {
+      if (!std::isfinite(v[k]))
+        *reason = wire::REFUSAL_NON_FINITE;
+      else if (std::fabs(v[k]) > kMaxValueMagnitude)
+        *reason = wire::REFUSAL_VALUE_TOO_LARGE;
+      if (*reason != wire::REFUSAL_UNSPECIFIED)
+        return InvalidArgument(chunk + " value " + std::to_string(k) + " is " + std::to_string(v[k]));
+    }
+  }
+  return Status::Ok();
+}
+
+void Aggregator::OnPush(transport::Message& m) {
+  wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
+  if (Status s = CheckPush(m, &reason); !s.ok()) return Refuse(m, reason, s);
+  const auto& req = m.header.push_request();
+  const WaitingAck ack{m.peer, m.header.request_id(), static_cast<uint32_t>(req.chunks_size())};
+  if (req.clock() < acked_below_) {
+    // A resend whose first copy went out in a combined push already acknowledged.
+    if (!req.skipped()) Acknowledge(ack, req.clock(), wire::DUPLICATE);
+    return;
+  }
+  ClockSum& s = sums_[req.clock()];
+  if (req.skipped()) {
+    s.skipped.insert(m.header.sender_id());  // the shards answer it
+    return;
+  }
+  if (!s.forwarded) TakeChunks(s, m.header.sender_id(), m);
+  s.acks.push_back(ack);
+  ++counts_.pushes_taken;
+}
+
+void Aggregator::TakeChunks(ClockSum& s, int worker, const transport::Message& m) {
+  Gradient& g = s.grads[worker];
+  if (g.values.empty()) {
+    g.values.assign(layout_.num_params(), 0.0f);
+    g.got.assign(layout_.num_chunks(), false);
+  }
+  const auto& req = m.header.push_request();
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    const uint32_t c = req.chunks(i).chunk_id();
+    if (g.got[c]) continue;  // a resend
+    std::memcpy(g.values.data() + layout_.Begin(c), m.frames[i].data(), m.frames[i].size());
+    g.got[c] = true;
+    ++g.chunks;
+  }
+}
+
+std::vector<int> Aggregator::LiveWorkers() const {
+  std::vector<int> live;
+  const cluster::MembershipView v = member_->view();
+  for (int w = first_worker_; w < first_worker_ + num_workers_; ++w)
+    if (!v.valid || std::find(v.live.begin(), v.live.end(), w) != v.live.end()) live.push_back(w);
+  return live;
+}
+
+bool Aggregator::Ready(const ClockSum& s) const {
+  for (int w : LiveWorkers()) {
+    if (s.skipped.count(w)) continue;
+    auto it = s.grads.find(w);
+    if (it == s.grads.end() || it->second.chunks < layout_.num_chunks()) return false;
+  }
+  return true;
+}
+
+Status Aggregator::ForwardReady() {
+  for (auto& [clock, s] : sums_) {
+    if (s.forwarded) continue;
+    if (!Ready(s)) break;  // clocks go up in order, as the workers push them
+    std::vector<int> covers;
+    std::shared_ptr<std::vector<float>> sum;
+    for (auto& [w, g] : s.grads) {
+      if (g.chunks < layout_.num_chunks()) continue;  // a worker that left mid-push
+      covers.push_back(w);
+      if (!sum) {
+        sum = std::make_shared<std::vector<float>>(std::move(g.values));
+        continue;
+      }
+      float* out = sum->data();
+      const float* in = g.values.data();
+      for (size_t k = 0; k < sum->size(); ++k) out[k] += in[k];  // worker order, as a shard adds them
+    }
+    s.grads.clear();
+    s.forwarded = true;
+    if (!sum) continue;  // every worker skipped the clock: nothing to send
+    GD_RETURN_IF_ERROR(ps_->Push(clock, {.values = sum->data(), .owner = sum, .covers = covers}));
+    s.sum = std::move(sum);
+    ++counts_.clocks_forwarded;
+  }
+  return Status::Ok();
+}
+
+void Aggregator::AckForwarded() {
+  const int64_t oldest = ps_->OldestUnackedClock();
+  while (!sums_.empty() && sums_.begin()->second.forwarded && sums_.begin()->first < oldest) {
+    auto it = sums_.begin();
+    for (const WaitingAck& a : it->second.acks) Acknowledge(a, it->first, wire::APPLIED);
+    acked_below_ = it->first + 1;
+    sums_.erase(it);
+  }
+}
+
+void Aggregator::Acknowledge(const WaitingAck& a, int64_t clock, wire::PushResult result) {
+  wire::Header reply;
+  reply.set_request_id(a.request_id);
+  auto* ack = reply.mutable_push_ack();
+  ack->set_clock(clock);
+  ack->set_result(result);
+  if (result == wire::APPLIED)
+    ack->set_applied_chunks(a.chunks);
+  else
+    ack->set_duplicate_chunks(a.chunks);
+  (void)socket_->Send(std::move(reply), {}, a.peer);
+}
+
+void Aggregator::OnPull(transport::Message& m) {
+  const auto& req = m.header.pull_request();
+  const int w = m.header.sender_id();
+  if (m.header.sender_role() != wire::WORKER || w < first_worker_ || w >= first_worker_ + num_workers_)
+    return Refuse(m, wire::REFUSAL_BAD_SENDER, PermissionDenied(transport::PeerName(m) + " is not a worker here"));
+  if (req.final() || req.clock() < 0 || req.clock() > options_.job.ClocksPerWorker())
+    return Refuse(m, wire::REFUSAL_BAD_CLOCK,
+                  InvalidArgument("an aggregator serves the pulls of training clocks 0.." +
+                                  std::to_string(options_.job.ClocksPerWorker())));
+  HeldPull h{m.peer, m.header.request_id(), {}, clock_->Now()};
+  for (uint32_t c : req.chunk_ids()) {
+    if (c >= layout_.num_chunks())
+      return Refuse(m, wire::REFUSAL_CHUNK_OUT_OF_RANGE, OutOfRange("chunk " + std::to_string(c)));
+    h.chunks.push_back(c);
+  }
+  auto [it, fresh] = pulls_.try_emplace(req.clock());
+  if (fresh) {
+    Status s = ps_->Pull(req.clock(), {.full = true});
+    if (!s.ok()) GD_LOG(WARNING) << "pull of clock " << req.clock() << " from the shards: " << s;
+    ++counts_.upstream_pulls;
+  }
+  if (it->second.arrived) return Answer(req.clock(), it->second, h);
+  it->second.waiting.push_back(std::move(h));
+}
+
+Status Aggregator::PollUpstream(const std::atomic<bool>* stop) {
+  GD_RETURN_IF_ERROR(ps_->Tick());
+  for (auto& [clock, p] : pulls_) {
+    if (p.arrived || !ps_->PullArrived(clock)) continue;
+    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps_->WaitPull(clock, {.borrowed = &p.chunks, .stop = stop}));
+    p.min_clock = t.min_clock;
+    for (size_t i = 0; i < p.chunks.size(); ++i) p.index[p.chunks[i].chunk_id] = i;
+    p.arrived = true;
+    for (const HeldPull& h : p.waiting) Answer(clock, p, h);
+    p.waiting.clear();
+  }
+  while (pulls_.size() > static_cast<size_t>(kPullsKept) && pulls_.begin()->second.arrived)
+    pulls_.erase(pulls_.begin());
+  return Status::Ok();
+}
+
+void Aggregator::Answer(int64_t clock, const ClockPull& p, const HeldPull& h) {
+  ++counts_.pulls_served;
+  const uint64_t held_us =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(clock_->Now() - h.since).count());
+  for (const auto& batch : cluster::BatchChunks(layout_, h.chunks, options_.job.wire.message_bytes)) {
+    wire::Header reply;
+    reply.set_request_id(h.request_id);
+    auto* r = reply.mutable_pull_reply();
+    r->set_clock(clock);
+    r->set_min_clock(p.min_clock);
+    r->set_held_us(held_us);
+    r->set_hold_us(held_us);
+    std::vector<transport::Payload> payloads;
+    for (uint32_t c : batch) {
+      const worker::PulledChunk& pc = p.chunks[p.index.at(c)];
+      auto* d = r->add_chunks();
+      d->set_chunk_id(c);
+      d->set_num_elems(layout_.Size(c));
+      d->set_version(pc.version);
+      d->set_codec(wire::FP32);
+      payloads.push_back(transport::Payload{pc.frame.data(), pc.frame.size(), nullptr});
+    }
+    (void)socket_->Send(std::move(reply), payloads, h.peer);
+  }
+}
+
+void Aggregator::WriteStats(bool final) const {
+  if (options_.stats_file.empty()) return;
+  const nlohmann::json j = {{"region", options_.job.regions[static_cast<size_t>(options_.region)].name},
+                            {"final", final},
+                            {"pushes_taken", counts_.pushes_taken},
+                            {"pushes_refused", counts_.pushes_refused},
+                            {"clocks_forwarded", counts_.clocks_forwarded},
+                            {"pulls_served", counts_.pulls_served},
+                            {"upstream_pulls", counts_.upstream_pulls},
+                            {"upstream_bytes_sent", upstream_counters_.bytes_sent.load()},
+                            {"upstream_bytes_received", upstream_counters_.bytes_received.load()},
+                            {"workers_bytes_sent", counters_.bytes_sent.load()},
+                            {"workers_bytes_received", counters_.bytes_received.load()}};
+  if (Status s = WriteFileAtomic(options_.stats_file, j.dump(2) + "\n", /*durable=*/false); !s.ok())
+    GD_LOG(WARNING) << s;
+}
+
+Status RunAggregator(const AggregatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
+  Aggregator a(options, ctx, RealClock::Get());
+  return a.Run(stop);
+}
+
+}  // namespace geodesic::aggregator

@@ -1,0 +1,139 @@
+// Aggregator: a region's tier between its workers and the shards
+// (regions.NAME.aggregator; docs/wan.md "Regional aggregation"). To the
+// region's workers it is their shards: they push to it and pull from it
+// (worker/aggregator_links.h). To the shards it is one member, (AGGREGATOR,
+// region index), with a PsClient of its own: per clock it sends one
+// combined push, the region's gradients summed in worker order
+// (PushRequest.covers), and one pull, whose values answer every worker of
+// the region. So the region's uplink carries one push and its downlink one
+// pull a clock instead of one per worker, and a BSP job ends with the same
+// parameters, bit for bit, as without aggregators (server/shard.h,
+// "Determinism").
+//
+// A clock is forwarded once every live worker of the region has pushed
+// it whole or skipped it (a skipped push reaches the shards from the
+// worker too, and is never answered here). A worker's push is acknowledged
+// only after the shards acknowledged the combined push that carries it, so
+// an acknowledged gradient is on the shards, as without an aggregator.
+//
+// Threading: one thread runs the loop (Run) and owns everything here; the
+// membership client heartbeats from its own thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "cluster/member_client.h"
+#include "common/clock.h"
+#include "common/status.h"
+#include "config/job.h"
+#include "transport/message.h"
+#include "transport/security.h"
+#include "worker/ps_client.h"
+
+namespace geodesic::aggregator {
+
+struct AggregatorOptions {
+  JobSpec job;
+  int region = 0;                            // index in the job file; the aggregator's member id
+  std::string coordinator;                   // coordinator endpoint
+  std::string bind;                          // where the region's workers connect; empty: tcp://<region host>:*
+  std::string endpoint_file;                 // the bound endpoint is written here (the launcher waits for it)
+  std::string stats_file;                    // counts, written every 2 s and at exit (JSON)
+  transport::MemberCredentials credentials;  // secured jobs (not yet supported: config/validate.cc)
+};
+
+class Aggregator {
+ public:
+  Aggregator(AggregatorOptions options, zmq::context_t& ctx, const Clock* clock);
+  ~Aggregator();
+
+  // Binds, joins the job and serves until the job finishes (OK) or `stop`.
+  Status Run(const std::atomic<bool>* stop);
+
+  struct Counts {
+    uint64_t pushes_taken = 0;      // worker push messages taken
+    uint64_t pushes_refused = 0;    // worker messages refused (bad input)
+    uint64_t clocks_forwarded = 0;  // combined pushes sent
+    uint64_t pulls_served = 0;      // worker pull requests answered
+    uint64_t upstream_pulls = 0;    // pulls sent to the shards
+  };
+  const Counts& counts() const { return counts_; }
+
+ private:
+  struct Gradient {
+    std::vector<float> values;  // num_params
+    std::vector<bool> got;      // by chunk
+    size_t chunks = 0;
+  };
+  struct WaitingAck {
+    std::string peer;
+    uint64_t request_id = 0;
+    uint32_t chunks = 0;
+  };
+  struct ClockSum {
+    std::map<int, Gradient> grads;  // by worker: summed in this order
+    std::set<int> skipped;
+    std::vector<WaitingAck> acks;
+    bool forwarded = false;
+    std::shared_ptr<std::vector<float>> sum;  // what was forwarded, kept until sent
+  };
+  struct HeldPull {
+    std::string peer;
+    uint64_t request_id = 0;
+    std::vector<uint32_t> chunks;
+    TimePoint since;
+  };
+  struct ClockPull {
+    bool arrived = false;
+    std::vector<worker::PulledChunk> chunks;
+    std::map<uint32_t, size_t> index;  // chunk id -> position in chunks
+    int64_t min_clock = -1;
+    std::vector<HeldPull> waiting;
+  };
+
+  Status Join(const std::atomic<bool>* stop);
+  void Serve(transport::Message& m);
+  void OnPush(transport::Message& m);
+  void OnPull(transport::Message& m);
+  // The checks of a worker's push (see docs/wan.md): from a worker of this
+  // region, a clock of the job, fp32 chunks of the layout with finite
+  // values; the reason in `reason`.
+  Status CheckPush(const transport::Message& m, wire::Refusal* reason) const;
+  void Refuse(const transport::Message& m, wire::Refusal reason, const Status& status);
+  void TakeChunks(ClockSum& s, int worker, const transport::Message& m);
+  bool Ready(const ClockSum& s) const;
+  Status ForwardReady();
+  void AckForwarded();
+  void Acknowledge(const WaitingAck& a, int64_t clock, wire::PushResult result);
+  Status PollUpstream(const std::atomic<bool>* stop);
+  void Answer(int64_t clock, const ClockPull& p, const HeldPull& h);
+  std::vector<int> LiveWorkers() const;
+  void WriteStats(bool final) const;
+
+  AggregatorOptions options_;
+  zmq::context_t& ctx_;
+  const Clock* clock_;
+  int first_worker_ = 0, num_workers_ = 0;  // the region's worker ids
+  // The region's workers, the shards, the coordinator.
+  transport::TrafficCounters counters_, upstream_counters_, member_counters_;
+  std::unique_ptr<transport::Socket> socket_;  // ROUTER: the region's workers
+  std::unique_ptr<cluster::MemberClient> member_;
+  std::unique_ptr<worker::PsClient> ps_;
+  cluster::ChunkLayout layout_;
+  std::map<int64_t, ClockSum> sums_;    // open clocks
+  int64_t acked_below_ = 0;             // every clock below this was forwarded and acknowledged
+  std::map<int64_t, ClockPull> pulls_;  // recent clocks' pulls
+  Counts counts_;
+};
+
+// Runs the aggregator of a process until the job ends or `stop`.
+Status RunAggregator(const AggregatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop);
+
+}  // namespace geodesic::aggregator
