@@ -20,6 +20,9 @@ namespace {
 
 // Pulls of this many recent clocks stay cached for late or resent requests.
 constexpr int64_t kPullsKept = 4;
+// How far ahead of the live workers' clock a push may be (as at a shard,
+// server/requests.h).
+constexpr int64_t kPushWindow = 16;
 
 }  // namespace
 
@@ -132,6 +135,11 @@ Status Aggregator::CheckPush(const transport::Message& m, wire::Refusal* reason)
   if (req.clock() < 0 || req.clock() >= options_.job.ClocksPerWorker())
     return OutOfRange("clock " + std::to_string(req.clock()) + " is not one of this job's " +
                       std::to_string(options_.job.ClocksPerWorker()));
+  // Each open clock holds a model per worker: a push far ahead of the live
+  // workers would hold memory until then (the shards' live window, too).
+  if (const int64_t from = WindowStart(); req.clock() > from + kPushWindow)
+    return OutOfRange("clock " + std::to_string(req.clock()) + " is beyond the live window (clock " +
+                      std::to_string(from) + ", at most " + std::to_string(kPushWindow) + " ahead)");
   *reason = wire::REFUSAL_FRAME_COUNT;
   if (req.chunks_size() != static_cast<int>(m.frames.size()))
     return InvalidArgument(std::to_string(req.chunks_size()) + " chunks and " + std::to_string(m.frames.size()) +
@@ -196,6 +204,13 @@ void Aggregator::TakeChunks(ClockSum& s, int worker, const transport::Message& m
     g.got[c] = true;
     ++g.chunks;
   }
+}
+
+int64_t Aggregator::WindowStart() const {
+  const cluster::MembershipView v = member_->view();
+  int64_t from = acked_below_;
+  if (!v.clocks.empty()) from = std::max(from, *std::min_element(v.clocks.begin(), v.clocks.end()));
+  return from;
 }
 
 std::vector<int> Aggregator::LiveWorkers() const {

@@ -115,6 +115,9 @@ class Aggregator {
   Status PollUpstream(const std::atomic<bool>* stop);
   void Answer(int64_t clock, const ClockPull& p, const HeldPull& h);
   std::vector<int> LiveWorkers() const;
+  // The clock a push's window starts at: the slowest live worker's, as the
+  // coordinator last said, or the first clock not yet acknowledged.
+  int64_t WindowStart() const;
   void WriteStats(bool final) const;
 
   AggregatorOptions options_;

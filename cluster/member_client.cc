@@ -209,6 +209,7 @@ void MemberClient::TakeView(const wire::HeartbeatReply& r) {
   view_.dead = r.dead_workers();
   view_.job_finished = r.job_finished();
   view_.training_ended = r.training_ended();
+  view_.aggregators_down.assign(r.aggregators_down().begin(), r.aggregators_down().end());
   view_.promoted = view_.promoted || r.promoted();
   view_.migration = r.migration();
   if (r.has_shard_map() && r.shard_map().version() > view_.shard_map.version()) {

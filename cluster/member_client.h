@@ -59,7 +59,8 @@ struct MembershipView {
   int done = 0;
   int dead = 0;
   bool job_finished = false;
-  bool training_ended = false;  // every worker done or gone (elastic: every unit finished)
+  bool training_ended = false;        // every worker done or gone (elastic: every unit finished)
+  std::vector<int> aggregators_down;  // regions whose aggregator died or left (HeartbeatReply)
   double seconds_since_reply = 0;
   // Replicated jobs: every shard's serving endpoint (and its backup's) as of
   // servers_epoch (0: none received yet), and, for a backup, whether it has

@@ -376,6 +376,8 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
   if (server && secure()) AddKeys(role, id, hb, m, &r);
   if (role == wire::WORKER && secure() && options_.client_gateway) AddClientKeys(hb, &r);
   r.set_membership_epoch(epoch_);
+  for (int i = 0; i < static_cast<int>(aggregators_.size()); ++i)
+    if (aggregators_[i].registered && !aggregators_[i].live) r.add_aggregators_down(i);
   int done = 0, dead = 0;
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
     const Member& w = workers_[i];

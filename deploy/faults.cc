@@ -28,6 +28,7 @@ int CountOfRole(const std::string& role, const JobSpec& job) {
          : role == "server"      ? job.NumServers()
          : role == "backup"      ? job.NumServers() * job.replication.backups
          : role == "coordinator" ? 1
+         : role == "aggregator"  ? static_cast<int>(job.regions.size())
                                  : 0;
 }
 
@@ -53,12 +54,16 @@ StatusOr<Kill> ParseKill(const std::string& s, const JobSpec& job) {
   }
   int count = CountOfRole(role, job);
   if (count == 0)
-    return InvalidArgument("--kill '" + s + "': role must be worker, server, coordinator or (replicated jobs) backup");
-  if (id < 0 || id >= count) return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id));
-  const ProcessId who = role == "coordinator" ? ProcessId::Coordinator()
-                        : role == "server"    ? ProcessId::Server(id)
-                        : role == "backup"    ? ProcessId::Backup(id)
-                                              : ProcessId::Worker(id);
+    return InvalidArgument("--kill '" + s +
+                           "': role must be worker, server, coordinator, (replicated jobs) backup or aggregator");
+  if (id < 0 || id >= count || (role == "aggregator" && !job.regions[id].aggregator))
+    return InvalidArgument("--kill '" + s + "': no " + role + " " + std::to_string(id) +
+                           (role == "aggregator" ? " (the index of a region with aggregator: true)" : ""));
+  const ProcessId who = role == "coordinator"  ? ProcessId::Coordinator()
+                        : role == "server"     ? ProcessId::Server(id)
+                        : role == "backup"     ? ProcessId::Backup(id)
+                        : role == "aggregator" ? ProcessId::Aggregator(id)
+                                               : ProcessId::Worker(id);
   k.target = who.Name();
   return k;
 }

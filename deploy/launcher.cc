@@ -638,6 +638,12 @@ void JobRun::OnExit(Child* c) {
   const std::string& n = c->name();
   const bool server = who.is(ProcessRole::kServer), backups = s_.job.replication.backups > 0;
   if (!e.ok() && who.is(ProcessRole::kCoordinator) && recoveries_.MayRestart(n)) return OnCoordinatorExit(c);
+  if (!e.ok() && who.is(ProcessRole::kAggregator) && clock_.started()) {
+    // The coordinator lists it as down once its lease ends; its workers
+    // then send their unanswered pushes and pulls to the shards themselves.
+    progress_.Say("geodesic: " + n + " " + e.Describe() + "; its region's workers push to the shards directly");
+    return;
+  }
   if (!e.ok() && who.is(ProcessRole::kBackup) && clock_.started()) {
     // The primary goes on alone (degraded) until the job ends.
     progress_.Say("geodesic: " + n + " " + e.Describe() + "; its primary continues without a backup");

@@ -3,11 +3,25 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/log.h"
+
 namespace geodesic::worker {
 
 AggregatorLinks::AggregatorLinks(std::unique_ptr<ShardLinks> direct, std::unique_ptr<ShardLinks> via,
-                                 ShardAddress aggregator)
-    : direct_(std::move(direct)), via_(std::move(via)), aggregator_(std::move(aggregator)) {}
+                                 ShardAddress aggregator, GoneFn gone)
+    : direct_(std::move(direct)), via_(std::move(via)), aggregator_(std::move(aggregator)), gone_(std::move(gone)) {}
+
+void AggregatorLinks::CheckGone() {
+  if (fallen_back_ || !gone_ || !gone_()) return;
+  fallen_back_ = rerouted_ = true;
+  GD_LOG(WARNING) << "the region's aggregator at " << aggregator_.endpoint
+                  << " is gone: pushing to and pulling from the shards directly";
+}
+
+bool AggregatorLinks::TakeRerouted() {
+  CheckGone();
+  return std::exchange(rerouted_, false);
+}
 
 Status AggregatorLinks::Connect(size_t si, const ShardAddress& address) {
   GD_RETURN_IF_ERROR(direct_->Connect(si, address));
@@ -29,6 +43,8 @@ AggregatorLinks::Route AggregatorLinks::RouteOf(const wire::Header& h) {
 }
 
 Status AggregatorLinks::Send(size_t si, const wire::Header& header, const std::vector<transport::Payload>& payloads) {
+  CheckGone();
+  if (fallen_back_) return direct_->Send(si, header, payloads);
   switch (RouteOf(header)) {
     case Route::kAggregator:
       return via_->Send(si, header, payloads);
@@ -47,6 +63,8 @@ void AggregatorLinks::Poll(int timeout_ms, const std::function<void(size_t si, t
   // The shards answer rarely (initial values, skipped clocks, the final
   // pull): a look without waiting, then the wait on the aggregator's links,
   // short enough that a shard's answer waits at most that long.
+  CheckGone();
+  if (fallen_back_) return direct_->Poll(timeout_ms, deliver);
   direct_->Poll(0, deliver);
   via_->Poll(std::min(timeout_ms, 5), deliver);
 }

@@ -1,6 +1,7 @@
 #include "worker/process_options.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "common/draws.h"
 
@@ -60,6 +61,17 @@ std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(co
     cluster::MembershipView v = member.view();
     *out = std::move(v.servers);
     return v.servers_epoch;
+  };
+}
+
+std::function<bool()> AggregatorGone(const cluster::MemberClient& member, int region) {
+  auto seen = std::make_shared<uint64_t>(0);
+  return [&member, region, seen] {
+    const uint64_t replies = member.replies();
+    if (replies == *seen) return false;
+    *seen = replies;
+    const std::vector<int> down = member.view().aggregators_down;
+    return std::find(down.begin(), down.end(), region) != down.end();
   };
 }
 

@@ -27,6 +27,11 @@ wire::ModelSignature ShardSignature(const JobSpec& job, const wire::ModelSignatu
 
 PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id);
 
+// Whether region `region`'s aggregator is gone (the coordinator lists it in
+// HeartbeatReply.aggregators_down); looks only when a heartbeat reply came
+// in since the last call. `member` must outlive the returned function.
+std::function<bool()> AggregatorGone(const cluster::MemberClient& member, int region);
+
 // Replicated jobs: shard endpoints follow the coordinator's view. `member`
 // must outlive the returned function.
 std::function<uint64_t(uint64_t, std::vector<wire::ServerInfo>*)> ServersView(const cluster::MemberClient& member);

@@ -52,6 +52,8 @@ Status PsClient::Connect() {
 }
 
 void PsClient::FollowRedirects() {
+  if (links_->TakeRerouted())
+    for (size_t si = 0; si < routes_.size(); ++si) Resend(si);  // what the old route may have lost
   for (size_t si : routes_.FollowRedirects()) {
     monitor_.Reset(si);
     Status st = links_->Connect(si, routes_.address(si));

@@ -44,6 +44,10 @@ class ShardLinks {
   virtual void Poll(int timeout_ms, const std::function<void(size_t si, transport::Message& m)>& deliver) = 0;
   // What link `si` sent and received on the wire, across reconnects.
   virtual const transport::TrafficCounters& traffic(size_t si) const = 0;
+  // True once after the links began sending elsewhere than before on their
+  // own (AggregatorLinks falling back to the shards when the aggregator
+  // died): the client sends again every request still unanswered.
+  virtual bool TakeRerouted() { return false; }
 };
 
 }  // namespace geodesic::worker

@@ -127,7 +127,7 @@ struct SnapshotView {
   int64_t step = 0;  // the minibatch step it stands for
   // When the values were there (unset: now): a local-SGD worker takes the
   // shards' model in when it merges, which may be before the snapshot.
-  std::optional<TimePoint> at;
+  std::optional<TimePoint> at = std::nullopt;
 };
 
 class StepStrategy {

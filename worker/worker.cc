@@ -81,7 +81,8 @@ Status Worker::JoinJob() {
   }
   std::optional<ShardAddress> via;
   if (!options_.aggregator.empty()) via = ShardAddress{.id = 0, .endpoint = options_.aggregator, .curve_key = {}};
-  ps_ = MakePsClient(ctx_, po, assignment, options_.credentials.keys, &counters_, clock_, via);
+  ps_ = MakePsClient(ctx_, po, assignment, options_.credentials.keys, &counters_, clock_, via,
+                     AggregatorGone(*member_, job_.RegionIndex(job_.RegionOfWorker(options_.id).name)));
   env_.ps = ps_.get();
   GD_RETURN_IF_ERROR(ps_->Connect());
   const int64_t values = job_.ShardValues(step_->num_params());

@@ -48,7 +48,8 @@ void ZmqShardLinks::Poll(int timeout_ms, const std::function<void(size_t si, tra
 std::unique_ptr<PsClient> MakePsClient(zmq::context_t& ctx, PsClientOptions options,
                                        const wire::RegisterReply& assignment, const transport::CurveKeyPair& keys,
                                        transport::TrafficCounters* counters, const Clock* clock,
-                                       const std::optional<ShardAddress>& aggregator) {
+                                       const std::optional<ShardAddress>& aggregator,
+                                       std::function<bool()> aggregator_gone) {
   transport::SocketOptions base{.job = options.job,
                                 .role = options.role,
                                 .id = options.id,
@@ -57,7 +58,7 @@ std::unique_ptr<PsClient> MakePsClient(zmq::context_t& ctx, PsClientOptions opti
   std::unique_ptr<ShardLinks> links = std::make_unique<ZmqShardLinks>(ctx, base, counters);
   if (aggregator)
     links = std::make_unique<AggregatorLinks>(std::move(links), std::make_unique<ZmqShardLinks>(ctx, base, counters),
-                                              *aggregator);
+                                              *aggregator, std::move(aggregator_gone));
   return std::make_unique<PsClient>(std::move(links), std::move(options), assignment, clock);
 }
 

@@ -10,6 +10,7 @@
 // worker whose region has an aggregator, over AggregatorLinks).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -50,10 +51,11 @@ class ZmqShardLinks final : public ShardLinks {
 // id, wire.max_message_bytes), CURVE clients with `keys` in secured jobs
 // (empty: plaintext), counting into `counters`. `ctx` and `counters` must
 // outlive it. With `aggregator`, pushes and training pulls go there
-// (worker/aggregator_links.h).
+// (worker/aggregator_links.h) until `aggregator_gone` says it died.
 std::unique_ptr<PsClient> MakePsClient(zmq::context_t& ctx, PsClientOptions options,
                                        const wire::RegisterReply& assignment, const transport::CurveKeyPair& keys,
                                        transport::TrafficCounters* counters, const Clock* clock,
-                                       const std::optional<ShardAddress>& aggregator = std::nullopt);
+                                       const std::optional<ShardAddress>& aggregator = std::nullopt,
+                                       std::function<bool()> aggregator_gone = {});
 
 }  // namespace geodesic::worker

@@ -12,7 +12,6 @@
 #include <map>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
@@ -28,7 +27,7 @@ using testing::TempDir;
 // Three regions of two workers and one shard each, the MLP for 0.2 epochs
 // (32 clocks of 6 x 64 samples), links fast enough that the test is quick:
 // the property is in the bytes and the bits, not the time.
-std::string JobYaml(bool aggregators) {
+std::string JobYaml(bool aggregators, double epochs = 0.2) {
   const std::string agg = aggregators ? "true" : "false";
   std::string regions;
   for (const char* r : {"us", "eu", "asia"})
@@ -38,7 +37,9 @@ std::string JobYaml(bool aggregators) {
          "model: {name: mlp}\n"
          "data: {batch_size: 64}\n"
          "optimizer: {name: sgd, lr: 0.05, momentum: 0.9}\n"
-         "training: {epochs: 0.2, staleness_bound: 0}\n"
+         "training: {epochs: " +
+         std::to_string(epochs) +
+         ", staleness_bound: 0}\n"
          "wan:\n"
          "  emulation: proxy\n"
          "  links:\n"
@@ -54,12 +55,15 @@ struct LaunchedRun {
   std::map<std::pair<std::string, std::string>, double> link_bytes;  // by (from, to)
 };
 
-LaunchedRun Launch(const TempDir& dir, bool aggregators) {
+LaunchedRun Launch(const TempDir& dir, bool aggregators, double epochs = 0.2, const std::string& kill = "") {
   const std::string name = aggregators ? "aggregated" : "flat";
-  testing::WriteText(dir / (name + ".yaml"), JobYaml(aggregators));
-  auto r = testing::RunGeodesic(
-      {"launch", dir / (name + ".yaml"), "--run-dir", dir / name, "--quiet", "--no-dashboard", "--no-metrics"}, 240);
+  testing::WriteText(dir / (name + ".yaml"), JobYaml(aggregators, epochs));
+  std::vector<std::string> args = {"launch",   dir / (name + ".yaml"), "--run-dir",
+                                   dir / name, "--no-dashboard",       "--no-metrics"};
+  if (!kill.empty()) args.insert(args.end(), {"--kill", kill});
+  auto r = testing::RunGeodesic(args, 240);
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  testing::WriteText(dir / (name + ".out"), r.output);
   LaunchedRun run;
   run.summary = testing::ReadJson(dir / (name + "/summary.json"));
   run.params = testing::ReadText(dir / (name + "/final_params.bin"));
@@ -98,22 +102,57 @@ TEST(AggregatorTest, BspEndsBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
   }
 }
 
-// A push (or an init) of `values` for chunk 0 at clock 0 from a socket of
-// its own stamped `role` `id`, and the answer.
-std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint, wire::Role role, int id,
-                                const std::vector<float>& values, bool init = false) {
+// Chaos: SIGKILL to one region's aggregator mid-training. Once the
+// coordinator lists it as down, its workers send what it left unanswered
+// to the shards and go on there; a push it had forwarded is answered
+// DUPLICATE, one it held is taken as the worker's own, and the region's
+// sum comes out the same, so the job ends with the flat job's parameters,
+// bit for bit, and every acknowledged push on the shards.
+TEST(AggregatorTest, AKilledAggregatorsWorkersFallBackToTheShardsAndLoseNothing) {
+  TempDir dir;
+  const LaunchedRun flat = Launch(dir, false, 0.6);
+  const LaunchedRun killed = Launch(dir, true, 0.6, "aggregator:1@1");
+  ASSERT_GT(flat.params.size(), 0u);
+  EXPECT_EQ(killed.summary["status"], "finished") << killed.summary.dump();
+  EXPECT_TRUE(flat.params == killed.params) << "the fallback changed the BSP result";
+  testing::ExpectEveryPushAccountedFor(killed.summary, {});
+  const std::string out = testing::ReadText(dir / "aggregated.out");
+  EXPECT_NE(out.find("aggregator-1 killed"), std::string::npos) << out;
+  EXPECT_NE(out.find("its region's workers push to the shards directly"), std::string::npos) << out;
+  for (int w : {2, 3}) {
+    const std::string log = testing::ReadText(dir / ("aggregated/logs/worker-" + std::to_string(w) + ".log"));
+    EXPECT_NE(log.find("is gone: pushing to and pulling from the shards directly"), std::string::npos) << log;
+  }
+  // The other regions kept theirs to the end.
+  EXPECT_EQ(testing::ReadJson(dir / "aggregated/stats/aggregator-0.json")["final"], true);
+}
+
+// One bad request to an aggregator: from a socket of its own stamped
+// `role` `id`, a push (or an init) of `values` for chunk 0 at `clock`.
+struct BadRequest {
+  wire::Role role = wire::WORKER;
+  int id = 0;
+  std::vector<float> values;
+  int64_t clock = 0;
+  bool init = false;
+  wire::Refusal want = wire::REFUSAL_UNSPECIFIED;
+};
+
+// Sends `r` and returns the answer (nullopt: none within 10 s).
+std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint, const BadRequest& r) {
   transport::TrafficCounters counters;
-  transport::Socket s(ctx, zmq::socket_type::dealer, {.job = "regional", .role = role, .id = id}, &counters);
+  transport::Socket s(ctx, zmq::socket_type::dealer, {.job = "regional", .role = r.role, .id = r.id}, &counters);
   if (!s.Connect(endpoint).ok()) return std::nullopt;
   wire::Header h;
   h.set_request_id(77);
-  auto* chunks = init ? h.mutable_init_request()->mutable_chunks() : h.mutable_push_request()->mutable_chunks();
-  if (!init) h.mutable_push_request()->set_clock(0);
+  auto* chunks = r.init ? h.mutable_init_request()->mutable_chunks() : h.mutable_push_request()->mutable_chunks();
+  if (!r.init) h.mutable_push_request()->set_clock(r.clock);
   auto* d = chunks->Add();
   d->set_chunk_id(0);
   d->set_codec(wire::FP32);
-  d->set_num_elems(values.size());
-  if (!s.Send(h, {transport::Payload{values.data(), values.size() * sizeof(float), nullptr}}).ok()) return std::nullopt;
+  d->set_num_elems(r.values.size());
+  const transport::Payload payload{r.values.data(), r.values.size() * sizeof(float), nullptr};
+  if (!s.Send(h, {payload}).ok()) return std::nullopt;
   for (int i = 0; i < 100 && !s.WaitReadable(100);) ++i;
   auto in = s.Receive();
   if (!in || !in->status.ok()) return std::nullopt;
@@ -135,17 +174,19 @@ TEST(AggregatorTest, BadPushesAreRefusedWithTheirReasonAndTheJobGoesOn) {
   // Chunk 0 holds 16384 values (64 KiB chunks).
   std::vector<float> nan(16384, 0.5f), short_chunk(100, 0.5f);
   nan[7] = std::nanf("");
-  const std::vector<std::tuple<wire::Role, int, std::vector<float>, bool, wire::Refusal>> cases = {
-      {wire::WORKER, 0, nan, false, wire::REFUSAL_NON_FINITE},
-      {wire::WORKER, 0, short_chunk, false, wire::REFUSAL_WRONG_SHAPE},
-      {wire::WORKER, 3, std::vector<float>(16384, 0.f), false, wire::REFUSAL_BAD_SENDER},  // eu's worker
-      {wire::SERVER, 0, std::vector<float>(16384, 0.f), false, wire::REFUSAL_BAD_SENDER},
-      {wire::WORKER, 0, std::vector<float>(16384, 0.f), true, wire::REFUSAL_UNSUPPORTED_TYPE}};
-  for (const auto& [role, id, values, init, want] : cases) {
-    auto reply = Ask(ctx, at, role, id, values, init);
-    ASSERT_TRUE(reply.has_value()) << "no answer for " << transport::RefusalName(want);
+  const std::vector<float> zeros(16384, 0.f);
+  const std::vector<BadRequest> cases = {
+      {.values = nan, .want = wire::REFUSAL_NON_FINITE},
+      {.values = short_chunk, .want = wire::REFUSAL_WRONG_SHAPE},
+      {.values = zeros, .clock = 30, .want = wire::REFUSAL_BAD_CLOCK},  // beyond the live window
+      {.id = 3, .values = zeros, .want = wire::REFUSAL_BAD_SENDER},     // eu's worker
+      {.role = wire::SERVER, .values = zeros, .want = wire::REFUSAL_BAD_SENDER},
+      {.values = zeros, .init = true, .want = wire::REFUSAL_UNSUPPORTED_TYPE}};
+  for (const BadRequest& r : cases) {
+    auto reply = Ask(ctx, at, r);
+    ASSERT_TRUE(reply.has_value()) << "no answer for " << transport::RefusalName(r.want);
     ASSERT_TRUE(reply->has_error_reply()) << reply->DebugString();
-    EXPECT_EQ(reply->error_reply().reason(), want) << reply->error_reply().message();
+    EXPECT_EQ(reply->error_reply().reason(), r.want) << reply->error_reply().message();
   }
   ASSERT_EQ(launch.Wait(240), 0) << testing::ReadText(dir / "launch.log");
   auto stats = testing::ReadJson(dir / "run/stats/aggregator-0.json");

@@ -39,8 +39,9 @@ struct Links {
   FakeClock clock;
   FakeShardLinks* direct = new FakeShardLinks(&clock);
   FakeShardLinks* via = new FakeShardLinks(&clock);
+  bool gone = false;
   AggregatorLinks links{std::unique_ptr<ShardLinks>(direct), std::unique_ptr<ShardLinks>(via),
-                        ShardAddress{.id = 0, .endpoint = "tcp://agg:1", .curve_key = {}}};
+                        ShardAddress{.id = 0, .endpoint = "tcp://agg:1", .curve_key = {}}, [this] { return gone; }};
 };
 
 TEST(AggregatorLinksTest, EachMessageGoesWhereItIsServed) {
@@ -83,6 +84,24 @@ TEST(AggregatorLinksTest, ArrivalsFromEitherLinkReachTheClientAndTrafficCountsBo
   const_cast<transport::TrafficCounters&>(l.via->traffic(0)).bytes_received = 7;
   EXPECT_EQ(l.links.traffic(0).bytes_sent, 42u);
   EXPECT_EQ(l.links.traffic(0).bytes_received, 7u);
+}
+
+TEST(AggregatorLinksTest, OnceTheAggregatorIsGoneEverythingGoesToTheShards) {
+  Links l;
+  ASSERT_TRUE(l.links.Connect(0, {.id = 0, .endpoint = "tcp://shard:0", .curve_key = {}}).ok());
+  EXPECT_FALSE(l.links.TakeRerouted());
+  ASSERT_TRUE(l.links.Send(0, Push(false), {}).ok());
+  EXPECT_EQ(l.via->sent.size(), 1u);
+  l.gone = true;
+  EXPECT_TRUE(l.links.TakeRerouted()) << "the client must send again what the aggregator left unanswered";
+  EXPECT_FALSE(l.links.TakeRerouted()) << "once";
+  EXPECT_TRUE(l.links.fallen_back());
+  for (const wire::Header& h : {Push(false), Pull(false), Push(true)}) ASSERT_TRUE(l.links.Send(0, h, {}).ok());
+  EXPECT_EQ(l.via->sent.size(), 1u) << "nothing more to the aggregator";
+  EXPECT_EQ(l.direct->sent.size(), 3u);
+  l.gone = false;  // a restarted aggregator is not taken back
+  ASSERT_TRUE(l.links.Send(0, Push(false), {}).ok());
+  EXPECT_EQ(l.direct->sent.size(), 4u);
 }
 
 }  // namespace

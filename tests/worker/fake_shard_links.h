@@ -52,6 +52,7 @@ class FakeShardLinks final : public ShardLinks {
     }
   }
   const transport::TrafficCounters& traffic(size_t si) const override { return *traffic_[si]; }
+  bool TakeRerouted() override { return std::exchange(rerouted, false); }
 
   // Queues a message from shard `si` for the next poll; `frames` are its payloads.
   void Reply(size_t si, wire::Header header, const std::vector<std::string>& frames = {}) {
@@ -70,6 +71,7 @@ class FakeShardLinks final : public ShardLinks {
 
   std::vector<Sent> sent;
   std::vector<std::pair<size_t, std::string>> connects;  // (shard, endpoint)
+  bool rerouted = false;                                 // TakeRerouted's next answer
   std::function<void(const Sent&)> respond;
   int polls = 0;
 

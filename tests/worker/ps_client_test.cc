@@ -8,7 +8,9 @@
 #include <atomic>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cluster/chunking.h"
@@ -231,6 +233,30 @@ class PsClientSeamTest : public ::testing::Test {
 
 // An acknowledged push leaves the client's books: nothing is sent again,
 // however long we wait, and a duplicate acknowledgement changes nothing.
+// Links that begin sending elsewhere on their own (AggregatorLinks falling
+// back to the shards) make the client send every unanswered request again
+// at once, not after the retry interval.
+TEST_F(PsClientSeamTest, ReroutedLinksGetEveryUnansweredRequestAgainAtOnce) {
+  Start();
+  ASSERT_TRUE(PushClock(0).ok());
+  ASSERT_TRUE(client_->Pull(1).ok());
+  const size_t sent = links_->sent.size();
+  ASSERT_TRUE(client_->Tick().ok());
+  EXPECT_EQ(links_->sent.size(), sent) << "nothing is due yet";
+  links_->rerouted = true;
+  ASSERT_TRUE(client_->Tick().ok());
+  EXPECT_EQ(links_->sent.size(), 2 * sent) << "each push and pull request once more";
+  // The same pushes (their request ids) and the same pull (a fresh id, same clock), to each shard.
+  std::multiset<std::tuple<size_t, bool, uint64_t>> first, again;  // (shard, push?, push id or pull clock)
+  for (size_t i = 0; i < links_->sent.size(); ++i) {
+    const wire::Header& h = links_->sent[i].header;
+    const bool push = h.has_push_request();
+    (i < sent ? first : again)
+        .insert({links_->sent[i].si, push, push ? h.request_id() : static_cast<uint64_t>(h.pull_request().clock())});
+  }
+  EXPECT_EQ(first, again);
+}
+
 TEST_F(PsClientSeamTest, AnAcknowledgedPushIsNeverSentAgain) {
   Start();
   ASSERT_TRUE(PushClock(0).ok());
