@@ -2,6 +2,7 @@
 // launch, wan, plan, checkpoint, status.
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "cli/command.h"
 #include "cluster/chunking.h"
@@ -76,7 +77,22 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (!planner.ok()) return Fail(planner.status());
   const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;
   const wan::Plan plan = planner->MakePlan(planner->declared_links(), {balanced});
-  std::cout << wan::PlanReport(*planner, plan, {{"bytes-balanced", balanced}}, f.json);
+  std::string report = wan::PlanReport(*planner, plan, {{"bytes-balanced", balanced}}, f.json);
+  // The same job with an aggregator in every region, or in none.
+  JobSpec other = *job;
+  for (auto& r : other.regions) r.aggregator = !job->HasAggregators();
+  auto other_planner = wan::Planner::Create(other, layout, f.options);
+  if (!other_planner.ok()) return Fail(other_planner.status());
+  const wan::Plan other_plan = other_planner->MakePlan(other_planner->declared_links(), {balanced});
+  const std::string aggregators = wan::AggregatorComparison(plan, other_plan, job->HasAggregators(), f.json);
+  if (f.json) {
+    nlohmann::json j = nlohmann::json::parse(report);
+    j["aggregators"] = nlohmann::json::parse(aggregators);
+    report = j.dump(2) + "\n";
+  } else {
+    report += aggregators;
+  }
+  std::cout << report;
   return 0;
 }
 

@@ -279,4 +279,27 @@ std::string PlanReport(const Planner& planner, const Plan& plan,
   return TextModelAndLinks(r) + TextPlacementAndCodecs(r) + TextTraffic(r) + TextStep(r) + TextComparison(r);
 }
 
+double WanBytesPerStep(const Prediction& p) {
+  double bytes = 0;
+  for (const LinkLoad& l : p.links)
+    if (l.from != l.to) bytes += l.push_bytes + l.pull_bytes;
+  return bytes;
+}
+
+std::string AggregatorComparison(const Plan& as_job, const Plan& other, bool job_has, bool json) {
+  const Prediction &with = job_has ? as_job.prediction : other.prediction,
+                   &without = job_has ? other.prediction : as_job.prediction;
+  if (json)
+    return nlohmann::json{{"with", {{"wan_bytes_per_step", WanBytesPerStep(with)}, {"step_ms", with.step_ms}}},
+                          {"without", {{"wan_bytes_per_step", WanBytesPerStep(without)}, {"step_ms", without.step_ms}}}}
+        .dump();
+  std::string out = "\nregional aggregators (regions.NAME.aggregator; the planner's placement for each):\n";
+  out += Format("  %-32s %14s %10s\n", "", "WAN MB/step", "step ms");
+  out += Format("  %-32s %14.2f %10.1f\n", job_has ? "as the job says" : "an aggregator in every region",
+                WanBytesPerStep(with) / 1e6, with.step_ms);
+  out += Format("  %-32s %14.2f %10.1f\n", job_has ? "none" : "none (as the job says)", WanBytesPerStep(without) / 1e6,
+                without.step_ms);
+  return out;
+}
+
 }  // namespace geodesic::wan

@@ -19,4 +19,14 @@ namespace geodesic::wan {
 std::string PlanReport(const Planner& planner, const Plan& plan,
                        const std::vector<std::pair<std::string, std::vector<int32_t>>>& baselines, bool json);
 
+// The bytes one step moves between regions: push and pull over every
+// ordered pair of two different regions.
+double WanBytesPerStep(const Prediction& p);
+
+// Regional aggregators (regions.NAME.aggregator) on and off: the predicted
+// WAN bytes per step and step time of `as_job` (the job as written, which
+// has aggregators where `job_has` says) and of `other` (the same job with
+// an aggregator in every region, or in none). Text, or a JSON object if `json`.
+std::string AggregatorComparison(const Plan& as_job, const Plan& other, bool job_has, bool json);
+
 }  // namespace geodesic::wan

@@ -111,7 +111,11 @@ std::string Pct(double x) {
 
 struct Planner::Problem {
   std::vector<std::string> regions;
-  std::vector<int> workers;        // per region
+  std::vector<int> workers;  // per region
+  // Per region: the processes that exchange with the shards, its workers,
+  // or 1 when it has an aggregator (regions.NAME.aggregator, which sends
+  // one push and one pull a clock for all of them).
+  std::vector<int> senders;
   std::vector<int> server_region;  // per server id
   cluster::ChunkLayout layout;
   std::vector<uint64_t> class_elems;  // distinct chunk sizes
@@ -183,8 +187,8 @@ class Evaluator {
     for (int w = 0; w < R; ++w)
       for (int r = 0; r < R; ++r)
         for (int k = 0; k < K; ++k) {
-          unit_push_[(w * R + r) * K + k] = p.workers[w] * p.codecs[choice.push[w * R + r]].bytes[k];
-          unit_pull_[(w * R + r) * K + k] = p.workers[w] * p.codecs[choice.pull[w * R + r]].bytes[k];
+          unit_push_[(w * R + r) * K + k] = p.senders[w] * p.codecs[choice.push[w * R + r]].bytes[k];
+          unit_pull_[(w * R + r) * K + k] = p.senders[w] * p.codecs[choice.pull[w * R + r]].bytes[k];
         }
   }
 
@@ -238,8 +242,8 @@ class Evaluator {
     for (int w = 0; w < R; ++w)
       for (int r = 0; r < R; ++r)
         if (p_.workers[w] > 0 && l.region_chunks[r] > 0) {
-          // A burst per connection: each worker of w with each shard of r.
-          const int bursts = p_.workers[w] * ShardsWithChunks(l, r);
+          // A burst per connection: each worker of w (or its aggregator) with each shard of r.
+          const int bursts = p_.senders[w] * ShardsWithChunks(l, r);
           const double push_serial = rates_.SerializeMs(w, r, l.push[r * R + w]);
           const double pull_serial = rates_.SerializeMs(r, w, l.pull[r * R + w]);
           const double push = push_serial + rates_.RecoveryMs(w, r, l.push[r * R + w], bursts);
@@ -288,8 +292,8 @@ class Evaluator {
         ll.delay_ms = rates_.Delay(a, b);
         ll.goodput_mbit = rates_.bits_per_ms[a * R + b] / 1e3;
         ll.serialization_ms = rates_.SerializeMs(a, b, ll.push_bytes + ll.pull_bytes);
-        ll.recovery_ms = rates_.RecoveryMs(a, b, ll.push_bytes, p_.workers[a] * ShardsWithChunks(l, b)) +
-                         rates_.RecoveryMs(a, b, ll.pull_bytes, p_.workers[b] * ShardsWithChunks(l, a));
+        ll.recovery_ms = rates_.RecoveryMs(a, b, ll.push_bytes, p_.senders[a] * ShardsWithChunks(l, b)) +
+                         rates_.RecoveryMs(a, b, ll.pull_bytes, p_.senders[b] * ShardsWithChunks(l, a));
         ll.time_ms = ll.push_bytes + ll.pull_bytes > 0 ? ll.delay_ms + ll.serialization_ms + ll.recovery_ms : 0;
         pr.links.push_back(std::move(ll));
       }
@@ -589,6 +593,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
   for (const auto& r : job.regions) {
     p->regions.push_back(r.name);
     p->workers.push_back(r.workers);
+    p->senders.push_back(r.aggregator ? std::min(r.workers, 1) : r.workers);
     for (int s = 0; s < r.servers; ++s) p->server_region.push_back(static_cast<int>(p->regions.size()) - 1);
   }
   if (p->S() == 0) return InvalidArgument("planner: the job has no parameter servers");

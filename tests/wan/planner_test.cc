@@ -116,6 +116,33 @@ TEST(PlannerTest, PredictsTwoChunksAsComputedByHand) {
   EXPECT_DOUBLE_EQ(planner.MakePlan().prediction.step_ms, 33.0);
 }
 
+// A region's aggregator exchanges once for all its workers: the hand-solved
+// two-region job with three workers in a moves a third of a's bytes over
+// the link with one, and a's pair time falls by the serialization saved.
+TEST(PlannerTest, AnAggregatorSendsOneCopyForItsRegion) {
+  auto three = [](bool aggregator) {
+    return "regions:\n  a: {servers: 1, workers: 3, aggregator: " + std::string(aggregator ? "true" : "false") +
+           "}\n  b: {servers: 1, workers: 1}\nwan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}]}\n";
+  };
+  Planner flat = Make(Job(three(false)), ChunkLayout(1500, 1000), 5);
+  Planner aggregated = Make(Job(three(true)), ChunkLayout(1500, 1000), 5);
+  auto f = flat.Predict({0, 1}, flat.JobCodecs(), flat.declared_links());
+  auto g = aggregated.Predict({0, 1}, aggregated.JobCodecs(), aggregated.declared_links());
+  ASSERT_TRUE(f.ok() && g.ok());
+  // a -> b carries a's pushes of chunk 1 (2000 bytes, b's shard): three
+  // copies, or one; and the pull of chunk 0 (4000 bytes, a's shard) by b's
+  // one worker, which does not change.
+  const LinkLoad &fab = f->links[1], &gab = g->links[1];
+  ASSERT_EQ(fab.from + fab.to, "ab");
+  EXPECT_DOUBLE_EQ(fab.push_bytes, 3 * 2000);
+  EXPECT_DOUBLE_EQ(gab.push_bytes, 2000);
+  EXPECT_DOUBLE_EQ(gab.pull_bytes, fab.pull_bytes) << "b has no aggregator";
+  // a's workers <-> b's server: 10 + 6 + 10 + 6 flat, 10 + 2 + 10 + 2 with it.
+  EXPECT_DOUBLE_EQ(Pair(*f, "a", "b")->ms, 32.0);
+  EXPECT_DOUBLE_EQ(Pair(*g, "a", "b")->ms, 24.0);
+  EXPECT_DOUBLE_EQ(WanBytesPerStep(*f) - WanBytesPerStep(*g), 2 * 2 * 2000) << "two copies less each way";
+}
+
 // Local SGD exchanges once per round of H steps: the pair times are a BSP
 // step's (push, then pull), the round is H computes plus that, or the larger
 // of the two when the next round overlaps the exchange.
