@@ -73,6 +73,7 @@ TEST(CliTest, HelpForEverySubcommand) {
                                         {"server", "--help"},
                                         {"worker", "--help"},
                                         {"eval", "--help"},
+                                        {"aggregator", "--help"},
                                         {"status", "--help"},
                                         {"bench", "--help"},
                                         {"plan", "--help"},
@@ -132,6 +133,13 @@ TEST(PlanTest, PlansTheJobsModelAndNamesMissingData) {
   auto plan = nlohmann::json::parse(r.output.substr(r.output.find('{')), nullptr, false);
   ASSERT_TRUE(plan.is_object()) << r.output;
   EXPECT_NE(plan.dump().find("bytes-balanced"), std::string::npos) << plan.dump(2);
+  // The same job with an aggregator in each region: two workers per region
+  // send one copy instead of two.
+  const auto& agg = plan["aggregators"];
+  ASSERT_TRUE(agg.is_object()) << plan.dump(2);
+  EXPECT_NEAR(agg["without"]["wan_bytes_per_step"].get<double>() / agg["with"]["wan_bytes_per_step"].get<double>(), 2.0,
+              0.01)
+      << agg.dump();
   auto missing = RunGeodesic(
       {"plan", job, "--set", "model.name=mlp", "--set", "data.dataset=cifar10", "--set", "data.path=/nonexistent"}, 60);
   EXPECT_NE(missing.exit_code, 0);
