@@ -531,6 +531,16 @@ json ElasticReport(const std::optional<stats::CoordinatorStats>& coord, const To
   return e;
 }
 
+// Each region's aggregator (regions.NAME.aggregator): its stats file as it
+// wrote it last (null if it wrote none), by region name.
+json Aggregators(const RunRecord& run) {
+  json out = json::object();
+  for (size_t r = 0; r < run.job.regions.size(); ++r)
+    if (run.job.regions[r].aggregator)
+      out[run.job.regions[r].name] = ReadJson(run.dir.stats(ProcessId::Aggregator(static_cast<int>(r)).Name()));
+  return out;
+}
+
 json BuildSummary(const RunRecord& run) {
   const auto coord = ReadStats<stats::CoordinatorStats>(run.dir.stats("coordinator"));
   // The launcher's clock; the coordinator's own count restarts with it.
@@ -569,6 +579,7 @@ json BuildSummary(const RunRecord& run) {
   if (run.job.membership.elastic) summary["elastic"] = ElasticReport(coord, t);
   summary["replication"] = {{"backups", run.job.replication.backups},
                             {"promoted", json(std::vector<int>(promoted.begin(), promoted.end()))}};
+  if (run.job.HasAggregators()) summary["aggregators"] = Aggregators(run);
   if (run.wan || run.netns || run.link_traffic) {
     summary["links"] = EmulatedLinks(run, wall);
     summary["link_events"] = run.faults.link_events();

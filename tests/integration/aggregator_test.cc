@@ -91,6 +91,9 @@ TEST(AggregatorTest, BspEndsBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
                 bytes, aggregated.link_bytes.at(link), ratio);
   }
   testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
+  EXPECT_EQ(aggregated.summary["aggregators"].size(), 3u) << aggregated.summary.dump();
+  EXPECT_EQ(aggregated.summary["aggregators"]["asia"]["clocks_forwarded"], 32) << aggregated.summary.dump();
+  EXPECT_FALSE(flat.summary.contains("aggregators"));
   // Each aggregator took its two workers' pushes to three shards a clock,
   // forwarded one combined push a clock, and answered six pulls with one.
   for (int r = 0; r < 3; ++r) {
