@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/wire_limits.h"
+#include "transport/metrics.h"
 #include "worker/process_options.h"
 #include "worker/zmq_shard_links.h"
 
@@ -40,6 +41,7 @@ Aggregator::~Aggregator() {
 Status Aggregator::Run(const std::atomic<bool>* stop) {
   const JobSpec& job = options_.job;
   const RegionSpec& region = job.regions[static_cast<size_t>(options_.region)];
+  GD_RETURN_IF_ERROR(metrics_.Start(options_.http, [this] { return ready_.load(); }));
   transport::SocketOptions so{.job = job.name,
                               .role = wire::AGGREGATOR,
                               .id = options_.region,
@@ -52,6 +54,7 @@ Status Aggregator::Run(const std::atomic<bool>* stop) {
   GD_LOG(INFO) << "aggregator of region " << region.name << " (workers " << first_worker_ << ".."
                << first_worker_ + num_workers_ - 1 << ") listening on " << socket_->endpoint();
   GD_RETURN_IF_ERROR(Join(stop));
+  ready_ = true;
   auto last_stats = clock_->Now();
   while (!stop->load()) {
     if (socket_->WaitReadable(5))
@@ -347,7 +350,37 @@ void Aggregator::Answer(int64_t clock, const ClockPull& p, const HeldPull& h) {
   }
 }
 
-void Aggregator::WriteStats(bool final) const {
+std::vector<prometheus::MetricFamily> Aggregator::Metrics() const {
+  const JobSpec& job = options_.job;
+  transport::MetricsBuilder b({.job = job.name,
+                               .region = job.regions[static_cast<size_t>(options_.region)].name,
+                               .role = "aggregator",
+                               .id = std::to_string(options_.region)});
+  transport::AddTraffic(b, static_cast<double>(counters_.bytes_sent + upstream_counters_.bytes_sent),
+                        static_cast<double>(counters_.bytes_received + upstream_counters_.bytes_received));
+  const char* pushes = "Worker pushes the aggregator took or refused.";
+  b.Counter("aggregator_pushes_total", pushes, counts_.pushes_taken, {{"outcome", "taken"}});
+  b.Counter("aggregator_pushes_total", pushes, counts_.pushes_refused, {{"outcome", "refused"}});
+  b.Counter("aggregator_clocks_forwarded_total", "Combined pushes sent to the shards, one a clock.",
+            counts_.clocks_forwarded);
+  const char* pulls = "Worker pulls answered, and the pulls sent to the shards for them.";
+  b.Counter("aggregator_pulls_total", pulls, counts_.pulls_served, {{"side", "workers"}});
+  b.Counter("aggregator_pulls_total", pulls, counts_.upstream_pulls, {{"side", "shards"}});
+  const char* bytes = "Bytes the aggregator exchanged with the shards (over the WAN) and with its workers.";
+  b.Counter("aggregator_bytes_total", bytes, upstream_counters_.bytes_sent,
+            {{"peer", "shards"}, {"direction", "sent"}});
+  b.Counter("aggregator_bytes_total", bytes, upstream_counters_.bytes_received,
+            {{"peer", "shards"}, {"direction", "received"}});
+  b.Counter("aggregator_bytes_total", bytes, counters_.bytes_sent, {{"peer", "workers"}, {"direction", "sent"}});
+  b.Counter("aggregator_bytes_total", bytes, counters_.bytes_received,
+            {{"peer", "workers"}, {"direction", "received"}});
+  b.Gauge("aggregator_open_clocks", "Clocks the aggregator holds pushes of, not yet acknowledged by the shards.",
+          static_cast<double>(sums_.size()));
+  return b.Take();
+}
+
+void Aggregator::WriteStats(bool final) {
+  if (metrics_.serving()) metrics_.Publish(Metrics());
   if (options_.stats_file.empty()) return;
   const nlohmann::json j = {{"region", options_.job.regions[static_cast<size_t>(options_.region)].name},
                             {"final", final},
@@ -366,7 +399,9 @@ void Aggregator::WriteStats(bool final) const {
 
 Status RunAggregator(const AggregatorOptions& options, zmq::context_t& ctx, const std::atomic<bool>* stop) {
   Aggregator a(options, ctx, RealClock::Get());
-  return a.Run(stop);
+  Status s = a.Run(stop);
+  a.Linger(s.ok());
+  return s;
 }
 
 }  // namespace geodesic::aggregator

@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "config/job.h"
+#include "transport/http_endpoint.h"
 #include "transport/message.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
@@ -46,6 +47,7 @@ struct AggregatorOptions {
   std::string bind;                          // where the region's workers connect; empty: tcp://<region host>:*
   std::string endpoint_file;                 // the bound endpoint is written here (the launcher waits for it)
   std::string stats_file;                    // counts, written every 2 s and at exit (JSON)
+  transport::HttpOptions http;               // /metrics, /healthz, /readyz (ready: joined)
   transport::MemberCredentials credentials;  // secured jobs (not yet supported: config/validate.cc)
 };
 
@@ -56,6 +58,8 @@ class Aggregator {
 
   // Binds, joins the job and serves until the job finishes (OK) or `stop`.
   Status Run(const std::atomic<bool>* stop);
+  // At exit: keeps /metrics up until its last counts were scraped (http.linger_s).
+  void Linger(bool finished) const { metrics_.Linger(options_.http, finished); }
 
   struct Counts {
     uint64_t pushes_taken = 0;      // worker push messages taken
@@ -118,7 +122,9 @@ class Aggregator {
   // The clock a push's window starts at: the slowest live worker's, as the
   // coordinator last said, or the first clock not yet acknowledged.
   int64_t WindowStart() const;
-  void WriteStats(bool final) const;
+  void WriteStats(bool final);
+  // The counts as metric families (docs/observability.md).
+  std::vector<prometheus::MetricFamily> Metrics() const;
 
   AggregatorOptions options_;
   zmq::context_t& ctx_;
@@ -134,6 +140,8 @@ class Aggregator {
   int64_t acked_below_ = 0;             // every clock below this was forwarded and acknowledged
   std::map<int64_t, ClockPull> pulls_;  // recent clocks' pulls
   Counts counts_;
+  transport::ProcessMetrics metrics_;
+  std::atomic<bool> ready_{false};  // /readyz: joined
 };
 
 // Runs the aggregator of a process until the job ends or `stop`.

@@ -486,6 +486,7 @@ Command AddAggregator(CLI::App& app) {
   cmd->add_option("--bind", f->options.bind, "where the region's workers connect (default: tcp://<region host>:*)");
   cmd->add_option("--endpoint-file", f->options.endpoint_file, "write the bound endpoint here");
   AddStatsFileFlag(cmd, &f->options.stats_file);
+  AddHttpFlags(cmd, f->options.http);
   f->security.Add(cmd);
   return {cmd, [f, region] { return RunAggregator(*f, *region); }};
 }

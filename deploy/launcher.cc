@@ -348,7 +348,8 @@ Status StartAggregators(Session& s, const std::atomic<bool>* stop) {
     std::vector<std::string> args = {"aggregator", "--job",         s.dir.job_yaml(), "--region",
                                      region.name,  "--coordinator", s.endpoint,       "--endpoint-file",
                                      file,         "--stats-file",  s.dir.stats(name)};
-    GD_RETURN_IF_ERROR(s.children->Start(who, Append(args, s.Routes(region.name)), region.name));
+    args = Append(Append(args, s.Http(name, region)), s.Routes(region.name));
+    GD_RETURN_IF_ERROR(s.children->Start(who, args, region.name));
     GD_ASSIGN_OR_RETURN(s.aggregators[r], AwaitEndpoint(s, s.children->children().back().get(), file, stop));
   }
   return Status::Ok();

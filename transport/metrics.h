@@ -22,7 +22,7 @@ namespace geodesic::transport {
 struct MetricLabels {
   std::string job;
   std::string region;
-  std::string role;  // coordinator | server | worker | evaluator | launcher
+  std::string role;  // coordinator | server | worker | evaluator | aggregator | launcher
   std::string id;
 };
 

@@ -12,11 +12,13 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 #include <zmq.hpp>
 
 #include "tests/integration/harness.h"
+#include "transport/http_endpoint.h"
 #include "transport/message.h"
 
 namespace geodesic {
@@ -168,9 +170,8 @@ std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint
 TEST(AggregatorTest, BadPushesAreRefusedWithTheirReasonAndTheJobGoesOn) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", JobYaml(true));
-  testing::Process launch(
-      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard", "--no-metrics"},
-      dir / "launch.log");
+  testing::Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard"},
+                          dir / "launch.log");
   ASSERT_TRUE(testing::WaitForFile(dir / "run/aggregator-0.endpoint", 60)) << testing::ReadText(dir / "launch.log");
   zmq::context_t ctx(1);
   const std::string at = testing::ReadText(dir / "run/aggregator-0.endpoint");
@@ -191,6 +192,17 @@ TEST(AggregatorTest, BadPushesAreRefusedWithTheirReasonAndTheJobGoesOn) {
     ASSERT_TRUE(reply->has_error_reply()) << reply->DebugString();
     EXPECT_EQ(reply->error_reply().reason(), r.want) << reply->error_reply().message();
   }
+  // /metrics counts them (published every 2 s; the aggregator lingers at
+  // exit until its last counts were scraped).
+  std::string metrics;
+  for (int i = 0; i < 100 && metrics.find("outcome=\"refused\"} 6") == std::string::npos; ++i) {
+    auto at = testing::ReadText(dir / "run/http/aggregator-0");
+    auto r = at.empty() ? Unavailable("no address yet") : transport::HttpGet(at, "/metrics", 1);
+    if (r.ok()) metrics = r->body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(metrics.find("geodesic_aggregator_pushes_total{"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("outcome=\"refused\"} 6"), std::string::npos) << metrics;
   ASSERT_EQ(launch.Wait(240), 0) << testing::ReadText(dir / "launch.log");
   auto stats = testing::ReadJson(dir / "run/stats/aggregator-0.json");
   EXPECT_EQ(stats["pushes_refused"], cases.size()) << stats.dump();
