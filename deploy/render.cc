@@ -1,5 +1,7 @@
 #include "deploy/render.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <filesystem>
 #include <set>
@@ -50,7 +52,13 @@ Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
     return InvalidArgument("deploy render: model torchscript: the image does not hold " + job.model.path +
                            " yet; render --target hosts (the file must be at that path on every host) or use "
                            "`geodesic launch`");
-  const int count = 2 + 2 * job.NumServers() + job.NumWorkers();
+  if (job.HasAggregators() && o.target != "hosts")
+    return InvalidArgument(
+        "deploy render: regions' aggregators are rendered for --target hosts only in this "
+        "version; use --target hosts or `geodesic launch`");
+  const int aggregators =
+      static_cast<int>(std::count_if(job.regions.begin(), job.regions.end(), [](auto& r) { return r.aggregator; }));
+  const int count = 2 + 2 * job.NumServers() + job.NumWorkers() + aggregators;
   for (int base : {o.base_port, o.http_base_port})
     if (base < 1024 || base + count > 65535)
       return InvalidArgument("deploy render: ports " + std::to_string(base) + ".." + std::to_string(base + count) +
@@ -92,8 +100,17 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
   for (int i = 0; i < job.NumServers(); ++i) add(ProcessId::Server(i).Name(), "server", i, job.RegionOfServer(i), true);
   for (int i = 0; i < job.NumServers() && job.replication.backups > 0; ++i)
     add(ProcessId::Backup(i).Name(), "server", i, job.RegionOfBackup(i), true);
+  std::vector<std::string> aggregators(job.regions.size());  // by region: its endpoint, if it has one
+  for (size_t r = 0; r < job.regions.size(); ++r)
+    if (job.regions[r].aggregator) {
+      add(ProcessId::Aggregator(static_cast<int>(r)).Name(), "aggregator", static_cast<int>(r), job.regions[r], true);
+      aggregators[r] = Endpoint(out.back());
+    }
   for (int i = 0; i < job.NumWorkers(); ++i)  // elastic jobs: the ones that start with the job
-    if (job.IsInitialWorker(i)) add(ProcessId::Worker(i).Name(), "worker", i, job.RegionOfWorker(i), false);
+    if (job.IsInitialWorker(i)) {
+      add(ProcessId::Worker(i).Name(), "worker", i, job.RegionOfWorker(i), false);
+      out.back().aggregator = aggregators[job.RegionIndex(job.RegionOfWorker(i).name)];
+    }
   // Beside worker 0, whose snapshots it reads.
   add(ProcessId::Evaluator().Name(), "eval", 0, job.NumWorkers() > 0 ? job.RegionOfWorker(0) : job.CoordinatorRegion(),
       false);
@@ -123,7 +140,11 @@ std::vector<std::string> ProcessArgs(const PlacedProcess& p, const ProcessPaths&
   std::vector<std::string> a = {p.role};
   if (who && who->is(ProcessRole::kBackup)) a.push_back("--backup");
   a.insert(a.end(), {"--job", at.job_file});
-  if (p.role != "coordinator" && p.role != "eval") a.insert(a.end(), {"--id", std::to_string(p.id)});
+  if (p.role == "aggregator")
+    a.insert(a.end(), {"--region", p.region, "--bind", Endpoint(p)});
+  else if (p.role != "coordinator" && p.role != "eval")
+    a.insert(a.end(), {"--id", std::to_string(p.id)});
+  if (!p.aggregator.empty()) a.insert(a.end(), {"--aggregator", p.aggregator});
   if (p.role == "coordinator")
     a.insert(a.end(), {"--bind", Endpoint(p), "--state-file", in_run("coordinator.state")});
   else

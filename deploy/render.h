@@ -52,6 +52,7 @@ struct PlacedProcess {
   std::string region, host;
   int port = 0;  // ZeroMQ listener; 0 when it does not listen
   int http_port = 0;
+  std::string aggregator;  // a worker whose region has an aggregator: its endpoint
 };
 
 // Every process of `job` with its host and ports, in the numbering order.

@@ -79,6 +79,49 @@ TEST(RenderHostsTest, EveryProcessIsStartedOnceOnItsRegionsHost) {
   EXPECT_EQ(Render(job, {}).value(), *files) << "rendering twice gives identical files";
 }
 
+// A region's aggregator starts on its region's host with a port of its own,
+// and that region's workers are told to push there; other regions' are not.
+TEST(RenderHostsTest, AnAggregatorStartsOnItsRegionsHostAndItsWorkersPushThere) {
+  const JobSpec job =
+      Load("three_regions.yaml", {"regions.us.host=10.0.0.1", "regions.eu.host=10.0.0.2", "regions.asia.host=10.0.0.3",
+                                  "regions.us.aggregator=true", "regions.asia.aggregator=true"});
+  auto files = Render(job, {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto placed = PlaceProcesses(job, {});
+  ASSERT_TRUE(placed.ok());
+  ASSERT_EQ(placed->size(), 2 + job.NumServers() + job.NumWorkers() + 2u);
+  std::map<std::string, std::string> endpoint;  // region -> its aggregator's
+  for (const auto& p : *placed)
+    if (p.role == "aggregator") endpoint[p.region] = "tcp://" + p.host + ":" + std::to_string(p.port);
+  ASSERT_EQ(endpoint.size(), 2u);
+  EXPECT_EQ(endpoint["us"].rfind("tcp://10.0.0.1:", 0), 0u) << endpoint["us"];
+  const std::string us = files->at("host-10.0.0.1.sh"), eu = files->at("host-10.0.0.2.sh");
+  EXPECT_NE(us.find("start aggregator-0 aggregator --job \"$here/job.yaml\" --region us --bind " + endpoint["us"]),
+            std::string::npos)
+      << us;
+  const std::regex worker_line(R"(^start (worker-\d+) .*$)");
+  for (const auto& [script, want] : {std::pair{us, endpoint["us"]}, std::pair{eu, std::string()}}) {
+    std::istringstream in(script);
+    int workers = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (!std::regex_match(line, worker_line)) continue;
+      ++workers;
+      const size_t at = line.find("--aggregator ");
+      if (want.empty())
+        EXPECT_EQ(at, std::string::npos) << line;
+      else
+        EXPECT_NE(line.find("--aggregator " + want), std::string::npos) << line;
+    }
+    EXPECT_EQ(workers, 2);
+  }
+  RenderOptions k8s;
+  k8s.target = "kubernetes";
+  auto refused = Render(job, k8s);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("aggregators are rendered for --target hosts only"), std::string::npos)
+      << refused.status();
+}
+
 TEST(RenderHostsTest, ScriptsParseAndCarryTheJobAndItsLinks) {
   const JobSpec job = ThreeHosts();
   auto files = Render(job, {.base_port = 20000, .http_base_port = 21000});

@@ -63,6 +63,15 @@ StatusOr<transport::HttpResponse> WaitForHealthz(const std::string& at) {
   return r;
 }
 
+// examples/fashion_mnist.yaml with us-east on 127.0.0.2 and eu-west on
+// 127.0.0.3, and `sets` (KEY=VALUE) applied: a job's file and --set flags.
+std::vector<std::string> TwoHostJob(const std::vector<std::string>& sets) {
+  std::vector<std::string> job = {::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"), "--set",
+                                  "regions.us-east.host=127.0.0.2", "--set", "regions.eu-west.host=127.0.0.3"};
+  for (const std::string& set : sets) job.insert(job.end(), {"--set", set});
+  return job;
+}
+
 // Everything the two hosts printed: each script's output and the last
 // lines of every process log under both run directories, for a failure
 // message (which process stalled is in its own log, not the script's).
@@ -148,17 +157,7 @@ TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
   TempDir dir;
   const int base = FreeBase(20);
   ASSERT_GT(base, 0) << "no free ports";
-  const std::vector<std::string> job = {::geodesic::testing::SourcePath("examples/fashion_mnist.yaml"),
-                                        "--set",
-                                        "regions.us-east.host=127.0.0.2",
-                                        "--set",
-                                        "regions.eu-west.host=127.0.0.3",
-                                        "--set",
-                                        "training.epochs=2",
-                                        "--set",
-                                        "model.name=mlp",
-                                        "--set",
-                                        "replication.backups=1"};
+  const std::vector<std::string> job = TwoHostJob({"training.epochs=2", "model.name=mlp", "replication.backups=1"});
   auto args = [&](std::vector<std::string> head) {
     head.insert(head.end(), job.begin(), job.end());
     return head;
@@ -190,6 +189,43 @@ TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
                     b = testing::ReadText(dir / "out/run-127.0.0.2/final_params.bin");
   ASSERT_GT(a.size(), 0u);
   EXPECT_TRUE(a == b) << "the failover changed the BSP result";
+}
+
+// A job with an aggregator in each region, rendered for two hosts: each
+// host's script starts its aggregator, the workers push through it, and
+// the job ends with the parameters of `geodesic launch` of the same job
+// without aggregators, bit for bit (docs/wan.md "Regional aggregation").
+TEST(HostsDeployTest, RenderedAggregatorsEndAsTheFlatLaunchedJob) {
+  TempDir dir;
+  const int base = FreeBase(30);  // 12 processes: two aggregators more
+  ASSERT_GT(base, 0) << "no free ports";
+  const std::vector<std::string> job = TwoHostJob({"training.epochs=0.3", "model.name=mlp"});
+  auto args = [&](std::vector<std::string> head, bool aggregators) {
+    head.insert(head.end(), job.begin(), job.end());
+    for (const char* r : {"us-east", "eu-west"})
+      head.insert(head.end(),
+                  {"--set", std::string("regions.") + r + ".aggregator=" + (aggregators ? "true" : "false")});
+    return head;
+  };
+  auto flat = testing::RunGeodesic(
+      args({"launch", "--run-dir", dir / "flat", "--quiet", "--no-dashboard", "--no-metrics"}, false), 180);
+  ASSERT_EQ(flat.exit_code, 0) << flat.output;
+  auto render = testing::RunGeodesic(args({"deploy", "render", "--out", dir / "out", "--base-port",
+                                           std::to_string(base), "--http-base-port", std::to_string(base + 15)},
+                                          true),
+                                     30);
+  ASSERT_EQ(render.exit_code, 0) << render.output;
+  ::setenv("GEODESIC", ::geodesic::testing::GeodesicBinary(), 1);
+  Process eu({"/bin/bash", dir / "out/host-127.0.0.3.sh"}, dir / "eu.log", /*program=*/true);
+  Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
+  EXPECT_EQ(us.Wait(150), 0) << HostsOutput(dir);
+  EXPECT_EQ(eu.Wait(30), 0) << HostsOutput(dir);
+  for (const char* log : {"out/run-127.0.0.2/logs/aggregator-0.log", "out/run-127.0.0.3/logs/aggregator-1.log"})
+    EXPECT_NE(testing::ReadText(dir / log).find("the job finished"), std::string::npos) << HostsOutput(dir);
+  const std::string a = testing::ReadText(dir / "flat/final_params.bin"),
+                    b = testing::ReadText(dir / "out/run-127.0.0.2/final_params.bin");
+  ASSERT_GT(a.size(), 0u);
+  EXPECT_TRUE(a == b) << "the rendered aggregators changed the BSP result";
 }
 
 // SIGTERM to a host's script stops that host's processes and nothing is
