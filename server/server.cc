@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <utility>
+
 #include "common/files.h"
 #include "common/log.h"
 #include "proto/stats.pb.h"
@@ -115,6 +117,15 @@ void Server::Handle(transport::Message& m) {
   // Never applied to a copy that is no longer the chunk's: the sender
   // keeps the request and sends it to the new owner (worker/ps_client.h).
   if (auto moved = migration_.Moved(m.header)) return Refuse(m, wire::REFUSAL_MOVED, *moved);
+  if (clocks_from_coordinator_ && (m.header.has_push_request() || m.header.has_pull_request())) {
+    // Restarted from a checkpoint, before the coordinator said where the
+    // workers are: a push now would be judged against clocks of 0 and
+    // refused as beyond the live window (which fails its worker for good).
+    if (before_clocks_.size() >= 10000)
+      return Refuse(m, wire::REFUSAL_NOT_PRIMARY, Unavailable("this shard is recovering; ask again"));
+    before_clocks_.push_back(std::move(m));
+    return;
+  }
   if (!serving()) {
     // A worker redirected before this backup saw its own promotion: keep the
     // request for then (the worker would otherwise wait its retry interval).
@@ -239,11 +250,16 @@ void Server::SyncMembership() {
     if (!v.promoted) return;
     Promote();
   }
+  const bool seeded = clocks_from_coordinator_;
   if (clocks_from_coordinator_) SeedClocks(v);
   if (replicator_.connected()) FollowServers(v);
   clocks_.SetLive(v.live, v.clocks);
   replicator_.ReplicateLive(v.live, v.clocks);
   if (shard_->CloseRounds(clocks_) > 0 || pulls_.held() > 0) pulls_.ServeHeld();
+  if (seeded && !before_clocks_.empty()) {
+    GD_LOG(INFO) << "answering " << before_clocks_.size() << " request(s) that came before the coordinator's view";
+    for (auto& early : std::exchange(before_clocks_, {})) Handle(early);
+  }
 }
 
 void Server::PublishProgress() {

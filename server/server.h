@@ -152,6 +152,9 @@ class Server {
   RequestDecoder decoder_;
   std::string reported_error_;
   bool clocks_from_coordinator_ = false;  // recovering: seed clocks_ from the first membership view
+  // Recovering: pushes and pulls that came before that view, answered once
+  // it is in (the clock table would judge them against clocks of 0).
+  std::vector<transport::Message> before_clocks_;
   // Chunks of pushes taken (APPLIED) here, replicated ones included, by the
   // pushing worker (their sum is the stats' updates_taken).
   std::map<int, uint64_t> taken_by_worker_;
