@@ -117,13 +117,13 @@ void Server::Handle(transport::Message& m) {
   // Never applied to a copy that is no longer the chunk's: the sender
   // keeps the request and sends it to the new owner (worker/ps_client.h).
   if (auto moved = migration_.Moved(m.header)) return Refuse(m, wire::REFUSAL_MOVED, *moved);
-  if (clocks_from_coordinator_ && (m.header.has_push_request() || m.header.has_pull_request())) {
+  if (recovering_.seed_clocks && (m.header.has_push_request() || m.header.has_pull_request())) {
     // Restarted from a checkpoint, before the coordinator said where the
     // workers are: a push now would be judged against clocks of 0 and
     // refused as beyond the live window (which fails its worker for good).
-    if (before_clocks_.size() >= 10000)
+    if (recovering_.early.size() >= 10000)
       return Refuse(m, wire::REFUSAL_NOT_PRIMARY, Unavailable("this shard is recovering; ask again"));
-    before_clocks_.push_back(std::move(m));
+    recovering_.early.push_back(std::move(m));
     return;
   }
   if (!serving()) {
@@ -210,7 +210,7 @@ void Server::Promote() {
 void Server::SeedClocks(const cluster::MembershipView& v) {
   // Recovering: every worker is where the coordinator last saw it, or
   // further if this shard's checkpoint says so.
-  clocks_from_coordinator_ = false;
+  recovering_.seed_clocks = false;
   clocks_ = ClockTable(options_.job.training.staleness_bound);
   // A worker's clock at the coordinator is the step it pulled; it may
   // already have pushed that step to our predecessor and been answered,
@@ -250,15 +250,15 @@ void Server::SyncMembership() {
     if (!v.promoted) return;
     Promote();
   }
-  const bool seeded = clocks_from_coordinator_;
-  if (clocks_from_coordinator_) SeedClocks(v);
+  const bool seeded = recovering_.seed_clocks;
+  if (recovering_.seed_clocks) SeedClocks(v);
   if (replicator_.connected()) FollowServers(v);
   clocks_.SetLive(v.live, v.clocks);
   replicator_.ReplicateLive(v.live, v.clocks);
   if (shard_->CloseRounds(clocks_) > 0 || pulls_.held() > 0) pulls_.ServeHeld();
-  if (seeded && !before_clocks_.empty()) {
-    GD_LOG(INFO) << "answering " << before_clocks_.size() << " request(s) that came before the coordinator's view";
-    for (auto& early : std::exchange(before_clocks_, {})) Handle(early);
+  if (seeded && !recovering_.early.empty()) {
+    GD_LOG(INFO) << "answering " << recovering_.early.size() << " request(s) that came before the coordinator's view";
+    for (auto& early : std::exchange(recovering_.early, {})) Handle(early);
   }
 }
 
@@ -394,7 +394,7 @@ Status Server::TakeShard(const wire::RegisterReply& assignment) {
     GD_RETURN_IF_ERROR(checkpoints_.Recover(shard_.get()));
     // The workers went on without us: their clocks come from the
     // coordinator (the first membership view), not from the checkpoint.
-    clocks_from_coordinator_ = true;
+    recovering_.seed_clocks = true;
   }
   return Status::Ok();
 }

@@ -151,10 +151,14 @@ class Server {
   std::atomic<uint64_t> pub_updates_at_promotion_{0};
   RequestDecoder decoder_;
   std::string reported_error_;
-  bool clocks_from_coordinator_ = false;  // recovering: seed clocks_ from the first membership view
-  // Recovering: pushes and pulls that came before that view, answered once
-  // it is in (the clock table would judge them against clocks of 0).
-  std::vector<transport::Message> before_clocks_;
+  // Restarted from a checkpoint (--recover): clocks_ is seeded from the
+  // first membership view, and the pushes and pulls that come before it
+  // are kept and answered then (judged against clocks of 0 they would be
+  // refused as beyond the live window).
+  struct Recovering {
+    bool seed_clocks = false;
+    std::vector<transport::Message> early;
+  } recovering_;
   // Chunks of pushes taken (APPLIED) here, replicated ones included, by the
   // pushing worker (their sum is the stats' updates_taken).
   std::map<int, uint64_t> taken_by_worker_;
