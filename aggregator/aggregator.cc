@@ -68,10 +68,10 @@ Status Aggregator::Run(const std::atomic<bool>* stop) {
         Serve(in->message);
       }
     GD_RETURN_IF_ERROR(PollUpstream(stop));
+    RefreshView();
     GD_RETURN_IF_ERROR(ForwardReady());
-    AckForwarded();
     if (Status e = member_->error(); !e.ok()) return e;
-    if (member_->view().job_finished) break;
+    if (view_.job_finished) break;
     if (clock_->Now() - last_stats > std::chrono::seconds(2)) {
       WriteStats(false);
       last_stats = clock_->Now();
@@ -95,9 +95,16 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
   worker::PsClientOptions po = worker::PsOptionsFor(job, wire::AGGREGATOR, options_.region);
   if (job.replication.backups > 0) po.servers_view = worker::ServersView(*member_);
+  po.on_push_ack = [this](const wire::PushRequest& sent, const wire::PushAck& ack) {
+    std::vector<uint32_t> chunks;
+    for (const auto& c : sent.chunks()) chunks.push_back(c.chunk_id());
+    sums_->Answered(sent.clock(), {sent.covers().begin(), sent.covers().end()}, chunks, ack);
+  };
   ps_ = worker::MakePsClient(ctx_, po, assignment, options_.credentials.keys, &upstream_counters_, clock_);
   GD_RETURN_IF_ERROR(ps_->Connect());
   layout_ = ps_->shard_map().layout;
+  sums_ = std::make_unique<RegionSums>(layout_, first_worker_, num_workers_);
+  RefreshView();
   member_->Start([](wire::Heartbeat*) {});
   return Status::Ok();
 }
@@ -131,9 +138,10 @@ Status Aggregator::CheckPush(const transport::Message& m, wire::Refusal* reason)
     return PermissionDenied(transport::PeerName(m) + " is not a worker of this aggregator's region (workers " +
                             std::to_string(first_worker_) + ".." + std::to_string(first_worker_ + num_workers_ - 1) +
                             ")");
-  if (req.has_unit() || !req.covers().empty() || (req.skipped() && req.chunks_size() > 0))
+  if (req.has_unit() || !req.covers().empty() || req.skipped() == (req.chunks_size() > 0))
     return InvalidArgument(
-        "a worker's push to an aggregator names no data unit, covers no one, and skips whole clocks");
+        "a worker's push to an aggregator names no data unit, covers no one, and either carries chunks or skips a "
+        "whole clock");
   *reason = wire::REFUSAL_BAD_CLOCK;
   if (req.clock() < 0 || req.clock() >= options_.job.ClocksPerWorker())
     return OutOfRange("clock " + std::to_string(req.clock()) + " is not one of this job's " +
@@ -177,110 +185,61 @@ void Aggregator::OnPush(transport::Message& m) {
   wire::Refusal reason = wire::REFUSAL_UNSPECIFIED;
   if (Status s = CheckPush(m, &reason); !s.ok()) return Refuse(m, reason, s);
   const auto& req = m.header.push_request();
-  const WaitingAck ack{m.peer, m.header.request_id(), static_cast<uint32_t>(req.chunks_size())};
-  if (req.clock() < acked_below_) {
-    // A resend whose first copy went out in a combined push already acknowledged.
-    if (!req.skipped()) Acknowledge(ack, req.clock(), wire::DUPLICATE);
-    return;
+  if (req.skipped()) return sums_->Skip(m.header.sender_id(), req.clock());  // the shards answer it
+  AckTo to{m.peer, m.header.request_id(), {}};
+  std::vector<PushedChunk> chunks;
+  for (int i = 0; i < req.chunks_size(); ++i) {
+    to.chunks.push_back(req.chunks(i).chunk_id());
+    chunks.push_back({req.chunks(i).chunk_id(), static_cast<const float*>(m.frames[i].data())});
   }
-  ClockSum& s = sums_[req.clock()];
-  if (req.skipped()) {
-    s.skipped.insert(m.header.sender_id());  // the shards answer it
-    return;
-  }
-  if (!s.forwarded) TakeChunks(s, m.header.sender_id(), m);
-  s.acks.push_back(ack);
   ++counts_.pushes_taken;
+  for (const Reply& r : sums_->Take(m.header.sender_id(), req.clock(), std::move(to), chunks)) {
+    GD_LOG(INFO) << "worker " << m.header.sender_id() << " sent clock " << r.clock
+                 << " again; answered from that clock's answers";
+    Acknowledge(r);
+  }
 }
 
-void Aggregator::TakeChunks(ClockSum& s, int worker, const transport::Message& m) {
-  Gradient& g = s.grads[worker];
-  if (g.values.empty()) {
-    g.values.assign(layout_.num_params(), 0.0f);
-    g.got.assign(layout_.num_chunks(), false);
-  }
-  const auto& req = m.header.push_request();
-  for (int i = 0; i < req.chunks_size(); ++i) {
-    const uint32_t c = req.chunks(i).chunk_id();
-    if (g.got[c]) continue;  // a resend
-    std::memcpy(g.values.data() + layout_.Begin(c), m.frames[i].data(), m.frames[i].size());
-    g.got[c] = true;
-    ++g.chunks;
-  }
+void Aggregator::RefreshView() {
+  view_ = member_->view();
+  sums_->SetLive(view_.valid, view_.live, view_.clocks);
 }
 
 int64_t Aggregator::WindowStart() const {
-  const cluster::MembershipView v = member_->view();
-  int64_t from = acked_below_;
-  if (!v.clocks.empty()) from = std::max(from, *std::min_element(v.clocks.begin(), v.clocks.end()));
+  int64_t from = sums_->OldestOpen();
+  if (!view_.clocks.empty()) from = std::max(from, *std::min_element(view_.clocks.begin(), view_.clocks.end()));
   return from;
 }
 
-std::vector<int> Aggregator::LiveWorkers() const {
-  std::vector<int> live;
-  const cluster::MembershipView v = member_->view();
-  for (int w = first_worker_; w < first_worker_ + num_workers_; ++w)
-    if (!v.valid || std::find(v.live.begin(), v.live.end(), w) != v.live.end()) live.push_back(w);
-  return live;
-}
-
-bool Aggregator::Ready(const ClockSum& s) const {
-  for (int w : LiveWorkers()) {
-    if (s.skipped.count(w)) continue;
-    auto it = s.grads.find(w);
-    if (it == s.grads.end() || it->second.chunks < layout_.num_chunks()) return false;
-  }
-  return true;
-}
-
 Status Aggregator::ForwardReady() {
-  for (auto& [clock, s] : sums_) {
-    if (s.forwarded) continue;
-    if (!Ready(s)) break;  // clocks go up in order, as the workers push them
-    std::vector<int> covers;
-    std::shared_ptr<std::vector<float>> sum;
-    for (auto& [w, g] : s.grads) {
-      if (g.chunks < layout_.num_chunks()) continue;  // a worker that left mid-push
-      covers.push_back(w);
-      if (!sum) {
-        sum = std::make_shared<std::vector<float>>(std::move(g.values));
-        continue;
-      }
-      float* out = sum->data();
-      const float* in = g.values.data();
-      for (size_t k = 0; k < sum->size(); ++k) out[k] += in[k];  // worker order, as a shard adds them
+  for (Forward& f : sums_->TakeReady()) {
+    if (f.late) {
+      ++counts_.late_forwards;
+      GD_LOG(INFO) << "worker " << f.covers.front() << "'s push of clock " << f.clock
+                   << " goes to the shards alone (the region's combined push went without it)";
     }
-    s.grads.clear();
-    s.forwarded = true;
-    if (!sum) continue;  // every worker skipped the clock: nothing to send
-    GD_RETURN_IF_ERROR(ps_->Push(clock, {.values = sum->data(), .owner = sum, .covers = covers}));
-    s.sum = std::move(sum);
+    GD_RETURN_IF_ERROR(ps_->Push(f.clock, {.values = f.sum->data(), .owner = f.sum, .covers = f.covers}));
     ++counts_.clocks_forwarded;
+  }
+  for (const Reply& r : sums_->TakeAnswered()) {
+    if (r.duplicate)
+      GD_LOG(INFO) << "the shards had " << r.duplicate << " chunk(s) of a push of clock " << r.clock
+                   << " already (answered as duplicates)";
+    Acknowledge(r);
   }
   return Status::Ok();
 }
 
-void Aggregator::AckForwarded() {
-  const int64_t oldest = ps_->OldestUnackedClock();
-  while (!sums_.empty() && sums_.begin()->second.forwarded && sums_.begin()->first < oldest) {
-    auto it = sums_.begin();
-    for (const WaitingAck& a : it->second.acks) Acknowledge(a, it->first, wire::APPLIED);
-    acked_below_ = it->first + 1;
-    sums_.erase(it);
-  }
-}
-
-void Aggregator::Acknowledge(const WaitingAck& a, int64_t clock, wire::PushResult result) {
+void Aggregator::Acknowledge(const Reply& r) {
   wire::Header reply;
-  reply.set_request_id(a.request_id);
+  reply.set_request_id(r.to.request_id);
   auto* ack = reply.mutable_push_ack();
-  ack->set_clock(clock);
-  ack->set_result(result);
-  if (result == wire::APPLIED)
-    ack->set_applied_chunks(a.chunks);
-  else
-    ack->set_duplicate_chunks(a.chunks);
-  (void)socket_->Send(std::move(reply), {}, a.peer);
+  ack->set_clock(r.clock);
+  ack->set_result(r.result());
+  ack->set_applied_chunks(r.applied);
+  ack->set_duplicate_chunks(r.duplicate);
+  ack->set_dropped_chunks(r.dropped);
+  (void)socket_->Send(std::move(reply), {}, r.to.peer);
 }
 
 void Aggregator::OnPull(transport::Message& m) {
@@ -363,6 +322,9 @@ std::vector<prometheus::MetricFamily> Aggregator::Metrics() const {
   b.Counter("aggregator_pushes_total", pushes, counts_.pushes_refused, {{"outcome", "refused"}});
   b.Counter("aggregator_clocks_forwarded_total", "Combined pushes sent to the shards, one a clock.",
             counts_.clocks_forwarded);
+  b.Counter("aggregator_late_forwards_total",
+            "Pushes sent to the shards alone: a worker's push of a clock whose combined push went without it.",
+            counts_.late_forwards);
   const char* pulls = "Worker pulls answered, and the pulls sent to the shards for them.";
   b.Counter("aggregator_pulls_total", pulls, counts_.pulls_served, {{"side", "workers"}});
   b.Counter("aggregator_pulls_total", pulls, counts_.upstream_pulls, {{"side", "shards"}});
@@ -375,7 +337,7 @@ std::vector<prometheus::MetricFamily> Aggregator::Metrics() const {
   b.Counter("aggregator_bytes_total", bytes, counters_.bytes_received,
             {{"peer", "workers"}, {"direction", "received"}});
   b.Gauge("aggregator_open_clocks", "Clocks the aggregator holds pushes of, not yet acknowledged by the shards.",
-          static_cast<double>(sums_.size()));
+          static_cast<double>(sums_->open_clocks() + sums_->forwards_in_flight()));
   return b.Take();
 }
 
@@ -387,6 +349,7 @@ void Aggregator::WriteStats(bool final) {
                             {"pushes_taken", counts_.pushes_taken},
                             {"pushes_refused", counts_.pushes_refused},
                             {"clocks_forwarded", counts_.clocks_forwarded},
+                            {"late_forwards", counts_.late_forwards},
                             {"pulls_served", counts_.pulls_served},
                             {"upstream_pulls", counts_.upstream_pulls},
                             {"upstream_bytes_sent", upstream_counters_.bytes_sent.load()},

@@ -29,6 +29,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "aggregator/region_sums.h"
 #include "cluster/member_client.h"
 #include "common/clock.h"
 #include "common/status.h"
@@ -65,29 +66,13 @@ class Aggregator {
     uint64_t pushes_taken = 0;      // worker push messages taken
     uint64_t pushes_refused = 0;    // worker messages refused (bad input)
     uint64_t clocks_forwarded = 0;  // combined pushes sent
+    uint64_t late_forwards = 0;     // of these, a late worker's push alone (docs/wan.md)
     uint64_t pulls_served = 0;      // worker pull requests answered
     uint64_t upstream_pulls = 0;    // pulls sent to the shards
   };
   const Counts& counts() const { return counts_; }
 
  private:
-  struct Gradient {
-    std::vector<float> values;  // num_params
-    std::vector<bool> got;      // by chunk
-    size_t chunks = 0;
-  };
-  struct WaitingAck {
-    std::string peer;
-    uint64_t request_id = 0;
-    uint32_t chunks = 0;
-  };
-  struct ClockSum {
-    std::map<int, Gradient> grads;  // by worker: summed in this order
-    std::set<int> skipped;
-    std::vector<WaitingAck> acks;
-    bool forwarded = false;
-    std::shared_ptr<std::vector<float>> sum;  // what was forwarded, kept until sent
-  };
   struct HeldPull {
     std::string peer;
     uint64_t request_id = 0;
@@ -111,16 +96,15 @@ class Aggregator {
   // values; the reason in `reason`.
   Status CheckPush(const transport::Message& m, wire::Refusal* reason) const;
   void Refuse(const transport::Message& m, wire::Refusal reason, const Status& status);
-  void TakeChunks(ClockSum& s, int worker, const transport::Message& m);
-  bool Ready(const ClockSum& s) const;
+  // Sends the sums that are ready, and the answers the shards gave.
   Status ForwardReady();
-  void AckForwarded();
-  void Acknowledge(const WaitingAck& a, int64_t clock, wire::PushResult result);
+  void Acknowledge(const Reply& r);
+  // Caches the membership view for this turn of the loop.
+  void RefreshView();
   Status PollUpstream(const std::atomic<bool>* stop);
   void Answer(int64_t clock, const ClockPull& p, const HeldPull& h);
-  std::vector<int> LiveWorkers() const;
   // The clock a push's window starts at: the slowest live worker's, as the
-  // coordinator last said, or the first clock not yet acknowledged.
+  // coordinator last said, or the oldest clock not yet answered.
   int64_t WindowStart() const;
   void WriteStats(bool final);
   // The counts as metric families (docs/observability.md).
@@ -136,8 +120,8 @@ class Aggregator {
   std::unique_ptr<cluster::MemberClient> member_;
   std::unique_ptr<worker::PsClient> ps_;
   cluster::ChunkLayout layout_;
-  std::map<int64_t, ClockSum> sums_;    // open clocks
-  int64_t acked_below_ = 0;             // every clock below this was forwarded and acknowledged
+  cluster::MembershipView view_;  // as of this turn of the loop
+  std::unique_ptr<RegionSums> sums_;
   std::map<int64_t, ClockPull> pulls_;  // recent clocks' pulls
   Counts counts_;
   transport::ProcessMetrics metrics_;

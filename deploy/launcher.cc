@@ -769,13 +769,6 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
   GD_ASSIGN_OR_RETURN(std::vector<Join> joins, ParseJoins(options.joins, job));
   GD_RETURN_IF_ERROR(CheckLaunchable(job, job_file));
-  // A restarted worker rejoins at the live clock, and its aggregator may
-  // already have forwarded that clock without it: its push is then
-  // answered as a duplicate and never reaches the shards (docs/wan.md).
-  if (options.restart_workers && job.HasAggregators())
-    return InvalidArgument(
-        "--restart-workers cannot be combined with regions' aggregators in this version (a "
-        "restarted worker's first push can be lost at its aggregator; docs/wan.md)");
   Session s(options, std::move(job));
   GD_ASSIGN_OR_RETURN(s.dir, PrepareRunDir(s.job, options.resume_dir, options.run_dir, &s.resume));
   ProgressLine progress(options.quiet);

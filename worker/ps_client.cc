@@ -257,6 +257,7 @@ void PsClient::OnPushAck(int shard, const wire::Header& h) {
     options_.ledger->AddAcknowledged(ack.applied_chunks() + ack.duplicate_chunks());
     options_.ledger->AddDropped(ack.dropped_chunks());
   }
+  if (options_.on_push_ack) options_.on_push_ack(sent->header.push_request(), ack);
   requests_.pushes().Ack(h.request_id());
 }
 

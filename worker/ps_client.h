@@ -77,6 +77,9 @@ struct PsClientOptions {
   // Where to count pushed chunks and their answers so that the counts
   // outlive this process (common/push_ledger.h). Not owned; may be null.
   PushLedger* ledger = nullptr;
+  // Told each push message's first acknowledgement (a regional aggregator
+  // relays the shards' answers to its workers).
+  std::function<void(const wire::PushRequest& sent, const wire::PushAck& ack)> on_push_ack = {};
 };
 
 struct PullOptions {
