@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <ostream>
 
 #include "common/status.h"
+#include "config/job.h"
 
 namespace geodesic::cli {
 
@@ -31,6 +33,9 @@ void InstallSignalHandlers();
 // Logs `s` and returns its exit code: 130 when cancelled (a signal),
 // kExitJobFatal (common/status.h) when the job cannot succeed, else 1.
 int Fail(const Status& s);
+// Sets `job`'s `aggregator: auto` regions with the planner, on the job's
+// model, and prints why to `out` (cli/jobs.cc).
+Status ResolveAutoAggregators(JobSpec* job, std::ostream& out);
 
 // Members and credentials (cli/roles.cc).
 Command AddCoordinator(CLI::App& app);

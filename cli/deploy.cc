@@ -26,6 +26,8 @@ struct RenderFlags {
 int RunRender(const RenderFlags& f) {
   auto job = LoadJobFile(f.job_file, f.overrides);
   if (!job.ok()) return Fail(job.status());
+  if (job->HasAutoAggregators())
+    if (Status s = ResolveAutoAggregators(&*job, std::cout); !s.ok()) return Fail(s);
   auto files = deploy::Render(*job, f.options);
   if (!files.ok()) return Fail(files.status());
   if (Status s = deploy::WriteRendered(f.out, *files); !s.ok()) return Fail(s);

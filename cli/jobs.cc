@@ -10,6 +10,7 @@
 #include "config/job.h"
 #include "deploy/control.h"
 #include "deploy/launcher.h"
+#include "wan/aggregator_choice.h"
 #include "wan/plan_report.h"
 #include "wan/planner.h"
 #include "worker/job_check.h"
@@ -29,11 +30,20 @@ Status CheckModel(const deploy::LaunchOptions& launch) {
   return worker::CheckModelOnData(job).status();
 }
 
-int RunLaunch(const deploy::LaunchOptions& launch, const CLI::Option* job_arg) {
+// The chunk layout of the job's model on its data (the model is built).
+StatusOr<cluster::ChunkLayout> JobLayout(const JobSpec& job) {
+  GD_ASSIGN_OR_RETURN(auto model, worker::CheckModelOnData(job));
+  return cluster::ChunkLayout(job.ShardValues(static_cast<int64_t>(model.num_params())),
+                              cluster::ChunkElemsFor(job.wire.chunk_bytes),
+                              {model.block_starts().begin(), model.block_starts().end()});
+}
+
+int RunLaunch(deploy::LaunchOptions launch, const CLI::Option* job_arg) {
   SetLogPrefix("launch");
   if (job_arg->count() == 0 && launch.resume_dir.empty())
     return Fail(InvalidArgument("launch needs a job file (or --resume RUN_DIR)"));
   if (Status s = CheckModel(launch); !s.ok()) return Fail(s);
+  launch.resolve_auto_aggregators = [](JobSpec* job) { return ResolveAutoAggregators(job, std::cout); };
   auto r = deploy::Launch(launch, &g_stop);
   if (!r.ok()) return Fail(r.status());
   return *r;
@@ -68,11 +78,11 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (compute_opt->count() > 0) f.options.compute_ms = f.compute_ms;
   auto job = LoadJobFile(f.job_file, f.overrides);
   if (!job.ok()) return Fail(job.status());
-  auto model = worker::CheckModelOnData(*job);
-  if (!model.ok()) return Fail(model.status());
-  const cluster::ChunkLayout layout(job->ShardValues(static_cast<int64_t>(model->num_params())),
-                                    cluster::ChunkElemsFor(job->wire.chunk_bytes),
-                                    {model->block_starts().begin(), model->block_starts().end()});
+  auto laid_out = JobLayout(*job);
+  if (!laid_out.ok()) return Fail(laid_out.status());
+  const cluster::ChunkLayout& layout = *laid_out;
+  auto chosen = wan::ChooseAggregators(&*job, layout, f.options);
+  if (!chosen.ok()) return Fail(chosen.status());
   auto planner = wan::Planner::Create(*job, layout, f.options);
   if (!planner.ok()) return Fail(planner.status());
   const std::vector<int32_t> balanced = cluster::PlaceChunks(layout, job->NumServers()).owner;
@@ -88,13 +98,25 @@ int RunPlan(PlanFlags& f, const CLI::Option* compute_opt) {
   if (f.json) {
     nlohmann::json j = nlohmann::json::parse(report);
     j["aggregators"] = nlohmann::json::parse(aggregators);
+    j["aggregators"]["regions"] = nlohmann::json::parse(wan::AggregatorChoiceReport(*chosen, true));
     report = j.dump(2) + "\n";
   } else {
-    report += aggregators;
+    report += aggregators + wan::AggregatorChoiceReport(*chosen, false);
   }
   std::cout << report;
   return 0;
 }
+
+}  // namespace
+
+Status ResolveAutoAggregators(JobSpec* job, std::ostream& out) {
+  GD_ASSIGN_OR_RETURN(cluster::ChunkLayout layout, JobLayout(*job));
+  GD_ASSIGN_OR_RETURN(std::vector<wan::AggregatorChoice> chosen, wan::ChooseAggregators(job, layout));
+  out << wan::AggregatorChoiceReport(chosen, false) << std::flush;
+  return Status::Ok();
+}
+
+namespace {
 
 int RunCheckpoint(const std::string& run_dir) {
   auto asked = deploy::RequestCheckpoint(run_dir);

@@ -27,6 +27,12 @@ std::vector<int32_t> JobSpec::WorkerRegions() const {
   return out;
 }
 
+bool JobSpec::HasAutoAggregators() const {
+  for (const auto& r : regions)
+    if (r.aggregator_auto) return true;
+  return false;
+}
+
 bool JobSpec::HasAggregators() const {
   for (const auto& r : regions)
     if (r.aggregator) return true;

@@ -112,6 +112,9 @@ struct RegionSpec {
   // region's workers push to it and pull from it, and it sends the shards
   // one combined push and one pull per clock.
   bool aggregator = false;
+  // `aggregator: auto`: the launcher asks the planner whether one pays here
+  // (wan/aggregator_choice.h) and sets `aggregator` before anything starts.
+  bool aggregator_auto = false;
 };
 
 struct ModelSpec {
@@ -521,6 +524,8 @@ struct JobSpec {
   int FirstWorkerOfRegion(size_t index) const;
   // Each worker id's region index (file order), for NumWorkers() ids.
   std::vector<int32_t> WorkerRegions() const;
+  // Whether some region says `aggregator: auto` (not yet resolved).
+  bool HasAutoAggregators() const;
   // Whether some region has an aggregator.
   bool HasAggregators() const;
   // The index of the region named `name` in file order, or -1.
@@ -572,6 +577,10 @@ inline constexpr int64_t kCifar10TrainSamples = 50000;
 // (step + 1) / W, then the schedule. Cosine runs over the steps after the
 // warm-up; step's milestones count from step 0.
 double LearningRateFactor(const OptimizerSpec& spec, int64_t step, int64_t steps);
+
+// Why this job's regions cannot have aggregators (docs/wan.md "Regional
+// aggregation"); empty when they can.
+std::vector<std::string> AggregatorLimits(const JobSpec& job);
 
 // Parses YAML text. `overrides` are "dotted.key=value" strings applied on top
 // of the file (e.g. "training.staleness_bound=0"), as the launcher's --set.

@@ -105,7 +105,14 @@ void ParseRegions(MapReader& top, std::vector<RegionSpec>* out, Errors* errors) 
     r.Get("workers", &region.workers);
     region.max_workers = region.workers;
     r.Get("max_workers", &region.max_workers);
-    r.Get("aggregator", &region.aggregator);
+    if (const YAML::Node a = r.child("aggregator"); r.present("aggregator")) {
+      if (a.IsScalar() && a.Scalar() == "auto")
+        region.aggregator_auto = true;
+      else if (a.IsScalar() && (a.as<bool>(false) || !a.as<bool>(true)))
+        region.aggregator = a.as<bool>();
+      else
+        Check(false, errors, where + ".aggregator", "expected true, false or auto");
+    }
     r.Finish();
     Check(region.servers >= 0 && region.servers <= 256, errors, where + ".servers", "must be in [0, 256]");
     Check(region.workers >= 0 && region.workers <= 4096, errors, where + ".workers", "must be in [0, 4096]");

@@ -211,24 +211,9 @@ void ValidateData(const JobSpec& job, Errors* errors) {
   ValidateTokens(job, errors);
 }
 
-// What a regional aggregator combines today: BSP pushes of plain fp32
-// gradients, one whole model a clock (docs/wan.md "Regional aggregation").
 void ValidateAggregators(const JobSpec& job, Errors* errors) {
   if (!job.HasAggregators()) return;
-  const char* key = "regions.*.aggregator";
-  const TrainingSpec& t = job.training;
-  Check(t.staleness_bound == 0, errors, key,
-        "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
-        "is BSP's round)");
-  Check(t.local_steps == 1 && !job.federated.enabled(), errors, key,
-        "combines the gradient pushes of training.local_steps: 1; local SGD, DiLoCo and federated rounds do not go "
-        "through aggregators in this version");
-  Check(job.compression.push == "fp32" && job.compression.pull == "fp32" && job.compression.links.empty(), errors, key,
-        "needs compression.push and pull fp32 with no per-link codecs (an aggregator sums plain values)");
-  Check(!job.membership.elastic, errors, key, "cannot be combined with membership.elastic");
-  Check(job.security.mode == SecurityMode::kNone, errors, key,
-        "cannot be combined with security.mode: curve in this version (an aggregator has no token role yet)");
-  Check(!job.wan.replan, errors, key, "cannot be combined with wan.replan in this version");
+  for (const std::string& why : AggregatorLimits(job)) Check(false, errors, "regions.*.aggregator", why);
 }
 
 void ValidateJob(JobSpec* job, Errors* errors) {
@@ -248,6 +233,29 @@ void ValidateJob(JobSpec* job, Errors* errors) {
 }  // namespace geodesic::config_internal
 
 namespace geodesic {
+
+// What a regional aggregator combines today: BSP pushes of plain fp32
+// gradients, one whole model a clock (docs/wan.md "Regional aggregation").
+std::vector<std::string> AggregatorLimits(const JobSpec& job) {
+  const TrainingSpec& t = job.training;
+  std::vector<std::string> out;
+  auto need = [&](bool ok, std::string why) {
+    if (!ok) out.push_back(std::move(why));
+  };
+  need(t.staleness_bound == 0,
+       "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
+       "is BSP's round)");
+  need(t.local_steps == 1 && !job.federated.enabled(),
+       "combines the gradient pushes of training.local_steps: 1; local SGD, DiLoCo and federated rounds do not go "
+       "through aggregators in this version");
+  need(job.compression.push == "fp32" && job.compression.pull == "fp32" && job.compression.links.empty(),
+       "needs compression.push and pull fp32 with no per-link codecs (an aggregator sums plain values)");
+  need(!job.membership.elastic, "cannot be combined with membership.elastic");
+  need(job.security.mode == SecurityMode::kNone,
+       "cannot be combined with security.mode: curve in this version (an aggregator has no token role yet)");
+  need(!job.wan.replan, "cannot be combined with wan.replan in this version");
+  return out;
+}
 
 std::vector<std::string> JobNotes(const JobSpec& job) {
   const TrainingSpec& t = job.training;

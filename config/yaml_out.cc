@@ -32,7 +32,10 @@ void EmitRegions(YAML::Emitter& out, const std::vector<RegionSpec>& regions) {
     Put(out, "servers", r.servers);
     Put(out, "workers", r.workers);
     if (r.max_workers != r.workers) Put(out, "max_workers", r.max_workers);
-    if (r.aggregator) Put(out, "aggregator", true);
+    if (r.aggregator_auto)
+      Put(out, "aggregator", std::string("auto"));
+    else if (r.aggregator)
+      Put(out, "aggregator", true);
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

@@ -765,6 +765,11 @@ StatusOr<int> Launch(const LaunchOptions& options, const std::atomic<bool>* stop
   const std::string job_file =
       options.job_file.empty() && resuming ? RunDir{options.resume_dir}.job_yaml() : options.job_file;
   GD_ASSIGN_OR_RETURN(JobSpec job, LoadJobFile(job_file, options.overrides));
+  if (job.HasAutoAggregators()) {
+    if (!options.resolve_auto_aggregators)
+      return InvalidArgument("regions.*.aggregator: auto needs the planner, which this launcher was not given");
+    GD_RETURN_IF_ERROR(options.resolve_auto_aggregators(&job));
+  }
   GD_ASSIGN_OR_RETURN(std::vector<Kill> kills, ParseKills(options.kills, job));
   GD_ASSIGN_OR_RETURN(std::vector<Cut> cuts, ParseCuts(options.cuts, job));
   GD_ASSIGN_OR_RETURN(std::vector<Join> joins, ParseJoins(options.joins, job));

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,9 @@ struct LaunchOptions {
   // until its final metrics were scraped once, at most this long (s).
   double metrics_linger_s = 0;
   std::string dashboard_token_file;
+  // Sets the regions' `aggregator: auto` (the caller builds the model the
+  // planner needs; wan/aggregator_choice.h). Unset: such a job is refused.
+  std::function<Status(JobSpec*)> resolve_auto_aggregators;
 };
 
 // What Launch checks before it starts anything: the job's codec names and,

@@ -116,6 +116,7 @@ struct Planner::Problem {
   // or 1 when it has an aggregator (regions.NAME.aggregator, which sends
   // one push and one pull a clock for all of them).
   std::vector<int> senders;
+  std::vector<bool> aggregator;    // per region: regions.NAME.aggregator
   std::vector<int> server_region;  // per server id
   cluster::ChunkLayout layout;
   std::vector<uint64_t> class_elems;  // distinct chunk sizes
@@ -254,9 +255,27 @@ class Evaluator {
           // after-idle pacing shows (measured: (d) in docs/wan.md).
           const double pacing =
               p_.overlapped ? 0 : std::max(0.0, rates_.ExchangeFloorMs(w, r) - push_serial - pull_serial);
-          t[w * R + r] = rates_.Rtt(w, r) + (p_.overlapped ? std::max(push, pull) : push + pull) + pacing;
+          t[w * R + r] =
+              rates_.Rtt(w, r) + (p_.overlapped ? std::max(push, pull) : push + pull) + pacing + AggregatorHopMs(l, w);
         }
     return t;
+  }
+
+  // The extra hop of a region with an aggregator: its workers' pushes
+  // cross the region's own link into the aggregator, one after another,
+  // before the combined push leaves, and the pulled values cross it out to
+  // each of them after the pull comes back: the local RTT and W times the
+  // model's bytes each way (0 for a region without one).
+  double AggregatorHopMs(const Loads& l, int w) const {
+    const int R = p_.R();
+    if (!p_.aggregator[w] || p_.workers[w] < 2) return 0;
+    double push = 0, pull = 0;  // one sender's bytes a step, to every region's shards
+    for (int r = 0; r < R; ++r) {
+      push += l.push[r * R + w];
+      pull += l.pull[r * R + w];
+    }
+    const double W = p_.workers[w];
+    return rates_.Rtt(w, w) + rates_.SerializeMs(w, w, W * push) + rates_.SerializeMs(w, w, W * pull);
   }
 
   // With fragments each round exchanges one of them: the times are averages
@@ -594,6 +613,7 @@ StatusOr<Planner> Planner::Create(const JobSpec& job, const cluster::ChunkLayout
     p->regions.push_back(r.name);
     p->workers.push_back(r.workers);
     p->senders.push_back(r.aggregator ? std::min(r.workers, 1) : r.workers);
+    p->aggregator.push_back(r.aggregator);
     for (int s = 0; s < r.servers; ++s) p->server_region.push_back(static_cast<int>(p->regions.size()) - 1);
   }
   if (p->S() == 0) return InvalidArgument("planner: the job has no parameter servers");

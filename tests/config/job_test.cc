@@ -126,6 +126,18 @@ TEST(JobTest, AggregatorsParseRoundTripAndNameTheirRegionsAndWorkers) {
   auto again = ParseJob(JobToYaml(*job), "roundtrip");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->regions[1].aggregator);
+  // `auto` is kept for the launcher's planner, and refuses nothing itself.
+  auto chosen = ParseJob(kMinimal, "t", {"regions.eu.aggregator=auto", "training.staleness_bound=3"});
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_TRUE(chosen->regions[1].aggregator_auto);
+  EXPECT_FALSE(chosen->HasAggregators());
+  auto kept = ParseJob(JobToYaml(*chosen), "roundtrip");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->regions[1].aggregator_auto);
+  auto typo = ParseJob(kMinimal, "t", {"regions.eu.aggregator=sometimes"});
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("true, false or auto"), std::string::npos) << typo.status();
+  EXPECT_FALSE(AggregatorLimits(*chosen).empty());
   // What an aggregator does not combine is refused with the reason.
   for (const char* set : {"membership.elastic=true", "security.mode=curve", "wan.replan=true"}) {
     auto bad = ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0", set});

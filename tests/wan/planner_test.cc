@@ -8,6 +8,7 @@
 
 #include "cluster/chunking.h"
 #include "tests/test_paths.h"
+#include "wan/aggregator_choice.h"
 #include "wan/plan_report.h"
 
 namespace geodesic::wan {
@@ -139,8 +140,63 @@ TEST(PlannerTest, AnAggregatorSendsOneCopyForItsRegion) {
   EXPECT_DOUBLE_EQ(gab.pull_bytes, fab.pull_bytes) << "b has no aggregator";
   // a's workers <-> b's server: 10 + 6 + 10 + 6 flat, 10 + 2 + 10 + 2 with it.
   EXPECT_DOUBLE_EQ(Pair(*f, "a", "b")->ms, 32.0);
-  EXPECT_DOUBLE_EQ(Pair(*g, "a", "b")->ms, 24.0);
+  // Plus the aggregator's hop over a's own link (loopback: 0.1 ms RTT and
+  // its three workers' 6000 bytes in and 6000 out at 10 Gbit/s, 0.0288 ms).
+  EXPECT_NEAR(Pair(*g, "a", "b")->ms, 24.0 + 2 * kLoopbackDelayMs + 2 * 3 * 6000 * 8 / (kLoopbackMbit * 1e3), 1e-9);
   EXPECT_DOUBLE_EQ(WanBytesPerStep(*f) - WanBytesPerStep(*g), 2 * 2 * 2000) << "two copies less each way";
+}
+
+// `aggregator: auto`: one where it makes the region's slowest exchange at
+// least 5% faster, none where the uplink is not what the region waits for,
+// where one worker has nothing to combine, or where the job's settings are
+// not combined by aggregators (with the reason).
+TEST(PlannerTest, AutoAggregatorsGoWhereTheyPay) {
+  const std::string yaml =
+      "regions:\n  a: {servers: 1, workers: 4, aggregator: auto}\n  b: {servers: 1, workers: 1, aggregator: auto}\n"
+      "  c: {servers: 1, workers: 2, aggregator: auto}\n"
+      "wan: {links: [{regions: [a, b], rtt_ms: 20, bandwidth_mbit: 8}, {regions: [a, c], rtt_ms: 20, "
+      "bandwidth_mbit: 8}, {regions: [b, c], rtt_ms: 20, bandwidth_mbit: 8}]}\n";
+  JobSpec job = Job(yaml);
+  ASSERT_TRUE(job.HasAutoAggregators());
+  EXPECT_FALSE(job.HasAggregators());
+  PlannerOptions o;
+  o.compute_ms = 5;
+  auto chosen = ChooseAggregators(&job, ChunkLayout(150000, 1000), o);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  ASSERT_EQ(chosen->size(), 3u);
+  EXPECT_TRUE((*chosen)[0].on) << (*chosen)[0].why;
+  EXPECT_LT((*chosen)[0].exchange_ms_with, 0.95 * (*chosen)[0].exchange_ms_without);
+  EXPECT_LT((*chosen)[0].wan_bytes_with, (*chosen)[0].wan_bytes_without);
+  EXPECT_FALSE((*chosen)[1].on);
+  EXPECT_NE((*chosen)[1].why.find("one worker"), std::string::npos) << (*chosen)[1].why;
+  EXPECT_TRUE((*chosen)[2].on) << (*chosen)[2].why;
+  EXPECT_FALSE(job.HasAutoAggregators()) << "resolved";
+  EXPECT_TRUE(job.regions[0].aggregator && !job.regions[1].aggregator && job.regions[2].aggregator);
+  EXPECT_NE(JobToYaml(job).find("aggregator: true"), std::string::npos);
+  EXPECT_NE(AggregatorChoiceReport(*chosen, false).find("a: one"), std::string::npos)
+      << AggregatorChoiceReport(*chosen, false);
+
+  // WAN links as fast as the regions' own: the hop costs more than it saves.
+  auto lan = ParseJob(yaml, "t",
+                      {"wan.congestion_control=cubic", "training.staleness_bound=0",
+                       "wan.links=[{regions: [a, b], rtt_ms: 1, bandwidth_mbit: 10000}, {regions: [a, c], rtt_ms: 1, "
+                       "bandwidth_mbit: 10000}, {regions: [b, c], rtt_ms: 1, bandwidth_mbit: 10000}]"});
+  ASSERT_TRUE(lan.ok()) << lan.status();
+  auto none = ChooseAggregators(&*lan, ChunkLayout(150000, 1000), o);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE((*none)[0].on) << (*none)[0].why;
+
+  // Bounded staleness is not combined: none, with the reason.
+  auto ssp = ParseJob(yaml, "t", {"wan.congestion_control=cubic", "training.staleness_bound=2"});
+  ASSERT_TRUE(ssp.ok()) << ssp.status();
+  auto refused = ChooseAggregators(&*ssp, ChunkLayout(150000, 1000), o);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  for (const AggregatorChoice& c : *refused) {
+    EXPECT_FALSE(c.on);
+    if (c.region != "b") {
+      EXPECT_NE(c.why.find("staleness_bound"), std::string::npos) << c.why;
+    }
+  }
 }
 
 // Local SGD exchanges once per round of H steps: the pair times are a BSP
