@@ -52,10 +52,6 @@ Status CheckRenderable(const JobSpec& job, const RenderOptions& o) {
     return InvalidArgument("deploy render: model torchscript: the image does not hold " + job.model.path +
                            " yet; render --target hosts (the file must be at that path on every host) or use "
                            "`geodesic launch`");
-  if (job.HasAggregators() && o.target != "hosts")
-    return InvalidArgument(
-        "deploy render: regions' aggregators are rendered for --target hosts only in this "
-        "version; use --target hosts or `geodesic launch`");
   const int aggregators =
       static_cast<int>(std::count_if(job.regions.begin(), job.regions.end(), [](auto& r) { return r.aggregator; }));
   const int count = 2 + 2 * job.NumServers() + job.NumWorkers() + aggregators;
@@ -94,7 +90,8 @@ StatusOr<std::vector<PlacedProcess>> PlaceProcesses(const JobSpec& job, const Re
                    .region = r.name,
                    .host = r.host,
                    .port = listens ? options.base_port + k : 0,
-                   .http_port = options.http_base_port + k});
+                   .http_port = options.http_base_port + k,
+                   .aggregator = {}});
   };
   add(ProcessId::Coordinator().Name(), "coordinator", 0, job.CoordinatorRegion(), true);
   for (int i = 0; i < job.NumServers(); ++i) add(ProcessId::Server(i).Name(), "server", i, job.RegionOfServer(i), true);

@@ -76,11 +76,15 @@ std::string Header(const JobSpec& job) {
 
 StatusOr<std::vector<PlacedProcess>> ComposeProcesses(const JobSpec& job, const RenderOptions& options) {
   GD_ASSIGN_OR_RETURN(std::vector<PlacedProcess> all, PlaceProcesses(job, options));
+  std::map<std::string, std::string> aggregator;  // region -> its aggregator's endpoint, by container name
   for (PlacedProcess& p : all) {
     p.host = p.name;
     if (p.port) p.port = options.base_port;
     p.http_port = options.http_base_port;
+    if (p.role == "aggregator") aggregator[p.region] = Endpoint(p);
   }
+  for (PlacedProcess& p : all)
+    if (!p.aggregator.empty()) p.aggregator = aggregator.at(p.region);
   return all;
 }
 
@@ -91,7 +95,8 @@ StatusOr<std::vector<RouterRoute>> RouterRoutes(const JobSpec& job, const Render
   std::vector<RouterRoute> routes;
   for (const RegionSpec& client : job.regions)
     for (const PlacedProcess& p : all) {
-      if (p.port == 0 || p.region == client.name) continue;
+      // An aggregator serves its own region's workers only: no route to it.
+      if (p.port == 0 || p.region == client.name || p.role == "aggregator") continue;
       const bool forward = order[client.name] < order[p.region];
       routes.push_back({.client_region = client.name,
                         .target = p.name,

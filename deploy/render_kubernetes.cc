@@ -187,6 +187,13 @@ Node Container(const RenderContext& k, const std::string& name, std::vector<std:
   return c;
 }
 
+// A region's aggregator: the one pod of StatefulSet (or Pods)
+// aggregator-REGION, by its stable DNS name under the set's headless Service.
+std::string AggregatorSet(const std::string& region) { return "aggregator-" + DnsLabel(region, 40); }
+std::string AggregatorEndpoint(const std::string& region) {
+  return "tcp://" + AggregatorSet(region) + "-0." + AggregatorSet(region) + ":" + std::to_string(kZmqPort);
+}
+
 std::vector<std::string> MemberArgs(const std::string& role, const Set& set) {
   return {role,
           "--job",
@@ -219,8 +226,16 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
     args.insert(args.end(),
                 {"--bind", bind, "--checkpoint-dir", ckpt, "--stats-file", stats + set.component + "-{id}.json"});
     cs.push_back(Container(k, "server", args, true, Resources("500m", "512Mi", "2Gi"), token));
+  } else if (set.component == "aggregator") {
+    cs.push_back(Container(k, "aggregator",
+                           {"aggregator", "--job", kContainerJobPath, "--region", set.region, "--coordinator",
+                            "tcp://coordinator:" + std::to_string(kZmqPort), "--bind", bind, "--stats-file",
+                            stats + "aggregator-" + std::to_string(set.id_offset) + ".json"},
+                           true, Resources("500m", "512Mi", "2Gi"), ""));
   } else {
     auto args = MemberArgs("worker", set);
+    if (const int r = k.job.RegionIndex(set.region); k.job.regions[static_cast<size_t>(r)].aggregator)
+      args.insert(args.end(), {"--aggregator", AggregatorEndpoint(set.region)});
     const std::string snapshots = std::string(kDataDir) + "/snapshots";
     if (set.worker0) args.insert(args.end(), {"--snapshot-dir", snapshots});
     args.insert(args.end(), {"--stats-file", stats + "worker-{id}.json"});
@@ -371,6 +386,12 @@ std::vector<Set> Sets(const JobSpec& job) {
                       .replicas = count,
                       .id_offset = first});
   }
+  for (size_t i = 0; i < job.regions.size(); ++i)
+    if (job.regions[i].aggregator)
+      sets.push_back({.name = AggregatorSet(job.regions[i].name),
+                      .component = "aggregator",
+                      .region = job.regions[i].name,
+                      .id_offset = static_cast<int>(i)});
   for (const RegionSpec& r : job.regions) {
     int first = worker, count = r.workers, most = std::max(r.workers, r.max_workers);
     if (worker == 0 && count > 0) {

@@ -114,12 +114,53 @@ TEST(RenderHostsTest, AnAggregatorStartsOnItsRegionsHostAndItsWorkersPushThere) 
     }
     EXPECT_EQ(workers, 2);
   }
+}
+
+// Kubernetes: an aggregator per region that has one, a StatefulSet of one
+// pod behind a headless Service, and that region's workers told its pod's
+// stable DNS name; the others are not.
+TEST(RenderKubernetesTest, AnAggregatorIsAStatefulSetOfOneThatItsRegionsWorkersPushTo) {
+  const JobSpec job = Load("three_regions.yaml", {"regions.us.aggregator=true"});
   RenderOptions k8s;
   k8s.target = "kubernetes";
-  auto refused = Render(job, k8s);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("aggregators are rendered for --target hosts only"), std::string::npos)
-      << refused.status();
+  auto files = Render(job, k8s);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string& yaml = files->at("kubernetes.yaml");
+  EXPECT_NE(yaml.find("kind: \"StatefulSet\"\nmetadata:\n  name: \"aggregator-us\"\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("kind: \"Service\"\nmetadata:\n  name: \"aggregator-us\"\n"), std::string::npos);
+  EXPECT_NE(yaml.find("serviceName: \"aggregator-us\"\n  replicas: 1\n"), std::string::npos);
+  EXPECT_EQ(yaml.find("name: aggregator-eu"), std::string::npos);
+  const std::string endpoint = "tcp://aggregator-us-0.aggregator-us:7400";
+  size_t at = 0;
+  int told = 0;
+  while ((at = yaml.find(endpoint, at)) != std::string::npos) ++told, ++at;
+  EXPECT_EQ(told, 2) << "worker-0 (a set of its own, in us) and worker-us; not eu's or asia's";
+  EXPECT_NE(yaml.find("- \"--region\"\n            - \"us\"\n"), std::string::npos);
+  EXPECT_NE(yaml.find("aggregator-0.json"), std::string::npos);
+}
+
+// Compose: the aggregator is a container on its region's network, dialled
+// by its name; the link router has no route to it (only its region's
+// workers reach it).
+TEST(RenderComposeTest, AnAggregatorIsAContainerOnItsRegionsNetwork) {
+  const JobSpec job = Load("three_regions.yaml", {"regions.eu.aggregator=true"});
+  RenderOptions compose;
+  compose.target = "compose";
+  auto files = Render(job, compose);
+  ASSERT_TRUE(files.ok()) << files.status();
+  const std::string& yaml = files->at("compose.yaml");
+  EXPECT_NE(yaml.find("  aggregator-1:\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("tcp://aggregator-1:7400"), std::string::npos);
+  auto placed = ComposeProcesses(job, compose);
+  ASSERT_TRUE(placed.ok());
+  for (const PlacedProcess& p : *placed) {
+    if (p.role == "worker") {
+      EXPECT_EQ(p.aggregator, p.region == "eu" ? "tcp://aggregator-1:7400" : "") << p.name;
+    }
+  }
+  auto routes = RouterRoutes(job, compose);
+  ASSERT_TRUE(routes.ok());
+  for (const RouterRoute& r : *routes) EXPECT_NE(r.target, "aggregator-1");
 }
 
 TEST(RenderHostsTest, ScriptsParseAndCarryTheJobAndItsLinks) {
