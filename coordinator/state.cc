@@ -520,6 +520,8 @@ wire::StatusReply CoordinatorState::Status() const {
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i) describe(r.add_servers(), i, servers_[i]);
   for (int i = 0; i < static_cast<int>(backups_.size()); ++i)
     if (!promoted_[i] && backups_[i].registered) describe(r.add_backups(), i, backups_[i]);
+  for (int i = 0; i < static_cast<int>(aggregators_.size()); ++i)
+    if (aggregators_[i].registered) describe(r.add_aggregators(), i, aggregators_[i]);
   return r;
 }
 

@@ -91,6 +91,7 @@ Dashboard::Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions opt
             {"links", links},
             {"workers", json::array()},
             {"shards", json::array()},
+            {"aggregators", json::array()},
             {"staleness", json::object()},
             {"staleness_bound", job.training.staleness_bound},
             {"elapsed_s", 0.0},
@@ -195,6 +196,7 @@ void Dashboard::UpdateStatus(const wire::StatusReply& st, double samples_per_s) 
   }
   state_["workers"] = workers;
   state_["shards"] = shards;
+  state_["aggregators"] = AggregatorsJson(st);
   state_["status"] = st.job_finished() ? "finishing" : st.training_started() ? "training" : "starting";
   state_["elapsed_s"] = st.training_seconds();
   state_["samples_per_s"] = samples_per_s;
@@ -207,6 +209,24 @@ void Dashboard::UpdateStatus(const wire::StatusReply& st, double samples_per_s) 
     last_history_ = now;
   }
   Publish();
+}
+
+json Dashboard::AggregatorsJson(const wire::StatusReply& st) const {
+  json out = json::array();
+  for (const auto& a : st.aggregators()) {
+    json j = {{"region", a.region()}, {"id", a.id()}, {"live", a.live()}};
+    // Its counts, from the stats file it writes every 2 s.
+    auto text = ReadFile(dir_.stats(ProcessId::Aggregator(a.id()).Name()));
+    if (text.ok()) {
+      const json stats = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (stats.is_object())
+        for (const char* k : {"pushes_taken", "clocks_forwarded", "late_forwards", "pulls_served", "upstream_pulls",
+                              "upstream_bytes_sent", "upstream_bytes_received", "pushes_refused"})
+          if (stats.contains(k)) j[k] = stats[k];
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 void Dashboard::ReadShardStats() {

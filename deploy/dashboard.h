@@ -81,6 +81,8 @@ class Dashboard {
  private:
   Dashboard(const JobSpec& job, const RunDir& dir, DashboardOptions options);
   void ReadShardStats();
+  // Each registered aggregator: live or not, and the counts of its stats file.
+  nlohmann::json AggregatorsJson(const wire::StatusReply& st) const;
   void Publish();
   transport::HttpResponse Guard(const transport::HttpRequest& r, transport::HttpResponse ok,
                                 bool metrics = false) const;

@@ -37,6 +37,10 @@ constexpr const char* kBody = R"HTML(
 <h2>Shards</h2><table id="shards"><thead><tr><th>id</th><th class="l">region</th><th class="l">role</th>
 <th class="l">state</th><th>chunks</th><th>updates</th><th>updates/s</th><th>staleness mean</th><th>max</th>
 <th>held pulls</th></tr></thead><tbody></tbody></table>
+<div id="aggregators-box" hidden><h2>Regional aggregators</h2><table id="aggregators"><thead><tr>
+<th class="l">region</th><th class="l">state</th><th>pushes taken</th><th>clocks forwarded</th><th>forwards/s</th>
+<th>alone</th><th>pulls served</th><th>pulls sent</th><th>WAN MB out</th><th>WAN MB in</th><th>refused</th></tr>
+</thead><tbody></tbody></table></div>
 <div class="grid"><div><h2>Training accuracy (workers' mean, EWMA) and samples/s</h2>
 <svg id="curve" width="520" height="200"></svg></div>
 <div><h2>Staleness of applied updates (clocks)</h2><svg id="staleness" width="360" height="200"></svg></div></div>
@@ -103,6 +107,19 @@ function shards(s, dt) {
       cell(h.staleness_max), cell(h.held_pulls)]);
   }));
 }
+function aggregators(s, dt) {
+  const list = s.aggregators || [];
+  $("aggregators-box").hidden = list.length === 0;
+  fill("aggregators", list.map(a => {
+    const old = prev && prev.aggregators && prev.aggregators.find(o => o.id === a.id);
+    const mb = v => v === undefined ? "–" : fmt(v / 1e6, 1);
+    return row("aggregator-" + a.id, [cell(a.region, "l"), cell(a.live ? "live" : "gone", "l" + (a.live ? "" : " dead")),
+      cell(a.pushes_taken), cell(a.clocks_forwarded, "forwarded"),
+      cell(fmt(rate(a.clocks_forwarded, old && old.clocks_forwarded, dt), 1)), cell(a.late_forwards),
+      cell(a.pulls_served), cell(a.upstream_pulls), cell(mb(a.upstream_bytes_sent)), cell(mb(a.upstream_bytes_received)),
+      cell(a.pushes_refused)]);
+  }));
+}
 function svg(tag, attrs) { const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const k in attrs) e.setAttribute(k, attrs[k]); return e; }
 function curve(s) {
@@ -145,7 +162,7 @@ function render(s) {
   if (s.test_accuracy === undefined && s.test_loss !== undefined) text += " · validation loss " + s.test_loss.toFixed(4);
   if (s.test_perplexity !== undefined) text += " (perplexity " + s.test_perplexity.toFixed(3) + ")";
   $("summary").textContent = text;
-  links(s, dt); workers(s, dt); shards(s, dt); curve(s); staleness(s); events(s);
+  links(s, dt); workers(s, dt); shards(s, dt); aggregators(s, dt); curve(s); staleness(s); events(s);
   prev = s; prevAt = now;
 }
 async function poll() {

@@ -4,9 +4,10 @@
 
 Starts `geodesic launch` on a two-region job with emulated links, opens the
 dashboard the launcher reports in RUN_DIR/http/dashboard and checks: the
-page loads with no console error, it lists every worker, shard and link of
-the job, a worker's clock and a link's bytes change between two reads while
-training, and the staleness histogram has bars. --job runs another job
+page loads with no console error, it lists every worker, shard, link and
+regional aggregator of the job (region a has one), a worker's clock, a
+link's bytes and an aggregator's forwarded clocks change between two reads
+while training, and the staleness histogram has bars. --job runs another job
 (e.g. examples/three_regions.yaml) and --screenshot saves a PNG of the page.
 Exits 77 (ctest: skipped) when the browser or Selenium is missing. Bounded:
 every wait has a deadline; the launch is stopped and the temporary
@@ -28,11 +29,11 @@ JOB = """
 name: dash
 seed: 3
 regions:
-  a: {host: 127.0.0.1, servers: 1, workers: 2}
+  a: {host: 127.0.0.1, servers: 1, workers: 2, aggregator: true}
   b: {host: 127.0.0.1, servers: 1, workers: 1}
 model: {name: mlp, mlp_hidden: [64]}
 data: {batch_size: 32}
-training: {epochs: 50, staleness_bound: 2}
+training: {epochs: 50, staleness_bound: 0}
 wan:
   emulation: proxy
   links:
@@ -102,6 +103,12 @@ def check_page(driver, url, job):
     link_id = "link-%s-%s" % (state["links"][0]["from"], state["links"][0]["to"])
     bytes_now = lambda: float(cells(driver, link_id)[7])
     first_clock, first_bytes = clock(), bytes_now()
+    for a in state.get("aggregators", []):
+        row = "aggregator-%d" % a["id"]
+        wait_for("%s's row" % row, lambda: cells(driver, row), 20)
+        forwarded = lambda: int(cells(driver, row)[3] or 0)
+        first_forwarded = forwarded()
+        wait_for("%s's forwarded clocks to grow" % row, lambda: forwarded() > first_forwarded, 30)
     wait_for("worker clock to move", lambda: clock() > first_clock, 30)
     wait_for("link bytes to grow", lambda: bytes_now() > first_bytes, 30)
     count = lambda selector: driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector)
@@ -136,13 +143,15 @@ def main():
         wait_for("the dashboard's address", lambda: os.path.exists(address_file) and open(address_file).read(), 60)
         url = "http://%s/" % open(address_file).read().strip()
         workers, state = check_page(driver, url, job)
+        if not args.job:
+            assert len(state.get("aggregators", [])) == 1, "region a's aggregator is not in the state"
         if args.screenshot:
             time.sleep(5)  # a few more points on the curves
             driver.save_screenshot(args.screenshot)
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert not errors, "console errors: %s" % errors
-        print("dashboard OK: %d workers, %d shards, %d links; %s" %
-              (len(workers), len(state["shards"]), len(state["links"]), url))
+        print("dashboard OK: %d workers, %d shards, %d aggregators, %d links; %s" %
+              (len(workers), len(state["shards"]), len(state.get("aggregators", [])), len(state["links"]), url))
     except Exception as e:  # an assertion, or the browser's own error
         print("FAIL: %s" % e)
         if launch:

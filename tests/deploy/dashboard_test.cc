@@ -102,5 +102,28 @@ TEST_F(DashboardTest, MetricsAlsoTakeTheMetricsToken) {
   EXPECT_EQ(transport::HttpGet(at, "/", 5, m)->status, 401);
 }
 
+// A region's aggregator shows in the state the page draws: live or not
+// (the coordinator's view) and the counts of its stats file.
+TEST_F(DashboardTest, AggregatorsShowTheirStateAndCounts) {
+  auto d = Dashboard::Start(job_, dir_, Tokens(""));
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::filesystem::create_directories(dir_.path + "/stats");
+  ASSERT_TRUE(WriteFileAtomic(dir_.stats("aggregator-0"),
+                              R"({"clocks_forwarded": 12, "late_forwards": 1, "upstream_bytes_sent": 4000000})", false)
+                  .ok());
+  wire::StatusReply st;
+  auto* a = st.add_aggregators();
+  a->set_id(0);
+  a->set_region("us");
+  a->set_live(false);
+  (*d)->UpdateStatus(st, 0);
+  const nlohmann::json state = nlohmann::json::parse((*d)->StateJson());
+  ASSERT_EQ(state["aggregators"].size(), 1u) << state.dump();
+  EXPECT_EQ(state["aggregators"][0]["region"], "us");
+  EXPECT_EQ(state["aggregators"][0]["live"], false);
+  EXPECT_EQ(state["aggregators"][0]["clocks_forwarded"], 12);
+  EXPECT_EQ(state["aggregators"][0]["late_forwards"], 1);
+}
+
 }  // namespace
 }  // namespace geodesic::deploy
