@@ -2,9 +2,10 @@
 # Regional aggregation side by side (docs/wan.md "Regional aggregation"):
 # JOB (default examples/regional.yaml) launched without and with an
 # aggregator in every region, in ABBA order REPEATS times, on emulated
-# links. Prints each run's training time, WAN bytes (all link directions,
-# counted by the emulator since its start-up probes), test accuracy, and
-# whether the final parameters equal the flat run's, bit for bit.
+# links. Prints each run's training time, time to the job's target accuracy
+# (eval.target_accuracy; "-" when not reached), WAN bytes (all link
+# directions, counted by the emulator since its start-up probes), test
+# accuracy, and whether the final parameters equal the flat run's, bit for bit.
 #   bench/regional_compare.sh [JOB] [REPEATS (1)] [OUT_DIR (/tmp/geodesic-regional)] [--set KEY=VALUE ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,7 @@ done
 /usr/bin/python3 - "$OUT" "$REPEATS" <<'PY'
 import json, sys
 out, repeats = sys.argv[1], int(sys.argv[2])
-print("%-8s %10s %12s %10s %s" % ("run", "train s", "WAN MB", "accuracy", "params"))
+print("%-8s %10s %12s %12s %10s %s" % ("run", "train s", "to target s", "WAN MB", "accuracy", "params"))
 for i in range(1, repeats + 1):
     flat = open("%s/off-%d/final_params.bin" % (out, i), "rb").read()
     for mode in ("off", "on"):
@@ -38,6 +39,8 @@ for i in range(1, repeats + 1):
         s = json.load(open(d + "/summary.json"))
         wan = sum(l.get("bytes", 0) for l in s.get("links", [])) / 1e6
         same = open(d + "/final_params.bin", "rb").read() == flat
-        print("%-8s %10.1f %12.1f %10.4f %s" % ("%s-%d" % (mode, i), s["wall_seconds"], wan, s["test_accuracy"],
-                                                "= flat" if same else "DIFFERENT"))
+        target = s.get("seconds_to_target")
+        print("%-8s %10.1f %12s %12.1f %10.4f %s" % ("%s-%d" % (mode, i), s["wall_seconds"],
+                                                     "%.1f" % target if isinstance(target, (int, float)) else "-",
+                                                     wan, s["test_accuracy"], "= flat" if same else "DIFFERENT"))
 PY

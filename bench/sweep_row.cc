@@ -93,6 +93,8 @@ const char* kColumns[] = {"status",
                           "samples",
                           "samples_per_second",
                           "bytes_per_sample",
+                          "wan_bytes_per_sample",
+                          "aggregators",
                           "bytes_per_token_push",
                           "bytes_per_token_pull",
                           "bytes_per_token_total",
@@ -215,6 +217,24 @@ std::string MarkdownBySeed(const SweepSpec& spec, const std::vector<json>& rows)
   return md.str();
 }
 
+// What crossed the emulated WAN per sample (every link between two
+// regions; null without emulation), and the regions that had an aggregator
+// (regions.NAME.aggregator): with one, a region's workers' bytes stay in the
+// region, and bytes_per_sample no longer says what the WAN carried.
+void AddWan(const json& summary, json& row) {
+  double wan = 0;
+  for (const auto& [link, bytes] : row["links"].items()) wan += bytes.is_number() ? bytes.get<double>() : 0;
+  const json samples = Get(summary, "samples");
+  row["wan_bytes_per_sample"] = !row["links"].empty() && samples.is_number() && samples.get<double>() > 0
+                                    ? json(wan / samples.get<double>())
+                                    : json();
+  std::string regions;
+  const json aggregators = Get(summary, "aggregators");
+  if (aggregators.is_object())
+    for (const auto& [region, stats] : aggregators.items()) regions += (regions.empty() ? "" : " ") + region;
+  row["aggregators"] = regions;
+}
+
 // The row's numbers, from the run's summary (null where it has none).
 void AddSummary(const json& summary, json& row) {
   for (const char* k :
@@ -236,6 +256,7 @@ void AddSummary(const json& summary, json& row) {
   AddShares(summary, row);
   row["links"] = Links(summary);
   row["curve"] = curve;
+  AddWan(summary, row);
 }
 
 }  // namespace

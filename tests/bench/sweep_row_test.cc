@@ -58,5 +58,26 @@ TEST(SweepRowTest, TokenRunsCarryLossPerplexityAndBytesPerToken) {
   std::filesystem::remove_all(out);
 }
 
+// A run over emulated links with aggregators: the WAN bytes per sample are
+// the links' bytes over the samples, and the regions with an aggregator
+// are named.
+TEST(SweepRowTest, WanBytesPerSampleAndAggregators) {
+  SweepSpec spec;
+  spec.name = "regional";
+  SweepPoint point;
+  const json summary = {
+      {"samples", 1000},
+      {"bytes_per_sample", 9000.0},
+      {"links",
+       {{{"from", "us"}, {"to", "eu"}, {"bytes", 1500000}}, {{"from", "eu"}, {"to", "us"}, {"bytes", 500000}}}},
+      {"aggregators", {{"us", {{"clocks_forwarded", 40}}}, {"eu", {{"clocks_forwarded", 40}}}}}};
+  const json row = SweepRow(spec, point, "/tmp/run", "finished", "", summary, "");
+  EXPECT_EQ(row["wan_bytes_per_sample"], 2000.0);
+  EXPECT_EQ(row["aggregators"], "eu us");
+  const json flat = SweepRow(spec, point, "/tmp/run", "finished", "", {{"samples", 1000}}, "");
+  EXPECT_TRUE(flat["wan_bytes_per_sample"].is_null()) << "no emulated links, no WAN bytes";
+  EXPECT_EQ(flat["aggregators"], "");
+}
+
 }  // namespace
 }  // namespace geodesic::bench
