@@ -251,5 +251,35 @@ TEST(AggregatorTest, WhatAnAggregatorDoesNotCombineIsRefusedBeforeAnythingStarts
   }
 }
 
+// `aggregator: auto`: the launcher asks the planner per region before
+// anything starts, prints why, and the run's job.yaml holds the decision,
+// which is what runs: on 20 Mbit/s links one in us and eu (two workers
+// each), none in asia (one worker).
+TEST(AggregatorTest, AutoIsDecidedByThePlannerBeforeTheJobStarts) {
+  TempDir dir;
+  std::string yaml = JobYaml(true);
+  for (size_t at; (at = yaml.find("aggregator: true")) != std::string::npos;) yaml.replace(at, 16, "aggregator: auto");
+  testing::WriteText(dir / "job.yaml", yaml);
+  auto r = testing::RunGeodesic(
+      {"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard", "--no-metrics", "--set",
+       "training.steps=8", "--set", "regions.asia.workers=1", "--set",
+       "wan.links=[{regions: [us, eu], rtt_ms: 40, bandwidth_mbit: 20}, {regions: [us, asia], rtt_ms: 40, "
+       "bandwidth_mbit: 20}, {regions: [eu, asia], rtt_ms: 40, bandwidth_mbit: 20}]"},
+      240);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("aggregator: auto, per region:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("us: one:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("eu: one:"), std::string::npos) << r.output;
+  const std::string job = testing::ReadText(dir / "run/job.yaml");
+  EXPECT_EQ(job.find("aggregator: auto"), std::string::npos) << job;
+  EXPECT_NE(job.find("aggregator: true"), std::string::npos) << job;
+  auto summary = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(summary["status"], "finished") << summary.dump();
+  ASSERT_TRUE(summary.contains("aggregators")) << summary.dump();
+  EXPECT_TRUE(summary["aggregators"].contains("us") && summary["aggregators"].contains("eu")) << summary.dump();
+  EXPECT_FALSE(summary["aggregators"].contains("asia")) << summary.dump();
+  EXPECT_NE(r.output.find("asia: none: one worker"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace geodesic
