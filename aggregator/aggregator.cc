@@ -103,7 +103,8 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
   ps_ = worker::MakePsClient(ctx_, po, assignment, options_.credentials.keys, &upstream_counters_, clock_);
   GD_RETURN_IF_ERROR(ps_->Connect());
   layout_ = ps_->shard_map().layout;
-  sums_ = std::make_unique<RegionSums>(layout_, first_worker_, num_workers_);
+  sums_ = std::make_unique<RegionSums>(layout_, first_worker_, num_workers_,
+                                       [this](int64_t clock) { return FragmentOf(clock); });
   RefreshView();
   member_->Start([](wire::Heartbeat*) {});
   return Status::Ok();
@@ -138,6 +139,7 @@ Status Aggregator::CheckPush(const transport::Message& m, wire::Refusal* reason)
     return PermissionDenied(transport::PeerName(m) + " is not a worker of this aggregator's region (workers " +
                             std::to_string(first_worker_) + ".." + std::to_string(first_worker_ + num_workers_ - 1) +
                             ")");
+  // (The chunks outside a clock's fragment are skipped at the shards.)
   if (req.has_unit() || !req.covers().empty() || req.skipped() == (req.chunks_size() > 0))
     return InvalidArgument(
         "a worker's push to an aggregator names no data unit, covers no one, and either carries chunks or skips a "
@@ -155,19 +157,27 @@ Status Aggregator::CheckPush(const transport::Message& m, wire::Refusal* reason)
   if (req.chunks_size() != static_cast<int>(m.frames.size()))
     return InvalidArgument(std::to_string(req.chunks_size()) + " chunks and " + std::to_string(m.frames.size()) +
                            " payload frames");
+  return CheckChunks(m, reason);
+}
+
+Status Aggregator::CheckChunks(const transport::Message& m, wire::Refusal* reason) const {
+  const auto& req = m.header.push_request();
+  const auto fragment = FragmentOf(req.clock());
   std::set<uint32_t> seen;
   for (int i = 0; i < req.chunks_size(); ++i) {
     const wire::ChunkData& d = req.chunks(i);
     const std::string chunk = "chunk " + std::to_string(d.chunk_id());
-    *reason = d.chunk_id() >= layout_.num_chunks()                  ? wire::REFUSAL_CHUNK_OUT_OF_RANGE
+    *reason = d.chunk_id() >= layout_.num_chunks() || (fragment && !fragment->Contains(d.chunk_id()))
+                  ? wire::REFUSAL_CHUNK_OUT_OF_RANGE
               : !seen.insert(d.chunk_id()).second                   ? wire::REFUSAL_DUPLICATE_CHUNK
               : d.num_elems() != layout_.Size(d.chunk_id())         ? wire::REFUSAL_WRONG_SHAPE
               : d.codec() != wire::FP32                             ? wire::REFUSAL_UNKNOWN_CODEC
               : m.frames[i].size() != d.num_elems() * sizeof(float) ? wire::REFUSAL_BAD_PAYLOAD_SIZE
                                                                     : wire::REFUSAL_UNSPECIFIED;
     if (*reason != wire::REFUSAL_UNSPECIFIED)
-      return InvalidArgument(chunk + " is not one of the layout's, named once, as plain fp32 of its size (" +
-                             transport::RefusalName(*reason) + ")");
+      return InvalidArgument(chunk + " is not one of the layout's (and of clock " + std::to_string(req.clock()) +
+                             "'s fragment), named once, as plain fp32 of its size (" + transport::RefusalName(*reason) +
+                             ")");
     const float* v = static_cast<const float*>(m.frames[i].data());
     for (uint64_t k = 0; k < d.num_elems(); ++k) {
       if (!std::isfinite(v[k]))
@@ -218,7 +228,9 @@ Status Aggregator::ForwardReady() {
       GD_LOG(INFO) << "worker " << f.covers.front() << "'s push of clock " << f.clock
                    << " goes to the shards alone (the region's combined push went without it)";
     }
-    GD_RETURN_IF_ERROR(ps_->Push(f.clock, {.values = f.sum->data(), .owner = f.sum, .covers = f.covers}));
+    // The workers told the shards about the chunks outside the fragment.
+    GD_RETURN_IF_ERROR(ps_->Push(
+        f.clock, {.values = f.sum->data(), .owner = f.sum, .only = f.only, .skip_others = false, .covers = f.covers}));
     ++counts_.clocks_forwarded;
   }
   for (const Reply& r : sums_->TakeAnswered()) {
@@ -257,26 +269,58 @@ void Aggregator::OnPull(transport::Message& m) {
       return Refuse(m, wire::REFUSAL_CHUNK_OUT_OF_RANGE, OutOfRange("chunk " + std::to_string(c)));
     h.chunks.push_back(c);
   }
+  // A worker pulls clock c after pushing c - 1, the chunks that clock
+  // pushed (its fragment, with training.fragments).
   auto [it, fresh] = pulls_.try_emplace(req.clock());
-  if (fresh) {
-    Status s = ps_->Pull(req.clock(), {.full = true});
-    if (!s.ok()) GD_LOG(WARNING) << "pull of clock " << req.clock() << " from the shards: " << s;
-    ++counts_.upstream_pulls;
+  ClockPull& p = it->second;
+  if (fresh) PullUpstream(req.clock(), p, req.clock() > 0 ? FragmentOf(req.clock() - 1) : std::nullopt);
+  if (p.arrived && p.Has(h.chunks)) return Answer(req.clock(), p, h);
+  p.waiting.push_back(std::move(h));
+  if (p.arrived) AnswerWaiting(req.clock(), p);
+}
+
+std::optional<cluster::ChunkRange> Aggregator::FragmentOf(int64_t clock) const {
+  return cluster::ClockFragment(layout_, options_.job.training.fragments, clock, options_.job.ClocksPerWorker());
+}
+
+bool Aggregator::ClockPull::Has(const std::vector<uint32_t>& ids) const {
+  return std::all_of(ids.begin(), ids.end(), [&](uint32_t c) { return index.count(c) > 0; });
+}
+
+void Aggregator::PullUpstream(int64_t clock, ClockPull& p, std::optional<cluster::ChunkRange> only) {
+  Status s = ps_->Pull(clock, {.full = true, .only = only});
+  if (!s.ok()) GD_LOG(WARNING) << "pull of clock " << clock << " from the shards: " << s;
+  p.arrived = false;
+  p.only = only;
+  ++counts_.upstream_pulls;
+}
+
+void Aggregator::AnswerWaiting(int64_t clock, ClockPull& p) {
+  std::vector<HeldPull> more;
+  for (HeldPull& h : p.waiting) {
+    if (p.Has(h.chunks))
+      Answer(clock, p, h);
+    else
+      more.push_back(std::move(h));
   }
-  if (it->second.arrived) return Answer(req.clock(), it->second, h);
-  it->second.waiting.push_back(std::move(h));
+  p.waiting = std::move(more);
+  if (p.waiting.empty() || !p.only) return;
+  GD_LOG(INFO) << "a pull of clock " << clock << " asks for chunks outside the fragment pulled for it (a worker "
+               << "starting there); pulling every chunk";
+  PullUpstream(clock, p, std::nullopt);
 }
 
 Status Aggregator::PollUpstream(const std::atomic<bool>* stop) {
   GD_RETURN_IF_ERROR(ps_->Tick());
   for (auto& [clock, p] : pulls_) {
     if (p.arrived || !ps_->PullArrived(clock)) continue;
+    p.chunks.clear();
+    p.index.clear();
     GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps_->WaitPull(clock, {.borrowed = &p.chunks, .stop = stop}));
     p.min_clock = t.min_clock;
     for (size_t i = 0; i < p.chunks.size(); ++i) p.index[p.chunks[i].chunk_id] = i;
     p.arrived = true;
-    for (const HeldPull& h : p.waiting) Answer(clock, p, h);
-    p.waiting.clear();
+    AnswerWaiting(clock, p);
   }
   while (pulls_.size() > static_cast<size_t>(kPullsKept) && pulls_.begin()->second.arrived)
     pulls_.erase(pulls_.begin());

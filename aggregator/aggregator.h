@@ -11,7 +11,7 @@
 // "Determinism").
 //
 // A clock is forwarded once every live worker of the region has pushed
-// it whole or skipped it (a skipped push reaches the shards from the
+// it whole (its fragment, with training.fragments) or skipped it (a skipped push reaches the shards from the
 // worker too, and is never answered here). A worker's push is acknowledged
 // only after the shards acknowledged the combined push that carries it, so
 // an acknowledged gradient is on the shards, as without an aggregator.
@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -81,10 +82,12 @@ class Aggregator {
   };
   struct ClockPull {
     bool arrived = false;
+    std::optional<cluster::ChunkRange> only;  // what was pulled from the shards; unset: every chunk
     std::vector<worker::PulledChunk> chunks;
     std::map<uint32_t, size_t> index;  // chunk id -> position in chunks
     int64_t min_clock = -1;
     std::vector<HeldPull> waiting;
+    bool Has(const std::vector<uint32_t>& ids) const;
   };
 
   Status Join(const std::atomic<bool>* stop);
@@ -95,6 +98,14 @@ class Aggregator {
   // region, a clock of the job, fp32 chunks of the layout with finite
   // values; the reason in `reason`.
   Status CheckPush(const transport::Message& m, wire::Refusal* reason) const;
+  Status CheckChunks(const transport::Message& m, wire::Refusal* reason) const;
+  // The chunks clock `clock` pushes (training.fragments); unset: all.
+  std::optional<cluster::ChunkRange> FragmentOf(int64_t clock) const;
+  // Pulls `clock` from the shards: `only` those chunks, or all.
+  void PullUpstream(int64_t clock, ClockPull& p, std::optional<cluster::ChunkRange> only);
+  // Answers the held pulls of `clock` that it holds the chunks of; pulls
+  // the whole model for the others (a start or a rejoin asks every chunk).
+  void AnswerWaiting(int64_t clock, ClockPull& p);
   void Refuse(const transport::Message& m, wire::Refusal reason, const Status& status);
   // Sends the sums that are ready, and the answers the shards gave.
   Status ForwardReady();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace geodesic::aggregator {
 
@@ -9,8 +10,17 @@ wire::PushResult Reply::result() const {
   return applied ? wire::APPLIED : duplicate ? wire::DUPLICATE : wire::STALE_DROPPED;
 }
 
-RegionSums::RegionSums(const cluster::ChunkLayout& layout, int first_worker, int num_workers)
-    : layout_(layout), first_worker_(first_worker), num_workers_(num_workers) {}
+RegionSums::RegionSums(const cluster::ChunkLayout& layout, int first_worker, int num_workers, FragmentFn fragment_of)
+    : layout_(layout), first_worker_(first_worker), num_workers_(num_workers), fragment_of_(std::move(fragment_of)) {}
+
+std::optional<cluster::ChunkRange> RegionSums::FragmentOf(int64_t clock) const {
+  return fragment_of_ ? fragment_of_(clock) : std::nullopt;
+}
+
+uint32_t RegionSums::ChunksOf(int64_t clock) const {
+  const auto f = FragmentOf(clock);
+  return f ? f->end - f->begin : layout_.num_chunks();
+}
 
 void RegionSums::SetLive(bool valid, const std::vector<int>& live, const std::vector<int64_t>& clocks) {
   std::map<int, int64_t> now;
@@ -32,13 +42,14 @@ void RegionSums::SetLive(bool valid, const std::vector<int>& live, const std::ve
   live_ = std::move(now);
 }
 
-void RegionSums::Add(Gradient& g, AckTo to, const std::vector<PushedChunk>& chunks) {
+void RegionSums::Add(Gradient& g, int64_t clock, AckTo to, const std::vector<PushedChunk>& chunks) {
   if (g.values.empty()) {
     g.values.assign(layout_.num_params(), 0.0f);
     g.got.assign(layout_.num_chunks(), false);
   }
+  const auto fragment = FragmentOf(clock);
   for (const PushedChunk& c : chunks) {
-    if (g.got[c.id]) continue;  // a resend
+    if (g.got[c.id] || (fragment && !fragment->Contains(c.id))) continue;  // a resend, or not this clock's
     std::memcpy(g.values.data() + layout_.Begin(c.id), c.values, layout_.Size(c.id) * sizeof(float));
     g.got[c.id] = true;
     ++g.chunks;
@@ -60,7 +71,7 @@ std::vector<Reply> RegionSums::Take(int worker, int64_t clock, AckTo to, const s
     it->second.acks[worker].push_back(std::move(to));  // a resend of a push in flight
     return {};
   }
-  Add(clock >= next_open_ ? open_[clock].grads[worker] : late_[{clock, worker}], std::move(to), chunks);
+  Add(clock >= next_open_ ? open_[clock].grads[worker] : late_[{clock, worker}], clock, std::move(to), chunks);
   return {};
 }
 
@@ -72,14 +83,20 @@ bool RegionSums::Ready(int64_t clock, const Open& o) const {
   for (const auto& [w, from] : live_) {
     if (from > clock || o.skipped.count(w)) continue;
     auto g = o.grads.find(w);
-    if (g == o.grads.end() || !Whole(g->second)) return false;
+    if (g == o.grads.end() || !Whole(g->second, clock)) return false;
   }
   return true;
 }
 
 Forward RegionSums::Send(int64_t clock, std::map<int, Gradient>& grads) {
-  Forward f{.clock = clock, .covers = {}, .sum = nullptr};
-  Sent sent;
+  Forward f{.clock = clock, .covers = {}, .sum = nullptr, .only = FragmentOf(clock)};
+  Sent sent{.acks = {}, .answers = {}, .chunks = ChunksOf(clock)};
+  // The values the clock's chunks hold (the fragment's span with fragments).
+  size_t begin = 0, end = layout_.num_params();
+  if (f.only && !f.only->empty()) {
+    begin = layout_.Begin(f.only->begin);
+    end = layout_.Begin(f.only->end - 1) + layout_.Size(f.only->end - 1);
+  }
   for (auto& [w, g] : grads) {
     f.covers.push_back(w);
     sent.acks[w] = std::move(g.acks);
@@ -89,7 +106,7 @@ Forward RegionSums::Send(int64_t clock, std::map<int, Gradient>& grads) {
     }
     float* out = f.sum->data();
     const float* in = g.values.data();
-    for (size_t k = 0; k < f.sum->size(); ++k) out[k] += in[k];  // worker order, as a shard adds them
+    for (size_t k = begin; k < end; ++k) out[k] += in[k];  // worker order, as a shard adds them
   }
   sent_[{clock, f.covers}] = std::move(sent);
   return f;
@@ -102,7 +119,7 @@ std::vector<Forward> RegionSums::TakeReady() {
     const int64_t clock = it->first;
     std::map<int, Gradient> whole;
     for (auto& [w, g] : it->second.grads)
-      if (Whole(g))
+      if (Whole(g, clock))
         whole.emplace(w, std::move(g));
       else
         late_[{clock, w}] = std::move(g);  // it goes alone once it finishes
@@ -111,7 +128,7 @@ std::vector<Forward> RegionSums::TakeReady() {
     if (!whole.empty()) out.push_back(Send(clock, whole));
   }
   for (auto it = late_.begin(); it != late_.end();) {
-    if (!Whole(it->second)) {
+    if (!Whole(it->second, it->first.first)) {
       ++it;
       continue;
     }
@@ -135,7 +152,7 @@ void RegionSums::Answered(int64_t clock, const std::vector<int>& covers, const s
     s.answers[chunks[i]] = i < applied               ? wire::APPLIED
                            : i < applied + duplicate ? wire::DUPLICATE
                                                      : wire::STALE_DROPPED;
-  if (s.answers.size() < layout_.num_chunks()) return;
+  if (s.answers.size() < s.chunks) return;
   for (auto& [w, acks] : s.acks) {
     std::set<uint32_t>& dropped = history_[clock][w];
     for (const auto& [c, result] : s.answers)

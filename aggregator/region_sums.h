@@ -6,7 +6,10 @@
 //
 // A clock's combined push goes once every worker that is live and joined
 // at or before that clock pushed it whole or skipped it; it sums the whole
-// gradients in worker order and covers those workers. A worker's push of
+// gradients in worker order and covers those workers. With streaming
+// DiLoCo (training.fragments) "whole" is the clock's fragment
+// (cluster::ClockFragment): a worker pushes only those chunks and tells the
+// shards itself that it skips the others, and the sum carries only them. A worker's push of
 // a clock that already went without it (it rejoined, was paused past its
 // lease, or had not finished pushing) is forwarded on its own (covers =
 // that worker), and the shards decide: they take it into the round, drop
@@ -19,8 +22,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -49,8 +54,9 @@ struct PushedChunk {
 struct Forward {
   int64_t clock = 0;
   std::vector<int> covers;
-  std::shared_ptr<std::vector<float>> sum;
-  bool late = false;  // one worker's push of a clock whose combined push went without it
+  std::shared_ptr<std::vector<float>> sum;  // num_params values; outside `only`, zeros
+  std::optional<cluster::ChunkRange> only;  // the chunks it carries (the clock's fragment); unset: all
+  bool late = false;                        // one worker's push of a clock whose combined push went without it
 };
 
 // An acknowledgement to send to a worker.
@@ -66,14 +72,18 @@ class RegionSums {
   // Clocks whose answers are kept for resends, behind the oldest open one.
   static constexpr int64_t kHistory = 256;
 
-  RegionSums(const cluster::ChunkLayout& layout, int first_worker, int num_workers);
+  // The chunks a clock's push carries (cluster::ClockFragment); unset: all.
+  using FragmentFn = std::function<std::optional<cluster::ChunkRange>(int64_t clock)>;
+
+  RegionSums(const cluster::ChunkLayout& layout, int first_worker, int num_workers, FragmentFn fragment_of = {});
 
   // The region's live workers and each one's clock, from a membership view
   // (`valid` false before the first: every worker live from clock 0). A
   // worker that was not live before counts from its clock here on: clocks
   // before it do not wait for it.
   void SetLive(bool valid, const std::vector<int>& live, const std::vector<int64_t>& clocks);
-  // A worker's push message of `clock`. Returns the replies due now (a
+  // A worker's push message of `clock` (chunks outside the clock's fragment
+  // are not taken: the caller refuses them). Returns the replies due now (a
   // resend of a push the shards already answered).
   std::vector<Reply> Take(int worker, int64_t clock, AckTo to, const std::vector<PushedChunk>& chunks);
   // A worker skipped `clock` (the shards are told by the worker).
@@ -107,11 +117,14 @@ class RegionSums {
   struct Sent {
     std::map<int, std::vector<AckTo>> acks;        // by covered worker
     std::map<uint32_t, wire::PushResult> answers;  // by chunk
+    uint32_t chunks = 0;                           // the chunks it carried
   };
   using SentKey = std::pair<int64_t, std::vector<int>>;
 
-  void Add(Gradient& g, AckTo to, const std::vector<PushedChunk>& chunks);
-  bool Whole(const Gradient& g) const { return g.chunks == layout_.num_chunks(); }
+  std::optional<cluster::ChunkRange> FragmentOf(int64_t clock) const;
+  uint32_t ChunksOf(int64_t clock) const;
+  void Add(Gradient& g, int64_t clock, AckTo to, const std::vector<PushedChunk>& chunks);
+  bool Whole(const Gradient& g, int64_t clock) const { return g.chunks == ChunksOf(clock); }
   bool Ready(int64_t clock, const Open& o) const;
   Forward Send(int64_t clock, std::map<int, Gradient>& grads);
   Reply Answer(AckTo to, int64_t clock, const std::map<uint32_t, wire::PushResult>& answers) const;
@@ -119,6 +132,7 @@ class RegionSums {
 
   cluster::ChunkLayout layout_;
   int first_worker_ = 0, num_workers_ = 0;
+  FragmentFn fragment_of_;
   std::map<int, int64_t> live_;  // live worker -> the clock it counts from
   int64_t next_open_ = 0;        // clocks below have had their combined push
   std::map<int64_t, Open> open_;

@@ -49,6 +49,11 @@ ChunkRange FragmentChunks(const ChunkLayout& layout, int fragments, int index) {
   return {cuts[i], cuts[i + 1]};
 }
 
+std::optional<ChunkRange> ClockFragment(const ChunkLayout& layout, int fragments, int64_t clock, int64_t clocks) {
+  if (fragments <= 1 || clock + 1 >= clocks) return std::nullopt;
+  return FragmentChunks(layout, fragments, static_cast<int>(clock % fragments));
+}
+
 Status CheckBlocks(const std::vector<uint64_t>& blocks, uint64_t num_params) {
   if (blocks.empty()) return Status::Ok();
   if (blocks.front() != 0)

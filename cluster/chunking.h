@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,11 @@ struct ChunkRange {
 std::vector<uint32_t> FragmentCuts(const ChunkLayout& layout, int fragments);
 // Fragment `index` of `fragments`: chunks [cut[index], cut[index + 1]).
 ChunkRange FragmentChunks(const ChunkLayout& layout, int fragments, int index);
+// The chunks clock `clock` of a job of `clocks` clocks pushes and pulls
+// with training.fragments `fragments` (streaming DiLoCo): fragment
+// clock % fragments; nullopt (every chunk) without fragments and at the
+// job's last clock, which synchronizes the whole model.
+std::optional<ChunkRange> ClockFragment(const ChunkLayout& layout, int fragments, int64_t clock, int64_t clocks);
 
 // InvalidArgument unless `blocks` are ascending offsets below `num_params`
 // that start at 0 (or are none).

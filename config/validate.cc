@@ -235,7 +235,8 @@ void ValidateJob(JobSpec* job, Errors* errors) {
 namespace geodesic {
 
 // What a regional aggregator combines today: BSP pushes of plain fp32
-// gradients or local-SGD rounds' progress (DiLoCo), one whole model a clock (docs/wan.md "Regional aggregation").
+// gradients or local-SGD rounds' progress (DiLoCo; streaming DiLoCo's
+// fragments) (docs/wan.md "Regional aggregation").
 std::vector<std::string> AggregatorLimits(const JobSpec& job) {
   const TrainingSpec& t = job.training;
   std::vector<std::string> out;
@@ -246,9 +247,6 @@ std::vector<std::string> AggregatorLimits(const JobSpec& job) {
        "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
        "is BSP's round)");
   need(!job.federated.enabled(), "federated rounds do not go through aggregators in this version");
-  need(t.fragments <= 1,
-       "needs training.fragments: 1 (streaming DiLoCo pushes and pulls one fragment a clock, which an aggregator "
-       "does not combine in this version)");
   need(job.compression.push == "fp32" && job.compression.pull == "fp32" && job.compression.links.empty(),
        "needs compression.push and pull fp32 with no per-link codecs (an aggregator sums plain values)");
   need(!job.membership.elastic, "cannot be combined with membership.elastic");

@@ -34,9 +34,10 @@ AggregatorLinks::Route AggregatorLinks::RouteOf(const wire::Header& h) {
   if (h.has_push_request()) {
     const auto& p = h.push_request();
     if (!p.skipped()) return Route::kAggregator;
-    // A whole skipped clock; a fragment's skipped chunks are not a case
-    // (training.fragments does not go through aggregators).
-    return Route::kBoth;
+    // A whole skipped clock goes to both; the chunks outside a clock's
+    // fragment (training.fragments) only to the shards: the aggregator
+    // waits only for the fragment's chunks.
+    return p.chunks_size() == 0 ? Route::kBoth : Route::kShard;
   }
   if (h.has_pull_request() && !h.pull_request().final()) return Route::kAggregator;
   return Route::kShard;

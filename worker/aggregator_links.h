@@ -9,7 +9,8 @@
 //   - initial values (and their offers) and a final pull: the shard;
 //   - a skipped push (no usable gradient): both. The shard records the
 //     clock and answers; the aggregator only learns not to wait for this
-//     worker's gradient, and does not answer.
+//     worker's gradient, and does not answer. The chunks outside a clock's
+//     fragment (training.fragments), skipped: the shard only.
 //
 // When `gone` says the aggregator died (the coordinator's
 // HeartbeatReply.aggregators_down), everything goes to the shards from

@@ -597,7 +597,7 @@ Status PsClient::Push(int64_t clock, const PushData& data) {
   for (size_t si = 0; si < routes_.size(); ++si) {
     std::vector<uint32_t> pushed, skipped;
     for (uint32_t c : routes_.chunks(si)) (!data.only || data.only->Contains(c) ? pushed : skipped).push_back(c);
-    if (!skipped.empty()) GD_RETURN_IF_ERROR(PushSkippedChunks(clock, si, skipped));
+    if (!skipped.empty() && data.skip_others) GD_RETURN_IF_ERROR(PushSkippedChunks(clock, si, skipped));
     GD_RETURN_IF_ERROR(PushChunks(clock, si, pushed, values, owner, data));
   }
   return Status::Ok();

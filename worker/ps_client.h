@@ -128,8 +128,10 @@ struct PushData {
   std::shared_ptr<const void> owner = {};  // keeps `values` alive until sent (zero-copy)
   int64_t unit = -1;                       // elastic jobs: the data unit it was computed on
   // Only these chunks are pushed, and every shard is told that the others
-  // are skipped at this clock (training.fragments).
+  // are skipped at this clock (training.fragments), unless `skip_others`
+  // is false (a regional aggregator: the workers told the shards themselves).
   std::optional<cluster::ChunkRange> only = std::nullopt;
+  bool skip_others = true;
   // A regional aggregator's combined push (PushRequest.covers): the workers
   // whose gradients `values` sums, increasing. Empty for a worker's own.
   std::vector<int> covers = {};

@@ -68,6 +68,49 @@ TEST(RegionSumsTest, AClockGoesOnceEveryLiveWorkerPushedItAndSumsInWorkerOrder) 
   EXPECT_EQ(sums.OldestOpen(), 1);
 }
 
+// Streaming DiLoCo: even clocks push chunk 0, odd ones chunk 1, the last
+// (clock 3) both. A clock goes once every worker pushed its fragment; the
+// sum carries only it, and its answers complete it.
+TEST(RegionSumsTest, WithFragmentsAClockIsItsFragment) {
+  RegionSums sums(kLayout, kFirst, 2, [](int64_t clock) -> std::optional<cluster::ChunkRange> {
+    if (clock >= 3) return std::nullopt;
+    return cluster::ChunkRange{static_cast<uint32_t>(clock % 2), static_cast<uint32_t>(clock % 2 + 1)};
+  });
+  sums.SetLive(false, {}, {});
+  const Push a{{1, 2, 3, 4}}, b{{10, 20, 30, 40}};
+  sums.Take(4, 1, To(1, {1}), a.Chunks({1}));
+  EXPECT_TRUE(sums.TakeReady().empty()) << "clock 0 is still open";
+  sums.Take(4, 0, To(2, {0}), a.Chunks({0, 1}));  // chunk 1 is not clock 0's: not taken
+  sums.Take(5, 0, To(3, {0}), b.Chunks({0}));
+  sums.Take(5, 1, To(4, {1}), b.Chunks({1}));
+  auto ready = sums.TakeReady();
+  ASSERT_EQ(ready.size(), 2u);
+  ASSERT_TRUE(ready[0].only.has_value());
+  EXPECT_EQ(ready[0].only->begin, 0u);
+  EXPECT_EQ(ready[0].only->end, 1u);
+  EXPECT_EQ((*ready[0].sum)[0], 11.0f);
+  EXPECT_EQ((*ready[0].sum)[2], 0.0f) << "chunk 1 is not clock 0's";
+  EXPECT_EQ((*ready[1].sum)[2], 33.0f);
+  sums.Answered(0, {4, 5}, {0}, Ack(1));
+  EXPECT_EQ(sums.TakeAnswered().size(), 2u) << "chunk 0 was all of clock 0";
+  sums.Answered(1, {4, 5}, {1}, Ack(1));
+  EXPECT_EQ(sums.TakeAnswered().size(), 2u);
+  // The last clock synchronizes every chunk.
+  sums.Take(4, 2, To(5, {0}), a.Chunks({0}));
+  sums.Take(5, 2, To(6, {0}), b.Chunks({0}));
+  sums.Take(4, 3, To(7), a.Chunks({0}));
+  sums.Take(5, 3, To(8), b.Chunks());
+  ready = sums.TakeReady();
+  ASSERT_EQ(ready.size(), 1u) << "worker 4 has not pushed all of clock 3";
+  EXPECT_EQ(ready[0].clock, 2);
+  sums.Take(4, 3, To(9, {1}), a.Chunks({1}));
+  ready = sums.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].clock, 3);
+  EXPECT_FALSE(ready[0].only.has_value());
+  EXPECT_EQ((*ready[0].sum)[3], 44.0f);
+}
+
 TEST(RegionSumsTest, SkippedAndDeadWorkersAreNotWaitedFor) {
   RegionSums sums(kLayout, kFirst, kWorkers);
   sums.SetLive(true, {0, 4, 5, 6}, {0, 0, 0, 0});

@@ -63,6 +63,16 @@ TEST(FragmentTest, EvenCutsWithoutBlocks) {
   EXPECT_EQ(r.end, 10u);
 }
 
+TEST(FragmentTest, AClockSynchronizesItsFragmentAndTheLastClockEverything) {
+  const ChunkLayout layout(100, 10);  // 10 chunks
+  EXPECT_FALSE(ClockFragment(layout, 1, 0, 8).has_value()) << "no fragments: every chunk";
+  auto f = ClockFragment(layout, 3, 4, 8);  // fragment 4 mod 3 = 1
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->begin, 3u);
+  EXPECT_EQ(f->end, 6u);
+  EXPECT_FALSE(ClockFragment(layout, 3, 7, 8).has_value()) << "the job's last clock: every chunk";
+}
+
 TEST(FragmentTest, CutsFollowTheBlocksToTheNearestChunk) {
   // Blocks start at 0, 14, 38, 61 and 87 of 100 values in chunks of 10: the
   // chunk boundaries nearest to them are 1, 4, 6 and 9.

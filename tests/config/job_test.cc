@@ -139,16 +139,16 @@ TEST(JobTest, AggregatorsParseRoundTripAndNameTheirRegionsAndWorkers) {
   EXPECT_NE(typo.status().message().find("true, false or auto"), std::string::npos) << typo.status();
   EXPECT_FALSE(AggregatorLimits(*chosen).empty());
   // What an aggregator does not combine is refused with the reason.
-  for (const char* set :
-       {"membership.elastic=true", "security.mode=curve", "wan.replan=true", "training.fragments=2"}) {
+  for (const char* set : {"membership.elastic=true", "security.mode=curve", "wan.replan=true"}) {
     auto bad = ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0", set});
     ASSERT_FALSE(bad.ok()) << set;
     EXPECT_NE(bad.status().message().find("regions.*.aggregator"), std::string::npos) << bad.status();
   }
-  // Local SGD and DiLoCo rounds are combined like BSP gradients.
-  auto diloco = ParseJob(kMinimal, "t",
-                         {"regions.eu.aggregator=true", "training.staleness_bound=0", "training.local_steps=4",
-                          "training.outer_momentum=0.9", "optimizer.name=adamw"});
+  // Local SGD and DiLoCo rounds, streaming too, are combined like BSP gradients.
+  auto diloco = ParseJob(
+      kMinimal, "t",
+      {"regions.eu.aggregator=true", "training.staleness_bound=0", "training.local_steps=4",
+       "training.outer_momentum=0.9", "optimizer.name=adamw", "training.fragments=2", "training.overlap_steps=2"});
   EXPECT_TRUE(diloco.ok()) << diloco.status();
 }
 

@@ -58,6 +58,8 @@ struct LaunchedRun {
   std::map<std::pair<std::string, std::string>, double> link_bytes;  // by (from, to)
 };
 
+LaunchedRun ReadRun(const TempDir& dir, const std::string& name);
+
 LaunchedRun Launch(const TempDir& dir, bool aggregators, double epochs = 0.2, const std::string& kill = "",
                    bool restart = false, const std::vector<std::string>& sets = {}) {
   const std::string name = aggregators ? "aggregated" : "flat";
@@ -70,6 +72,10 @@ LaunchedRun Launch(const TempDir& dir, bool aggregators, double epochs = 0.2, co
   auto r = testing::RunGeodesic(args, 240);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   testing::WriteText(dir / (name + ".out"), r.output);
+  return ReadRun(dir, name);
+}
+
+LaunchedRun ReadRun(const TempDir& dir, const std::string& name) {
   LaunchedRun run;
   run.summary = testing::ReadJson(dir / (name + "/summary.json"));
   run.params = testing::ReadText(dir / (name + "/final_params.bin"));
@@ -111,17 +117,19 @@ TEST(AggregatorTest, BspEndsBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
   }
 }
 
+// DiLoCo: AdamW inside, Nesterov outside, rounds of 4 local steps.
+const std::vector<std::string> kDiLoCo = {"training.local_steps=4",      "training.outer_lr=0.7",
+                                          "training.outer_momentum=0.9", "optimizer.name=adamw",
+                                          "optimizer.lr=0.001",          "optimizer.momentum=0"};
+
 // DiLoCo (AdamW inside, Nesterov outside, rounds of 4 local steps that
 // overlap the next round's compute): the aggregator sums its region's
 // rounds' progress as it sums BSP gradients, so the job ends bit for bit
 // where it ends without aggregators, with half the bytes on the WAN.
 TEST(AggregatorTest, DiLoCoRoundsEndBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
   TempDir dir;
-  const std::vector<std::string> diloco = {"training.local_steps=4",      "training.outer_lr=0.7",
-                                           "training.outer_momentum=0.9", "optimizer.name=adamw",
-                                           "optimizer.lr=0.001",          "optimizer.momentum=0"};
-  const LaunchedRun flat = Launch(dir, false, 0.4, "", false, diloco);
-  const LaunchedRun aggregated = Launch(dir, true, 0.4, "", false, diloco);
+  const LaunchedRun flat = Launch(dir, false, 0.4, "", false, kDiLoCo);
+  const LaunchedRun aggregated = Launch(dir, true, 0.4, "", false, kDiLoCo);
   ASSERT_GT(flat.params.size(), 0u);
   EXPECT_TRUE(flat.params == aggregated.params) << "aggregators changed the DiLoCo result";
   ASSERT_EQ(aggregated.link_bytes.size(), 6u) << aggregated.summary["links"].dump();
@@ -271,13 +279,56 @@ TEST(AggregatorTest, BadPushesAreRefusedWithTheirReasonAndTheJobGoesOn) {
   testing::ExpectEveryPushAccountedFor(summary, {});
 }
 
+// Streaming DiLoCo (training.fragments 2): a clock pushes and pulls one
+// fragment of the model, and so does the aggregator towards the shards (the
+// workers skip the other chunks at the shards themselves), so the job ends
+// bit for bit as without aggregators with half the WAN bytes; a push of a
+// chunk outside its clock's fragment is refused.
+TEST(AggregatorTest, StreamingDiLoCoSendsOneFragmentAClockThroughTheAggregator) {
+  TempDir dir;
+  std::vector<std::string> sets = kDiLoCo;
+  sets.insert(sets.end(), {"training.fragments=2", "training.overlap_rounds=false"});
+  const LaunchedRun flat = Launch(dir, false, 0.4, "", false, sets);
+  testing::WriteText(dir / "aggregated.yaml", JobYaml(true, 0.4));
+  std::vector<std::string> args = {"launch",           dir / "aggregated.yaml", "--run-dir",
+                                   dir / "aggregated", "--no-dashboard",        "--no-metrics"};
+  for (const std::string& set : sets) args.insert(args.end(), {"--set", set});
+  testing::Process launch(args, dir / "aggregated.out");
+  ASSERT_TRUE(testing::WaitForFile(dir / "aggregated/aggregator-0.endpoint", 60))
+      << testing::ReadText(dir / "aggregated.out");
+  zmq::context_t ctx(1);
+  // Clock 1 pushes the second fragment; chunk 0 is in the first.
+  auto reply = Ask(ctx, testing::ReadText(dir / "aggregated/aggregator-0.endpoint"),
+                   {.values = std::vector<float>(16384, 0.f), .clock = 1});
+  ASSERT_TRUE(reply.has_value() && reply->has_error_reply()) << (reply ? reply->DebugString() : "no answer");
+  EXPECT_EQ(reply->error_reply().reason(), wire::REFUSAL_CHUNK_OUT_OF_RANGE) << reply->error_reply().message();
+  EXPECT_NE(reply->error_reply().message().find("fragment"), std::string::npos) << reply->error_reply().message();
+  ASSERT_EQ(launch.Wait(240), 0) << testing::ReadText(dir / "aggregated.out");
+  const LaunchedRun aggregated = ReadRun(dir, "aggregated");
+  ASSERT_GT(flat.params.size(), 0u);
+  EXPECT_TRUE(flat.params == aggregated.params) << "aggregators changed the streaming DiLoCo result";
+  double flat_total = 0, aggregated_total = 0;
+  for (const auto& [link, bytes] : flat.link_bytes) flat_total += bytes;
+  for (const auto& [link, bytes] : aggregated.link_bytes) aggregated_total += bytes;
+  std::printf("streaming DiLoCo WAN bytes: %.0f flat, %.0f with aggregators (%.3fx)\n", flat_total, aggregated_total,
+              flat_total / aggregated_total);
+  EXPECT_GT(flat_total / aggregated_total, 2.0 * 0.95);
+  EXPECT_LT(flat_total / aggregated_total, 2.0 * 1.05);
+  testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
+  auto stats = testing::ReadJson(dir / "aggregated/stats/aggregator-0.json");
+  EXPECT_EQ(stats["clocks_forwarded"], 16) << stats.dump();
+  EXPECT_EQ(stats["pushes_refused"], 1) << stats.dump();
+  // One pull a clock from the shards, of the fragment the workers asked for.
+  EXPECT_EQ(stats["upstream_pulls"], 15) << stats.dump();
+}
+
 TEST(AggregatorTest, WhatAnAggregatorDoesNotCombineIsRefusedBeforeAnythingStarts) {
   TempDir dir;
   testing::WriteText(dir / "job.yaml", JobYaml(true));
   for (const auto& [set, why] :
        std::vector<std::pair<std::string, std::string>>{{"training.staleness_bound=2", "staleness_bound: 0"},
                                                         {"compression.push=fp16", "fp32"},
-                                                        {"training.fragments=2", "fragments: 1"}}) {
+                                                        {"wan.replan=true", "wan.replan"}}) {
     auto r = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard",
                                    "--no-metrics", "--set", set},
                                   60);

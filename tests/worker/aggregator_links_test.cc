@@ -62,6 +62,14 @@ TEST(AggregatorLinksTest, EachMessageGoesWhereItIsServed) {
   EXPECT_EQ(l.direct->sent.size(), 4u) << "a skipped clock is recorded by the shard...";
   EXPECT_EQ(l.via->sent.size(), 3u) << "... and noted by the aggregator";
   EXPECT_EQ(l.via->sent.back().si, 1u);
+  // training.fragments: the chunks outside the clock's fragment are skipped
+  // at the shard alone; the aggregator waits only for the fragment's.
+  wire::Header skip_chunks = Push(true);
+  skip_chunks.mutable_push_request()->add_chunks()->set_chunk_id(3);
+  EXPECT_EQ(AggregatorLinks::RouteOf(skip_chunks), AggregatorLinks::Route::kShard);
+  ASSERT_TRUE(l.links.Send(1, skip_chunks, {}).ok());
+  EXPECT_EQ(l.direct->sent.size(), 5u);
+  EXPECT_EQ(l.via->sent.size(), 3u);
 }
 
 TEST(AggregatorLinksTest, ArrivalsFromEitherLinkReachTheClientAndTrafficCountsBoth) {

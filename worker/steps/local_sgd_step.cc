@@ -158,8 +158,7 @@ Status LocalSgdStep::AwaitNext(int64_t clock) {
 }
 
 std::optional<cluster::ChunkRange> LocalSgdStep::FragmentOf(int64_t clock) const {
-  if (fragments_ <= 1 || clock + 1 >= env_.clocks) return std::nullopt;
-  return cluster::FragmentChunks(env_.ps->shard_map().layout, fragments_, static_cast<int>(clock % fragments_));
+  return cluster::ClockFragment(env_.ps->shard_map().layout, fragments_, clock, env_.clocks);
 }
 
 // The values of `chunks` in the flat parameter vector (all of them if unset).
