@@ -235,8 +235,9 @@ void ValidateJob(JobSpec* job, Errors* errors) {
 namespace geodesic {
 
 // What a regional aggregator combines today: BSP pushes of plain fp32
-// gradients or local-SGD rounds' progress (DiLoCo; streaming DiLoCo's
-// fragments) (docs/wan.md "Regional aggregation").
+// gradients, local-SGD rounds' progress (DiLoCo; streaming DiLoCo's
+// fragments) or federated executors' weighted sums of their clients'
+// updates (docs/wan.md "Regional aggregation").
 std::vector<std::string> AggregatorLimits(const JobSpec& job) {
   const TrainingSpec& t = job.training;
   std::vector<std::string> out;
@@ -246,7 +247,6 @@ std::vector<std::string> AggregatorLimits(const JobSpec& job) {
   need(t.staleness_bound == 0,
        "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
        "is BSP's round)");
-  need(!job.federated.enabled(), "federated rounds do not go through aggregators in this version");
   need(job.compression.push == "fp32" && job.compression.pull == "fp32" && job.compression.links.empty(),
        "needs compression.push and pull fp32 with no per-link codecs (an aggregator sums plain values)");
   need(!job.membership.elastic, "cannot be combined with membership.elastic");

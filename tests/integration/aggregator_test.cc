@@ -117,6 +117,17 @@ TEST(AggregatorTest, BspEndsBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
   }
 }
 
+// All link directions together carry half the bytes with aggregators (two
+// workers per region), within 5%.
+void ExpectHalfTheWanBytes(const LaunchedRun& flat, const LaunchedRun& aggregated, const char* what) {
+  double f = 0, a = 0;
+  for (const auto& [link, bytes] : flat.link_bytes) f += bytes;
+  for (const auto& [link, bytes] : aggregated.link_bytes) a += bytes;
+  std::printf("%s WAN bytes: %.0f flat, %.0f with aggregators (%.3fx)\n", what, f, a, f / a);
+  EXPECT_GT(f / a, 2.0 * 0.95) << what;
+  EXPECT_LT(f / a, 2.0 * 1.05) << what;
+}
+
 // DiLoCo: AdamW inside, Nesterov outside, rounds of 4 local steps.
 const std::vector<std::string> kDiLoCo = {"training.local_steps=4",      "training.outer_lr=0.7",
                                           "training.outer_momentum=0.9", "optimizer.name=adamw",
@@ -136,22 +147,36 @@ TEST(AggregatorTest, DiLoCoRoundsEndBitForBitAsWithoutAggregatorsWithHalfTheWanB
   // 16 rounds carry less than the BSP test's 32 clocks, so the coordinator's
   // heartbeats weigh more on a single link: all links together halve
   // within 5%, each link by at least 1.8x.
-  double flat_total = 0, aggregated_total = 0;
-  for (const auto& [link, bytes] : flat.link_bytes) {
-    flat_total += bytes;
-    aggregated_total += aggregated.link_bytes.at(link);
+  for (const auto& [link, bytes] : flat.link_bytes)
     EXPECT_GT(bytes / aggregated.link_bytes.at(link), 1.8) << link.first << "->" << link.second;
-  }
-  std::printf("DiLoCo WAN bytes: %.0f flat, %.0f with aggregators (%.3fx)\n", flat_total, aggregated_total,
-              flat_total / aggregated_total);
-  EXPECT_GT(flat_total / aggregated_total, 2.0 * 0.95);
-  EXPECT_LT(flat_total / aggregated_total, 2.0 * 1.05);
+  ExpectHalfTheWanBytes(flat, aggregated, "DiLoCo");
   testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
   for (int r = 0; r < 3; ++r) {
     auto stats = testing::ReadJson(dir / ("aggregated/stats/aggregator-" + std::to_string(r) + ".json"));
     EXPECT_EQ(stats["clocks_forwarded"], 16) << stats.dump();
     EXPECT_EQ(stats["pushes_taken"], 16 * 2 * 3) << stats.dump();
   }
+}
+
+// Federated rounds (FedAvg over 60 clients with label skew, 12 a round on
+// 6 executors): an executor's push is its clients' weighted sum, which the
+// aggregator adds in worker order like a gradient, so the job ends bit for
+// bit as without aggregators, with half the WAN bytes.
+TEST(AggregatorTest, FederatedRoundsEndBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
+  TempDir dir;
+  const std::vector<std::string> fed = {"federated.clients=60", "federated.per_round=12", "federated.rounds=10",
+                                        "data.partition=dirichlet:0.3", "optimizer.momentum=0"};
+  const LaunchedRun flat = Launch(dir, false, 0.2, "", false, fed);
+  const LaunchedRun aggregated = Launch(dir, true, 0.2, "", false, fed);
+  ASSERT_GT(flat.params.size(), 0u);
+  EXPECT_TRUE(flat.params == aggregated.params) << "aggregators changed the federated result";
+  ASSERT_TRUE(aggregated.summary.contains("federated")) << aggregated.summary.dump();
+  ExpectHalfTheWanBytes(flat, aggregated, "federated");
+  testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(
+        testing::ReadJson(dir / ("aggregated/stats/aggregator-" + std::to_string(r) + ".json"))["clocks_forwarded"],
+        10);
 }
 
 // Chaos: SIGKILL to one region's aggregator mid-training. Once the
@@ -308,13 +333,7 @@ TEST(AggregatorTest, StreamingDiLoCoSendsOneFragmentAClockThroughTheAggregator) 
   const LaunchedRun aggregated = ReadRun(dir, "aggregated");
   ASSERT_GT(flat.params.size(), 0u);
   EXPECT_TRUE(flat.params == aggregated.params) << "aggregators changed the streaming DiLoCo result";
-  double flat_total = 0, aggregated_total = 0;
-  for (const auto& [link, bytes] : flat.link_bytes) flat_total += bytes;
-  for (const auto& [link, bytes] : aggregated.link_bytes) aggregated_total += bytes;
-  std::printf("streaming DiLoCo WAN bytes: %.0f flat, %.0f with aggregators (%.3fx)\n", flat_total, aggregated_total,
-              flat_total / aggregated_total);
-  EXPECT_GT(flat_total / aggregated_total, 2.0 * 0.95);
-  EXPECT_LT(flat_total / aggregated_total, 2.0 * 1.05);
+  ExpectHalfTheWanBytes(flat, aggregated, "streaming DiLoCo");
   testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
   auto stats = testing::ReadJson(dir / "aggregated/stats/aggregator-0.json");
   EXPECT_EQ(stats["clocks_forwarded"], 16) << stats.dump();
