@@ -265,17 +265,14 @@ class Evaluator {
   // cross the region's own link into the aggregator, one after another,
   // before the combined push leaves, and the pulled values cross it out to
   // each of them after the pull comes back: the local RTT and W times the
-  // model's bytes each way (0 for a region without one).
+  // step's values each way, exact fp32 (the aggregator encodes for the WAN
+  // only; 0 for a region without one).
   double AggregatorHopMs(const Loads& l, int w) const {
-    const int R = p_.R();
     if (!p_.aggregator[w] || p_.workers[w] < 2) return 0;
-    double push = 0, pull = 0;  // one sender's bytes a step, to every region's shards
-    for (int r = 0; r < R; ++r) {
-      push += l.push[r * R + w];
-      pull += l.pull[r * R + w];
-    }
-    const double W = p_.workers[w];
-    return rates_.Rtt(w, w) + rates_.SerializeMs(w, w, W * push) + rates_.SerializeMs(w, w, W * pull);
+    double elems = 0;
+    for (uint64_t n : l.server_elems) elems += static_cast<double>(n);
+    const double bytes = p_.workers[w] * elems * sizeof(float);
+    return rates_.Rtt(w, w) + 2 * rates_.SerializeMs(w, w, bytes);
   }
 
   // With fragments each round exchanges one of them: the times are averages

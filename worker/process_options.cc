@@ -36,9 +36,15 @@ wire::ModelSignature ShardSignature(const JobSpec& job, const wire::ModelSignatu
 
 PsClientOptions PsOptionsFor(const JobSpec& job, wire::Role role, int id) {
   PsClientOptions po;
-  if (role == wire::WORKER) {
-    const std::string& mine = job.RegionOfWorker(id).name;
-    for (const auto& r : job.regions) po.push_codecs[r.name] = job.PushCodec(mine, r.name);
+  // A worker pushes with its link's codec; a worker whose region has an
+  // aggregator pushes exact values to it over the region's own network, and
+  // the aggregator encodes the region's sum with the codec of its link to
+  // each shard's region, keeping the error feedback (docs/wan.md).
+  if (role == wire::WORKER || role == wire::AGGREGATOR) {
+    const RegionSpec& mine = role == wire::WORKER ? job.RegionOfWorker(id) : job.regions[static_cast<size_t>(id)];
+    const bool via_aggregator = role == wire::WORKER && mine.aggregator;
+    for (const auto& r : job.regions)
+      po.push_codecs[r.name] = via_aggregator ? "fp32" : job.PushCodec(mine.name, r.name);
   }
   po.error_feedback = job.compression.error_feedback;
   if (job.compression.momentum_correction) po.local_momentum = job.optimizer.momentum;

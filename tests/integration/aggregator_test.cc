@@ -179,6 +179,30 @@ TEST(AggregatorTest, FederatedRoundsEndBitForBitAsWithoutAggregatorsWithHalfTheW
         10);
 }
 
+// A lossy push codec (int8 with error feedback): the workers push exact
+// values to their aggregator over the region's network, and the aggregator
+// encodes the region's sum once for the WAN, keeping the error feedback
+// itself. Not bit for bit (one rounding of the sum instead of one per
+// worker), but as accurate, with half the WAN bytes.
+TEST(AggregatorTest, ALossyPushCodecEncodesTheRegionsSumOnceForTheWan) {
+  TempDir dir;
+  const std::vector<std::string> int8 = {"compression.push=int8"};
+  const LaunchedRun flat = Launch(dir, false, 0.2, "", false, int8);
+  const LaunchedRun aggregated = Launch(dir, true, 0.2, "", false, int8);
+  const double flat_accuracy = flat.summary["test_accuracy"], accuracy = aggregated.summary["test_accuracy"];
+  EXPECT_NEAR(accuracy, flat_accuracy, 0.01);
+  ExpectHalfTheWanBytes(flat, aggregated, "int8 pushes");
+  testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
+  for (int r = 0; r < 3; ++r) {
+    auto stats = testing::ReadJson(dir / ("aggregated/stats/aggregator-" + std::to_string(r) + ".json"));
+    // Per clock two fp32 gradients in and one int8 sum (a quarter, plus
+    // block scales) out.
+    const double in = stats["workers_bytes_received"], out = stats["upstream_bytes_sent"];
+    EXPECT_LT(out / in, 0.15) << stats.dump();
+    EXPECT_GT(out / in, 0.1) << stats.dump();
+  }
+}
+
 // Chaos: SIGKILL to one region's aggregator mid-training. Once the
 // coordinator lists it as down, its workers send what it left unanswered
 // to the shards and go on there; a push it had forwarded is answered
@@ -347,7 +371,7 @@ TEST(AggregatorTest, WhatAnAggregatorDoesNotCombineIsRefusedBeforeAnythingStarts
   testing::WriteText(dir / "job.yaml", JobYaml(true));
   for (const auto& [set, why] :
        std::vector<std::pair<std::string, std::string>>{{"training.staleness_bound=2", "staleness_bound: 0"},
-                                                        {"compression.push=fp16", "fp32"},
+                                                        {"compression.pull=fp16", "fp32"},
                                                         {"wan.replan=true", "wan.replan"}}) {
     auto r = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard",
                                    "--no-metrics", "--set", set},
