@@ -103,6 +103,7 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
   ps_ = worker::MakePsClient(ctx_, po, assignment, options_.credentials.keys, &upstream_counters_, clock_);
   GD_RETURN_IF_ERROR(ps_->Connect());
   layout_ = ps_->shard_map().layout;
+  held_.assign(layout_.num_params(), 0.0f);
   sums_ = std::make_unique<RegionSums>(layout_, first_worker_, num_workers_,
                                        [this](int64_t clock) { return FragmentOf(clock); });
   RefreshView();
@@ -284,11 +285,14 @@ std::optional<cluster::ChunkRange> Aggregator::FragmentOf(int64_t clock) const {
 }
 
 bool Aggregator::ClockPull::Has(const std::vector<uint32_t>& ids) const {
-  return std::all_of(ids.begin(), ids.end(), [&](uint32_t c) { return index.count(c) > 0; });
+  return std::all_of(ids.begin(), ids.end(), [&](uint32_t c) { return versions.count(c) > 0; });
 }
 
+// Under a lossy pull codec the shards send changes to the copy they keep
+// of held_ (exact values the first time); the workers get exact values of
+// held_, as the aggregator has it.
 void Aggregator::PullUpstream(int64_t clock, ClockPull& p, std::optional<cluster::ChunkRange> only) {
-  Status s = ps_->Pull(clock, {.full = true, .only = only});
+  Status s = ps_->Pull(clock, {.only = only});
   if (!s.ok()) GD_LOG(WARNING) << "pull of clock " << clock << " from the shards: " << s;
   p.arrived = false;
   p.only = only;
@@ -314,17 +318,27 @@ Status Aggregator::PollUpstream(const std::atomic<bool>* stop) {
   GD_RETURN_IF_ERROR(ps_->Tick());
   for (auto& [clock, p] : pulls_) {
     if (p.arrived || !ps_->PullArrived(clock)) continue;
-    p.chunks.clear();
-    p.index.clear();
-    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps_->WaitPull(clock, {.borrowed = &p.chunks, .stop = stop}));
+    GD_ASSIGN_OR_RETURN(worker::PullTiming t, ps_->WaitPull(clock, {.params = held_.data(), .stop = stop}));
     p.min_clock = t.min_clock;
-    for (size_t i = 0; i < p.chunks.size(); ++i) p.index[p.chunks[i].chunk_id] = i;
+    Snapshot(p);
     p.arrived = true;
     AnswerWaiting(clock, p);
   }
   while (pulls_.size() > static_cast<size_t>(kPullsKept) && pulls_.begin()->second.arrived)
     pulls_.erase(pulls_.begin());
   return Status::Ok();
+}
+
+void Aggregator::Snapshot(ClockPull& p) const {
+  const cluster::ChunkRange range = p.only.value_or(cluster::ChunkRange{0, layout_.num_chunks()});
+  p.versions.clear();
+  p.values.reset();
+  if (range.empty()) return;
+  p.offset = layout_.Begin(range.begin);
+  const uint64_t end = layout_.Begin(range.end - 1) + layout_.Size(range.end - 1);
+  p.values = std::make_shared<const std::vector<float>>(held_.begin() + static_cast<ptrdiff_t>(p.offset),
+                                                        held_.begin() + static_cast<ptrdiff_t>(end));
+  for (uint32_t c = range.begin; c < range.end; ++c) p.versions[c] = ps_->HeldVersion(c);
 }
 
 void Aggregator::Answer(int64_t clock, const ClockPull& p, const HeldPull& h) {
@@ -341,13 +355,13 @@ void Aggregator::Answer(int64_t clock, const ClockPull& p, const HeldPull& h) {
     r->set_hold_us(held_us);
     std::vector<transport::Payload> payloads;
     for (uint32_t c : batch) {
-      const worker::PulledChunk& pc = p.chunks[p.index.at(c)];
       auto* d = r->add_chunks();
       d->set_chunk_id(c);
       d->set_num_elems(layout_.Size(c));
-      d->set_version(pc.version);
+      d->set_version(p.versions.at(c));
       d->set_codec(wire::FP32);
-      payloads.push_back(transport::Payload{pc.frame.data(), pc.frame.size(), nullptr});
+      payloads.push_back(transport::Payload{p.values->data() + (layout_.Begin(c) - p.offset),
+                                            layout_.Size(c) * sizeof(float), p.values});
     }
     (void)socket_->Send(std::move(reply), payloads, h.peer);
   }

@@ -83,8 +83,10 @@ class Aggregator {
   struct ClockPull {
     bool arrived = false;
     std::optional<cluster::ChunkRange> only;  // what was pulled from the shards; unset: every chunk
-    std::vector<worker::PulledChunk> chunks;
-    std::map<uint32_t, size_t> index;  // chunk id -> position in chunks
+    // The pulled chunks' values, from parameter `offset` on, and versions.
+    std::shared_ptr<const std::vector<float>> values;
+    uint64_t offset = 0;
+    std::map<uint32_t, uint64_t> versions;  // chunk id -> version
     int64_t min_clock = -1;
     std::vector<HeldPull> waiting;
     bool Has(const std::vector<uint32_t>& ids) const;
@@ -113,6 +115,8 @@ class Aggregator {
   // Caches the membership view for this turn of the loop.
   void RefreshView();
   Status PollUpstream(const std::atomic<bool>* stop);
+  // Keeps the chunks `p` pulled, as held_ has them now, for its answers.
+  void Snapshot(ClockPull& p) const;
   void Answer(int64_t clock, const ClockPull& p, const HeldPull& h);
   // The clock a push's window starts at: the slowest live worker's, as the
   // coordinator last said, or the oldest clock not yet answered.
@@ -134,6 +138,9 @@ class Aggregator {
   cluster::MembershipView view_;  // as of this turn of the loop
   std::unique_ptr<RegionSums> sums_;
   std::map<int64_t, ClockPull> pulls_;  // recent clocks' pulls
+  // The shards' values as last pulled: the copy a lossy pull codec's
+  // changes are added to (compression.pull), exact values under fp32.
+  std::vector<float> held_;
   Counts counts_;
   transport::ProcessMetrics metrics_;
   std::atomic<bool> ready_{false};  // /readyz: joined

@@ -235,7 +235,7 @@ void ValidateJob(JobSpec* job, Errors* errors) {
 namespace geodesic {
 
 // What a regional aggregator combines today: BSP pushes of
-// gradients (fp32 from its workers; the job's push codec on its WAN leg), local-SGD rounds' progress (DiLoCo; streaming
+// gradients (fp32 from its workers; the job's codecs on its WAN leg), local-SGD rounds' progress (DiLoCo; streaming
 // DiLoCo's fragments) or federated executors' weighted sums of their clients' updates (docs/wan.md "Regional
 // aggregation").
 std::vector<std::string> AggregatorLimits(const JobSpec& job) {
@@ -247,12 +247,6 @@ std::vector<std::string> AggregatorLimits(const JobSpec& job) {
   need(t.staleness_bound == 0,
        "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
        "is BSP's round)");
-  bool exact_pulls = true;
-  for (const RegionSpec& a : job.regions)
-    for (const RegionSpec& b : job.regions) exact_pulls = exact_pulls && job.PullCodec(a.name, b.name) == "fp32";
-  need(exact_pulls,
-       "needs compression.pull fp32 on every link (an aggregator serves its workers exact values from one pull; "
-       "pushes may use any codec: the aggregator encodes its region's sum for the WAN)");
   need(!job.compression.momentum_correction,
        "cannot be combined with compression.momentum_correction (its momentum masking belongs to the sender's "
        "codec, which with an aggregator is the aggregator's)");

@@ -47,6 +47,12 @@ Status PullService::LoadCodecs() {
     if (!spec.ok()) return spec.status().Annotate("compression (pull codec for worker " + std::to_string(w) + ")");
     codecs_[w] = *spec;
   }
+  for (size_t r = 0; r < job_.regions.size(); ++r) {
+    if (!job_.regions[r].aggregator) continue;
+    auto spec = compression::ParseCodecSpec(job_.PullCodec(job_.regions[r].name, my_region));
+    if (!spec.ok()) return spec.status().Annotate("compression (pull codec for aggregator " + std::to_string(r) + ")");
+    aggregator_codecs_[static_cast<int>(r)] = *spec;
+  }
   return Status::Ok();
 }
 
@@ -88,6 +94,13 @@ bool PullService::Reading(const HeldPull& p) {
 const compression::CodecSpec& PullService::CodecFor(int worker) const {
   auto it = codecs_.find(worker);
   return it == codecs_.end() ? fp32_ : it->second;
+}
+
+const compression::CodecSpec& PullService::CodecOf(const HeldPull& p) const {
+  if (p.role == wire::WORKER) return CodecFor(p.sender_id);
+  if (p.role != wire::AGGREGATOR) return fp32_;
+  auto it = aggregator_codecs_.find(p.sender_id);
+  return it == aggregator_codecs_.end() ? fp32_ : it->second;
 }
 
 void PullService::AssumeHeld(int worker, uint32_t chunk) {
@@ -147,13 +160,13 @@ bool PullService::FillReply(const HeldPull& p, const std::vector<uint32_t>& batc
     d->set_chunk_id(c);
     d->set_num_elems(shard_->layout().Size(c));
     d->set_version(snap.version);
-    // Workers get their link's pull codec; the evaluator and tools exact values.
-    // An aggregator's copies are kept apart from the evaluator's and tools'.
-    const bool worker = p.role == wire::WORKER;
-    const int key = worker                       ? p.sender_id
+    // Workers and aggregators get their link's pull codec; the evaluator and
+    // tools exact values. An aggregator's copies are kept apart from the
+    // evaluator's and tools'.
+    const int key = p.role == wire::WORKER       ? p.sender_id
                     : p.role == wire::AGGREGATOR ? kAggregatorKeys - p.sender_id
                                                  : -1 - p.sender_id;
-    auto payload = compressor_.Encode(key, worker ? CodecFor(p.sender_id) : fp32_, c,
+    auto payload = compressor_.Encode(key, CodecOf(p), c,
                                       compression::ChunkValues{snap.values, shard_->layout().Size(c)}, p.full, d);
     if (!payload.ok()) {
       GD_LOG(ERROR) << "encoding chunk " << c << " for " << p.sender_id << ": " << payload.status();

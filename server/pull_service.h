@@ -104,6 +104,9 @@ class PullService {
   bool FillReply(const HeldPull& p, const std::vector<uint32_t>& batch, wire::Header* reply,
                  std::vector<transport::Payload>* payloads);
   const compression::CodecSpec& CodecFor(int worker) const;
+  // The pull codec of the puller of `p`: a worker's or an aggregator's
+  // link's; exact values for the evaluator and tools.
+  const compression::CodecSpec& CodecOf(const HeldPull& p) const;
   // Bytes of replies to `peer` not yet written (shared with the frames'
   // release, on ZeroMQ's I/O thread).
   using Unread = std::shared_ptr<std::atomic<int64_t>>;
@@ -121,7 +124,8 @@ class PullService {
   const ShardState* shard_ = nullptr;
   const ClockTable* clocks_ = nullptr;
   std::vector<HeldPull> held_;
-  std::map<int, compression::CodecSpec> codecs_;  // by worker
+  std::map<int, compression::CodecSpec> codecs_;             // by worker
+  std::map<int, compression::CodecSpec> aggregator_codecs_;  // by region index
   compression::CodecSpec fp32_;
   compression::PullCompressor compressor_;
   TimePoint next_report_{};

@@ -75,6 +75,8 @@ class ChunkCodec {
   // Chunks that changed owner: their new owner keeps no copy of ours.
   void ForgetCopies(const std::vector<uint32_t>& chunks);
 
+  // The version of `chunk` we hold (0 before any pull).
+  uint64_t version(uint32_t chunk) const { return versions_[chunk]; }
   uint64_t resyncs() const { return resyncs_; }
   double residual_norm() const;
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 
 #include "common/digest.h"
 #include "common/log.h"
@@ -52,8 +53,15 @@ Status PsClient::Connect() {
 }
 
 void PsClient::FollowRedirects() {
-  if (links_->TakeRerouted())
+  if (links_->TakeRerouted()) {
+    // Our values came from the old route (a regional aggregator's exact
+    // values), not from the changes the shards keep a copy for: a change
+    // of theirs would apply to the wrong base, so ask for full values.
+    std::vector<uint32_t> all(routes_.layout().num_chunks());
+    std::iota(all.begin(), all.end(), 0u);
+    codec_.ForgetCopies(all);
     for (size_t si = 0; si < routes_.size(); ++si) Resend(si);  // what the old route may have lost
+  }
   for (size_t si : routes_.FollowRedirects()) {
     monitor_.Reset(si);
     Status st = links_->Connect(si, routes_.address(si));

@@ -200,6 +200,8 @@ class PsClient {
   // Feeds the expected compute time of one step (an average) to prefetch holds.
   void NoteComputeSeconds(double seconds);
 
+  // The version of `chunk` whose values our pulls last wrote.
+  uint64_t HeldVersion(uint32_t chunk) const { return codec_.version(chunk); }
   // Sends clock `clock`'s push to the shards (see PushData).
   Status Push(int64_t clock, const PushData& data);
   // Blocks until at most `max_unacked_clocks` clocks still await push

@@ -119,13 +119,14 @@ TEST(AggregatorTest, BspEndsBitForBitAsWithoutAggregatorsWithHalfTheWanBytes) {
 
 // All link directions together carry half the bytes with aggregators (two
 // workers per region), within 5%.
-void ExpectHalfTheWanBytes(const LaunchedRun& flat, const LaunchedRun& aggregated, const char* what) {
+void ExpectHalfTheWanBytes(const LaunchedRun& flat, const LaunchedRun& aggregated, const char* what,
+                           double within = 0.05) {
   double f = 0, a = 0;
   for (const auto& [link, bytes] : flat.link_bytes) f += bytes;
   for (const auto& [link, bytes] : aggregated.link_bytes) a += bytes;
   std::printf("%s WAN bytes: %.0f flat, %.0f with aggregators (%.3fx)\n", what, f, a, f / a);
-  EXPECT_GT(f / a, 2.0 * 0.95) << what;
-  EXPECT_LT(f / a, 2.0 * 1.05) << what;
+  EXPECT_GT(f / a, 2.0 * (1 - within)) << what;
+  EXPECT_LT(f / a, 2.0 * (1 + within)) << what;
 }
 
 // DiLoCo: AdamW inside, Nesterov outside, rounds of 4 local steps.
@@ -179,27 +180,35 @@ TEST(AggregatorTest, FederatedRoundsEndBitForBitAsWithoutAggregatorsWithHalfTheW
         10);
 }
 
-// A lossy push codec (int8 with error feedback): the workers push exact
-// values to their aggregator over the region's network, and the aggregator
-// encodes the region's sum once for the WAN, keeping the error feedback
-// itself. Not bit for bit (one rounding of the sum instead of one per
-// worker), but as accurate, with half the WAN bytes.
-TEST(AggregatorTest, ALossyPushCodecEncodesTheRegionsSumOnceForTheWan) {
+// Lossy codecs (int8 both ways, with error feedback): the workers push
+// exact values to their aggregator over the region's network, and the
+// aggregator encodes the region's sum once for the WAN, keeping the error
+// feedback itself; it pulls changes to its own copy and answers its
+// workers with exact values of that copy. Not bit for bit (one rounding of
+// the sum instead of one per worker), but as accurate, with half the WAN
+// bytes.
+TEST(AggregatorTest, LossyCodecsEncodeTheRegionsExchangeOnceForTheWan) {
   TempDir dir;
-  const std::vector<std::string> int8 = {"compression.push=int8"};
+  const std::vector<std::string> int8 = {"compression.push=int8", "compression.pull=int8"};
   const LaunchedRun flat = Launch(dir, false, 0.2, "", false, int8);
   const LaunchedRun aggregated = Launch(dir, true, 0.2, "", false, int8);
   const double flat_accuracy = flat.summary["test_accuracy"], accuracy = aggregated.summary["test_accuracy"];
   EXPECT_NEAR(accuracy, flat_accuracy, 0.01);
-  ExpectHalfTheWanBytes(flat, aggregated, "int8 pushes");
+  // What does not shrink with the workers (the initial values, the
+  // coordinator's heartbeats, the evaluator's exact reads) weighs four
+  // times more next to int8 payloads: within 10% here (1.88x in 32 clocks,
+  // 1.93x in 63).
+  ExpectHalfTheWanBytes(flat, aggregated, "int8", 0.1);
   testing::ExpectEveryPushAccountedFor(aggregated.summary, {});
   for (int r = 0; r < 3; ++r) {
     auto stats = testing::ReadJson(dir / ("aggregated/stats/aggregator-" + std::to_string(r) + ".json"));
     // Per clock two fp32 gradients in and one int8 sum (a quarter, plus
-    // block scales) out.
+    // block scales) out; one int8 change in and two fp32 models out.
     const double in = stats["workers_bytes_received"], out = stats["upstream_bytes_sent"];
     EXPECT_LT(out / in, 0.15) << stats.dump();
     EXPECT_GT(out / in, 0.1) << stats.dump();
+    const double pulled = stats["upstream_bytes_received"], served = stats["workers_bytes_sent"];
+    EXPECT_LT(pulled / served, 0.15) << stats.dump();
   }
 }
 
@@ -371,7 +380,7 @@ TEST(AggregatorTest, WhatAnAggregatorDoesNotCombineIsRefusedBeforeAnythingStarts
   testing::WriteText(dir / "job.yaml", JobYaml(true));
   for (const auto& [set, why] :
        std::vector<std::pair<std::string, std::string>>{{"training.staleness_bound=2", "staleness_bound: 0"},
-                                                        {"compression.pull=fp16", "fp32"},
+                                                        {"compression.momentum_correction=true", "momentum_correction"},
                                                         {"wan.replan=true", "wan.replan"}}) {
     auto r = testing::RunGeodesic({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard",
                                    "--no-metrics", "--set", set},

@@ -198,8 +198,9 @@ class PsClientSeamTest : public ::testing::Test {
     return h;
   }
 
-  // Shard `si`'s answer to pull request `req`: every chunk it asked for, each value `value`.
-  void AnswerPull(const FakeShardLinks::Sent& req, float value) {
+  // Shard `si`'s answer to pull request `req`: every chunk it asked for,
+  // each value `value` (with `delta`: a change of `value` to copy 0).
+  void AnswerPull(const FakeShardLinks::Sent& req, float value, bool delta = false) {
     wire::Header h;
     h.set_request_id(req.header.request_id());
     auto* r = h.mutable_pull_reply();
@@ -211,6 +212,7 @@ class PsClientSeamTest : public ::testing::Test {
       d->set_codec(wire::FP32);
       d->set_num_elems(map_.layout.Size(c));
       d->set_version(1);
+      d->set_delta(delta);
       std::vector<float> v(map_.layout.Size(c), value);
       frames.emplace_back(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
     }
@@ -255,6 +257,30 @@ TEST_F(PsClientSeamTest, ReroutedLinksGetEveryUnansweredRequestAgainAtOnce) {
         .insert({links_->sent[i].si, push, push ? h.request_id() : static_cast<uint64_t>(h.pull_request().clock())});
   }
   EXPECT_EQ(first, again);
+}
+
+// The values held before a reroute came from the old route (a regional
+// aggregator's exact values), not from the changes a shard keeps a copy
+// for: after it, a shard's change is not applied, and the client asks for
+// full values instead.
+TEST_F(PsClientSeamTest, AfterARerouteAShardsChangeIsNotAppliedToValuesFromTheOldRoute) {
+  Start();
+  std::vector<float> values(kParams, 0.f);
+  ASSERT_TRUE(client_->Pull(1).ok());
+  for (size_t si = 0; si < 2; ++si) AnswerPull(links_->SentTo(si, wire::Header::kPullRequest).back(), 2.f);
+  ASSERT_TRUE(client_->WaitPull(1, {.params = values.data(), .stop = &stop_}).ok());
+  links_->rerouted = true;
+  ASSERT_TRUE(client_->Tick().ok());
+  // The shards answer a pull with a change of +1 to their copy, a full one with 5.
+  links_->respond = [this](const FakeShardLinks::Sent& sent) {
+    if (!sent.header.has_pull_request()) return;
+    const bool full = sent.header.pull_request().full();
+    AnswerPull(sent, full ? 5.f : 1.f, !full);
+  };
+  ASSERT_TRUE(client_->Pull(2).ok());
+  ASSERT_TRUE(client_->WaitPull(2, {.params = values.data(), .stop = &stop_}).ok());
+  EXPECT_EQ(values, std::vector<float>(kParams, 5.f)) << "a change was applied to values it was not made for";
+  EXPECT_EQ(client_->Stats().resyncs, 2u);
 }
 
 TEST_F(PsClientSeamTest, AnAcknowledgedPushIsNeverSentAgain) {
