@@ -11,10 +11,16 @@
 // "Determinism").
 //
 // A clock is forwarded once every live worker of the region has pushed
-// it whole (its fragment, with training.fragments) or skipped it (a skipped push reaches the shards from the
-// worker too, and is never answered here). A worker's push is acknowledged
-// only after the shards acknowledged the combined push that carries it, so
-// an acknowledged gradient is on the shards, as without an aggregator.
+// it whole (its fragment, with training.fragments) or skipped it (a
+// skipped push reaches the shards from the worker too, and is never
+// answered here). A worker's push is acknowledged only after the shards
+// acknowledged the combined push that carries it, so an acknowledged
+// gradient is on the shards, as without an aggregator.
+//
+// Codecs: the region's workers exchange exact fp32 values with it; towards
+// the shards it uses the job's codecs for its region's links, its
+// PsClient keeping the push error feedback, and its pulls are changes to
+// its own copy of the shards' values (held_), which its workers get exact.
 //
 // Threading: one thread runs the loop (Run) and owns everything here; the
 // membership client heartbeats from its own thread.

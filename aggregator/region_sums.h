@@ -9,8 +9,8 @@
 // gradients in worker order and covers those workers. With streaming
 // DiLoCo (training.fragments) "whole" is the clock's fragment
 // (cluster::ClockFragment): a worker pushes only those chunks and tells the
-// shards itself that it skips the others, and the sum carries only them. A worker's push of
-// a clock that already went without it (it rejoined, was paused past its
+// shards itself that it skips the others, and the sum carries only them.
+// A worker's push of a clock that already went without it (it rejoined, was paused past its
 // lease, or had not finished pushing) is forwarded on its own (covers =
 // that worker), and the shards decide: they take it into the round, drop
 // it (the round closed) or call it a duplicate. A resend of a push a

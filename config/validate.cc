@@ -234,10 +234,11 @@ void ValidateJob(JobSpec* job, Errors* errors) {
 
 namespace geodesic {
 
-// What a regional aggregator combines today: BSP pushes of
-// gradients (fp32 from its workers; the job's codecs on its WAN leg), local-SGD rounds' progress (DiLoCo; streaming
-// DiLoCo's fragments) or federated executors' weighted sums of their clients' updates (docs/wan.md "Regional
-// aggregation").
+// What a regional aggregator combines today: BSP pushes of gradients
+// (fp32 from its workers; the job's codecs on its WAN leg), local-SGD
+// rounds' progress (DiLoCo; streaming DiLoCo's fragments) or federated
+// executors' weighted sums of their clients' updates (docs/wan.md
+// "Regional aggregation").
 std::vector<std::string> AggregatorLimits(const JobSpec& job) {
   const TrainingSpec& t = job.training;
   std::vector<std::string> out;
