@@ -246,7 +246,7 @@ std::vector<std::string> AggregatorLimits(const JobSpec& job) {
     if (!ok) out.push_back(std::move(why));
   };
   need(t.staleness_bound == 0,
-       "needs training.staleness_bound: 0 (an aggregator sums each clock's pushes of its region's workers, which "
+       "needs training.staleness_bound: 0 (it sums each clock's pushes of its region's workers, which "
        "is BSP's round)");
   need(!job.compression.momentum_correction,
        "cannot be combined with compression.momentum_correction (its momentum masking belongs to the sender's "
