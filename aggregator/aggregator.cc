@@ -47,12 +47,14 @@ Status Aggregator::Run(const std::atomic<bool>* stop) {
                               .id = options_.region,
                               .max_message_bytes = job.wire.max_message_bytes,
                               .send_timeout_ms = 0};
+  GD_RETURN_IF_ERROR(StartSecurity(&so));
   socket_ = std::make_unique<transport::Socket>(ctx_, zmq::socket_type::router, so, &counters_);
   GD_RETURN_IF_ERROR(socket_->Bind(options_.bind.empty() ? "tcp://" + region.host + ":*" : options_.bind));
   if (!options_.endpoint_file.empty())
     GD_RETURN_IF_ERROR(WriteFileAtomic(options_.endpoint_file, socket_->endpoint(), /*durable=*/false));
   GD_LOG(INFO) << "aggregator of region " << region.name << " (workers " << first_worker_ << ".."
-               << first_worker_ + num_workers_ - 1 << ") listening on " << socket_->endpoint();
+               << first_worker_ + num_workers_ - 1 << ") listening on " << socket_->endpoint()
+               << (zap_ ? " (CurveZMQ, public key " + options_.credentials.keys.public_key + ")" : "");
   GD_RETURN_IF_ERROR(Join(stop));
   ready_ = true;
   auto last_stats = clock_->Now();
@@ -91,6 +93,7 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
       worker::MemberOptionsFor(job, wire::AGGREGATOR, options_.region, options_.coordinator, {}, options_.credentials);
   mo.region = job.regions[static_cast<size_t>(options_.region)].name;
   mo.endpoint = socket_->endpoint();
+  if (zap_) mo.authorize = [this](const wire::HeartbeatReply& r) { Authorize(r); };
   member_ = std::make_unique<cluster::MemberClient>(ctx_, std::move(mo), &member_counters_, clock_);
   GD_ASSIGN_OR_RETURN(wire::RegisterReply assignment, member_->Join(stop));
   worker::PsClientOptions po = worker::PsOptionsFor(job, wire::AGGREGATOR, options_.region);
@@ -104,6 +107,7 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
   GD_RETURN_IF_ERROR(ps_->Connect());
   layout_ = ps_->shard_map().layout;
   held_.assign(layout_.num_params(), 0.0f);
+  fragment_cuts_ = cluster::FragmentCuts(layout_, options_.job.training.fragments);
   sums_ = std::make_unique<RegionSums>(layout_, first_worker_, num_workers_,
                                        [this](int64_t clock) { return FragmentOf(clock); });
   RefreshView();
@@ -111,7 +115,34 @@ Status Aggregator::Join(const std::atomic<bool>* stop) {
   return Status::Ok();
 }
 
+Status Aggregator::StartSecurity(transport::SocketOptions* so) {
+  if (!options_.credentials.enabled()) return Status::Ok();
+  // Before the ROUTER binds: ZeroMQ asks the context's handler at every
+  // handshake, and admits no one until the coordinator lists a key.
+  zap_ = std::make_unique<transport::ZapHandler>(ctx_, /*admit_any=*/false);
+  GD_RETURN_IF_ERROR(zap_->Start());
+  so->curve = {.keys = options_.credentials.keys};
+  return Status::Ok();
+}
+
+void Aggregator::Authorize(const wire::HeartbeatReply& r) {
+  transport::KeyOwners owners(r);
+  zap_->SetAllowed(owners.keys());
+  MutexLock lock(keys_mu_);
+  key_owners_ = std::move(owners);
+}
+
+Status Aggregator::CheckSender(const transport::Message& m) const {
+  if (!zap_) return Status::Ok();
+  MutexLock lock(keys_mu_);
+  return key_owners_.Check(m, {wire::WORKER});
+}
+
 void Aggregator::Serve(transport::Message& m) {
+  if (Status s = CheckSender(m); !s.ok()) {
+    ++counts_.unauthorized;
+    return Refuse(m, wire::REFUSAL_UNAUTHORIZED, s);
+  }
   if (m.header.has_push_request()) return OnPush(m);
   if (m.header.has_pull_request()) return OnPull(m);
   Refuse(m, wire::REFUSAL_UNSUPPORTED_TYPE,
@@ -281,7 +312,7 @@ void Aggregator::OnPull(transport::Message& m) {
 }
 
 std::optional<cluster::ChunkRange> Aggregator::FragmentOf(int64_t clock) const {
-  return cluster::ClockFragment(layout_, options_.job.training.fragments, clock, options_.job.ClocksPerWorker());
+  return cluster::ClockFragment(fragment_cuts_, clock, options_.job.ClocksPerWorker());
 }
 
 bool Aggregator::ClockPull::Has(const std::vector<uint32_t>& ids) const {
@@ -394,6 +425,11 @@ std::vector<prometheus::MetricFamily> Aggregator::Metrics() const {
   b.Counter("aggregator_bytes_total", bytes, counters_.bytes_sent, {{"peer", "workers"}, {"direction", "sent"}});
   b.Counter("aggregator_bytes_total", bytes, counters_.bytes_received,
             {{"peer", "workers"}, {"direction", "received"}});
+  const char* unauthorized =
+      "Secured jobs: worker messages refused because their connection's CURVE key is not the sender's, and "
+      "connections refused at the handshake (a key that is not one of the region's workers').";
+  b.Counter("aggregator_unauthorized_total", unauthorized, counts_.unauthorized, {{"stage", "message"}});
+  b.Counter("aggregator_unauthorized_total", unauthorized, zap_ ? zap_->refused() : 0, {{"stage", "handshake"}});
   b.Gauge("aggregator_open_clocks", "Clocks the aggregator holds pushes of, not yet acknowledged by the shards.",
           static_cast<double>(sums_->open_clocks() + sums_->forwards_in_flight()));
   return b.Take();
@@ -406,6 +442,8 @@ void Aggregator::WriteStats(bool final) {
                             {"final", final},
                             {"pushes_taken", counts_.pushes_taken},
                             {"pushes_refused", counts_.pushes_refused},
+                            {"unauthorized", counts_.unauthorized},
+                            {"connections_refused", zap_ ? zap_->refused() : 0},
                             {"clocks_forwarded", counts_.clocks_forwarded},
                             {"late_forwards", counts_.late_forwards},
                             {"pulls_served", counts_.pulls_served},

@@ -40,8 +40,10 @@
 #include "cluster/member_client.h"
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "config/job.h"
 #include "transport/http_endpoint.h"
+#include "transport/key_owners.h"
 #include "transport/message.h"
 #include "transport/security.h"
 #include "worker/ps_client.h"
@@ -50,13 +52,16 @@ namespace geodesic::aggregator {
 
 struct AggregatorOptions {
   JobSpec job;
-  int region = 0;                            // index in the job file; the aggregator's member id
-  std::string coordinator;                   // coordinator endpoint
-  std::string bind;                          // where the region's workers connect; empty: tcp://<region host>:*
-  std::string endpoint_file;                 // the bound endpoint is written here (the launcher waits for it)
-  std::string stats_file;                    // counts, written every 2 s and at exit (JSON)
-  transport::HttpOptions http;               // /metrics, /healthz, /readyz (ready: joined)
-  transport::MemberCredentials credentials;  // secured jobs (not yet supported: config/validate.cc)
+  int region = 0;               // index in the job file; the aggregator's member id
+  std::string coordinator;      // coordinator endpoint
+  std::string bind;             // where the region's workers connect; empty: tcp://<region host>:*
+  std::string endpoint_file;    // the bound endpoint is written here (the launcher waits for it)
+  std::string stats_file;       // counts, written every 2 s and at exit (JSON)
+  transport::HttpOptions http;  // /metrics, /healthz, /readyz (ready: joined)
+  // Secured jobs: its keypair (its ROUTER is a CURVE server that admits its
+  // region's workers' keys only), the coordinator's key, its join token
+  // (role aggregator, id: the region index).
+  transport::MemberCredentials credentials;
 };
 
 class Aggregator {
@@ -76,6 +81,7 @@ class Aggregator {
     uint64_t late_forwards = 0;     // of these, a late worker's push alone (docs/wan.md)
     uint64_t pulls_served = 0;      // worker pull requests answered
     uint64_t upstream_pulls = 0;    // pulls sent to the shards
+    uint64_t unauthorized = 0;      // of the refused, from a key that is not the sender's (secured jobs)
   };
   const Counts& counts() const { return counts_; }
 
@@ -99,6 +105,13 @@ class Aggregator {
   };
 
   Status Join(const std::atomic<bool>* stop);
+  // Secured jobs: the ZAP handler (before the ROUTER binds) and the keys.
+  Status StartSecurity(transport::SocketOptions* so);
+  // Installs the keys of the region's workers the coordinator lists
+  // (heartbeat thread).
+  void Authorize(const wire::HeartbeatReply& r) GD_EXCLUDES(keys_mu_);
+  // Secured jobs: whether `m`'s connection key is its sender's.
+  Status CheckSender(const transport::Message& m) const GD_EXCLUDES(keys_mu_);
   void Serve(transport::Message& m);
   void OnPush(transport::Message& m);
   void OnPull(transport::Message& m);
@@ -137,11 +150,15 @@ class Aggregator {
   int first_worker_ = 0, num_workers_ = 0;  // the region's worker ids
   // The region's workers, the shards, the coordinator.
   transport::TrafficCounters counters_, upstream_counters_, member_counters_;
+  std::unique_ptr<transport::ZapHandler> zap_;  // secured jobs: admits the region's workers' keys only
+  mutable Mutex keys_mu_;
+  transport::KeyOwners key_owners_ GD_GUARDED_BY(keys_mu_);
   std::unique_ptr<transport::Socket> socket_;  // ROUTER: the region's workers
   std::unique_ptr<cluster::MemberClient> member_;
   std::unique_ptr<worker::PsClient> ps_;
   cluster::ChunkLayout layout_;
-  cluster::MembershipView view_;  // as of this turn of the loop
+  std::vector<uint32_t> fragment_cuts_;  // training.fragments' cuts of the layout (FragmentOf)
+  cluster::MembershipView view_;         // as of this turn of the loop
   std::unique_ptr<RegionSums> sums_;
   std::map<int64_t, ClockPull> pulls_;  // recent clocks' pulls
   // The shards' values as last pulled: the copy a lossy pull codec's

@@ -45,7 +45,7 @@ struct JobFlags {
   }
 };
 
-// Credentials of a member (server, worker, evaluator) in a secured job: a
+// Credentials of a member (server, worker, evaluator, aggregator) in a secured job: a
 // fresh keypair, the coordinator's public key, and the join token, which
 // comes from a file or the environment, never from argv (`ps` shows argv).
 struct MemberSecurityFlags {
@@ -495,10 +495,12 @@ Command AddToken(CLI::App& app) {
   auto f = std::make_shared<TokenFlags>();
   auto* cmd = app.add_subcommand("token", "print a join token for a secured job (security.mode: curve)");
   cmd->add_option("--job", f->job_file, "job file (YAML)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--role", f->role, "server | worker | evaluator | client")
+  cmd->add_option("--role", f->role, "server | worker | evaluator | aggregator | client")
       ->required()
-      ->check(CLI::IsMember({"server", "worker", "evaluator", "client"}));
-  cmd->add_option("--id", f->id, "bind the token to this id of the role (client tokens: required, or --any-id)")
+      ->check(CLI::IsMember({"server", "worker", "evaluator", "aggregator", "client"}));
+  cmd->add_option("--id", f->id,
+                  "bind the token to this id of the role (an aggregator's: its region's index in the job file; client "
+                  "tokens: required, or --any-id)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--any-id", f->any_id,
                 "a token for any id of the role (the default for other roles than client; a client token for any "

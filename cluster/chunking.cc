@@ -51,7 +51,14 @@ ChunkRange FragmentChunks(const ChunkLayout& layout, int fragments, int index) {
 
 std::optional<ChunkRange> ClockFragment(const ChunkLayout& layout, int fragments, int64_t clock, int64_t clocks) {
   if (fragments <= 1 || clock + 1 >= clocks) return std::nullopt;
-  return FragmentChunks(layout, fragments, static_cast<int>(clock % fragments));
+  return ClockFragment(FragmentCuts(layout, fragments), clock, clocks);
+}
+
+std::optional<ChunkRange> ClockFragment(const std::vector<uint32_t>& cuts, int64_t clock, int64_t clocks) {
+  const int64_t fragments = static_cast<int64_t>(cuts.size()) - 1;
+  if (fragments <= 1 || clock + 1 >= clocks) return std::nullopt;
+  const size_t i = static_cast<size_t>(std::max<int64_t>(0, clock % fragments));
+  return ChunkRange{cuts[i], cuts[i + 1]};
 }
 
 Status CheckBlocks(const std::vector<uint64_t>& blocks, uint64_t num_params) {

@@ -65,6 +65,9 @@ ChunkRange FragmentChunks(const ChunkLayout& layout, int fragments, int index);
 // clock % fragments; nullopt (every chunk) without fragments and at the
 // job's last clock, which synchronizes the whole model.
 std::optional<ChunkRange> ClockFragment(const ChunkLayout& layout, int fragments, int64_t clock, int64_t clocks);
+// The same from the layout's cuts (FragmentCuts), for a caller that asks
+// often (an aggregator asks for every push and every turn of its loop).
+std::optional<ChunkRange> ClockFragment(const std::vector<uint32_t>& cuts, int64_t clock, int64_t clocks);
 
 // InvalidArgument unless `blocks` are ascending offsets below `num_params`
 // that start at 0 (or are none).

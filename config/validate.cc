@@ -252,8 +252,6 @@ std::vector<std::string> AggregatorLimits(const JobSpec& job) {
        "cannot be combined with compression.momentum_correction (its momentum masking belongs to the sender's "
        "codec, which with an aggregator is the aggregator's)");
   need(!job.membership.elastic, "cannot be combined with membership.elastic");
-  need(job.security.mode == SecurityMode::kNone,
-       "cannot be combined with security.mode: curve in this version (an aggregator has no token role yet)");
   need(!job.wan.replan, "cannot be combined with wan.replan in this version");
   return out;
 }

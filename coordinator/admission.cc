@@ -56,7 +56,9 @@ std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) 
     if (!replicated() || promoted_[id] || !backups_[id].live || backups_[id].keys_installed >= m.key_epoch) return "";
     return "the backup of server " + std::to_string(id) + " to authorize its primary's key (at its next heartbeat)";
   }
-  if (role != wire::WORKER && role != wire::EVALUATOR) return "";
+  if (role != wire::WORKER && role != wire::EVALUATOR && role != wire::AGGREGATOR) return "";
+  if (role == wire::WORKER)
+    if (std::string wait = AggregatorWait(id, m); !wait.empty()) return wait;
   // Every process that serves a shard now, or may after a failover.
   std::vector<int> behind, behind_backups;
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i)
@@ -82,9 +84,30 @@ std::string CoordinatorState::KeyWait(wire::Role role, int id, const Member& m) 
   return ::geodesic::Status::Ok();
 }
 
+int CoordinatorState::AggregatorOf(int w) const {
+  if (w < 0 || w >= static_cast<int>(options_.worker_regions.size())) return -1;
+  const auto& names = options_.aggregator_regions;
+  for (int r = 0; r < static_cast<int>(names.size()) && r < static_cast<int>(aggregators_.size()); ++r)
+    if (!names[r].empty() && names[r] == options_.worker_regions[w]) return r;
+  return -1;
+}
+
+std::string CoordinatorState::AggregatorWait(int id, const Member& m) const {
+  const int a = AggregatorOf(id);
+  if (a < 0) return "";
+  const Member& agg = aggregators_[a];
+  const std::string who = "the aggregator of region " + options_.aggregator_regions[a];
+  // The worker connects to it with its key as the server key; one that
+  // registered and died is not waited for (its workers use the shards).
+  if (!agg.registered) return who + " to register (worker " + std::to_string(id) + " connects to it)";
+  if (agg.live && agg.keys_installed < m.key_epoch)
+    return who + " to authorize worker " + std::to_string(id) + "'s key (at its next heartbeat)";
+  return "";
+}
+
 bool CoordinatorState::IsMemberKey(const std::string& peer_key) const {
   if (peer_key.empty()) return false;
-  for (const auto* group : {&servers_, &backups_, &workers_})
+  for (const auto* group : {&servers_, &backups_, &workers_, &aggregators_})
     for (const auto& m : *group)
       if (m.key == peer_key) return true;
   return evaluator_.key == peer_key;
@@ -95,9 +118,18 @@ void CoordinatorState::AddKeys(wire::Role role, int id, const wire::Heartbeat& h
   m->keys_installed = std::max(m->keys_installed, hb.keys_epoch());
   if (hb.keys_epoch() >= keys_epoch_) return;
   r->set_keys_epoch(keys_epoch_);
+  auto add = [r](const Member& who, wire::Role as, int id) {
+    if (who.key.empty()) return;
+    r->add_authorized_keys(who.key);
+    r->add_authorized_ids(id);
+    r->add_authorized_roles(as);
+  };
+  // An aggregator serves its region's workers only.
   for (int i = 0; i < static_cast<int>(workers_.size()); ++i)
-    if (!workers_[i].key.empty()) r->add_authorized_keys(workers_[i].key), r->add_authorized_ids(i);
-  if (!evaluator_.key.empty()) r->add_authorized_keys(evaluator_.key), r->add_authorized_ids(-1);
+    if (role != wire::AGGREGATOR || AggregatorOf(i) == id) add(workers_[i], wire::WORKER, i);
+  if (role == wire::AGGREGATOR) return;
+  add(evaluator_, wire::EVALUATOR, -1);
+  for (int i = 0; i < static_cast<int>(aggregators_.size()); ++i) add(aggregators_[i], wire::AGGREGATOR, i);
   if (role == wire::BACKUP && !promoted_[id]) r->set_primary_key(servers_[id].key);
 }
 

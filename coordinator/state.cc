@@ -31,6 +31,7 @@ CoordinatorOptions CoordinatorOptions::FromJob(const JobSpec& job) {
   for (int i = 0; i < o.num_servers; ++i) o.server_regions.push_back(job.RegionOfServer(i).name);
   for (int i = 0; i < o.num_workers; ++i) o.worker_regions.push_back(job.RegionOfWorker(i).name);
   o.num_regions = static_cast<int>(job.regions.size());
+  for (const RegionSpec& r : job.regions) o.aggregator_regions.push_back(r.aggregator ? r.name : "");
   o.backups = job.replication.backups;
   o.client_gateway = job.federated.enabled() && job.federated.gateway;
   if (job.wan.replan) {
@@ -192,6 +193,8 @@ wire::RegisterReply CoordinatorState::Assignment(wire::Role role, const Member& 
   *r.mutable_shard_map() = shard_map_->ToWire();
   AddServers(r.mutable_servers());
   if (role == wire::WORKER) r.set_start_clock(std::max(m.clock, 0L));
+  if (const int a = role == wire::WORKER ? AggregatorOf(static_cast<int>(&m - workers_.data())) : -1; a >= 0)
+    r.set_aggregator_curve_public_key(aggregators_[a].key);
   return r;
 }
 
@@ -291,9 +294,11 @@ void CoordinatorState::Enroll(wire::Role role, const wire::RegisterRequest& req,
   m->last_seen = clock_->Now();
   if (secure() && m->key != peer_key) {
     m->key = peer_key;
-    // A new worker's, evaluator's or (replicated jobs) primary's key goes
-    // into the lists the shards and backups admit.
-    if (role == wire::WORKER || role == wire::EVALUATOR || (role == wire::SERVER && replicated()))
+    // A new worker's, evaluator's, aggregator's or (replicated jobs)
+    // primary's key goes into the lists the shards, backups and
+    // aggregators admit.
+    if (role == wire::WORKER || role == wire::EVALUATOR || role == wire::AGGREGATOR ||
+        (role == wire::SERVER && replicated()))
       m->key_epoch = ++keys_epoch_;
   }
   if (!req.region().empty()) m->region = req.region();
@@ -373,7 +378,7 @@ wire::HeartbeatReply CoordinatorState::Heartbeat(wire::Role role, int id, const 
     r.set_servers_epoch(servers_epoch_);
     AddServers(r.mutable_servers());
   }
-  if (server && secure()) AddKeys(role, id, hb, m, &r);
+  if ((server || role == wire::AGGREGATOR) && secure()) AddKeys(role, id, hb, m, &r);
   if (role == wire::WORKER && secure() && options_.client_gateway) AddClientKeys(hb, &r);
   r.set_membership_epoch(epoch_);
   for (int i = 0; i < static_cast<int>(aggregators_.size()); ++i)

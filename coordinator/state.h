@@ -96,6 +96,10 @@ struct CoordinatorOptions {
   // as (AGGREGATOR, i), gets the shard map like a worker and keeps a lease;
   // the rendezvous does not wait for it (its region's workers do).
   int num_regions = 1;
+  // By region index: the region's name if it has an aggregator, else empty.
+  // Secured jobs: a worker of such a region waits, before it starts, for
+  // the aggregator to register and to admit its key.
+  std::vector<std::string> aggregator_regions;
   // Places the chunks once the model is known; unset: cluster::PlaceChunks (bytes-
   // balanced). FromJob sets the WAN planner here when the job declares links
   // and wan.planner is on. `note` receives what to log and report.
@@ -221,7 +225,7 @@ class CoordinatorState {
     wire::WorkerProgress worker;
     wire::ServerProgress server;
     std::string key;              // secured jobs: CURVE public key bound at registration
-    uint64_t key_epoch = 0;       // workers, evaluator: keys_epoch_ when `key` was bound
+    uint64_t key_epoch = 0;       // workers, evaluator, aggregators: keys_epoch_ when `key` was bound
     uint64_t keys_installed = 0;  // servers: the keys epoch the shard reports installed
     int64_t barrier_floor = 0;    // workers: Heartbeat.barrier_floor
     uint64_t at_barrier = 0;      // workers: Heartbeat.at_barrier
@@ -261,16 +265,23 @@ class CoordinatorState {
   void AdvanceToBarrier(TimePoint now, std::vector<std::string>* lines);
   void Abandon(TimePoint now, std::vector<std::string>* lines, const std::string& why);
   void FillMigration(wire::Role role, wire::HeartbeatReply* r) const;
-  // Secured jobs: a shard's or backup's heartbeat reports the keys it
-  // installed (`m`); the reply carries the current list when it is behind.
+  // Secured jobs: a shard's, backup's or aggregator's heartbeat reports the
+  // keys it installed (`m`); the reply carries the current list when it is
+  // behind (an aggregator's: its region's workers only).
   void AddKeys(wire::Role role, int id, const wire::Heartbeat& hb, Member* m, wire::HeartbeatReply* r) const;
+  // The region index of worker `w`'s aggregator, or -1 (none in its region).
+  int AggregatorOf(int w) const;
+  // Why worker `id` waits for its region's aggregator (to register, to
+  // admit its key), or empty.
+  std::string AggregatorWait(int id, const Member& m) const;
   // Secured jobs with a client gateway: remembers a real client's key and
   // the client id its token names (-1: any), and gives a worker whose
   // heartbeat is behind the current list.
   void AdmitClient(const std::string& peer_key, int client);
   void AddClientKeys(const wire::Heartbeat& hb, wire::HeartbeatReply* r) const;
-  // Why a worker or the evaluator may not start yet in a secured job (a
-  // live shard has not installed its key), or empty.
+  // Why a worker, the evaluator or an aggregator may not start yet in a
+  // secured job (a live shard, or the worker's aggregator, has not
+  // installed its key), or empty.
   std::string KeyWait(wire::Role role, int id, const Member& m) const;
   Member* Find(wire::Role role, int id);
   const Member* Find(wire::Role role, int id) const;
@@ -312,7 +323,7 @@ class CoordinatorState {
   TimePoint started_at_{};
   std::optional<TimePoint> last_worker_end_;  // when every worker became done, dead or gone
   uint64_t epoch_ = 1;
-  uint64_t keys_epoch_ = 0;  // bumped when a worker's or the evaluator's key changes
+  uint64_t keys_epoch_ = 0;  // bumped when a worker's, the evaluator's or an aggregator's key changes
   // Real clients' keys and ids, oldest first (at most kMaxClientKeys), and
   // their version, bumped on every change.
   std::vector<std::pair<std::string, int>> client_keys_;

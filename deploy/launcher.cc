@@ -349,7 +349,8 @@ Status StartAggregators(Session& s, const std::atomic<bool>* stop) {
                                      region.name,  "--coordinator", s.endpoint,       "--endpoint-file",
                                      file,         "--stats-file",  s.dir.stats(name)};
     args = Append(Append(args, s.Http(name, region)), s.Routes(region.name));
-    GD_RETURN_IF_ERROR(s.children->Start(who, args, region.name));
+    GD_ASSIGN_OR_RETURN(auto sec, s.security.Args(name, "aggregator", static_cast<int>(r)));
+    GD_RETURN_IF_ERROR(s.children->Start(who, Append(args, sec), region.name));
     GD_ASSIGN_OR_RETURN(s.aggregators[r], AwaitEndpoint(s, s.children->children().back().get(), file, stop));
   }
   return Status::Ok();

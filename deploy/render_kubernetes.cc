@@ -231,7 +231,7 @@ Node Containers(const RenderContext& k, const Set& set, const std::string& bind_
                            {"aggregator", "--job", kContainerJobPath, "--region", set.region, "--coordinator",
                             "tcp://coordinator:" + std::to_string(kZmqPort), "--bind", bind, "--stats-file",
                             stats + "aggregator-" + std::to_string(set.id_offset) + ".json"},
-                           true, Resources("500m", "512Mi", "2Gi"), ""));
+                           true, Resources("500m", "512Mi", "2Gi"), token));
   } else {
     auto args = MemberArgs("worker", set);
     if (const int r = k.job.RegionIndex(set.region); k.job.regions[static_cast<size_t>(r)].aggregator)
@@ -484,7 +484,8 @@ Node OpaqueSecret(const RenderContext& k, const std::string& name, const Node& l
 // One set's join tokens, by pod name (and "evaluator" in worker 0's pod).
 StatusOr<Node> TokenSecretOf(const RenderContext& k, const Set& set, const std::string& secret, int64_t now_unix) {
   Node t = OpaqueSecret(k, TokenSecret(set.name), Labels(k, set.component, set.region));
-  const std::string role = set.component == "worker" ? "worker" : "server";
+  // A backup joins with its shard's server token; an aggregator's id is its region's index.
+  const std::string role = set.component == "backup" ? "server" : set.component;
   for (int ordinal = 0; ordinal < std::max(set.replicas, set.max_replicas); ++ordinal) {
     GD_ASSIGN_OR_RETURN(std::string token, JoinToken(k.job, secret, role, set.id_offset + ordinal, now_unix));
     t["stringData"][set.name + "-" + std::to_string(ordinal)] = token;

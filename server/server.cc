@@ -81,10 +81,8 @@ ShardContext Server::Context() {
 }
 
 void Server::Authorize(const wire::HeartbeatReply& r) {
-  std::map<std::string, int> owners;
-  for (int i = 0; i < r.authorized_keys_size() && i < r.authorized_ids_size(); ++i)
-    owners[r.authorized_keys(i)] = r.authorized_ids(i);
-  std::vector<std::string> allowed(r.authorized_keys().begin(), r.authorized_keys().end());
+  transport::KeyOwners owners(r);
+  std::vector<std::string> allowed = owners.keys();
   if (!r.primary_key().empty()) allowed.push_back(r.primary_key());  // a backup: its primary replicates to it
   zap_->SetAllowed(allowed);
   MutexLock lock(keys_mu_);
@@ -102,12 +100,7 @@ Status Server::CheckSender(const transport::Message& m) const {
       return PermissionDenied("replication ops are taken from this shard's primary's CURVE key only");
     return Status::Ok();
   }
-  auto it = key_owner_.find(m.peer_key);
-  if (it == key_owner_.end()) return PermissionDenied("the connection's CURVE key is not authorized here");
-  int want = m.header.sender_role() == wire::EVALUATOR ? -1 : m.header.sender_id();
-  if ((m.header.sender_role() != wire::WORKER && m.header.sender_role() != wire::EVALUATOR) || it->second != want)
-    return PermissionDenied("the connection's CURVE key is not the sender's");
-  return Status::Ok();
+  return key_owner_.Check(m, {wire::WORKER, wire::EVALUATOR, wire::AGGREGATOR});
 }
 
 void Server::Handle(transport::Message& m) {

@@ -37,6 +37,7 @@
 #include "server/shard.h"
 #include "transport/connection_guard.h"
 #include "transport/http_endpoint.h"
+#include "transport/key_owners.h"
 #include "transport/message.h"
 #include "transport/refusal_limiter.h"
 
@@ -136,9 +137,9 @@ class Server {
   transport::RefusalLimiter refusals_;          // answers and logs of refusals, per peer and reason
   // Shared with the heartbeat thread (Authorize).
   mutable Mutex keys_mu_;
-  std::map<std::string, int> key_owner_ GD_GUARDED_BY(keys_mu_);  // key -> worker id (-1: evaluator)
-  std::string primary_key_ GD_GUARDED_BY(keys_mu_);               // a backup's primary's key (secured jobs)
-  std::unique_ptr<cluster::MemberClient> member_;                 // thread-safe
+  transport::KeyOwners key_owner_ GD_GUARDED_BY(keys_mu_);
+  std::string primary_key_ GD_GUARDED_BY(keys_mu_);  // a backup's primary's key (secured jobs)
+  std::unique_ptr<cluster::MemberClient> member_;    // thread-safe
   std::unique_ptr<ShardState> shard_;
   ClockTable clocks_;
   int num_workers_ = 0;

@@ -156,14 +156,14 @@ Status CreateSecretFile(const std::string& path) {
 }
 
 bool IsTokenRole(const std::string& role) {
-  return role == "server" || role == "worker" || role == "evaluator" || role == "client";
+  return role == "server" || role == "worker" || role == "evaluator" || role == "client" || role == "aggregator";
 }
 
 StatusOr<std::string> MintToken(const std::string& secret, const TokenClaims& c) {
   if (secret.size() < kMinSecretBytes) return InvalidArgument("the job secret is shorter than 32 bytes");
   if (!NameChars(c.job)) return InvalidArgument("job name '" + c.job + "' cannot go into a token");
   if (!IsTokenRole(c.role))
-    return InvalidArgument("token role '" + c.role + "': use server, worker, evaluator or client");
+    return InvalidArgument("token role '" + c.role + "': use server, worker, evaluator, aggregator or client");
   if (c.id < -1) return InvalidArgument("token id must be >= 0, or -1 for any");
   if (c.expiry_unix <= 0) return InvalidArgument("token expiry must be a positive Unix time");
   std::string id = c.id < 0 ? "*" : std::to_string(c.id);

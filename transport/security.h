@@ -72,7 +72,8 @@ StatusOr<std::string> ParseSecret(const std::string& text, const std::string& wh
 // exists (never overwrites a secret that tokens were minted with).
 Status CreateSecretFile(const std::string& path);
 
-// Roles a token may name: server, worker, evaluator, client.
+// Roles a token may name: server, worker, evaluator, aggregator (its id: the
+// region's index in the job file), client.
 bool IsTokenRole(const std::string& role);
 
 struct TokenClaims {

@@ -80,7 +80,14 @@ Status Worker::JoinJob() {
     po.ledger = &*ledger_;
   }
   std::optional<ShardAddress> via;
-  if (!options_.aggregator.empty()) via = ShardAddress{.id = 0, .endpoint = options_.aggregator, .curve_key = {}};
+  if (!options_.aggregator.empty()) {
+    // Secured jobs: the aggregator's registered key, which the coordinator
+    // gives once the aggregator admits ours.
+    via = ShardAddress{.id = 0, .endpoint = options_.aggregator, .curve_key = assignment.aggregator_curve_public_key()};
+    if (options_.credentials.enabled() && via->curve_key.empty())
+      return FailedPrecondition("the coordinator gave no CURVE key for our region's aggregator (" +
+                                options_.aggregator + "): it has not registered with this coordinator");
+  }
   ps_ = MakePsClient(ctx_, po, assignment, options_.credentials.keys, &counters_, clock_, via,
                      AggregatorGone(*member_, job_.RegionIndex(job_.RegionOfWorker(options_.id).name)));
   env_.ps = ps_.get();

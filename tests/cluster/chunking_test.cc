@@ -71,6 +71,17 @@ TEST(FragmentTest, AClockSynchronizesItsFragmentAndTheLastClockEverything) {
   EXPECT_EQ(f->begin, 3u);
   EXPECT_EQ(f->end, 6u);
   EXPECT_FALSE(ClockFragment(layout, 3, 7, 8).has_value()) << "the job's last clock: every chunk";
+  // From cuts computed once, the same schedule (the aggregator's).
+  for (int fragments : {1, 2, 3}) {
+    const std::vector<uint32_t> cuts = FragmentCuts(layout, fragments);
+    for (int64_t clock = 0; clock < 8; ++clock) {
+      auto a = ClockFragment(layout, fragments, clock, 8), b = ClockFragment(cuts, clock, 8);
+      ASSERT_EQ(a.has_value(), b.has_value()) << fragments << " " << clock;
+      if (a) {
+        EXPECT_EQ(std::pair(a->begin, a->end), std::pair(b->begin, b->end)) << fragments << " " << clock;
+      }
+    }
+  }
 }
 
 TEST(FragmentTest, CutsFollowTheBlocksToTheNearestChunk) {

@@ -435,6 +435,96 @@ TEST(SecureCoordinatorTest, TokensKeysAndTheKeyInstalledGate) {
   EXPECT_EQ(hr.authorized_keys(0), kWorkerKey);
 }
 
+// Secured jobs with a regional aggregator: it joins with an aggregator
+// token for its region and waits, like a worker, for the shard to admit its
+// key; its region's workers wait for it to register and to admit theirs,
+// and learn its key; the shard's list names it with its role, the
+// aggregator's holds its region's workers only.
+TEST(SecureCoordinatorTest, AnAggregatorJoinsWithItsOwnTokenAndItsRegionsWorkersWaitForIt) {
+  FakeClock clock;
+  CoordinatorOptions o = Options(1, 3);
+  o.worker_regions = {"us", "us", "eu"};
+  o.aggregator_regions = {"us", ""};
+  o.secret = std::string(64, 'k');
+  o.unix_now = [] { return int64_t{1000}; };
+  CoordinatorState state(o, &clock);
+  auto token = [&](const std::string& role, int id) {
+    return transport::MintToken(o.secret, {.job = "t", .role = role, .id = id, .expiry_unix = 2000}).value();
+  };
+  const std::string kServer(40, 'S'), kAgg(40, 'A'), kOther(40, 'X');
+  const std::vector<std::string> kWorkers = {std::string(40, '0'), std::string(40, '1'), std::string(40, '2')};
+  wire::RegisterRequest sreq = ServerReq("tcp://a:1");
+  sreq.set_token(token("server", 0));
+  ASSERT_TRUE(state.Register(wire::SERVER, 0, sreq, kServer).ok());
+  auto register_worker = [&](int w) {
+    wire::RegisterRequest r = WorkerReq();
+    r.set_token(token("worker", w));
+    return state.Register(wire::WORKER, w, r, kWorkers[w]).value();
+  };
+  for (int w = 0; w < 3; ++w) register_worker(w);
+  ASSERT_TRUE(state.started());
+  EXPECT_EQ(register_worker(0).waiting_for(), "the aggregator of region us to register (worker 0 connects to it)");
+
+  wire::RegisterRequest areq = ServerReq("tcp://agg:1");
+  for (const std::string& bad : {token("worker", 0), token("aggregator", 1), token("server", 0)}) {
+    areq.set_token(bad);
+    EXPECT_EQ(state.Register(wire::AGGREGATOR, 0, areq, kAgg).status().code(), Code::kUnauthenticated) << bad;
+  }
+  areq.set_token(token("aggregator", 0));
+  auto agg = state.Register(wire::AGGREGATOR, 0, areq, kAgg);
+  ASSERT_TRUE(agg.ok()) << agg.status();
+  EXPECT_FALSE(agg->ready());
+  EXPECT_NE(agg->waiting_for().find("server 0 to authorize aggregator 0's key"), std::string::npos)
+      << agg->waiting_for();
+
+  // The shard's list: every worker, and the aggregator with its role.
+  wire::Heartbeat shb;
+  auto sr = state.Heartbeat(wire::SERVER, 0, shb);
+  ASSERT_EQ(sr.authorized_keys_size(), 4);
+  ASSERT_EQ(sr.authorized_roles_size(), 4);
+  EXPECT_EQ(sr.authorized_keys(3), kAgg);
+  EXPECT_EQ(sr.authorized_ids(3), 0);
+  EXPECT_EQ(sr.authorized_roles(3), wire::AGGREGATOR);
+  EXPECT_EQ(sr.authorized_roles(0), wire::WORKER);
+  shb.set_keys_epoch(sr.keys_epoch());
+  state.Heartbeat(wire::SERVER, 0, shb);
+  EXPECT_TRUE(state.Register(wire::AGGREGATOR, 0, areq, kAgg)->ready());
+  EXPECT_TRUE(state.CheckKey(wire::AGGREGATOR, 0, kAgg).ok());
+  EXPECT_EQ(state.CheckKey(wire::AGGREGATOR, 0, kOther).code(), Code::kPermissionDenied);
+
+  // Worker 0 now waits for the aggregator to admit its key; worker 2
+  // (eu, no aggregator) does not, and is given no aggregator key.
+  EXPECT_NE(register_worker(0).waiting_for().find("the aggregator of region us to authorize worker 0's key"),
+            std::string::npos);
+  auto eu = register_worker(2);
+  EXPECT_TRUE(eu.ready()) << eu.waiting_for();
+  EXPECT_TRUE(eu.aggregator_curve_public_key().empty());
+  // The aggregator's list: its region's workers only.
+  wire::Heartbeat ahb;
+  auto ar = state.Heartbeat(wire::AGGREGATOR, 0, ahb);
+  ASSERT_EQ(ar.authorized_keys_size(), 2);
+  EXPECT_EQ(ar.authorized_keys(0), kWorkers[0]);
+  EXPECT_EQ(ar.authorized_keys(1), kWorkers[1]);
+  EXPECT_EQ(ar.authorized_ids(1), 1);
+  ahb.set_keys_epoch(ar.keys_epoch());
+  state.Heartbeat(wire::AGGREGATOR, 0, ahb);
+  auto us = register_worker(0);
+  ASSERT_TRUE(us.ready()) << us.waiting_for();
+  EXPECT_EQ(us.aggregator_curve_public_key(), kAgg);
+
+  // The aggregator dies: a worker of its region that registers again with
+  // a new key waits for the shard only (it will use the shards directly).
+  clock.Advance(Millis(1200));
+  for (int w = 0; w < 3; ++w) state.Heartbeat(wire::WORKER, w, wire::Heartbeat());
+  state.Heartbeat(wire::SERVER, 0, shb);
+  ASSERT_EQ(state.ExpireLeases().size(), 1u);
+  wire::RegisterRequest again = WorkerReq();
+  again.set_token(token("worker", 1));
+  auto w1 = state.Register(wire::WORKER, 1, again, kOther);
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  EXPECT_NE(w1->waiting_for().find("server 0 to authorize worker 1's key"), std::string::npos) << w1->waiting_for();
+}
+
 }  // namespace
 }  // namespace geodesic::coordinator
 

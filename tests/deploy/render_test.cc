@@ -221,8 +221,8 @@ TEST(RenderHostsTest, WhatTheTargetCannotExpressIsAClearError) {
 // are private files, the tokens verify for their process, and a second
 // render keeps the secret and keypair (tokens already handed out stay good).
 TEST(RenderHostsTest, ASecuredJobGetsItsSecretsPerHost) {
-  const JobSpec job = Load("fashion_mnist.yaml",
-                           {"security.mode=curve", "regions.us-east.host=10.0.0.1", "regions.eu-west.host=10.0.0.2"});
+  const JobSpec job = Load("fashion_mnist.yaml", {"security.mode=curve", "regions.us-east.host=10.0.0.1",
+                                                  "regions.eu-west.host=10.0.0.2", "regions.eu-west.aggregator=true"});
   auto files = Render(job, {});
   ASSERT_TRUE(files.ok()) << files.status();
   const std::string& us = files->at("host-10.0.0.1.sh");
@@ -234,6 +234,8 @@ TEST(RenderHostsTest, ASecuredJobGetsItsSecretsPerHost) {
                       "\"$here/secrets/host-10.0.0.2/server-1.token\""),
             std::string::npos)
       << files->at("host-10.0.0.2.sh");
+  EXPECT_NE(files->at("host-10.0.0.2.sh").find("--token-file \"$here/secrets/host-10.0.0.2/aggregator-1.token\""),
+            std::string::npos);
   const std::string dir = std::filesystem::temp_directory_path() / ("gd-secrets-" + std::to_string(::getpid()));
   ASSERT_TRUE(WriteRendered(dir, *files).ok());
   ASSERT_TRUE(WriteSecrets(job, {}, dir).ok());
@@ -242,10 +244,11 @@ TEST(RenderHostsTest, ASecuredJobGetsItsSecretsPerHost) {
   ASSERT_TRUE(secret.ok()) << secret.status();
   const std::string key = ReadFile(dir + "/coordinator.key").value();
   EXPECT_TRUE(transport::IsCurveKey(key.substr(0, 40))) << key;
-  for (const auto& [name, host, role, id] :
-       std::vector<std::tuple<std::string, std::string, std::string, int>>{{"server-1", "10.0.0.2", "server", 1},
-                                                                           {"worker-3", "10.0.0.2", "worker", 3},
-                                                                           {"evaluator", "10.0.0.1", "evaluator", 0}}) {
+  for (const auto& [name, host, role, id] : std::vector<std::tuple<std::string, std::string, std::string, int>>{
+           {"server-1", "10.0.0.2", "server", 1},
+           {"worker-3", "10.0.0.2", "worker", 3},
+           {"aggregator-1", "10.0.0.2", "aggregator", 1},
+           {"evaluator", "10.0.0.1", "evaluator", 0}}) {
     const std::string path = dir + "/secrets/host-" + host + "/" + name + ".token";
     EXPECT_EQ(std::filesystem::status(path).permissions(),
               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
@@ -406,8 +409,10 @@ bool CheckToken(const JobSpec& job, const YAML::Node& spec, const YAML::Node& c,
   const YAML::Node token = secrets.at(secret_name)[file.substr(file.rfind('/') + 1)];
   if (!token) return false;
   const std::string role = c["args"][0].as<std::string>();
-  const int id =
-      role == "eval" ? 0 : std::stoi(Arg(c, "--id-from-hostname")) + std::stoi(pod.substr(pod.rfind('-') + 1));
+  const int id = role == "eval" ? 0
+                 : role == "aggregator"
+                     ? job.RegionIndex(Arg(c, "--region"))
+                     : std::stoi(Arg(c, "--id-from-hostname")) + std::stoi(pod.substr(pod.rfind('-') + 1));
   auto claims = transport::VerifyToken(secret, token.as<std::string>(), job.name, role == "eval" ? "evaluator" : role,
                                        id, transport::UnixNow());
   EXPECT_TRUE(claims.ok()) << pod << " " << role << ": " << claims.status();
@@ -420,7 +425,8 @@ bool CheckToken(const JobSpec& job, const YAML::Node& spec, const YAML::Node& c,
 // its pod mounts; the Secrets file is private, and a second render keeps the
 // secret and keypair (members holding tokens stay admitted).
 TEST(RenderKubernetesTest, ASecuredJobTakesItsCredentialsFromSecrets) {
-  const JobSpec job = Load("three_regions.yaml", {"security.mode=curve", "replication.backups=1"});
+  const JobSpec job =
+      Load("three_regions.yaml", {"security.mode=curve", "replication.backups=1", "regions.eu.aggregator=true"});
   for (const std::string workload : {"statefulsets", "pods"}) {
     const RenderOptions o{.target = "kubernetes", .workload = workload};
     auto text = RenderKubernetes(job, o);
@@ -461,7 +467,7 @@ TEST(RenderKubernetesTest, ASecuredJobTakesItsCredentialsFromSecrets) {
               CheckToken(job, spec, c, kind == "Pod" ? name : name + "-" + std::to_string(ordinal), secrets, secret);
       }
     }
-    EXPECT_EQ(verified, 2 * job.NumServers() + job.NumWorkers() + 1) << workload;
+    EXPECT_EQ(verified, 2 * job.NumServers() + job.NumWorkers() + 1 + 1) << workload << " (and eu's aggregator)";
     ASSERT_TRUE(WriteSecrets(job, o, dir).ok());
     EXPECT_EQ(Documents(ReadFile(file).value())[0]["stringData"]["keypair"].as<std::string>(),
               secrets["geodesic-coordinator"]["keypair"].as<std::string>())
@@ -716,8 +722,8 @@ TEST(RenderKubernetesTest, ASecuredJobsMetricsNeedTheTokenOfItsSecret) {
 // The hosts target: every process is started with the metrics token of its
 // host's secrets, and prometheus.yml authenticates with secrets/metrics.token.
 TEST(RenderHostsTest, ASecuredJobsMetricsNeedTheToken) {
-  const JobSpec job = Load("fashion_mnist.yaml",
-                           {"security.mode=curve", "regions.us-east.host=10.0.0.1", "regions.eu-west.host=10.0.0.2"});
+  const JobSpec job = Load("fashion_mnist.yaml", {"security.mode=curve", "regions.us-east.host=10.0.0.1",
+                                                  "regions.eu-west.host=10.0.0.2", "regions.eu-west.aggregator=true"});
   auto files = Render(job, {});
   ASSERT_TRUE(files.ok()) << files.status();
   const geodesic::testing::ScratchDir scratch("hosts-metrics");
@@ -740,7 +746,7 @@ TEST(RenderHostsTest, ASecuredJobsMetricsNeedTheToken) {
       ++started;
     }
   }
-  EXPECT_EQ(started, 2 + job.NumServers() + job.NumWorkers());
+  EXPECT_EQ(started, 2 + job.NumServers() + job.NumWorkers() + 1) << "and eu-west's aggregator";
   EXPECT_NE(files->at("prometheus.yml").find("credentials_file: \"secrets/metrics.token\""), std::string::npos)
       << files->at("prometheus.yml");
   EXPECT_EQ(ReadFile(scratch / "secrets/metrics.token").value(), token);

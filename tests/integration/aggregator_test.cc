@@ -21,6 +21,7 @@
 #include "tests/integration/harness.h"
 #include "transport/http_endpoint.h"
 #include "transport/message.h"
+#include "transport/security.h"
 
 namespace geodesic {
 namespace {
@@ -268,10 +269,13 @@ struct BadRequest {
   wire::Refusal want = wire::REFUSAL_UNSPECIFIED;
 };
 
-// Sends `r` and returns the answer (nullopt: none within 10 s).
-std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint, const BadRequest& r) {
+// Sends `r` and returns the answer (nullopt: none within `wait_s`), over
+// CurveZMQ with `curve` when it has keys.
+std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint, const BadRequest& r,
+                                const transport::CurveSocket& curve = {}, int wait_s = 10) {
   transport::TrafficCounters counters;
-  transport::Socket s(ctx, zmq::socket_type::dealer, {.job = "regional", .role = r.role, .id = r.id}, &counters);
+  transport::Socket s(ctx, zmq::socket_type::dealer, {.job = "regional", .role = r.role, .id = r.id, .curve = curve},
+                      &counters);
   if (!s.Connect(endpoint).ok()) return std::nullopt;
   wire::Header h;
   h.set_request_id(77);
@@ -283,7 +287,7 @@ std::optional<wire::Header> Ask(zmq::context_t& ctx, const std::string& endpoint
   d->set_num_elems(r.values.size());
   const transport::Payload payload{r.values.data(), r.values.size() * sizeof(float), nullptr};
   if (!s.Send(h, {payload}).ok()) return std::nullopt;
-  for (int i = 0; i < 100 && !s.WaitReadable(100);) ++i;
+  for (int i = 0; i < wait_s * 10 && !s.WaitReadable(100);) ++i;
   auto in = s.Receive();
   if (!in || !in->status.ok()) return std::nullopt;
   return in->message.header;
@@ -335,6 +339,46 @@ TEST(AggregatorTest, BadPushesAreRefusedWithTheirReasonAndTheJobGoesOn) {
   EXPECT_EQ(stats["clocks_forwarded"], 94) << stats.dump();
   auto summary = testing::ReadJson(dir / "run/summary.json");
   EXPECT_EQ(summary["status"], "finished") << summary.dump();
+  testing::ExpectEveryPushAccountedFor(summary, {});
+}
+
+// A secured job (security.mode: curve) with aggregators: each joins with an
+// aggregator token of its own, and its ROUTER is a CURVE server that
+// admits its region's workers' keys only. The job trains through the
+// aggregators as in plaintext; a plaintext peer, and a CURVE peer whose key
+// is not one of the region's workers', get no answer, and the second is
+// counted.
+TEST(AggregatorTest, ASecuredJobsAggregatorsJoinWithTheirTokensAndAdmitOnlyTheirRegionsWorkers) {
+  TempDir dir;
+  testing::WriteText(dir / "job.yaml", JobYaml(true, 0.6) + "security: {mode: curve}\n");
+  testing::Process launch({"launch", dir / "job.yaml", "--run-dir", dir / "run", "--quiet", "--no-dashboard"},
+                          dir / "launch.log");
+  ASSERT_TRUE(testing::WaitForFile(dir / "run/aggregator-0.endpoint", 60)) << testing::ReadText(dir / "launch.log");
+  const std::string at = testing::ReadText(dir / "run/aggregator-0.endpoint");
+  EXPECT_NE(testing::ReadText(dir / "run/tokens/aggregator-0.token").find(".aggregator.0."), std::string::npos);
+  std::string key;
+  for (int i = 0; i < 100 && key.empty(); ++i) {
+    const std::string log = testing::ReadText(dir / "run/logs/aggregator-0.log");
+    if (const size_t k = log.find("public key "); k != std::string::npos) key = log.substr(k + 11, 40);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(key.size(), 40u) << testing::ReadText(dir / "run/logs/aggregator-0.log");
+  zmq::context_t ctx(1);
+  const BadRequest push{.values = std::vector<float>(16384, 0.f)};
+  EXPECT_FALSE(Ask(ctx, at, push, {}, 3).has_value()) << "a plaintext peer was answered";
+  auto stranger = transport::GenerateCurveKeyPair();
+  ASSERT_TRUE(stranger.ok());
+  EXPECT_FALSE(Ask(ctx, at, push, {.keys = *stranger, .server_key = key}, 3).has_value())
+      << "an unlisted key was answered";
+  ASSERT_EQ(launch.Wait(240), 0) << testing::ReadText(dir / "launch.log");
+  auto stats = testing::ReadJson(dir / "run/stats/aggregator-0.json");
+  EXPECT_EQ(stats["clocks_forwarded"], 94) << stats.dump();
+  EXPECT_EQ(stats["pushes_taken"], 94 * 2 * 3) << "every push came through the aggregator: " << stats.dump();
+  EXPECT_GE(stats["connections_refused"].get<int>(), 1) << stats.dump();
+  EXPECT_EQ(stats["unauthorized"], 0) << stats.dump();
+  auto summary = testing::ReadJson(dir / "run/summary.json");
+  EXPECT_EQ(summary["status"], "finished") << summary.dump();
+  EXPECT_GT(summary["test_accuracy"].get<double>(), 0.6) << summary.dump();
   testing::ExpectEveryPushAccountedFor(summary, {});
 }
 

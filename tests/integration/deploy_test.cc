@@ -191,15 +191,16 @@ TEST(HostsDeployTest, KillingAHostsPrimaryShardFailsOverAndLosesNothing) {
   EXPECT_TRUE(a == b) << "the failover changed the BSP result";
 }
 
-// A job with an aggregator in each region, rendered for two hosts: each
-// host's script starts its aggregator, the workers push through it, and
-// the job ends with the parameters of `geodesic launch` of the same job
-// without aggregators, bit for bit (docs/wan.md "Regional aggregation").
+// A secured job with an aggregator in each region, rendered for two hosts:
+// each host's script starts its aggregator with its own token, the workers
+// push through it over CurveZMQ, and the job ends with the parameters of
+// `geodesic launch` of the same job without aggregators, bit for bit
+// (docs/wan.md "Regional aggregation").
 TEST(HostsDeployTest, RenderedAggregatorsEndAsTheFlatLaunchedJob) {
   TempDir dir;
   const int base = FreeBase(30);  // 12 processes: two aggregators more
   ASSERT_GT(base, 0) << "no free ports";
-  const std::vector<std::string> job = TwoHostJob({"training.epochs=0.3", "model.name=mlp"});
+  const std::vector<std::string> job = TwoHostJob({"training.epochs=0.3", "model.name=mlp", "security.mode=curve"});
   auto args = [&](std::vector<std::string> head, bool aggregators) {
     head.insert(head.end(), job.begin(), job.end());
     for (const char* r : {"us-east", "eu-west"})
@@ -220,8 +221,12 @@ TEST(HostsDeployTest, RenderedAggregatorsEndAsTheFlatLaunchedJob) {
   Process us({"/bin/bash", dir / "out/host-127.0.0.2.sh"}, dir / "us.log", /*program=*/true);
   EXPECT_EQ(us.Wait(150), 0) << HostsOutput(dir);
   EXPECT_EQ(eu.Wait(30), 0) << HostsOutput(dir);
-  for (const char* log : {"out/run-127.0.0.2/logs/aggregator-0.log", "out/run-127.0.0.3/logs/aggregator-1.log"})
-    EXPECT_NE(testing::ReadText(dir / log).find("the job finished"), std::string::npos) << HostsOutput(dir);
+  EXPECT_TRUE(std::filesystem::exists(dir / "out/secrets/host-127.0.0.3/aggregator-1.token"));
+  for (const char* log : {"out/run-127.0.0.2/logs/aggregator-0.log", "out/run-127.0.0.3/logs/aggregator-1.log"}) {
+    const std::string text = testing::ReadText(dir / log);
+    EXPECT_NE(text.find("(CurveZMQ, public key "), std::string::npos) << text;
+    EXPECT_NE(text.find("the job finished"), std::string::npos) << HostsOutput(dir);
+  }
   const std::string a = testing::ReadText(dir / "flat/final_params.bin"),
                     b = testing::ReadText(dir / "out/run-127.0.0.2/final_params.bin");
   ASSERT_GT(a.size(), 0u);

@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/files.h"
 #include "transport/connection_guard.h"
+#include "transport/key_owners.h"
 #include "transport/message.h"
 
 namespace geodesic::transport {
@@ -33,6 +35,18 @@ TEST(TokenTest, MintedTokenVerifiesForItsJobRoleAndId) {
   auto any = MintToken(kSecret, Claims("worker", -1, 1000));
   ASSERT_TRUE(any.ok());
   EXPECT_TRUE(VerifyToken(kSecret, *any, "jobA", "worker", 17, 999).ok());
+}
+
+// A regional aggregator joins with a token of its own role, bound to its
+// region's index; a worker's token is not one.
+TEST(TokenTest, AnAggregatorsTokenIsForItsRegionOnly) {
+  auto t = MintToken(kSecret, Claims("aggregator", 1, 1000));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(VerifyToken(kSecret, *t, "jobA", "aggregator", 1, 999).ok());
+  EXPECT_EQ(VerifyToken(kSecret, *t, "jobA", "aggregator", 2, 999).status().code(), Code::kUnauthenticated);
+  EXPECT_EQ(VerifyToken(kSecret, *t, "jobA", "worker", 1, 999).status().code(), Code::kUnauthenticated);
+  auto w = MintToken(kSecret, Claims("worker", 1, 1000)).value();
+  EXPECT_EQ(VerifyToken(kSecret, w, "jobA", "aggregator", 1, 999).status().code(), Code::kUnauthenticated);
 }
 
 TEST(TokenTest, RefusalsSayWhy) {
@@ -312,6 +326,52 @@ TEST_F(ZapTest, RepeatedRefusalsAreLoggedAtMostOncePerSecond) {
 TEST_F(ZapTest, SecondHandlerInOneContextFails) {
   ZapHandler second(server_ctx_, true);
   EXPECT_EQ(second.Start().code(), Code::kFailedPrecondition);
+}
+
+// A key list binds each key to its member's role and id; a message is
+// taken only from its sender's own key and from the roles asked for.
+TEST(KeyOwnersTest, AMessageIsTakenFromItsSendersKeyOnly) {
+  wire::HeartbeatReply list;
+  auto add = [&](const std::string& key, int id, std::optional<wire::Role> role) {
+    list.add_authorized_keys(key);
+    list.add_authorized_ids(id);
+    if (role) list.add_authorized_roles(*role);
+  };
+  const std::string kW0(40, 'a'), kW1(40, 'b'), kEval(40, 'e'), kAgg(40, 'g');
+  add(kW0, 0, wire::WORKER);
+  add(kW1, 1, wire::WORKER);
+  add(kEval, -1, wire::EVALUATOR);
+  add(kAgg, 0, wire::AGGREGATOR);
+  KeyOwners owners(list);
+  EXPECT_EQ(owners.keys().size(), 4u);
+  auto from = [](const std::string& key, wire::Role role, int id) {
+    Message m;
+    m.peer_key = key;
+    m.header.set_sender_role(role);
+    m.header.set_sender_id(id);
+    return m;
+  };
+  const std::vector<wire::Role> shard = {wire::WORKER, wire::EVALUATOR, wire::AGGREGATOR};
+  EXPECT_TRUE(owners.Check(from(kW0, wire::WORKER, 0), shard).ok());
+  EXPECT_TRUE(owners.Check(from(kEval, wire::EVALUATOR, 0), shard).ok()) << "the evaluator's id is -1 on the list";
+  EXPECT_TRUE(owners.Check(from(kAgg, wire::AGGREGATOR, 0), shard).ok());
+  // Worker 0's key cannot speak for worker 1, nor for aggregator 0 (the
+  // same id in another role), nor the aggregator for worker 0.
+  EXPECT_EQ(owners.Check(from(kW0, wire::WORKER, 1), shard).code(), Code::kPermissionDenied);
+  EXPECT_EQ(owners.Check(from(kW0, wire::AGGREGATOR, 0), shard).code(), Code::kPermissionDenied);
+  EXPECT_EQ(owners.Check(from(kAgg, wire::WORKER, 0), shard).code(), Code::kPermissionDenied);
+  EXPECT_EQ(owners.Check(from(std::string(40, 'z'), wire::WORKER, 0), shard).code(), Code::kPermissionDenied);
+  EXPECT_EQ(owners.Check(from("", wire::WORKER, 0), shard).code(), Code::kPermissionDenied) << "plaintext";
+  // An aggregator takes workers only, even from a listed key.
+  EXPECT_EQ(owners.Check(from(kEval, wire::EVALUATOR, 0), {wire::WORKER}).code(), Code::kPermissionDenied);
+  // A list without roles (a client gateway's, an older coordinator's):
+  // workers by id, and the evaluator as -1.
+  wire::HeartbeatReply old;
+  old.add_authorized_keys(kW0), old.add_authorized_ids(0);
+  old.add_authorized_keys(kEval), old.add_authorized_ids(-1);
+  KeyOwners legacy(old);
+  EXPECT_TRUE(legacy.Check(from(kW0, wire::WORKER, 0), shard).ok());
+  EXPECT_TRUE(legacy.Check(from(kEval, wire::EVALUATOR, 0), shard).ok());
 }
 
 }  // namespace
