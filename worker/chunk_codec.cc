@@ -69,8 +69,17 @@ StatusOr<bool> ChunkCodec::Decode(float* dest, const wire::ChunkData& d, const z
       // The change is for a copy we do not hold (a reply was lost or a
       // resend answered twice): ask for this chunk's values again.
       ++resyncs_;
-      GD_LOG(WARNING) << "chunk " << c << ": change " << d.base_seq() << " does not fit our copy " << copy_seq_[c]
-                      << "; asking for full values";
+      // At most a line every 10 s, with the chunks since the last one.
+      const auto now = std::chrono::steady_clock::now();
+      if (resyncs_logged_ == 0 || now - resync_logged_at_ > std::chrono::seconds(10)) {
+        const uint64_t since = resyncs_ - resyncs_logged_;
+        GD_LOG(WARNING) << "chunk " << c << ": change " << d.base_seq() << " does not fit our copy " << copy_seq_[c]
+                        << "; asking for full values (logged at most every 10 s; "
+                        << (since > 1 ? std::to_string(since) + " chunks since the last such line; " : "")
+                        << "all counted in pull_resyncs)";
+        resync_logged_at_ = now;
+        resyncs_logged_ = resyncs_;
+      }
       return false;
     }
     GD_RETURN_IF_ERROR(AddChange(out, d, frame));

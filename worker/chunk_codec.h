@@ -14,6 +14,7 @@
 // synchronized: the PsClient's thread owns it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -93,6 +94,10 @@ class ChunkCodec {
   std::vector<float> scratch_;
   std::vector<uint8_t> zstd_scratch_;
   uint64_t resyncs_ = 0;
+  // The last resync warning (one a burst: a reroute answers every chunk
+  // with a change for the old copy) and the count it reported.
+  std::chrono::steady_clock::time_point resync_logged_at_{};
+  uint64_t resyncs_logged_ = 0;
 };
 
 }  // namespace geodesic::worker

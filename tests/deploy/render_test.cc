@@ -33,6 +33,14 @@ JobSpec Load(const std::string& example, const std::vector<std::string>& overrid
   return *job;
 }
 
+// The text of `file` rendered for `target` (empty, and a failure, if the
+// render fails).
+std::string Rendered(const JobSpec& job, const std::string& target, const std::string& file) {
+  auto files = Render(job, {.target = target});
+  EXPECT_TRUE(files.ok()) << files.status();
+  return files.ok() && files->contains(file) ? files->at(file) : "";
+}
+
 // Three regions on three hosts, links declared, a backup per shard.
 JobSpec ThreeHosts() {
   return Load("three_regions.yaml", {"regions.us.host=10.0.0.1", "regions.eu.host=10.0.0.2",
@@ -120,12 +128,8 @@ TEST(RenderHostsTest, AnAggregatorStartsOnItsRegionsHostAndItsWorkersPushThere) 
 // pod behind a headless Service, and that region's workers told its pod's
 // stable DNS name; the others are not.
 TEST(RenderKubernetesTest, AnAggregatorIsAStatefulSetOfOneThatItsRegionsWorkersPushTo) {
-  const JobSpec job = Load("three_regions.yaml", {"regions.us.aggregator=true"});
-  RenderOptions k8s;
-  k8s.target = "kubernetes";
-  auto files = Render(job, k8s);
-  ASSERT_TRUE(files.ok()) << files.status();
-  const std::string& yaml = files->at("kubernetes.yaml");
+  const std::string yaml =
+      Rendered(Load("three_regions.yaml", {"regions.us.aggregator=true"}), "kubernetes", "kubernetes.yaml");
   EXPECT_NE(yaml.find("kind: \"StatefulSet\"\nmetadata:\n  name: \"aggregator-us\"\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("kind: \"Service\"\nmetadata:\n  name: \"aggregator-us\"\n"), std::string::npos);
   EXPECT_NE(yaml.find("serviceName: \"aggregator-us\"\n  replicas: 1\n"), std::string::npos);
@@ -144,11 +148,8 @@ TEST(RenderKubernetesTest, AnAggregatorIsAStatefulSetOfOneThatItsRegionsWorkersP
 // workers reach it).
 TEST(RenderComposeTest, AnAggregatorIsAContainerOnItsRegionsNetwork) {
   const JobSpec job = Load("three_regions.yaml", {"regions.eu.aggregator=true"});
-  RenderOptions compose;
-  compose.target = "compose";
-  auto files = Render(job, compose);
-  ASSERT_TRUE(files.ok()) << files.status();
-  const std::string& yaml = files->at("compose.yaml");
+  const RenderOptions compose{.target = "compose"};
+  const std::string yaml = Rendered(job, "compose", "compose.yaml");
   EXPECT_NE(yaml.find("  aggregator-1:\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("tcp://aggregator-1:7400"), std::string::npos);
   auto placed = ComposeProcesses(job, compose);
