@@ -61,6 +61,7 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
   s.set_plan_note(plan_note_);
   s.set_planned_step_ms(planned_step_ms_);
   for (const Member& m : backups_) *s.add_backups() = SaveMember(m);
+  for (const Member& m : aggregators_) *s.add_aggregators() = SaveMember(m);
   for (bool p : promoted_) s.add_promoted(p);
   s.set_servers_epoch(servers_epoch_);
   s.set_promotions(promotions_);
@@ -115,6 +116,10 @@ wire::CoordinatorSnapshot CoordinatorState::Save() const {
     servers_epoch_ = s.servers_epoch() + 1;  // members re-read the serving endpoints
     promotions_ = s.promotions();
   }
+  // An aggregator keeps its lease and key, so that the shards go on taking
+  // its pushes; from an older state, it registers again.
+  if (static_cast<size_t>(s.aggregators_size()) == aggregators_.size())
+    for (int i = 0; i < s.aggregators_size(); ++i) RestoreMember(s.aggregators(i), now, &aggregators_[i]);
   units_ = std::move(units);
   events_.assign(s.membership_events().begin(), s.membership_events().end());
   restored_ = true;

@@ -512,6 +512,18 @@ TEST(SecureCoordinatorTest, AnAggregatorJoinsWithItsOwnTokenAndItsRegionsWorkers
   ASSERT_TRUE(us.ready()) << us.waiting_for();
   EXPECT_EQ(us.aggregator_curve_public_key(), kAgg);
 
+  // A coordinator restarted from its saved state keeps the aggregator's
+  // lease and key: it heartbeats on, the shards' list still names it.
+  CoordinatorState restored(o, &clock);
+  ASSERT_TRUE(restored.Restore(state.Save()).ok());
+  EXPECT_TRUE(restored.Heartbeat(wire::AGGREGATOR, 0, ahb).known());
+  EXPECT_TRUE(restored.CheckKey(wire::AGGREGATOR, 0, kAgg).ok());
+  EXPECT_EQ(restored.CheckKey(wire::AGGREGATOR, 0, kOther).code(), Code::kPermissionDenied);
+  auto listed = restored.Heartbeat(wire::SERVER, 0, shb);
+  ASSERT_EQ(listed.authorized_keys_size(), 4);
+  EXPECT_EQ(listed.authorized_keys(3), kAgg);
+  EXPECT_EQ(listed.authorized_roles(3), wire::AGGREGATOR);
+
   // The aggregator dies: a worker of its region that registers again with
   // a new key waits for the shard only (it will use the shards directly).
   clock.Advance(Millis(1200));
