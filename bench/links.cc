@@ -94,7 +94,7 @@ double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 
 int64_t BulkBytes(const LinkSpec& l) {
   if (l.bandwidth_mbit <= 0) return int64_t{64} << 20;
-  return std::max<int64_t>(1 << 20, static_cast<int64_t>(l.bandwidth_mbit * 1e6 / 8 * 2));
+  return std::clamp<int64_t>(static_cast<int64_t>(l.bandwidth_mbit * 1e6 / 8 * 2), 1 << 20, wan::kMaxProbeBulkBytes);
 }
 
 StatusOr<json> MeasureBulk(const JobSpec& job, const SinkRoutes& s, deploy::EmulatedWan& wan) {

@@ -26,7 +26,7 @@
 namespace geodesic::deploy {
 
 // A start-up probe of link `l` (both kinds of emulation): its options
-// (about half a second of bulk transfer, at least 256 KiB) and its record
+// (about half a second of bulk transfer, 256 KiB to 64 MiB) and its record
 // in the summary's `links`: {from, to, configured_*, probed_* or probe_error}.
 wan::ProbeOptions LinkProbeOptions(const LinkSpec& l);
 nlohmann::json LinkProbeRecord(const JobSpec& job, const LinkSpec& l, const StatusOr<wan::LinkMeasurement>& m);

@@ -26,7 +26,7 @@ using Header = std::array<uint8_t, 9>;
 constexpr uint8_t kPing = 'P';
 constexpr uint8_t kBulk = 'B';
 constexpr uint8_t kAck = 'A';
-constexpr uint64_t kMaxBulkBytes = uint64_t{1} << 30;
+constexpr uint64_t kMaxBulkBytes = static_cast<uint64_t>(kMaxProbeBulkBytes);
 
 Header Encode(uint8_t type, uint64_t value) {
   Header h;

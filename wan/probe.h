@@ -24,6 +24,9 @@
 
 namespace geodesic::wan {
 
+// The largest bulk transfer a probe sends (ProbeLink refuses more).
+constexpr int64_t kMaxProbeBulkBytes = int64_t{1} << 30;
+
 struct ProbeOptions {
   int pings = 10;                // the RTT is their median; at least 1
   double ping_interval_ms = 20;  // between ping sends; spread out, a stall of this host hits fewer
