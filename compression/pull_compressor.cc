@@ -1,5 +1,6 @@
 #include "compression/pull_compressor.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace geodesic::compression {
@@ -75,6 +76,15 @@ StatusOr<SharedBytes> PullCompressor::Encode(int worker, const CodecSpec& codec,
   d->set_base_seq(copy.seq);
   ++copy.seq;
   return Owned(std::move(out));
+}
+
+void PullCompressor::ForgetWorkersBut(const std::vector<int>& live) {
+  for (auto it = copies_.begin(); it != copies_.end();) {
+    if (it->first >= 0 && std::find(live.begin(), live.end(), it->first) == live.end())
+      it = copies_.erase(it);
+    else
+      ++it;
+  }
 }
 
 }  // namespace geodesic::compression

@@ -59,6 +59,12 @@ class PullCompressor {
   void ForgetChunk(uint32_t chunk) {
     for (auto& [worker, state] : copies_) state.chunks.erase(chunk);
   }
+  // Drops the copies of the workers (ids >= 0) that are not in `live`:
+  // a worker that left or died holds memory no more (one copy
+  // of every chunk it pulled, under a lossy codec); one that comes back
+  // gets full values with its next pull and starts its copy over. Other
+  // pullers' copies (negative ids) stay.
+  void ForgetWorkersBut(const std::vector<int>& live);
   size_t workers_tracked() const { return copies_.size(); }
 
  private:

@@ -73,6 +73,9 @@ class PullService {
     compressor_.ForgetChunk(chunk);
     SetUnreadLimit();
   }
+  // The workers that are not in `live` left or died: their
+  // pull copies go (compression::PullCompressor::ForgetWorkersBut).
+  void ForgetDeparted(const std::vector<int>& live) { compressor_.ForgetWorkersBut(live); }
   size_t held() const { return held_.size(); }
   // Unwritten reply bytes a peer may have before its pulls are dropped:
   // four times the shard's parameters, at least 16 MiB.

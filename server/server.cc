@@ -248,6 +248,7 @@ void Server::SyncMembership() {
   if (replicator_.connected()) FollowServers(v);
   clocks_.SetLive(v.live, v.clocks);
   replicator_.ReplicateLive(v.live, v.clocks);
+  pulls_.ForgetDeparted(v.live);
   if (shard_->CloseRounds(clocks_) > 0 || pulls_.held() > 0) pulls_.ServeHeld();
   if (seeded && !recovering_.early.empty()) {
     GD_LOG(INFO) << "answering " << recovering_.early.size() << " request(s) that came before the coordinator's view";

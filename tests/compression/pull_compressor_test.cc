@@ -135,6 +135,32 @@ TEST(PullCompressorTest, DuplicateChangeIsDetectedByTheSequence) {
   (void)p2;
 }
 
+// A worker that left or died holds no copy at the shard any more; the
+// evaluator's and aggregators' copies (negative keys) stay; a worker that
+// comes back gets full values and starts over.
+TEST(PullCompressorTest, DepartedWorkersCopiesAreForgotten) {
+  const uint64_t n = 64;
+  PullCompressor pc(7);
+  auto codec = *ParseCodecSpec("int8");
+  std::vector<float> params(n, 1.0f);
+  for (int puller : {0, 1, 2, -1}) {
+    wire::ChunkData d;
+    d.set_num_elems(n);
+    ASSERT_TRUE(pc.Encode(puller, codec, 0, Snap(params), false, &d).ok());
+  }
+  EXPECT_EQ(pc.workers_tracked(), 4u);
+  pc.ForgetWorkersBut({1});
+  EXPECT_EQ(pc.workers_tracked(), 2u) << "worker 1 and the puller -1";
+  params[3] = 2.0f;
+  wire::ChunkData back, stayed;
+  back.set_num_elems(n);
+  stayed.set_num_elems(n);
+  ASSERT_TRUE(pc.Encode(0, codec, 0, Snap(params), false, &back).ok());
+  EXPECT_FALSE(back.delta()) << "a worker that comes back starts over with full values";
+  ASSERT_TRUE(pc.Encode(1, codec, 0, Snap(params), false, &stayed).ok());
+  EXPECT_TRUE(stayed.delta());
+}
+
 TEST(PullCompressorTest, LosslessCodecsSendValuesAndOthersGetFp32) {
   const uint64_t n = 100;
   PullCompressor pc(7);
