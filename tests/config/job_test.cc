@@ -139,11 +139,15 @@ TEST(JobTest, AggregatorsParseRoundTripAndNameTheirRegionsAndWorkers) {
   EXPECT_NE(typo.status().message().find("true, false or auto"), std::string::npos) << typo.status();
   EXPECT_FALSE(AggregatorLimits(*chosen).empty());
   // What an aggregator does not combine is refused with the reason.
-  for (const char* set : {"membership.elastic=true", "security.mode=curve", "wan.replan=true"}) {
+  for (const char* set : {"membership.elastic=true", "wan.replan=true"}) {
     auto bad = ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0", set});
     ASSERT_FALSE(bad.ok()) << set;
     EXPECT_NE(bad.status().message().find("regions.*.aggregator"), std::string::npos) << bad.status();
   }
+  // A secured job's aggregators join with their own token role.
+  auto secured =
+      ParseJob(kMinimal, "t", {"regions.eu.aggregator=true", "training.staleness_bound=0", "security.mode=curve"});
+  EXPECT_TRUE(secured.ok()) << secured.status();
   // Local SGD and DiLoCo rounds, streaming too, are combined like BSP gradients.
   auto diloco = ParseJob(
       kMinimal, "t",
