@@ -189,8 +189,10 @@ bool Coordinator::Finished(TimePoint now) {
     finished_since_ = now;
     GD_LOG(INFO) << "job finished after " << state_.training_seconds() << " s of training";
   }
-  // Give servers a few heartbeats to hear it and leave.
-  return state_.all_servers_left() || now - *finished_since_ > Millis(2 * options_.coordinator.membership.lease_ms);
+  // Give servers and aggregators a few heartbeats to hear it and leave (an
+  // aggregator that never heard it would wait for a coordinator that is
+  // gone; a rendered host's script waited for it).
+  return state_.serving_members_left() || now - *finished_since_ > Millis(2 * options_.coordinator.membership.lease_ms);
 }
 
 Status Coordinator::Run(const std::atomic<bool>* stop) {

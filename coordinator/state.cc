@@ -479,11 +479,10 @@ bool CoordinatorState::job_finished() const {
   return true;
 }
 
-bool CoordinatorState::all_servers_left() const {
-  for (const auto& s : servers_)
-    if (s.live) return false;
-  for (const auto& s : backups_)
-    if (s.live) return false;
+bool CoordinatorState::serving_members_left() const {
+  for (const auto* group : {&servers_, &backups_, &aggregators_})
+    for (const auto& m : *group)
+      if (m.live) return false;
   return true;
 }
 

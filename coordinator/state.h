@@ -160,7 +160,10 @@ class CoordinatorState {
   wire::StatusReply Status() const;
   bool started() const { return started_; }
   bool job_finished() const;
-  bool all_servers_left() const;
+  // Whether every shard, backup and regional aggregator has left (or its
+  // lease ran out): once the job finished, the coordinator stays until
+  // then, so that each hears that the job finished and exits.
+  bool serving_members_left() const;
   // Who the rendezvous still waits for, e.g. "server 1; workers 2,3".
   std::string WaitingFor() const;
   double training_seconds() const;

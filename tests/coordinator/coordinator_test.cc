@@ -211,10 +211,21 @@ TEST_F(CoordinatorTest, JobFinishesWhenWorkersAreDoneOrDeadAndTheEvaluatorLeft) 
   EXPECT_TRUE(state_.job_finished());
   clock_.Advance(Millis(5000));
   EXPECT_NEAR(state_.training_seconds(), training, 1e-6);  // evaluation time excluded
-  EXPECT_FALSE(state_.all_servers_left());
+  EXPECT_FALSE(state_.serving_members_left());
   state_.Leave(wire::SERVER, 0);
   state_.Leave(wire::SERVER, 1);
-  EXPECT_TRUE(state_.all_servers_left());
+  EXPECT_TRUE(state_.serving_members_left());
+}
+
+// A regional aggregator, like a shard, holds the finished coordinator until
+// it has left: it learns that the job finished from a heartbeat reply.
+TEST_F(CoordinatorTest, AFinishedJobsCoordinatorWaitsForItsAggregatorsToLeave) {
+  StartAll();
+  ASSERT_TRUE(state_.Register(wire::AGGREGATOR, 1, ServerReq("tcp://agg:1")).ok());
+  for (int s = 0; s < 2; ++s) state_.Leave(wire::SERVER, s);
+  EXPECT_FALSE(state_.serving_members_left()) << "aggregator 1 is live";
+  state_.Leave(wire::AGGREGATOR, 1);
+  EXPECT_TRUE(state_.serving_members_left());
 }
 
 TEST_F(CoordinatorTest, StatusListsEveryMember) {
